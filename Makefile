@@ -1,0 +1,44 @@
+# Two set-up commands for a fresh machine (each creates .venv and installs what it needs):
+#   make demo   runs a worker on a SQLite file with example tasks and schedules
+#   make test   runs ruff, mypy and the whole test suite (PostgreSQL/Redis suites skip
+#               with one line saying how to enable them when those servers are absent)
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test lint typecheck pytest bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/rota demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check rota tests bench
+	$(BIN)/ruff format --check rota tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+BENCH_VENV ?= .venv-bench
+$(BENCH_VENV)/.installed: pyproject.toml bench/requirements.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e ".[postgres,redis]" -r bench/requirements.txt
+	touch $@
+
+bench: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) $(BENCH_VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""rota: a job scheduler and task queue backed by your database."""

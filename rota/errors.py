@@ -1,0 +1,76 @@
+"""One exception root for everything rota raises on purpose.
+
+Messages name the offending value and say what would be valid, so that the person reading a
+traceback at 3 a.m. can fix the input without opening the source.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class RotaError(Exception):
+    """Root of every error rota raises deliberately."""
+
+
+class ConfigurationError(RotaError, ValueError):
+    """Bad input caught at decoration, enqueue or start-up time (invalid cron, zone, policy...)."""
+
+
+class SerializationError(ConfigurationError, TypeError):
+    """A value that is not JSON (arguments, results) was given where JSON is required."""
+
+
+class TaskNotFound(RotaError, LookupError):
+    """No task of that name is registered."""
+
+
+class RunNotFound(RotaError, LookupError):
+    """No run has that id."""
+
+
+class ScheduleNotFound(RotaError, LookupError):
+    """No schedule has that name."""
+
+
+class TriggerRefused(RotaError):
+    """A manual trigger could not start because the schedule's overlap policy forbids it now."""
+
+
+class WaitTimeout(RotaError, TimeoutError):
+    """`RunHandle.wait` gave up before the run reached a final status."""
+
+
+class DatabaseError(RotaError):
+    """The database refused or failed an operation (the driver's error is the __cause__)."""
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The database could not be reached (connection refused, reset, or timed out)."""
+
+
+class SchemaVersionError(DatabaseError):
+    """The database schema is newer than this version of rota understands."""
+
+
+class LockUnavailable(RotaError):
+    """A named lock is held by someone else and did not come free within `wait`."""
+
+
+class LockLost(RotaError):
+    """A held lock expired or was taken over while its holder still thought it owned it."""
+
+
+def did_you_mean(value: str, choices: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' when a close match exists, else ''."""
+    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def one_of(value: object, choices: Iterable[str], what: str) -> ConfigurationError:
+    """The standard error for a word outside a closed set: names the value and the valid words."""
+    options = sorted(choices)
+    hint = did_you_mean(str(value), options) if isinstance(value, str) else ""
+    listed = ", ".join(repr(o) for o in options)
+    return ConfigurationError(f"unknown {what} {value!r}{hint}; valid values are {listed}")

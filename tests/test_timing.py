@@ -148,6 +148,16 @@ def test_fixed_time_restarted_inside_the_repeated_hour_does_not_run_again() -> N
     assert trigger.next_after(utc(2026, 10, 25, 0, 29)) == utc(2026, 10, 25, 0, 30)
 
 
+def test_wall_clock_job_restarted_inside_the_repeated_hour() -> None:
+    trigger = make_trigger(cron="30 * * * *", tz=BERLIN)
+    # 02:45 CEST (first pass): the next wall 02:30 is the second one, 02:30 CET.
+    assert trigger.next_after(utc(2026, 10, 25, 0, 45)) == utc(2026, 10, 25, 1, 30)
+    # 02:15 CET (second pass): 02:30 CET is still ahead.
+    assert trigger.next_after(utc(2026, 10, 25, 1, 15)) == utc(2026, 10, 25, 1, 30)
+    # 02:30 CET itself: next is 03:30 CET.
+    assert trigger.next_after(utc(2026, 10, 25, 1, 30)) == utc(2026, 10, 25, 2, 30)
+
+
 # --- daylight saving: America/New_York --------------------------------------------------
 
 

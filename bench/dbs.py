@@ -1,0 +1,113 @@
+"""Fresh databases per run: PostgreSQL databases named bench_*, SQLite files in the run dir."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench.core import Ctx, Unsupported
+
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def pg_db_name(key: str) -> str:
+    name = "bench_" + re.sub(r"[^a-z0-9]+", "_", key.lower()).strip("_")
+    return name[:63]
+
+
+def _with_db(url: str, db: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{db}"
+
+
+def _admin(url: str) -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:  # pragma: no cover - bench venv has it
+        raise Unsupported("psycopg is not installed") from exc
+    return psycopg.connect(url, autocommit=True, connect_timeout=5)
+
+
+def recreate_pg(ctx: Ctx, suffix: str = "") -> str:
+    """Drop and create this system's bench_* database; returns its URL."""
+    from psycopg import sql
+
+    name = pg_db_name(ctx.key + suffix)
+    assert name.startswith("bench_"), name  # never touch anything else
+    with _admin(ctx.pg_url) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return _with_db(ctx.pg_url, name)
+
+
+def drop_pg(ctx: Ctx, suffix: str = "") -> None:
+    from psycopg import sql
+
+    name = pg_db_name(ctx.key + suffix)
+    assert name.startswith("bench_"), name
+    with _admin(ctx.pg_url) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@contextmanager
+def fresh_pg(ctx: Ctx, suffix: str = "") -> Iterator[str]:
+    """A freshly created bench database for the body, dropped afterwards."""
+    url = recreate_pg(ctx, suffix)
+    try:
+        yield url
+    finally:
+        drop_pg(ctx, suffix)
+
+
+def pg_scalar(url: str, query: str) -> Any:
+    with _admin(url) as conn:
+        row = conn.execute(query).fetchone()
+        return row[0] if row else None
+
+
+class PgProbe:
+    """One open autocommit connection for cheap repeated checks during a measurement."""
+
+    def __init__(self, url: str) -> None:
+        self._conn = _admin(url)
+
+    def execute(self, query: str) -> None:
+        self._conn.execute(query)
+
+    def scalar(self, query: str) -> Any:
+        row = self._conn.execute(query).fetchone()
+        return row[0] if row else None
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def fresh_sqlite(ctx: Ctx, name: str = "bench.db") -> Path:
+    """A path for a new SQLite database in this run's directory (removed if present)."""
+    path = ctx.dir / name
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    return path
+
+
+def sqlite_scalar(path: Path, query: str) -> Any:
+    conn = sqlite3.connect(path, timeout=30)
+    try:
+        row = conn.execute(query).fetchone()
+        return row[0] if row else None
+    finally:
+        conn.close()
+
+
+def pg_server_info(url: str) -> dict[str, str]:
+    keys = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections")
+    with _admin(url) as conn:
+        return {k: str(conn.execute(f"SHOW {k}").fetchone()[0]) for k in keys}

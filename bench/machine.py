@@ -1,0 +1,103 @@
+"""What the numbers were measured on."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import sqlite3
+import subprocess
+from importlib import metadata
+from typing import Any
+
+from bench import dbs
+from bench.procs import REPO
+
+PACKAGES = (
+    "rota",
+    "psycopg",
+    "psycopg-pool",
+    "pgqueuer",
+    "asyncpg",
+    "uvloop",
+    "procrastinate",
+    "huey",
+    "psutil",
+)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory_gib() -> float | None:
+    try:
+        import psutil
+
+        return round(float(psutil.virtual_memory().total) / 2**30, 1)
+    except ImportError:
+        return None
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        )
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _postgres(url: str) -> dict[str, str] | str:
+    try:
+        return dbs.pg_server_info(url)
+    except Exception as exc:
+        return f"unavailable ({type(exc).__name__})"
+
+
+def describe(pg_url: str) -> dict[str, Any]:
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "memory_gib": _memory_gib(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "postgres": _postgres(pg_url),
+        "packages": _versions(),
+        "git_commit": _git_commit(),
+    }
+
+
+def one_line(info: dict[str, Any]) -> str:
+    pg = info["postgres"]
+    pg_text = (
+        f"PostgreSQL {pg['server_version']} (fsync={pg['fsync']}, "
+        f"synchronous_commit={pg['synchronous_commit']})"
+        if isinstance(pg, dict)
+        else f"PostgreSQL {pg}"
+    )
+    return (
+        f"{info['cpu_count']} CPUs ({info['cpu_model']}), {info['memory_gib']} GiB, "
+        f"{pg_text}, SQLite {info['sqlite']}, Python {info['python']}, "
+        f"commit {info['git_commit']}"
+    )

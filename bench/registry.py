@@ -1,0 +1,237 @@
+"""What is measured: the tables (one per workload figure) and the systems in each.
+
+A system is a function `module:function(ctx, **params) -> metrics`, run in a fresh child
+process per run. To add one, append a `System` to SYSTEMS with the key of its table; rota's
+systems live in bench/rota_workloads.py and are registered here like the peers.
+"""
+
+from __future__ import annotations
+
+from bench.core import System, Table
+
+PG_PEER, PG_CEILING = "pgqueuer-b100", "raw-psycopg-100"
+SQLITE_PEER, SQLITE_CEILING = "huey-sqlite", "raw-sqlite-full"
+
+TABLES: tuple[Table, ...] = (
+    Table(
+        key="W1.drain",
+        title="W1 drain: pre-enqueued no-op jobs, one worker process",
+        unit="jobs/s",
+        primary="rate",
+        extras=(("steady_rate", "steady 10-90 %"), ("cold_rate", "from spawn")),
+        peer={"postgres": PG_PEER, "sqlite": SQLITE_PEER},
+        ceiling={"postgres": PG_CEILING, "sqlite": SQLITE_CEILING},
+        definition="first handler start -> database shows every job done",
+    ),
+    Table(
+        key="W1.enqueue",
+        title="W1 enqueue rate (client process, no worker running)",
+        unit="runs/s",
+        primary="rate",
+        peer={"postgres": "pgqueuer-enqueue-bulk", "sqlite": "huey-enqueue"},
+        definition="wall time of the enqueue calls (single calls or bulk chunks)",
+    ),
+    Table(
+        key="W2.pickup",
+        title="W2 pickup latency: one job enqueued to an idle worker",
+        unit="ms p50",
+        primary="p50_ms",
+        extras=(("p95_ms", "p95 ms"), ("p99_ms", "p99 ms")),
+        lower_is_better=True,
+        peer={"postgres": "pgqueuer-pickup", "sqlite": "huey-pickup"},
+        definition="handler start - time before the enqueue call",
+    ),
+    Table(
+        key="W3.lateness",
+        title="W3 tick lateness: every-second schedule",
+        unit="ms p50",
+        primary="p50_ms",
+        extras=(("p99_ms", "p99 ms"), ("max_ms", "max ms")),
+        lower_is_better=True,
+        definition="handler start - the tick's scheduled_for",
+    ),
+    Table(
+        key="W4.idle",
+        title="W4 idle cost: worker with many schedules, none due",
+        unit="% of a core",
+        primary="cpu_pct",
+        extras=(("statements_per_min", "PG xacts/min"),),
+        lower_is_better=True,
+        definition="worker process CPU time / wall time over the window",
+    ),
+    Table(
+        key="W5.backlog",
+        title="W5 backlog: drain rate with a large table vs a small one",
+        unit="% of small-table rate",
+        primary="ratio_pct",
+        extras=(("rate_small", "small jobs/s"), ("rate_backlog", "backlog jobs/s")),
+        definition="drain rate of the due runs, big table / small table",
+    ),
+    Table(
+        key="W6.rescue",
+        title="W6 rescue: kill -9 a worker holding runs",
+        unit="s (last run restarted)",
+        primary="rescue_s",
+        extras=(("first_s", "first restarted s"),),
+        lower_is_better=True,
+        definition="kill -9 -> handler start of the retry on the surviving worker",
+    ),
+)
+
+
+PEERS: tuple[System, ...] = (
+    System(
+        key="pgqueuer-b10",
+        table="W1.drain",
+        label="PgQueuer 1.6 (asyncpg), batch_size=10",
+        backend="postgres",
+        kind="peer",
+        func="bench.peer_pgqueuer:drain",
+        params={"batch_size": 10},
+        settings="PgQueuer.run(batch_size=10 (default), mode=drain), uvloop, durable tables",
+    ),
+    System(
+        key=PG_PEER,
+        table="W1.drain",
+        label="PgQueuer 1.6 (asyncpg), batch_size=100",
+        backend="postgres",
+        kind="peer",
+        func="bench.peer_pgqueuer:drain",
+        params={"batch_size": 100},
+        settings="PgQueuer.run(batch_size=100, mode=drain), uvloop, durable tables",
+    ),
+    System(
+        key="procrastinate-c1",
+        table="W1.drain",
+        label="Procrastinate 3.10, concurrency=1",
+        backend="postgres",
+        kind="peer",
+        func="bench.peer_procrastinate:drain",
+        params={"concurrency": 1},
+        max_jobs=5000,
+        settings="run_worker_async(concurrency=1, wait=False)",
+    ),
+    System(
+        key="procrastinate-c10",
+        table="W1.drain",
+        label="Procrastinate 3.10, concurrency=10",
+        backend="postgres",
+        kind="peer",
+        func="bench.peer_procrastinate:drain",
+        params={"concurrency": 10},
+        max_jobs=5000,
+        settings="run_worker_async(concurrency=10, wait=False)",
+    ),
+    System(
+        key=SQLITE_PEER,
+        table="W1.drain",
+        label="huey 3.5 SqliteHuey, fsync on",
+        backend="sqlite",
+        kind="peer",
+        func="bench.peer_huey:drain",
+        settings="SqliteHuey(fsync=True), WAL; consumer workers=1 thread, periodic off",
+    ),
+    System(
+        key=PG_CEILING,
+        table="W1.drain",
+        label="raw psycopg loop, claim 100 SKIP LOCKED + complete 100",
+        backend="postgres",
+        kind="ceiling",
+        func="bench.ceilings:psycopg_drain",
+        params={"batch": 100},
+        settings="autocommit; CTE + FOR UPDATE SKIP LOCKED claim; one UPDATE ... unnest",
+    ),
+    System(
+        key="raw-psycopg-1",
+        table="W1.drain",
+        label="raw psycopg loop, claim 1 + complete 1",
+        backend="postgres",
+        kind="ceiling",
+        func="bench.ceilings:psycopg_drain",
+        params={"batch": 1},
+        max_jobs=5000,
+        settings="as above with LIMIT 1",
+    ),
+    System(
+        key=SQLITE_CEILING,
+        table="W1.drain",
+        label="raw sqlite3 loop, WAL, batches of 100, synchronous=FULL",
+        backend="sqlite",
+        kind="ceiling",
+        func="bench.ceilings:sqlite_drain",
+        params={"batch": 100, "synchronous": "FULL"},
+        settings="BEGIN IMMEDIATE; UPDATE ... RETURNING claim; executemany complete",
+    ),
+    System(
+        key="raw-sqlite-normal",
+        table="W1.drain",
+        label="raw sqlite3 loop, WAL, batches of 100, synchronous=NORMAL",
+        backend="sqlite",
+        kind="ceiling",
+        func="bench.ceilings:sqlite_drain",
+        params={"batch": 100, "synchronous": "NORMAL"},
+    ),
+    System(
+        key="pgqueuer-enqueue-bulk",
+        table="W1.enqueue",
+        label="PgQueuer Queries.enqueue(lists), chunks of 1,000",
+        backend="postgres",
+        kind="peer",
+        func="bench.peer_pgqueuer:enqueue_bulk",
+        params={"chunk": 1000},
+    ),
+    System(
+        key="huey-enqueue",
+        table="W1.enqueue",
+        label="huey SqliteHuey task() calls, fsync on",
+        backend="sqlite",
+        kind="peer",
+        func="bench.peer_huey:enqueue_single",
+    ),
+    System(
+        key="pgqueuer-pickup",
+        table="W2.pickup",
+        label="PgQueuer 1.6 (LISTEN/NOTIFY)",
+        backend="postgres",
+        kind="peer",
+        func="bench.peer_pgqueuer:pickup",
+        params={"batch_size": 10},
+        settings="continuous mode, batch_size=10, enqueue of one job per sample",
+    ),
+    System(
+        key="huey-pickup",
+        table="W2.pickup",
+        label="huey 3.5 SqliteHuey (polling every 100 ms)",
+        backend="sqlite",
+        kind="peer",
+        func="bench.peer_huey:pickup",
+        params={"initial_delay": 0.1, "max_delay": 0.1},
+        settings="initial_delay=0.1 (default), max_delay=0.1 (default 10 s: capped here)",
+    ),
+)
+
+
+def all_systems() -> tuple[System, ...]:
+    from bench.rota_workloads import ROTA_SYSTEMS
+
+    return PEERS + ROTA_SYSTEMS
+
+
+def table(key: str) -> Table:
+    return next(t for t in TABLES if t.key == key)
+
+
+def select(systems: tuple[System, ...], only: str | None) -> list[System]:
+    """Systems matching any token: a workload (W1), a table (W1.drain), `peers` (peers and
+    ceilings), `rota`, `postgres`/`sqlite`, or a system key."""
+    if not only:
+        return list(systems)
+    tokens = {t.strip().lower() for t in only.split(",") if t.strip()}
+
+    def wanted(s: System) -> bool:
+        names = {s.key, s.table.lower(), s.table.split(".")[0].lower(), s.kind, s.backend}
+        if s.kind in ("peer", "ceiling"):
+            names.add("peers")
+        return bool(tokens & names)
+
+    return [s for s in systems if wanted(s)]

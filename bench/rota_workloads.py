@@ -1,0 +1,424 @@
+"""rota's workloads W1-W6 (issue 5), written against the public API in DESIGN.md.
+
+Everything rota-specific in the benchmarks is here, in bench/rota_app.py (the tasks) and in
+bench/rota_worker.py (the worker process). The measuring process imports bench.rota_app with
+ROTA_DATABASE_URL pointing at a fresh database, enqueues through `task.enqueue` /
+`task.enqueue_many`, starts workers as separate processes (`python -m bench.rota_worker`),
+and reads results through the probe and `app.list_runs`. A system is skipped with one line
+while `import rota` fails or rota.App lacks the API below (see `rota_unavailable`).
+
+Assumptions to check once rota exists (marked ASSUMPTION below): a fresh database needs no
+explicit migrate step (an `app.migrate()` is called when it exists); `.options(...)` returns
+an object with `enqueue_many`; run statuses are the strings in DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from bench import procs
+from bench.core import Backend, Ctx, Metrics, System, Unsupported, latency_metrics
+from bench.dbs import fresh_pg, fresh_sqlite, pg_scalar
+from bench.measure import StartWorkers, measure_drain, measure_pickup, new_probe
+from bench.probe import ENV_PATH
+
+APP_MODULE = "bench.rota_app"
+REQUIRED_APP_API = ("task", "schedule", "run_worker", "get_run", "list_runs", "add_schedule")
+DRAIN_CONCURRENCY = 100  # claims are bounded by free slots: same batch as the raw ceiling
+ENQUEUE_CHUNK = 5_000
+
+
+def rota_unavailable() -> str | None:
+    """One line saying why rota's systems cannot run yet, or None when they can."""
+    try:
+        import rota
+    except Exception as exc:
+        return f"rota workloads: `import rota` failed ({type(exc).__name__}: {exc})"
+    app_class = getattr(rota, "App", None)
+    if app_class is None:
+        return "rota workloads: rota.App does not exist yet"
+    missing = [name for name in REQUIRED_APP_API if not hasattr(app_class, name)]
+    if missing:
+        return f"rota workloads: rota.App lacks {', '.join(missing)} (not written yet)"
+    return None
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+@contextmanager
+def database(ctx: Ctx, backend: Backend, suffix: str = "") -> Iterator[str]:
+    """A fresh database URL for rota: a bench_* PostgreSQL database or a new SQLite file."""
+    if backend == "postgres":
+        with fresh_pg(ctx, suffix) as url:
+            yield url
+    else:
+        yield f"sqlite:///{fresh_sqlite(ctx, f'rota{suffix}.db')}"
+
+
+def load_app_module(url: str) -> ModuleType:
+    """Import bench.rota_app bound to `url` (once per measuring process)."""
+    os.environ["ROTA_DATABASE_URL"] = url
+    if APP_MODULE in sys.modules:
+        raise RuntimeError("bench.rota_app is already bound to another database here")
+    module = importlib.import_module(APP_MODULE)
+    migrate = getattr(module.app, "migrate", None)  # ASSUMPTION: optional explicit step
+    if callable(migrate):
+        migrate()
+    return module
+
+
+def start_workers(
+    ctx: Ctx,
+    url: str,
+    count: int = 1,
+    concurrency: int = 5,
+    use_async: bool = False,
+    env: dict[str, str] | None = None,
+    first_slot: int = 0,
+) -> StartWorkers:
+    """`count` worker processes, each `python -m bench.rota_worker bench.rota_app ...`."""
+    args = [APP_MODULE, "--concurrency", str(concurrency)] + (["--async"] if use_async else [])
+
+    def start(probe_path: Path) -> Sequence[procs.Worker]:
+        worker_env = {"ROTA_DATABASE_URL": url, ENV_PATH: str(probe_path), **(env or {})}
+        return [
+            procs.spawn_module(
+                "bench.rota_worker", args, ctx.dir / f"rota-worker-{slot}.log", worker_env, slot
+            )
+            for slot in range(first_slot, first_slot + count)
+        ]
+
+    return start
+
+
+def enqueue_bulk(task: Any, n: int, chunk: int = ENQUEUE_CHUNK) -> None:
+    """`n` no-argument runs through `task.enqueue_many`, `chunk` at a time."""
+    for offset in range(0, n, chunk):
+        task.enqueue_many([((), {})] * min(chunk, n - offset))
+
+
+def enqueue_future(task: Any, n: int, chunk: int = ENQUEUE_CHUNK) -> None:
+    """`n` runs due in 30 days (W5's backlog)."""
+    later = task.options(delay=timedelta(days=30))
+    if not hasattr(later, "enqueue_many"):  # ASSUMPTION: options() supports enqueue_many
+        raise Unsupported("W5 needs task.options(...).enqueue_many to build the backlog")
+    enqueue_bulk(later, n, chunk)
+
+
+def nothing_left(app: Any, include_pending: bool = True) -> Callable[[], bool]:
+    """The drain's database check: no run running (nor pending, unless future ones exist)."""
+    statuses = ("pending", "running") if include_pending else ("running",)
+    return lambda: all(not app.list_runs(status=s, limit=1) for s in statuses)
+
+
+def drain_with_workers(
+    ctx: Ctx,
+    url: str,
+    app_module: ModuleType,
+    jobs: int,
+    workers: int = 1,
+    concurrency: int = DRAIN_CONCURRENCY,
+    use_async: bool = False,
+    include_pending: bool = True,
+    probe_name: str = "probe.bin",
+) -> Metrics:
+    start = start_workers(ctx, url, workers, concurrency, use_async)
+    done = nothing_left(app_module.app, include_pending)
+    return measure_drain(ctx, jobs, start, done, probe_name=probe_name)
+
+
+# --- W1 ----------------------------------------------------------------------------------
+
+
+def drain(
+    ctx: Ctx,
+    backend: Backend,
+    workers: int = 1,
+    concurrency: int = DRAIN_CONCURRENCY,
+    use_async: bool = False,
+) -> Metrics:
+    """W1 drain: ctx.jobs pre-enqueued no-op runs, `workers` worker processes."""
+    with database(ctx, backend) as url:
+        m = load_app_module(url)
+        enqueue_bulk(m.noop_async if use_async else m.noop, ctx.jobs)
+        return drain_with_workers(ctx, url, m, ctx.jobs, workers, concurrency, use_async)
+
+
+def enqueue(ctx: Ctx, backend: Backend, bulk: bool, chunk: int = ENQUEUE_CHUNK) -> Metrics:
+    """W1 enqueue rate: single `task.enqueue` calls, or `task.enqueue_many` in chunks."""
+    with database(ctx, backend) as url:
+        m = load_app_module(url)
+        m.noop.enqueue()  # connection and schema set up outside the timing
+        n = ctx.jobs if bulk else ctx.enqueue_single
+        started = time.perf_counter()
+        if bulk:
+            enqueue_bulk(m.noop, n, chunk)
+        else:
+            for _ in range(n):
+                m.noop.enqueue()
+        seconds = time.perf_counter() - started
+    return {"rate": n / seconds, "seconds": seconds}
+
+
+# --- W2 ----------------------------------------------------------------------------------
+
+
+def pickup(ctx: Ctx, backend: Backend, period: float = 0.05) -> Metrics:
+    """W2: one `stamp` run at a time enqueued to an idle worker; enqueue -> handler start."""
+    with database(ctx, backend) as url:
+        m = load_app_module(url)
+        start = start_workers(ctx, url)
+        metrics = measure_pickup(
+            ctx, start, lambda i: m.stamp.enqueue(i), ctx.samples, period=period
+        )
+        last = m.app.list_runs(task="bench.stamp", limit=1)
+        metrics["result_recorded"] = float(bool(last) and last[0].result is not None)
+        return metrics
+
+
+# --- W3 ----------------------------------------------------------------------------------
+
+
+def _db_lateness(app: Any) -> list[float]:
+    """started_at - scheduled_for of the recorded ticks (rota's own view of lateness)."""
+    runs = app.list_runs(schedule="bench.tick", limit=1000)
+    return [
+        (r.started_at - r.scheduled_for).total_seconds()
+        for r in runs
+        if r.started_at is not None and r.scheduled_for is not None
+    ]
+
+
+def lateness(ctx: Ctx, backend: Backend, warmup_ticks: int = 2) -> Metrics:
+    """W3: an every-second schedule; handler start - scheduled_for over ctx.ticks ticks."""
+    with database(ctx, backend) as url:
+        m = load_app_module(url)
+        probe_path, reader = new_probe(ctx)
+        workers = start_workers(ctx, url, env={"BENCH_ROTA_TICK": "1"})(probe_path)
+        wanted = warmup_ticks + ctx.ticks
+        try:
+            procs.wait_for(
+                lambda: reader.total() >= wanted, wanted + 120.0, f"{wanted} ticks", workers, 0.05
+            )
+        finally:
+            procs.stop_all(workers)
+        metrics = latency_metrics(reader.samples(warmup_ticks, wanted))
+        recorded = _db_lateness(m.app)
+        if recorded:
+            metrics["db_p50_ms"] = latency_metrics(recorded)["p50_ms"]
+        return metrics
+
+
+# --- W4 ----------------------------------------------------------------------------------
+
+
+def _cpu_seconds(pid: int) -> float:
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system + t.children_user + t.children_system)
+
+
+def _pg_transactions(url: str) -> int:
+    query = (
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database"
+        " WHERE datname = current_database()"
+    )
+    return int(pg_scalar(url, query))
+
+
+def idle(ctx: Ctx, backend: Backend, settle_s: float = 5.0) -> Metrics:
+    """W4: a worker with ctx.idle_schedules schedules (none due for a year) sitting idle."""
+    with database(ctx, backend) as url:
+        m = load_app_module(url)
+        started = time.perf_counter()
+        for i in range(ctx.idle_schedules):
+            m.app.add_schedule(f"bench.idle.{i}", m.noop, cron="0 0 1 1 *", tz="UTC")
+        setup_s = time.perf_counter() - started
+        probe_path, reader = new_probe(ctx)
+        workers = start_workers(ctx, url)(probe_path)
+        try:
+            m.stamp.enqueue(0)  # one run through the worker: it is up and polling
+            procs.wait_for(lambda: reader.sample(0) > 0, 300.0, "the worker to start", workers)
+            time.sleep(settle_s)
+            cpu0, t0 = _cpu_seconds(workers[0].pid), time.monotonic()
+            x0 = _pg_transactions(url) if backend == "postgres" else 0
+            time.sleep(ctx.idle_seconds)
+            cpu1, elapsed = _cpu_seconds(workers[0].pid), time.monotonic() - t0
+            x1 = _pg_transactions(url) if backend == "postgres" else 0
+            workers[0].check()
+        finally:
+            procs.stop_all(workers)
+    metrics = {"cpu_pct": 100.0 * (cpu1 - cpu0) / elapsed, "setup_s": setup_s}
+    if backend == "postgres":  # minus our own first snapshot's transaction
+        metrics["statements_per_min"] = max(0, x1 - x0 - 1) * 60.0 / elapsed
+    return metrics
+
+
+# --- W5 ----------------------------------------------------------------------------------
+
+
+def backlog_drain(
+    ctx: Ctx, backend: Backend, extra: int, suffix: str, finished_fraction: float = 0.5
+) -> Metrics:
+    """One half of W5: drain ctx.backlog_due due runs with `extra` other rows in the table
+    (`finished_fraction` of them succeeded through a worker first, the rest due in 30 days)."""
+    with database(ctx, backend, suffix) as url:
+        m = load_app_module(url)
+        started = time.perf_counter()
+        finished = int(extra * finished_fraction)
+        if finished:
+            enqueue_bulk(m.noop, finished)
+            drain_with_workers(ctx, url, m, finished, probe_name="probe-setup.bin")
+        enqueue_future(m.noop, extra - finished)
+        setup_s = time.perf_counter() - started
+        enqueue_bulk(m.noop, ctx.backlog_due)
+        metrics = drain_with_workers(ctx, url, m, ctx.backlog_due, include_pending=False)
+        return {**metrics, "setup_s": setup_s}
+
+
+def _in_child(ctx: Ctx, func: str, **params: Any) -> Metrics:
+    """Run `func` in a fresh measuring process (own app instance and database)."""
+    from bench.runner import run_child
+
+    sub = dataclasses.replace(ctx, workdir=str(ctx.dir / func.rpartition(":")[2]))
+    sub.dir.mkdir(parents=True, exist_ok=True)
+    system = System(
+        ctx.key, "W5.backlog", func, params["backend"], "rota", func, params, timeout=3000.0
+    )
+    result = run_child(system, sub)
+    if "unsupported" in result:
+        raise Unsupported(result["unsupported"])
+    if "error" in result:
+        raise RuntimeError(result["error"])
+    metrics: Metrics = result["metrics"]
+    return metrics
+
+
+def backlog(ctx: Ctx, backend: Backend) -> Metrics:
+    """W5: drain rate with ctx.backlog other rows in the table, against an empty table."""
+    func = f"{__name__}:backlog_drain"
+    small = _in_child(ctx, func, backend=backend, extra=0, suffix="_small")
+    big = _in_child(ctx, func, backend=backend, extra=ctx.backlog, suffix="_big")
+    return {
+        "ratio_pct": 100.0 * big["rate"] / small["rate"],
+        "rate_small": small["rate"],
+        "rate_backlog": big["rate"],
+        "setup_s": big["setup_s"],
+    }
+
+
+# --- W6 ----------------------------------------------------------------------------------
+
+
+def rescue(ctx: Ctx, backend: Backend, held: int = 4, hold_s: float = 3600.0) -> Metrics:
+    """W6: worker A holds `held` runs and is killed with SIGKILL; worker B (already running)
+    must restart them. Measured from the kill to each retry's handler start."""
+    from bench.rota_app import HOLD_RETRY_OFFSET
+
+    with database(ctx, backend) as url:
+        m = load_app_module(url)
+        probe_path, reader = new_probe(ctx)
+        workers = list(start_workers(ctx, url, concurrency=held)(probe_path))
+        try:
+            for i in range(held):
+                m.hold.enqueue(i, hold_s)
+            procs.wait_for(
+                lambda: all(reader.sample(i) > 0 for i in range(held)),
+                120.0,
+                "worker A to start the held runs",
+                workers,
+            )
+            workers += start_workers(ctx, url, concurrency=held, first_slot=1)(probe_path)
+            time.sleep(3.0)  # B imported, connected and polling
+            killed_at = time.time()
+            workers[0].kill()
+            retries = [HOLD_RETRY_OFFSET + i for i in range(held)]
+            procs.wait_for(
+                lambda: all(reader.sample(j) > 0 for j in retries),
+                600.0,
+                "worker B to restart the runs",
+                workers[1:],
+                interval=0.01,
+            )
+        finally:
+            procs.stop_all(workers)
+        delays = [reader.sample(j) - killed_at for j in retries]
+        return {"rescue_s": max(delays), "first_s": min(delays)}
+
+
+# --- registry ---------------------------------------------------------------------------
+
+
+def _system(
+    key: str, table: str, label: str, backend: Backend, func: str, settings: str = "", **params: Any
+) -> System:
+    timeout = 3600.0 if table == "W5.backlog" else 900.0
+    return System(
+        key=key,
+        table=table,
+        label=label,
+        backend=backend,
+        kind="rota",
+        func=f"{__name__}:{func}",
+        params={"backend": backend, **params},
+        settings=settings,
+        timeout=timeout,
+    )
+
+
+_C = f"concurrency={DRAIN_CONCURRENCY}"
+# key suffix, table, label, function, settings, params (the same for both backends)
+_SPECS: tuple[tuple[str, str, str, str, str, dict[str, Any]], ...] = (
+    ("drain-1w", "W1.drain", "rota, 1 worker", "drain", f"run_worker({_C})", {"workers": 1}),
+    ("drain-2w", "W1.drain", "rota, 2 workers", "drain", f"2 x run_worker({_C})", {"workers": 2}),
+    ("enqueue-single", "W1.enqueue", "rota task.enqueue", "enqueue", "", {"bulk": False}),
+    (
+        "enqueue-bulk",
+        "W1.enqueue",
+        "rota task.enqueue_many",
+        "enqueue",
+        f"chunks of {ENQUEUE_CHUNK:,}",
+        {"bulk": True},
+    ),
+    ("pickup", "W2.pickup", "rota", "pickup", "run_worker() defaults", {}),
+    ("lateness", "W3.lateness", "rota", "lateness", "every=1s, first 2 ticks dropped", {}),
+    ("idle", "W4.idle", "rota", "idle", "app.add_schedule(cron='0 0 1 1 *') each", {}),
+    ("backlog", "W5.backlog", "rota", "backlog", "half succeeded, half due in 30 days", {}),
+    ("rescue", "W6.rescue", "rota", "rescue", "4 held runs, retries=1, default lease", {}),
+)
+_BACKENDS: tuple[tuple[Backend, str], ...] = (("postgres", "pg"), ("sqlite", "sqlite"))
+# a polling worker needs enqueues spread over its poll interval (see measure_pickup)
+_PICKUP_PERIOD: dict[Backend, float] = {"postgres": 0.05, "sqlite": 0.25}
+
+
+def _per_backend() -> Iterator[System]:
+    for backend, short in _BACKENDS:
+        for suffix, table, label, func, settings, params in _SPECS:
+            extra = {"period": _PICKUP_PERIOD[backend]} if func == "pickup" else {}
+            key = f"rota-{short}-{suffix}"
+            yield _system(key, table, label, backend, func, settings, **params, **extra)
+    yield _system(
+        "rota-pg-drain-async",
+        "W1.drain",
+        "rota, 1 worker, async def handler",
+        "postgres",
+        "drain",
+        f"run_worker_async({_C})",
+        workers=1,
+        use_async=True,
+    )
+
+
+ROTA_SYSTEMS: tuple[System, ...] = tuple(_per_backend())

@@ -1,0 +1,191 @@
+"""Run the selected systems, each run in a fresh child process, interleaved across runs.
+
+Interleaving (run 1 of every system, then run 2 of every system, ...) spreads slow drifts of
+the machine (page cache, autovacuum, thermal) over all systems instead of biasing one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import dbs
+from bench.child import RESULT_PREFIX
+from bench.core import Ctx, System
+from bench.procs import REPO, child_env
+
+
+@dataclass(frozen=True)
+class Sizes:
+    jobs: int
+    enqueue_single: int
+    samples: int
+    ticks: int
+    idle_seconds: float
+    idle_schedules: int
+    backlog: int
+    backlog_due: int
+
+    @classmethod
+    def full(cls, jobs: int | None = None) -> Sizes:
+        return cls(jobs or 20_000, 2_000, 200, 60, 60.0, 10_000, 1_000_000, 10_000)
+
+    @classmethod
+    def quick(cls, jobs: int | None = None) -> Sizes:
+        return cls(jobs or 2_000, 500, 30, 10, 10.0, 10_000, 50_000, 2_000)
+
+
+@dataclass
+class Config:
+    runs: int
+    quick: bool
+    pg_url: str
+    workdir: Path
+    sizes: Sizes
+
+
+@dataclass
+class Outcome:
+    system: System
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    skipped: str | None = None
+
+    def metrics(self) -> list[dict[str, float]]:
+        return [r["metrics"] for r in self.runs if "metrics" in r]
+
+    def errors(self) -> list[str]:
+        return [r["error"] for r in self.runs if "error" in r]
+
+
+Progress = Callable[[str], None]
+
+PEER_MODULES = {
+    "bench.peer_pgqueuer": ("pgqueuer", "asyncpg", "uvloop"),
+    "bench.peer_procrastinate": ("procrastinate",),
+    "bench.peer_huey": ("huey",),
+    "bench.ceilings": ("psycopg",),
+}
+
+
+def _missing_modules(system: System) -> list[str]:
+    needed = PEER_MODULES.get(system.func.partition(":")[0], ())
+    return [m for m in needed if importlib.util.find_spec(m) is None]
+
+
+def _pg_unavailable(url: str) -> str | None:
+    try:
+        dbs.pg_scalar(url, "SELECT 1")
+    except Exception as exc:
+        return f"PostgreSQL at {url} does not answer ({type(exc).__name__})"
+    return None
+
+
+def unavailable(systems: Sequence[System], pg_url: str) -> dict[str, str]:
+    """system key -> one-line reason, for systems that cannot run here."""
+    from bench.rota_workloads import rota_unavailable
+
+    reasons: dict[str, str] = {}
+    pg_reason = _pg_unavailable(pg_url) if any(s.backend == "postgres" for s in systems) else None
+    rota_reason = rota_unavailable() if any(s.kind == "rota" for s in systems) else None
+    for s in systems:
+        missing = _missing_modules(s)
+        if s.kind == "rota" and rota_reason:
+            reasons[s.key] = rota_reason
+        elif missing:
+            reasons[s.key] = f"not installed: {', '.join(missing)} (see bench/requirements.txt)"
+        elif s.backend == "postgres" and pg_reason:
+            reasons[s.key] = pg_reason
+    return reasons
+
+
+def _ctx(system: System, config: Config, run: int) -> Ctx:
+    sizes = config.sizes
+    jobs = min(sizes.jobs, system.max_jobs) if system.max_jobs else sizes.jobs
+    workdir = config.workdir / f"{system.key}-run{run}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    return Ctx(
+        key=system.key,
+        run=run,
+        workdir=str(workdir),
+        pg_url=config.pg_url,
+        quick=config.quick,
+        jobs=jobs,
+        enqueue_single=sizes.enqueue_single,
+        samples=sizes.samples,
+        ticks=sizes.ticks,
+        idle_seconds=sizes.idle_seconds,
+        idle_schedules=sizes.idle_schedules,
+        backlog=sizes.backlog,
+        backlog_due=sizes.backlog_due,
+    )
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
+
+
+def run_child(system: System, ctx: Ctx) -> dict[str, Any]:
+    """One run of one system in a fresh interpreter; its output is kept in the run dir."""
+    payload = json.dumps({"ctx": ctx.to_json(), "params": system.params})
+    argv = [sys.executable, "-m", "bench.child", "measure", system.func, payload]
+    log = ctx.dir / "child.log"
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=REPO,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=system.timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        log.write_text(f"{_text(exc.stdout)}\n--- stderr\n{_text(exc.stderr)}")
+        return {"error": f"timed out after {system.timeout:.0f}s (log: {log})"}
+    log.write_text(proc.stdout + "\n--- stderr\n" + proc.stderr)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            result: dict[str, Any] = json.loads(line[len(RESULT_PREFIX) :])
+            if "error" in result:
+                result["error"] += f" (log: {log})"
+            return result
+    tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+    return {"error": f"child exited {proc.returncode} without a result: {tail} (log: {log})"}
+
+
+def _describe(result: dict[str, Any], primary: str) -> str:
+    if "metrics" in result:
+        value = result["metrics"].get(primary)
+        return f"{primary}={value:,.1f}" if isinstance(value, float) else "ok"
+    return str(result.get("unsupported") or result.get("error", "?"))
+
+
+def run_all(
+    systems: Sequence[System], config: Config, primary: Callable[[System], str], say: Progress
+) -> list[Outcome]:
+    outcomes = [Outcome(s) for s in systems]
+    for run in range(1, config.runs + 1):
+        for outcome in outcomes:
+            if outcome.skipped:
+                continue
+            system = outcome.system
+            started = time.monotonic()
+            result = run_child(system, _ctx(system, config, run))
+            if "unsupported" in result:
+                outcome.skipped = result["unsupported"]
+            else:
+                outcome.runs.append(result)
+            elapsed = time.monotonic() - started
+            say(
+                f"[{system.table}] {system.key} run {run}/{config.runs}: "
+                f"{_describe(result, primary(system))} ({elapsed:.1f}s)"
+            )
+    return outcomes

@@ -1,1 +1,85 @@
-"""rota: a job scheduler and task queue backed by your database."""
+"""rota: a job scheduler and task queue backed by your database.
+
+Recurring jobs (cron or interval, any time zone) and one-off tasks on any number of worker
+processes and hosts: one run per tick, leases with fencing tokens, nothing lost when a worker
+dies, a clean shutdown and a complete history. SQLite by default, PostgreSQL across hosts.
+"""
+
+from .app import App, ScheduleSpec
+from .clock import Clock, FakeClock
+from .errors import (
+    ConfigurationError,
+    DatabaseError,
+    DatabaseUnavailable,
+    LockLost,
+    LockUnavailable,
+    RotaError,
+    RunNotFound,
+    ScheduleNotFound,
+    SchemaVersionError,
+    SerializationError,
+    TaskNotFound,
+    TriggerRefused,
+    WaitTimeout,
+)
+from .locks import Lease
+from .models import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SKIPPED,
+    STATUSES,
+    SUCCEEDED,
+    LockInfo,
+    Run,
+    ScheduleInfo,
+    WorkerInfo,
+)
+from .tasks import Backoff, RunContext, RunHandle, Task, TaskCall, TaskOptions
+from .timing import explain, next_fire_times
+from .worker import Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CANCELLED",
+    "FAILED",
+    "PENDING",
+    "RUNNING",
+    "SKIPPED",
+    "STATUSES",
+    "SUCCEEDED",
+    "App",
+    "Backoff",
+    "Clock",
+    "ConfigurationError",
+    "DatabaseError",
+    "DatabaseUnavailable",
+    "FakeClock",
+    "Lease",
+    "LockInfo",
+    "LockLost",
+    "LockUnavailable",
+    "RotaError",
+    "Run",
+    "RunContext",
+    "RunHandle",
+    "RunNotFound",
+    "ScheduleInfo",
+    "ScheduleNotFound",
+    "ScheduleSpec",
+    "SchemaVersionError",
+    "SerializationError",
+    "Task",
+    "TaskCall",
+    "TaskNotFound",
+    "TaskOptions",
+    "TriggerRefused",
+    "WaitTimeout",
+    "Worker",
+    "WorkerInfo",
+    "__version__",
+    "explain",
+    "next_fire_times",
+]

@@ -1,0 +1,325 @@
+"""Named locks with fencing tokens, over the run store (default) or Redis.
+
+Terms. A lock is held by an *owner* (unique per acquisition) until an expiry on the
+backend's clock (the database's, or Redis's own TTL). Each acquisition of a name gets a
+*fencing token* one greater than any token that name ever had: pass it to the systems your
+critical section writes to and have them refuse a token lower than the highest seen; then
+even a holder that lost its lock without knowing (a GC pause, SIGSTOP, a network partition)
+cannot overwrite its successor's work. Renewal and release are conditioned on (owner, token):
+a stale holder's release is a no-op, never the release of someone else's lock.
+
+While held, a lease is renewed every ttl/3 by a background thread (or task). If a renewal is
+refused, or the TTL passes without a successful renewal (the process was paused, the backend
+unreachable), the lease is *lost*: `lease.lost` turns true and leaving the `with` block
+raises `LockLost`, so the caller knows its critical section may not have been exclusive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+import uuid
+import weakref
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol
+
+from .errors import ConfigurationError, DatabaseUnavailable, LockLost, LockUnavailable
+from .models import LockInfo
+
+if TYPE_CHECKING:
+    from .app import App
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@\-]{0,199}$")
+
+
+def check_lock_name(name: object) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigurationError(
+            f"invalid lock name {name!r}: use 1-200 characters, starting with a letter or digit, "
+            "then letters, digits, '_', '.', ':', '/', '@' or '-'"
+        )
+    if name.startswith("rota:"):
+        raise ConfigurationError(
+            f"invalid lock name {name!r}: names starting with 'rota:' are reserved for rota itself"
+        )
+    return name
+
+
+def _check_ttl(ttl: object) -> float:
+    if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not 0.1 <= ttl <= 86400 * 7:
+        raise ConfigurationError(
+            f"lock ttl must be a number of seconds from 0.1 to 604800, got {ttl!r}"
+        )
+    return float(ttl)
+
+
+def _check_wait(wait: object) -> float:
+    if not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0:
+        raise ConfigurationError(f"lock wait must be a number of seconds >= 0, got {wait!r}")
+    return float(wait)
+
+
+class LockBackend(Protocol):
+    def acquire(self, name: str, owner: str, ttl: float) -> int | None: ...
+
+    def renew(self, name: str, owner: str, token: int, ttl: float) -> bool: ...
+
+    def release(self, name: str, owner: str, token: int) -> bool: ...
+
+    def list(self) -> list[LockInfo]: ...
+
+
+class StoreLocks:
+    """Locks in the run store's `rota_locks` table (expiry from the database clock)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def acquire(self, name: str, owner: str, ttl: float) -> int | None:
+        return self.app.store.lock_acquire(name, owner, ttl)
+
+    def renew(self, name: str, owner: str, token: int, ttl: float) -> bool:
+        return self.app.store.lock_renew(name, owner, token, ttl)
+
+    def release(self, name: str, owner: str, token: int) -> bool:
+        return self.app.store.lock_release(name, owner, token)
+
+    def list(self) -> list[LockInfo]:
+        return self.app.store.list_locks()
+
+
+class Lease:
+    """A held lock. `token` is its fencing token; `lost` turns true if it was lost."""
+
+    def __init__(self, manager: LockManager, name: str, owner: str, token: int, ttl: float) -> None:
+        self.name = name
+        self.owner = owner
+        self.token = token
+        self.ttl = ttl
+        self._manager = manager
+        self._valid_until = time.monotonic() + ttl
+        self._lost = False
+        self._released = False
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    @property
+    def lost(self) -> bool:
+        """True once a renewal was refused or the TTL passed without one."""
+        if not self._lost and not self._released and time.monotonic() >= self._valid_until:
+            self._lost = True
+        return self._lost
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else ("lost" if self.lost else "held")
+        return f"Lease(name={self.name!r}, token={self.token}, {state})"
+
+    def renew(self) -> bool:
+        """Extend the lease now; False (and lost) if it no longer holds the lock."""
+        if self._released or self._lost:
+            return False
+        started = time.monotonic()
+        try:
+            ok = self._manager.backend.renew(self.name, self.owner, self.token, self.ttl)
+        except DatabaseUnavailable:
+            return not self.lost  # keep trying until the TTL runs out
+        if ok:
+            self._valid_until = started + self.ttl
+        else:
+            self._lost = True
+        return ok
+
+    def release(self) -> bool:
+        """Give the lock up if still ours; a stale holder's release does nothing. Idempotent."""
+        if self._released:
+            return False
+        self._released = True
+        self._stop.set()
+        self._manager._forget(self)
+        try:
+            return self._manager.backend.release(self.name, self.owner, self.token)
+        except DatabaseUnavailable:
+            return False  # it expires on its own
+
+    def _start_renewing(self) -> None:
+        self._renewer = threading.Thread(
+            target=self._renew_loop, name=f"rota-lock-{self.name}", daemon=True
+        )
+        self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        interval = self.ttl / 3
+        while not self._stop.wait(interval):
+            if not self.renew() and self._lost:
+                return
+            interval = self.ttl / 3 if not self.lost else 0.2
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lost = self.lost
+        self.release()
+        if lost:
+            raise LockLost(
+                f"lock {self.name!r} (token {self.token}) was lost while held: its lease expired or was "
+                "taken over, so the critical section may not have been exclusive"
+            )
+
+
+class LockContext:
+    """`with app.lock(...) as lease:` acquires on enter (LockUnavailable if it can't)."""
+
+    def __init__(self, manager: LockManager, name: str, ttl: float, wait: float) -> None:
+        self.manager = manager
+        self.name = name
+        self.ttl = ttl
+        self.wait = wait
+        self.lease: Lease | None = None
+
+    def __enter__(self) -> Lease:
+        self.lease = self.manager.acquire(self.name, self.ttl, self.wait)
+        return self.lease
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self.lease is not None
+        self.lease.__exit__(exc_type, exc, tb)
+
+
+class AsyncLockContext:
+    """`async with app.lock_async(...) as lease:` (acquisition and release off the loop)."""
+
+    def __init__(self, manager: LockManager, name: str, ttl: float, wait: float) -> None:
+        self.manager = manager
+        self.name = name
+        self.ttl = ttl
+        self.wait = wait
+        self.lease: Lease | None = None
+
+    async def __aenter__(self) -> Lease:
+        deadline = time.monotonic() + self.wait
+        delay = 0.01
+        while True:
+            lease = await asyncio.to_thread(self.manager.try_lock, self.name, self.ttl)
+            if lease is not None:
+                self.lease = lease
+                return lease
+            if time.monotonic() >= deadline:
+                raise self.manager.unavailable(self.name, self.wait)
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.5)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self.lease is not None
+        lost = self.lease.lost
+        await asyncio.to_thread(self.lease.release)
+        if lost:
+            raise LockLost(
+                f"lock {self.name!r} (token {self.lease.token}) was lost while held: its lease expired "
+                "or was taken over, so the critical section may not have been exclusive"
+            )
+
+
+class LockManager:
+    """The App's named locks: picks the backend, tracks this process's leases."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.backend: LockBackend
+        if app.locks_url:
+            from .redis_locks import RedisLocks
+
+            self.backend = RedisLocks(app.locks_url)
+        else:
+            self.backend = StoreLocks(app)
+        self._held: weakref.WeakSet[Lease] = weakref.WeakSet()
+        self._held_lock = threading.Lock()
+
+    def try_lock(self, name: str, ttl: float = 60.0) -> Lease | None:
+        check_lock_name(name)
+        ttl = _check_ttl(ttl)
+        owner = f"{_process_id()}:{uuid.uuid4().hex[:12]}"
+        token = self.backend.acquire(name, owner, ttl)
+        if token is None:
+            return None
+        lease = Lease(self, name, owner, token, ttl)
+        with self._held_lock:
+            self._held.add(lease)
+        lease._start_renewing()
+        return lease
+
+    def acquire(self, name: str, ttl: float, wait: float) -> Lease:
+        wait = _check_wait(wait)
+        deadline = time.monotonic() + wait
+        delay = 0.01
+        while True:
+            lease = self.try_lock(name, ttl)
+            if lease is not None:
+                return lease
+            if time.monotonic() >= deadline:
+                raise self.unavailable(name, wait)
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.5)
+
+    def unavailable(self, name: str, wait: float) -> LockUnavailable:
+        holder = next(
+            (info for info in self.backend.list() if info.name == name and info.held), None
+        )
+        who = (
+            f" by {holder.owner} (token {holder.token}, expires {holder.expires_at})"
+            if holder
+            else ""
+        )
+        return LockUnavailable(f"lock {name!r} is held{who}; gave up after waiting {wait:g} s")
+
+    def lock(self, name: str, ttl: float, wait: float) -> LockContext:
+        check_lock_name(name)
+        return LockContext(self, name, _check_ttl(ttl), _check_wait(wait))
+
+    def lock_async(self, name: str, ttl: float, wait: float) -> AsyncLockContext:
+        check_lock_name(name)
+        return AsyncLockContext(self, name, _check_ttl(ttl), _check_wait(wait))
+
+    def list_locks(self) -> list[LockInfo]:
+        return self.backend.list()
+
+    def release_all(self) -> int:
+        """Release every lease this process holds (worker shutdown)."""
+        with self._held_lock:
+            leases = list(self._held)
+        return sum(1 for lease in leases if lease.release())
+
+    def _forget(self, lease: Lease) -> None:
+        with self._held_lock:
+            self._held.discard(lease)
+
+
+def _process_id() -> str:
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+__all__ = ["AsyncLockContext", "Lease", "LockContext", "LockManager", "check_lock_name"]

@@ -1,0 +1,227 @@
+"""Snapshot records returned to users: a run, a schedule, a lock, a worker.
+
+They are plain frozen dataclasses read from the database; changing one changes nothing in
+the database (the lesson of stale full-row saves: shared state is only ever written by the
+store's atomic operations).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+PENDING: Final = "pending"
+RUNNING: Final = "running"
+SUCCEEDED: Final = "succeeded"
+FAILED: Final = "failed"
+SKIPPED: Final = "skipped"
+CANCELLED: Final = "cancelled"
+
+STATUSES: Final = (PENDING, RUNNING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)
+ACTIVE_STATUSES: Final = frozenset({PENDING, RUNNING})
+FINAL_STATUSES: Final = frozenset({SUCCEEDED, FAILED, SKIPPED, CANCELLED})
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run of a task: an enqueued call, a schedule tick or a manual trigger.
+
+    `attempt` counts the attempts made so far; `attempts` lists every attempt, earlier ones
+    from the history log and the current/last one from the run's own columns.
+    """
+
+    id: str
+    task: str
+    status: str
+    queue: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    key: str | None
+    schedule: str | None
+    scheduled_for: datetime
+    due_at: datetime
+    attempt: int
+    max_attempts: int
+    timeout: float | None
+    worker: str | None
+    token: int | None
+    lease_until: datetime | None
+    cancel_requested: bool
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    result: Any
+    error: dict[str, Any] | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    retry_of: str | None = None
+    held: bool = False
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    @property
+    def duration(self) -> timedelta | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        """Every attempt's outcome, oldest first (earlier ones kept in history)."""
+        entries = list(self.history)
+        if self.started_at is not None and self.status != PENDING:
+            entries.append(
+                {
+                    "attempt": self.attempt,
+                    "worker": self.worker,
+                    "started_at": _iso(self.started_at),
+                    "finished_at": _iso(self.finished_at),
+                    "status": self.status,
+                    "error": self.error,
+                }
+            )
+        return entries
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI/API shape: the field names of DESIGN.md, times as ISO-8601 UTC."""
+        return {
+            "id": self.id,
+            "task": self.task,
+            "schedule": self.schedule,
+            "status": self.status,
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "queue": self.queue,
+            "priority": self.priority,
+            "key": self.key,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "scheduled_for": _iso(self.scheduled_for),
+            "created_at": _iso(self.created_at),
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "worker": self.worker,
+            "token": self.token,
+            "lease_until": _iso(self.lease_until),
+            "cancel_requested": self.cancel_requested,
+            "result": self.result,
+            "error": self.error,
+            "attempts": self.attempts,
+            "retry_of": self.retry_of,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A schedule as stored: its definition, state and counters."""
+
+    name: str
+    task: str
+    cron: str | None
+    every: timedelta | None
+    tz: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    overlap: str
+    misfire: str
+    misfire_grace: timedelta
+    queue: str
+    priority: int
+    max_attempts: int
+    timeout: float | None
+    source: str
+    active: bool
+    paused: bool
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    last_status: str | None
+    run_count: int
+    success_count: int
+    failure_count: int
+    skip_count: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "task": self.task,
+            "cron": self.cron,
+            "every": self.every.total_seconds() if self.every is not None else None,
+            "tz": self.tz,
+            "overlap": self.overlap,
+            "misfire": self.misfire,
+            "paused": self.paused,
+            "active": self.active,
+            "source": self.source,
+            "next_run_at": _iso(self.next_run_at),
+            "last_run_at": _iso(self.last_run_at),
+            "last_status": self.last_status,
+            "run_count": self.run_count,
+            "success_count": self.success_count,
+            "failure_count": self.failure_count,
+            "skip_count": self.skip_count,
+            "args": self.args,
+            "kwargs": self.kwargs,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LockInfo:
+    name: str
+    owner: str | None
+    token: int
+    acquired_at: datetime | None
+    expires_at: datetime | None
+    held: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "owner": self.owner,
+            "token": self.token,
+            "acquired_at": _iso(self.acquired_at),
+            "expires_at": _iso(self.expires_at),
+            "held": self.held,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    id: str
+    host: str
+    pid: int
+    concurrency: int
+    queues: list[str] | None
+    state: str
+    started_at: datetime
+    last_seen: datetime
+    alive: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "host": self.host,
+            "pid": self.pid,
+            "concurrency": self.concurrency,
+            "queues": self.queues,
+            "state": self.state,
+            "started_at": _iso(self.started_at),
+            "last_seen": _iso(self.last_seen),
+            "alive": self.alive,
+        }
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO-8601 UTC with a 'Z', the format every CLI/API output uses."""
+    return _iso(value)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=str)

@@ -1,0 +1,110 @@
+"""Named locks over Redis: `SET NX PX` inside Lua scripts, a fencing counter per name.
+
+Keys: `rota:lock:<name>` holds "<owner> <token>" with a PX expiry (Redis's clock decides);
+`rota:fence:<name>` is the counter that only grows, so tokens increase across holders even
+after the lock key expires. Renew and release compare the stored value first, atomically.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .errors import ConfigurationError, DatabaseUnavailable
+from .models import LockInfo
+
+try:
+    import redis
+except ImportError as exc:  # pragma: no cover - depends on installed extras
+    raise ConfigurationError("Redis locks need redis-py: pip install 'rota[redis]'") from exc
+
+_ACQUIRE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. token, 'NX', 'PX', ARGV[2])
+return token
+"""
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class RedisLocks:
+    def __init__(self, url: str, prefix: str = "rota") -> None:
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigurationError(f"invalid Redis URL {url!r}: use redis://host:6379/0")
+        self.url = url
+        self.prefix = prefix
+        self.client = redis.Redis.from_url(
+            url, socket_connect_timeout=3, socket_timeout=5, decode_responses=True
+        )
+        self._acquire = self.client.register_script(_ACQUIRE)
+        self._renew = self.client.register_script(_RENEW)
+        self._release = self.client.register_script(_RELEASE)
+
+    def _keys(self, name: str) -> tuple[str, str]:
+        return f"{self.prefix}:lock:{name}", f"{self.prefix}:fence:{name}"
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise DatabaseUnavailable(f"cannot reach Redis at {self.url}: {exc}") from exc
+
+    def acquire(self, name: str, owner: str, ttl: float) -> int | None:
+        token = self._call(
+            self._acquire, keys=list(self._keys(name)), args=[owner, max(1, int(ttl * 1000))]
+        )
+        return int(token) if token is not None else None
+
+    def renew(self, name: str, owner: str, token: int, ttl: float) -> bool:
+        lock_key, _ = self._keys(name)
+        return bool(
+            self._call(
+                self._renew, keys=[lock_key], args=[f"{owner} {token}", max(1, int(ttl * 1000))]
+            )
+        )
+
+    def release(self, name: str, owner: str, token: int) -> bool:
+        lock_key, _ = self._keys(name)
+        return bool(self._call(self._release, keys=[lock_key], args=[f"{owner} {token}"]))
+
+    def list(self) -> list[LockInfo]:
+        result = []
+        start = f"{self.prefix}:fence:"
+        for fence_key in self._call(
+            lambda: list(self.client.scan_iter(match=f"{start}*", count=500))
+        ):
+            name = fence_key[len(start) :]
+            lock_key, _ = self._keys(name)
+            pipe = self.client.pipeline()
+            pipe.get(lock_key)
+            pipe.pttl(lock_key)
+            pipe.get(fence_key)
+            value, pttl, fence = self._call(pipe.execute)
+            owner, token = value.rsplit(" ", 1) if value else (None, fence or 0)
+            expires = (
+                datetime.now(UTC) + timedelta(milliseconds=pttl)
+                if value and pttl and pttl > 0
+                else None
+            )
+            result.append(
+                LockInfo(
+                    name=name,
+                    owner=owner,
+                    token=int(token),
+                    acquired_at=None,
+                    expires_at=expires,
+                    held=value is not None,
+                )
+            )
+        return sorted(result, key=lambda info: info.name)

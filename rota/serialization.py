@@ -1,0 +1,88 @@
+"""JSON in and out of the database. Never pickle: a queue must not execute what an attacker
+wrote into a table, so arguments, results and errors are JSON and nothing else."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .errors import SerializationError
+
+_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+encode = _encoder.encode
+decode = json.loads
+
+
+def _check(value: Any, where: str) -> None:
+    """Walk `value` and raise naming the first non-JSON part (by its path)."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise SerializationError(f"{where} is {value!r}, which JSON cannot represent")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise SerializationError(
+                    f"{where} has the key {k!r} of type {type(k).__name__}; JSON object keys must be str"
+                )
+            _check(item, f"{where}[{k!r}]")
+        return
+    raise SerializationError(
+        f"{where} is a {type(value).__module__}.{type(value).__qualname__} ({value!r:.60}), "
+        "which is not JSON; pass str, int, float, bool, None, list or dict "
+        "(convert dates to ISO strings, objects to ids or dicts)"
+    )
+
+
+def encode_arguments(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
+    """JSON text of a call's arguments, or a SerializationError naming the bad argument."""
+    try:
+        return _encoder.encode(list(args)), _encoder.encode(dict(kwargs))
+    except (TypeError, ValueError):
+        pass
+    for i, arg in enumerate(args):
+        _check(arg, f"argument {i} of {task}()")
+    for name, arg in kwargs.items():
+        _check(arg, f"argument {name!r} of {task}()")
+    raise SerializationError(f"the arguments of {task}() are not JSON")  # pragma: no cover
+
+
+def encode_result(task: str, value: Any) -> str:
+    try:
+        return _encoder.encode(value)
+    except (TypeError, ValueError):
+        _check(value, f"the result of {task}()")
+        raise  # pragma: no cover
+
+
+def encode_value(value: Any, what: str) -> str:
+    try:
+        return _encoder.encode(value)
+    except (TypeError, ValueError):
+        _check(value, what)
+        raise  # pragma: no cover
+
+
+def error_payload(exc: BaseException, *, kind: str | None = None) -> dict[str, Any]:
+    """The stored shape of an error: type, message and traceback (all plain text)."""
+    return {
+        "type": kind or type(exc).__qualname__,
+        "message": str(exc) or type(exc).__qualname__,
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+
+
+def encode_error(exc: BaseException, *, kind: str | None = None) -> str:
+    return _encoder.encode(error_payload(exc, kind=kind))
+
+
+def simple_error(kind: str, message: str) -> str:
+    return _encoder.encode({"type": kind, "message": message, "traceback": None})

@@ -1,0 +1,47 @@
+"""Stores: one module per backend behind the interface in `base`.
+
+`open_store(url)` picks the backend from the URL scheme."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..clock import Clock
+from ..errors import ConfigurationError
+from .base import Store
+
+SCHEMES = {"sqlite": "sqlite", "postgresql": "postgres", "postgres": "postgres"}
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def open_store(url: str, clock: Clock | None = None, **options: Any) -> Store:
+    """A store for `url`: sqlite:///path/to/file.db or postgresql://user@host:port/dbname."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(
+            f"invalid database URL {url!r}: use sqlite:///path/to/file.db or postgresql://user@host:5432/dbname"
+        )
+    scheme = url.split("://", 1)[0].lower()
+    scheme = scheme.split("+", 1)[0]  # tolerate postgresql+psycopg:// from SQLAlchemy habits
+    kind = SCHEMES.get(scheme)
+    if kind == "sqlite":
+        from .sqlite import SQLiteStore
+
+        if options:
+            raise ConfigurationError(f"option(s) {sorted(options)} do not apply to SQLite")
+        return SQLiteStore(url, clock)
+    if kind == "postgres":
+        from .postgres import PostgresStore
+
+        return PostgresStore(url.replace("+psycopg", "", 1), clock, **options)
+    raise ConfigurationError(
+        f"unsupported database URL scheme {scheme!r} in {url!r}: rota stores runs in SQLite "
+        "(sqlite:///path/to/file.db) or PostgreSQL (postgresql://user@host:5432/dbname)"
+    )
+
+
+__all__ = ["Store", "open_store", "redact"]

@@ -1,0 +1,349 @@
+"""The store interface: the only place that knows SQL, and its contract.
+
+Every operation here is atomic: it either happens completely or not at all, whatever other
+workers do at the same time. Implementations (SQLite, PostgreSQL) carry no repeated
+docstrings; this module is where the guarantees are written down.
+
+Leases and fencing
+------------------
+`claim` moves due pending runs to `running`, sets `owner`, a fencing `token` that the run has
+never had before (tokens only grow), and `lease_until` = now + lease, "now" being the
+database's clock (or the configured clock in tests). Every later write about a running run
+(`heartbeat`, `finish`, `hand_back`) names the token it holds and is a no-op when the run's
+token no longer matches or it is no longer running: a worker whose lease was rescued can
+neither extend it nor write a result. `rescue` is the only operation that takes a run from a
+worker that did not give it up, and only once its lease has expired.
+
+Schedules
+---------
+`materialize` turns a schedule's due ticks into runs and advances `next_run_at` with a
+compare-and-set in the same transaction, so any number of instances may try and exactly one
+wins; a unique (schedule, tick) index is the backstop. Exclusive schedules (overlap skip,
+queue, replace) never have two active runs: a partial unique index enforces it and a
+database trigger hands the slot to the oldest held tick when the active run ends.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..clock import Clock
+from ..models import LockInfo, Run, ScheduleInfo, WorkerInfo
+
+
+@dataclass(slots=True)
+class NewRun:
+    """A run to insert. `scheduled_for` None means now + `delay` seconds on the store's clock."""
+
+    task: str
+    args: str = "[]"
+    kwargs: str = "{}"
+    queue: str = "default"
+    priority: int = 0
+    scheduled_for: datetime | None = None
+    delay: float = 0.0
+    key: str | None = None
+    max_attempts: int = 1
+    timeout: float | None = None
+    backoff: str | None = None
+    schedule: str | None = None
+    tick: datetime | None = None
+    exclusive: bool = False
+    held: bool = False
+    status: str = "pending"
+    error: str | None = None
+    retry_of: int | None = None
+
+
+@dataclass(slots=True)
+class Claimed:
+    """What a worker needs to execute a claimed run."""
+
+    id: int
+    task: str
+    args: str
+    kwargs: str
+    attempt: int
+    max_attempts: int
+    token: int
+    timeout: float | None
+    backoff: str | None
+    schedule: str | None
+    scheduled_for: datetime
+    started_at: datetime
+    lease_until: datetime
+
+
+@dataclass(slots=True)
+class Outcome:
+    """The end of one attempt, written by `finish` only if (id, token) still holds the run.
+
+    status: succeeded | failed | cancelled, or pending for a retry after `retry_in` seconds.
+    `history` is a JSON object describing the attempt, appended to the run's history (set
+    for every attempt that did not succeed, so no attempt's error is ever overwritten).
+    """
+
+    id: int
+    token: int
+    status: str
+    result: str | None = None
+    error: str | None = None
+    retry_in: float = 0.0
+    history: str | None = None
+
+
+@dataclass(slots=True)
+class Rescued:
+    id: int
+    task: str
+    status: str
+    owner: str | None
+    message: str
+
+
+@dataclass(slots=True)
+class PollState:
+    now: datetime
+    next_run_due: datetime | None
+    next_schedule_due: datetime | None
+
+
+@dataclass(slots=True)
+class ScheduleDef:
+    """A schedule's definition as written by code (`@app.schedule`) or `add_schedule`."""
+
+    name: str
+    task: str
+    cron: str | None
+    every: float | None
+    tz: str
+    args: str
+    kwargs: str
+    overlap: str
+    misfire: str
+    misfire_grace: float
+    run_immediately: bool
+    queue: str
+    priority: int
+    max_attempts: int
+    timeout: float | None
+    backoff: str | None
+    source: str
+    app: str | None
+    definition: str
+
+
+@dataclass(slots=True)
+class DueSchedule:
+    """A schedule whose next tick has come, with what is needed to plan and insert runs."""
+
+    name: str
+    task: str
+    cron: str | None
+    every: float | None
+    tz: str
+    args: str
+    kwargs: str
+    overlap: str
+    misfire: str
+    misfire_grace: float
+    queue: str
+    priority: int
+    max_attempts: int
+    timeout: float | None
+    backoff: str | None
+    next_run_at: datetime
+
+
+@dataclass(slots=True)
+class Materialization:
+    """The outcome of planning a schedule's due ticks (see `rota.timing.plan_ticks`)."""
+
+    run: Sequence[datetime]
+    skipped: Sequence[tuple[datetime, str]]
+    skipped_more: int
+    next_run_at: datetime
+
+
+@dataclass(slots=True)
+class RunFilter:
+    status: str | None = None
+    task: str | None = None
+    schedule: str | None = None
+    queue: str | None = None
+    limit: int = 100
+    before_id: int | None = None
+
+
+class Store(abc.ABC):
+    """Atomic operations over one database. Thread-safe; one instance per App."""
+
+    dialect: str
+    url: str
+
+    def __init__(self, url: str, clock: Clock | None = None) -> None:
+        self.url = url
+        self.clock = clock
+
+    # -- lifecycle -----------------------------------------------------------------------
+    @abc.abstractmethod
+    def migrate(self, *, dry_run: bool = False) -> list[str]:
+        """Apply pending migrations (under a lock, so concurrent starters don't race) and
+        return their names. Raises SchemaVersionError if the database is newer than this code."""
+
+    @abc.abstractmethod
+    def schema_version(self) -> tuple[int, int]:
+        """(version applied in the database, latest version this code knows)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close every connection. Idempotent."""
+
+    @abc.abstractmethod
+    def now(self) -> datetime:
+        """The store's clock: the configured clock, else the database's."""
+
+    # -- enqueue -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def insert_runs(self, runs: Sequence[NewRun], *, notify: bool = True) -> list[tuple[int, bool]]:
+        """Insert runs; return (id, created) per input in order. A run with a key whose task
+        already has a pending or running run with that key is not inserted: that run's id is
+        returned with created=False. Wakes idle workers when a run is due soon."""
+
+    # -- the worker's hot path -----------------------------------------------------------
+    @abc.abstractmethod
+    def claim(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float
+    ) -> list[Claimed]:
+        """Claim up to `limit` due pending runs (priority, then due time, then id), never
+        one claimed by someone else at the same time. Each gets a new token and a lease."""
+
+    @abc.abstractmethod
+    def heartbeat(self, held: Sequence[tuple[int, int]], lease: float) -> tuple[set[int], set[int]]:
+        """Extend the leases of (id, token) runs still held. Returns (ids still held, ids
+        whose cancellation was requested); a run missing from the first set is lost."""
+
+    @abc.abstractmethod
+    def finish(self, outcomes: Sequence[Outcome]) -> set[int]:
+        """Record attempt outcomes; return the ids written. Stale tokens are not written."""
+
+    @abc.abstractmethod
+    def hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:
+        """Make runs pending again at once without counting the attempt (graceful stop)."""
+
+    @abc.abstractmethod
+    def rescue(self, limit: int = 100) -> list[Rescued]:
+        """Take back running runs whose lease expired: pending again if attempts remain
+        (cancelled if cancellation was requested), else failed with an error naming the
+        lost worker and when its lease ran out. Never touches a run that is not running."""
+
+    @abc.abstractmethod
+    def poll_state(self, queues: Sequence[str] | None) -> PollState:
+        """Now, the earliest due pending run and the earliest due schedule (cheap: indexes)."""
+
+    # -- schedules -----------------------------------------------------------------------
+    @abc.abstractmethod
+    def sync_schedules(
+        self, app: str, defs: Sequence[ScheduleDef], first_ticks: dict[str, datetime]
+    ) -> None:
+        """Upsert code-declared schedules; a changed (or re-activated) definition gets
+        next_run_at from `first_ticks` (now for run_immediately schedules that never ran).
+        Code schedules of `app` that are not in `defs` become inactive (history kept)."""
+
+    @abc.abstractmethod
+    def add_schedule(self, sdef: ScheduleDef, first_tick: datetime) -> None:
+        """Create a schedule; ConfigurationError if an active one has that name."""
+
+    @abc.abstractmethod
+    def update_schedule(self, sdef: ScheduleDef, next_run_at: datetime | None) -> None:
+        """Replace a schedule's definition; next_run_at None keeps the current one."""
+
+    @abc.abstractmethod
+    def remove_schedule(self, name: str) -> int:
+        """Deactivate a schedule (history kept) and cancel its pending runs; return how many."""
+
+    @abc.abstractmethod
+    def set_paused(self, name: str, paused: bool, next_run_at: datetime | None) -> None:
+        """Pause/resume; resuming sets next_run_at (ticks missed while paused never run)."""
+
+    @abc.abstractmethod
+    def due_schedules(self, limit: int) -> list[DueSchedule]:
+        """Active, unpaused schedules whose next_run_at has come (index on next_run_at)."""
+
+    @abc.abstractmethod
+    def materialize(self, due: DueSchedule, plan: Materialization) -> bool:
+        """Insert the plan's runs and skipped ticks and CAS next_run_at from due.next_run_at
+        to plan.next_run_at, in one transaction. False (and nothing written) if another
+        instance got there first."""
+
+    @abc.abstractmethod
+    def trigger(self, due: DueSchedule) -> tuple[int, str]:
+        """Insert a manual run of a schedule now, honouring its overlap policy. Returns
+        (run id, 'started' | 'queued' | 'replacing'); TriggerRefused under overlap=skip."""
+
+    @abc.abstractmethod
+    def get_schedule(self, name: str) -> ScheduleInfo | None: ...
+
+    @abc.abstractmethod
+    def get_schedule_def(self, name: str) -> ScheduleDef | None: ...
+
+    @abc.abstractmethod
+    def list_schedules(self, include_inactive: bool = False) -> list[ScheduleInfo]: ...
+
+    # -- inspection and control ----------------------------------------------------------
+    @abc.abstractmethod
+    def get_run(self, run_id: int) -> Run | None: ...
+
+    @abc.abstractmethod
+    def list_runs(self, flt: RunFilter) -> list[Run]:
+        """Newest first."""
+
+    @abc.abstractmethod
+    def count_by_status(self) -> dict[str, int]: ...
+
+    @abc.abstractmethod
+    def cancel(self, run_id: int, reason: str) -> str | None:
+        """Pending -> cancelled at once; running -> cancel requested (the owner stops it).
+        Returns the status after the call, None if no such run."""
+
+    # -- workers -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def register_worker(
+        self, worker_id: str, host: str, pid: int, concurrency: int, queues: Sequence[str] | None
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def worker_seen(self, worker_id: str, state: str) -> None: ...
+
+    @abc.abstractmethod
+    def list_workers(self, stale_after: float) -> list[WorkerInfo]: ...
+
+    # -- named locks ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def lock_acquire(self, name: str, owner: str, ttl: float) -> int | None:
+        """Take the lock if free or expired; return the new fencing token (one more than
+        any token ever issued for that name) or None."""
+
+    @abc.abstractmethod
+    def lock_renew(self, name: str, owner: str, token: int, ttl: float) -> bool:
+        """Extend if (owner, token) still holds an unexpired lease."""
+
+    @abc.abstractmethod
+    def lock_release(self, name: str, owner: str, token: int) -> bool:
+        """Release if (owner, token) still holds it; a stale holder's release is a no-op."""
+
+    @abc.abstractmethod
+    def list_locks(self) -> list[LockInfo]: ...
+
+    # -- retention -----------------------------------------------------------------------
+    @abc.abstractmethod
+    def prune(self, status: str, older_than: float, limit: int) -> int:
+        """Delete up to `limit` runs in a final `status` finished more than `older_than`
+        seconds ago; return how many."""
+
+    @abc.abstractmethod
+    def stats(self) -> dict[str, Any]: ...

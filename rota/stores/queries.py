@@ -1,0 +1,45 @@
+"""Named SQL: each backend keeps its queries in `sql/<dialect>/queries.sql` as blocks that
+start with `-- name: <name>`, and its numbered migrations as `sql/<dialect>/NNNN_<name>.sql`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
+
+
+def load_queries(dialect: str, now_sql: str) -> dict[str, str]:
+    """The named queries of `dialect`, with `{now}` replaced by the dialect's clock expression."""
+    text = (resources.files("rota.stores") / "sql" / dialect / "queries.sql").read_text()
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise RuntimeError(f"query {name!r} is defined twice in {dialect}/queries.sql")
+        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
+        queries[name] = "\n".join(lines).replace("{now}", now_sql)
+    return queries
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def load_migrations(dialect: str) -> list[Migration]:
+    folder = resources.files("rota.stores") / "sql" / dialect
+    found = []
+    for entry in folder.iterdir():
+        match = _MIGRATION.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text()))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"{dialect} migrations are not numbered 1..n: {versions}")
+    return found

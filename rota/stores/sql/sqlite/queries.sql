@@ -1,0 +1,318 @@
+-- Named queries of the SQLite store. Every backend defines the same names (a test checks).
+-- `{now}` is the store's clock (Unix epoch seconds), always passed by the store.
+-- Lists travel as one JSON array parameter, read with json_each (never SQL built from values).
+
+-- name: insert_run
+INSERT INTO rota_runs (id, task, queue, priority, status, args, kwargs, key, schedule, tick,
+                       exclusive, held, scheduled_for, due_at, max_attempts, timeout, backoff,
+                       error, finished_at, retry_of, created_at)
+VALUES (:id, :task, :queue, :priority, :status, :args, :kwargs, :key, :schedule, :tick,
+        :exclusive, :held, coalesce(:scheduled_for, {now} + :delay),
+        coalesce(:scheduled_for, {now} + :delay),
+        :max_attempts, :timeout, :backoff, :error,
+        CASE WHEN :status = 'skipped' THEN {now} END, :retry_of, {now})
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: insert_runs_bulk
+INSERT INTO rota_runs (id, task, queue, priority, args, kwargs, scheduled_for, due_at,
+                       max_attempts, timeout, backoff, created_at)
+VALUES (:id, :task, :queue, :priority, :args, :kwargs, coalesce(:scheduled_for, {now} + :delay),
+        coalesce(:scheduled_for, {now} + :delay), :max_attempts, :timeout, :backoff, {now})
+
+-- name: next_run_ids
+SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'rota_runs'), 0)
+
+-- name: find_keyed
+SELECT id FROM rota_runs
+WHERE task = :task AND key = :key AND status IN ('pending', 'running')
+
+-- name: notify
+SELECT :channel, :payload
+
+-- name: next_token
+UPDATE rota_counters SET value = value + 1 WHERE name = 'token' RETURNING value
+
+-- name: claim
+UPDATE rota_runs
+SET status = 'running', owner = :owner, token = :token, attempt = attempt + 1,
+    started_at = {now}, finished_at = NULL, lease_until = {now} + :lease
+WHERE id IN (
+    SELECT id FROM rota_runs
+    WHERE status = 'pending' AND NOT held AND due_at <= {now}
+      AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+    ORDER BY priority DESC, due_at, id
+    LIMIT :limit)
+RETURNING id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
+          scheduled_for, started_at, lease_until
+
+-- name: heartbeat
+UPDATE rota_runs SET lease_until = {now} + :lease
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS token FROM json_each(:rows)) AS v
+WHERE rota_runs.id = v.id AND rota_runs.token = v.token AND rota_runs.status = 'running'
+RETURNING rota_runs.id, rota_runs.cancel_requested
+
+-- name: finish_succeeded
+UPDATE rota_runs
+SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, lease_until = NULL
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS result
+      FROM json_each(:rows)) AS v
+WHERE rota_runs.id = v.id AND rota_runs.token = v.token AND rota_runs.status = 'running'
+RETURNING rota_runs.id
+
+-- name: finish
+UPDATE rota_runs
+SET status = v.status, result = v.result, error = v.error, lease_until = NULL,
+    finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE {now} END,
+    due_at = CASE WHEN v.status = 'pending' THEN {now} + v.retry_in ELSE due_at END,
+    attempts = CASE WHEN v.history IS NULL THEN attempts
+                    ELSE json_insert(attempts, '$[#]', json(v.history)) END
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS status,
+             value ->> 3 AS result, value ->> 4 AS error, value ->> 5 AS retry_in,
+             value ->> 6 AS history
+      FROM json_each(:rows)) AS v
+WHERE rota_runs.id = v.id AND rota_runs.token = v.token AND rota_runs.status = 'running'
+RETURNING rota_runs.id
+
+-- name: hand_back
+UPDATE rota_runs
+SET status = 'pending', attempt = attempt - 1, due_at = {now}, lease_until = NULL,
+    started_at = NULL,
+    attempts = json_insert(attempts, '$[#]', json_object(
+        'attempt', attempt, 'worker', owner,
+        'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at, 'unixepoch'),
+        'finished_at', strftime('%Y-%m-%dT%H:%M:%fZ', {now}, 'unixepoch'),
+        'status', 'handed back',
+        'error', json_object('type', 'HandedBack', 'message', :reason)))
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS token FROM json_each(:rows)) AS v
+WHERE rota_runs.id = v.id AND rota_runs.token = v.token AND rota_runs.status = 'running'
+RETURNING rota_runs.id
+
+-- name: rescue
+UPDATE rota_runs
+SET status = CASE WHEN cancel_requested THEN 'cancelled'
+                  WHEN attempt < max_attempts THEN 'pending' ELSE 'failed' END,
+    due_at = {now}, lease_until = NULL,
+    finished_at = CASE WHEN NOT cancel_requested AND attempt < max_attempts THEN NULL
+                       ELSE {now} END,
+    error = json_object(
+        'type', 'WorkerLost',
+        'message', 'worker ' || coalesce(owner, '?') || ' was lost: its lease expired at '
+                   || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
+                   || ' (attempt ' || attempt || ' of ' || max_attempts || ')',
+        'traceback', NULL),
+    attempts = CASE WHEN NOT cancel_requested AND attempt < max_attempts
+        THEN json_insert(attempts, '$[#]', json_object(
+            'attempt', attempt, 'worker', owner,
+            'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at, 'unixepoch'),
+            'finished_at', strftime('%Y-%m-%dT%H:%M:%fZ', {now}, 'unixepoch'),
+            'status', 'lost',
+            'error', json_object(
+                'type', 'WorkerLost',
+                'message', 'worker ' || coalesce(owner, '?') || ' was lost: its lease expired at '
+                           || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
+                           || ' (attempt ' || attempt || ' of ' || max_attempts || ')',
+                'traceback', NULL)))
+        ELSE attempts END
+WHERE id IN (SELECT id FROM rota_runs
+             WHERE status = 'running' AND lease_until < {now}
+             ORDER BY lease_until LIMIT :limit)
+RETURNING id, task, status, owner, error
+
+-- name: poll_state
+SELECT {now},
+       (SELECT min(due_at) FROM rota_runs
+        WHERE status = 'pending' AND NOT held
+          AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))),
+       (SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused)
+
+-- name: now
+SELECT {now}
+
+-- name: upsert_code_schedule
+INSERT INTO rota_schedules AS s (
+    name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, run_immediately,
+    queue, priority, max_attempts, timeout, backoff, source, app, definition, next_run_at,
+    created_at, updated_at)
+VALUES (:name, :task, :cron, :every, :tz, :args, :kwargs, :overlap, :misfire, :misfire_grace,
+        :run_immediately, :queue, :priority, :max_attempts, :timeout, :backoff, :source, :app,
+        :definition, :next_run_at, {now}, {now})
+ON CONFLICT (name) DO UPDATE SET
+    task = excluded.task, cron = excluded.cron, every = excluded.every, tz = excluded.tz,
+    args = excluded.args, kwargs = excluded.kwargs, overlap = excluded.overlap,
+    misfire = excluded.misfire, misfire_grace = excluded.misfire_grace,
+    run_immediately = excluded.run_immediately, queue = excluded.queue,
+    priority = excluded.priority, max_attempts = excluded.max_attempts,
+    timeout = excluded.timeout, backoff = excluded.backoff, source = excluded.source,
+    app = excluded.app, definition = excluded.definition, active = 1, updated_at = {now},
+    next_run_at = CASE WHEN s.run_count = 0 AND s.last_run_at IS NULL AND excluded.run_immediately
+                       THEN min(s.next_run_at, excluded.next_run_at)
+                       ELSE :first_tick END
+WHERE s.definition IS NOT excluded.definition OR NOT s.active
+
+-- name: deactivate_code_schedules
+UPDATE rota_schedules SET active = 0, updated_at = {now}
+WHERE source = 'code' AND app = :app AND active
+  AND name NOT IN (SELECT value FROM json_each(:names))
+
+-- name: insert_schedule
+INSERT INTO rota_schedules AS s (
+    name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, run_immediately,
+    queue, priority, max_attempts, timeout, backoff, source, app, definition, next_run_at,
+    created_at, updated_at)
+VALUES (:name, :task, :cron, :every, :tz, :args, :kwargs, :overlap, :misfire, :misfire_grace,
+        :run_immediately, :queue, :priority, :max_attempts, :timeout, :backoff, :source, :app,
+        :definition, :next_run_at, {now}, {now})
+ON CONFLICT (name) DO UPDATE SET
+    task = excluded.task, cron = excluded.cron, every = excluded.every, tz = excluded.tz,
+    args = excluded.args, kwargs = excluded.kwargs, overlap = excluded.overlap,
+    misfire = excluded.misfire, misfire_grace = excluded.misfire_grace,
+    run_immediately = excluded.run_immediately, queue = excluded.queue,
+    priority = excluded.priority, max_attempts = excluded.max_attempts,
+    timeout = excluded.timeout, backoff = excluded.backoff, source = excluded.source,
+    app = excluded.app, definition = excluded.definition, active = 1, paused = 0,
+    next_run_at = excluded.next_run_at, updated_at = {now}
+WHERE NOT s.active
+RETURNING name
+
+-- name: update_schedule
+UPDATE rota_schedules SET
+    task = :task, cron = :cron, every = :every, tz = :tz, args = :args, kwargs = :kwargs,
+    overlap = :overlap, misfire = :misfire, misfire_grace = :misfire_grace,
+    run_immediately = :run_immediately, queue = :queue, priority = :priority,
+    max_attempts = :max_attempts, timeout = :timeout, backoff = :backoff,
+    definition = :definition, next_run_at = coalesce(:next_run_at, next_run_at),
+    updated_at = {now}
+WHERE name = :name AND active
+RETURNING name
+
+-- name: deactivate_schedule
+UPDATE rota_schedules SET active = 0, updated_at = {now}
+WHERE name = :name AND active
+RETURNING name
+
+-- name: cancel_schedule_pending
+UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
+WHERE schedule = :name AND status = 'pending'
+RETURNING id
+
+-- name: set_paused
+UPDATE rota_schedules
+SET paused = :paused, next_run_at = coalesce(:next_run_at, next_run_at), updated_at = {now}
+WHERE name = :name AND active
+RETURNING name
+
+-- name: due_schedules
+SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue,
+       priority, max_attempts, timeout, backoff, next_run_at
+FROM rota_schedules
+WHERE active AND NOT paused AND next_run_at <= {now}
+ORDER BY next_run_at
+LIMIT :limit
+
+-- name: advance_schedule
+UPDATE rota_schedules
+SET next_run_at = :new, skip_count = skip_count + :skipped_more
+WHERE name = :name AND next_run_at = :old AND active AND NOT paused
+RETURNING name
+
+-- name: tick_exists
+SELECT 1 FROM rota_runs WHERE schedule = :schedule AND tick = :tick
+
+-- name: active_run
+SELECT id, status FROM rota_runs
+WHERE schedule = :schedule AND exclusive AND NOT held AND status IN ('pending', 'running')
+
+-- name: cancel_active_pending
+UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
+WHERE id = :id AND status = 'pending'
+RETURNING id
+
+-- name: request_cancel
+UPDATE rota_runs SET cancel_requested = 1
+WHERE id = :id AND status = 'running'
+RETURNING id, owner
+
+-- name: cancel_held
+UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
+WHERE schedule = :schedule AND held AND status = 'pending'
+RETURNING id
+
+-- name: promote_held
+UPDATE rota_runs SET held = 0
+WHERE id = (SELECT id FROM rota_runs
+            WHERE schedule = :schedule AND held AND status = 'pending'
+            ORDER BY scheduled_for, id LIMIT 1)
+  AND NOT EXISTS (SELECT 1 FROM rota_runs
+                  WHERE schedule = :schedule AND exclusive AND NOT held
+                    AND status IN ('pending', 'running'))
+
+-- name: schedule_columns
+SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue, priority,
+       max_attempts, timeout, source, active, paused, next_run_at, last_run_at, last_status,
+       run_count, success_count, failure_count, skip_count, run_immediately, backoff, app,
+       definition
+FROM rota_schedules
+
+-- name: run_columns
+SELECT id, task, status, queue, priority, args, kwargs, key, schedule, scheduled_for, due_at,
+       attempt, max_attempts, timeout, owner, token, lease_until, cancel_requested, created_at,
+       started_at, finished_at, result, error, attempts, retry_of, held
+FROM rota_runs
+
+-- name: count_by_status
+SELECT status, count(*) FROM rota_runs GROUP BY status
+
+-- name: cancel_pending
+UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
+WHERE id = :id AND status = 'pending'
+RETURNING status
+
+-- name: run_status
+SELECT status FROM rota_runs WHERE id = :id
+
+-- name: register_worker
+INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at, last_seen)
+VALUES (:id, :host, :pid, :concurrency, :queues, 'running', {now}, {now})
+ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}
+
+-- name: worker_seen
+UPDATE rota_workers SET last_seen = {now}, state = :state WHERE id = :id
+
+-- name: list_workers
+SELECT id, host, pid, concurrency, queues, state, started_at, last_seen,
+       last_seen >= {now} - :stale_after AND state <> 'stopped'
+FROM rota_workers
+WHERE last_seen >= {now} - :stale_after * 10 OR state <> 'stopped'
+ORDER BY started_at
+
+-- name: lock_acquire
+INSERT INTO rota_locks AS l (name, owner, token, acquired_at, expires_at)
+VALUES (:name, :owner, 1, {now}, {now} + :ttl)
+ON CONFLICT (name) DO UPDATE
+SET owner = excluded.owner, token = l.token + 1, acquired_at = excluded.acquired_at,
+    expires_at = excluded.expires_at
+WHERE l.owner IS NULL OR l.expires_at IS NULL OR l.expires_at <= {now}
+RETURNING token
+
+-- name: lock_renew
+UPDATE rota_locks SET expires_at = {now} + :ttl
+WHERE name = :name AND owner = :owner AND token = :token AND expires_at > {now}
+RETURNING token
+
+-- name: lock_release
+UPDATE rota_locks SET owner = NULL, expires_at = NULL
+WHERE name = :name AND owner = :owner AND token = :token
+RETURNING token
+
+-- name: list_locks
+SELECT name, owner, token, acquired_at, expires_at,
+       owner IS NOT NULL AND expires_at > {now}
+FROM rota_locks ORDER BY name
+
+-- name: prune
+DELETE FROM rota_runs
+WHERE id IN (SELECT id FROM rota_runs
+             WHERE status = :status AND finished_at < {now} - :older_than
+             ORDER BY finished_at LIMIT :limit)
+RETURNING id

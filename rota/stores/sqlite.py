@@ -1,0 +1,366 @@
+"""The SQLite store: one file, zero set-up, many processes on one host.
+
+WAL mode lets readers and one writer work at the same time; every write is a short
+`BEGIN IMMEDIATE` transaction (taking the write lock up front, so two writers never deadlock
+upgrading a read lock), and `busy_timeout` makes a writer wait its turn instead of failing.
+Limits, plainly: one host only (SQLite over a network file system is not safe), writers are
+serialized (claims and completions are batched so that matters little), and there is no
+server push — idle workers in other processes notice new work through `PRAGMA data_version`,
+a cheap in-memory check, instead of LISTEN/NOTIFY. The database clock is this host's clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+from ..clock import Clock
+from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
+from ._sql import NOTIFY_CHANNEL, Row, SqlStore
+from .base import Claimed, NewRun, Outcome, PollState, Rescued
+from .queries import load_migrations, load_queries
+
+_SYNCHRONOUS = ("off", "normal", "full", "extra")
+
+
+def sqlite_path(url: str) -> str:
+    """The file path of a sqlite:/// URL (relative: sqlite:///rota.db; absolute: sqlite:////x)."""
+    parsed = urlparse(url)
+    path = unquote(parsed.path)
+    if parsed.netloc not in ("", "localhost"):
+        raise ConfigurationError(
+            f"invalid SQLite URL {url!r}: use sqlite:///relative/path.db or sqlite:////absolute/path.db"
+        )
+    path = path[1:] if path.startswith("/") else path
+    if path in ("", ":memory:"):
+        raise ConfigurationError(
+            f"invalid SQLite URL {url!r}: rota needs a database file that workers share, e.g. sqlite:///rota.db"
+        )
+    return path
+
+
+class _Session:
+    __slots__ = ("conn", "now", "queries", "wake")
+
+    def __init__(self, conn: sqlite3.Connection, queries: dict[str, str], now: float) -> None:
+        self.conn = conn
+        self.queries = queries
+        self.now = now
+        self.wake: list[str] = []
+
+    def q(self, name: str, /, **params: Any) -> list[Row]:
+        return self.q_text(self.queries[name], **params)
+
+    def q_text(self, sql: str, /, **params: Any) -> list[Row]:
+        params["now"] = self.now
+        return self.conn.execute(sql, params).fetchall()
+
+
+class SQLiteStore(SqlStore):
+    dialect = "sqlite"
+
+    def __init__(self, url: str, clock: Clock | None = None) -> None:
+        super().__init__(url, clock)
+        self.path = sqlite_path(url)
+        options = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
+        self.synchronous = options.pop("synchronous", "full").lower()
+        if self.synchronous not in _SYNCHRONOUS:
+            raise ConfigurationError(
+                f"invalid synchronous={self.synchronous!r} in {url!r}; valid values are {', '.join(_SYNCHRONOUS)}"
+            )
+        self.busy_timeout = float(options.pop("busy_timeout", "30"))
+        if options:
+            raise ConfigurationError(
+                f"unknown SQLite URL option(s) {sorted(options)} in {url!r}; valid: synchronous, busy_timeout"
+            )
+        self.queries = load_queries("sqlite", ":now")
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._closed = False
+        self.listeners: list[Any] = []  # in-process wake-up callbacks (workers of this process)
+        directory = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(directory):
+            raise DatabaseUnavailable(
+                f"cannot open SQLite database {self.path!r}: the directory {directory!r} does not exist"
+            )
+
+    # -- connections ---------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise DatabaseError("the store is closed")
+            try:
+                conn = sqlite3.connect(
+                    self.path,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    timeout=self.busy_timeout,
+                )
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
+            except sqlite3.Error as exc:
+                raise DatabaseUnavailable(
+                    f"cannot open SQLite database {self.path!r}: {exc}"
+                ) from exc
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    def _now(self) -> float:
+        return self.clock.now().timestamp() if self.clock is not None else time.time()
+
+    @contextmanager
+    def _tx(self) -> Iterator[_Session]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+        session = _Session(conn, self.queries, self._now())
+        try:
+            yield session
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            raise _translate(exc, self.path) from exc
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        for payload in session.wake:
+            for callback in list(self.listeners):
+                callback(payload)
+
+    @contextmanager
+    def _read(self) -> Iterator[_Session]:
+        conn = self._conn()
+        try:
+            yield _Session(conn, self.queries, self._now())
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+
+    def close(self) -> None:
+        self._closed = True
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
+
+    def data_version(self) -> int:
+        """Changes whenever another connection commits: a cheap 'anything new?' probe."""
+        return int(self._conn().execute("PRAGMA data_version").fetchone()[0])
+
+    # -- value conversions ---------------------------------------------------------------
+    def _ts(self, value: datetime | None) -> Any:
+        return value.timestamp() if value is not None else None
+
+    def _dt(self, value: Any) -> datetime | None:
+        return datetime.fromtimestamp(value, UTC) if value is not None else None
+
+    def _names(self, values: Sequence[str] | None) -> Any:
+        return json.dumps(list(values)) if values is not None else None
+
+    def _p(self, name: str) -> str:
+        return f":{name}"
+
+    def _notify(self, s: Any, payload: str) -> None:
+        s.wake.append(payload)  # delivered to this process's workers after COMMIT
+
+    # -- migrations ----------------------------------------------------------------------
+    def schema_version(self) -> tuple[int, int]:
+        latest = len(load_migrations("sqlite"))
+        with self._read() as s:
+            exists = s.q_text(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rota_migrations'"
+            )
+            if not exists:
+                return 0, latest
+            return int(
+                s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0]
+            ), latest
+
+    def migrate(self, *, dry_run: bool = False) -> list[str]:
+        migrations = load_migrations("sqlite")
+        with self._tx() as s:
+            s.q_text(
+                "CREATE TABLE IF NOT EXISTS rota_migrations "
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
+            current = int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0])
+            _check_not_newer(current, len(migrations), self.path)
+            applied = []
+            for m in migrations[current:]:
+                applied.append(f"{m.version:04d}_{m.name}")
+                if dry_run:
+                    continue
+                for statement in _statements(m.sql):
+                    s.conn.execute(statement)
+                s.q_text(
+                    "INSERT INTO rota_migrations (version, name, applied_at) VALUES (:v, :n, :now)",
+                    v=m.version,
+                    n=m.name,
+                )
+            return applied
+
+    # -- enqueue -------------------------------------------------------------------------
+    def _insert_plain(self, s: Any, runs: Sequence[NewRun]) -> list[int]:
+        base = int(s.q("next_run_ids")[0][0])
+        ids = list(range(base + 1, base + len(runs) + 1))
+        now = s.now
+        sql = self.queries["insert_runs_bulk"]
+        s.conn.executemany(
+            sql,
+            (
+                {
+                    "id": run_id,
+                    "task": r.task,
+                    "queue": r.queue,
+                    "priority": r.priority,
+                    "args": r.args,
+                    "kwargs": r.kwargs,
+                    "scheduled_for": r.scheduled_for.timestamp()
+                    if r.scheduled_for is not None
+                    else None,
+                    "delay": r.delay,
+                    "max_attempts": r.max_attempts,
+                    "timeout": r.timeout,
+                    "backoff": r.backoff,
+                    "now": now,
+                }
+                for run_id, r in zip(ids, runs, strict=True)
+            ),
+        )
+        return ids
+
+    # -- the worker's hot path -----------------------------------------------------------
+    def claim(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float
+    ) -> list[Claimed]:
+        with self._tx() as s:
+            token = int(s.q("next_token")[0][0])
+            rows = s.q(
+                "claim",
+                owner=owner,
+                token=token,
+                lease=lease,
+                limit=limit,
+                queues=self._names(queues),
+            )
+        fromts = datetime.fromtimestamp
+        return [
+            Claimed(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                r[7],
+                r[8],
+                r[9],
+                fromts(r[10], UTC),
+                fromts(r[11], UTC),
+                fromts(r[12], UTC),
+            )
+            for r in sorted(rows, key=lambda r: r[0])
+        ]
+
+    def heartbeat(self, held: Sequence[tuple[int, int]], lease: float) -> tuple[set[int], set[int]]:
+        if not held:
+            return set(), set()
+        with self._tx() as s:
+            rows = s.q("heartbeat", rows=json.dumps(held), lease=lease)
+        return {r[0] for r in rows}, {r[0] for r in rows if r[1]}
+
+    def finish(self, outcomes: Sequence[Outcome]) -> set[int]:
+        if not outcomes:
+            return set()
+        done: set[int] = set()
+        with self._tx() as s:
+            plain = [
+                (o.id, o.token, o.result)
+                for o in outcomes
+                if o.status == "succeeded" and o.history is None
+            ]
+            other = [
+                (o.id, o.token, o.status, o.result, o.error, o.retry_in, o.history)
+                for o in outcomes
+                if not (o.status == "succeeded" and o.history is None)
+            ]
+            if plain:
+                done.update(r[0] for r in s.q("finish_succeeded", rows=json.dumps(plain)))
+            if other:
+                done.update(r[0] for r in s.q("finish", rows=json.dumps(other)))
+        return done
+
+    def hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:
+        if not held:
+            return set()
+        with self._tx() as s:
+            rows = s.q("hand_back", rows=json.dumps(held), reason=reason)
+            self._notify(s, "run")
+        return {r[0] for r in rows}
+
+    def rescue(self, limit: int = 100) -> list[Rescued]:
+        with self._tx() as s:
+            rows = s.q("rescue", limit=limit)
+        return [Rescued(r[0], r[1], r[2], r[3], json.loads(r[4])["message"]) for r in rows]
+
+    def poll_state(self, queues: Sequence[str] | None) -> PollState:
+        with self._read() as s:
+            row = s.q("poll_state", queues=self._names(queues))[0]
+        now = self._dt(row[0])
+        assert now is not None
+        return PollState(now, self._dt(row[1]), self._dt(row[2]))
+
+    def stats(self) -> dict[str, Any]:
+        return {"runs": self.count_by_status(), "database": f"sqlite:///{self.path}"}
+
+
+def _translate(exc: sqlite3.Error, path: str) -> DatabaseError:
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and (
+        "unable to open" in text or "disk I/O" in text
+    ):
+        return DatabaseUnavailable(f"SQLite database {path!r}: {text}")
+    return DatabaseError(f"SQLite database {path!r}: {text}")
+
+
+def _check_not_newer(current: int, latest: int, where: str) -> None:
+    if current > latest:
+        raise SchemaVersionError(
+            f"the database {where} has rota schema version {current}, newer than the {latest} this "
+            "version of rota knows: upgrade rota on this host (never run older code against a "
+            "migrated database)"
+        )
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a SQL script into complete statements (trigger bodies keep their semicolons)."""
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--") and not buffer.strip():
+            continue
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            yield buffer.strip()
+            buffer = ""
+    if buffer.strip():
+        raise DatabaseError(f"incomplete SQL statement in migration: {buffer[:80]!r}")
+
+
+__all__ = ["NOTIFY_CHANNEL", "SQLiteStore", "sqlite_path"]

@@ -1,0 +1,420 @@
+"""Tasks, their options, the context a handler may receive, and handles to enqueued runs."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from .errors import ConfigurationError, WaitTimeout
+from .models import Run
+from .serialization import encode_arguments
+from .stores.base import NewRun
+
+if TYPE_CHECKING:
+    from .app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+ISOLATIONS = ("none", "process")
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delay before retry n (1-based): min(max, base * factor**(n-1)), then +-jitter.
+
+    `Backoff(base=5, factor=1, jitter=0)` is a fixed 5 s delay. Jitter is a fraction (0.1 =
+    up to 10 % either way) so that many failing runs do not retry in lockstep."""
+
+    base: float = 1.0
+    factor: float = 2.0
+    max: float = 300.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("base", "max"):
+            value = getattr(self, name)
+            if (
+                not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ConfigurationError(
+                    f"backoff {name} must be a number of seconds >= 0, got {value!r}"
+                )
+        if (
+            not isinstance(self.factor, (int, float))
+            or isinstance(self.factor, bool)
+            or not 1 <= self.factor <= 100
+        ):
+            raise ConfigurationError(
+                f"backoff factor must be between 1 and 100, got {self.factor!r}"
+            )
+        if (
+            not isinstance(self.jitter, (int, float))
+            or isinstance(self.jitter, bool)
+            or not 0 <= self.jitter <= 1
+        ):
+            raise ConfigurationError(
+                f"backoff jitter must be a fraction between 0 and 1, got {self.jitter!r}"
+            )
+
+    def delay(self, retry: int) -> float:
+        raw = min(self.max, self.base * self.factor ** max(0, retry - 1))
+        if self.jitter:
+            raw *= 1 + random.uniform(-self.jitter, self.jitter)
+        return max(0.0, raw)
+
+    def to_json(self) -> dict[str, float]:
+        return {"base": self.base, "factor": self.factor, "max": self.max, "jitter": self.jitter}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, float]) -> Backoff:
+        return cls(**data)
+
+    @classmethod
+    def coerce(cls, value: Backoff | float | int | timedelta | None) -> Backoff:
+        if value is None:
+            return cls()
+        if isinstance(value, Backoff):
+            return value
+        if isinstance(value, timedelta):
+            value = value.total_seconds()
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return cls(base=float(value), factor=1.0, max=max(float(value), 0.0), jitter=0.0)
+        raise ConfigurationError(
+            f"invalid backoff {value!r}: use seconds (a fixed delay), a timedelta, or rota.Backoff(base=, factor=, max=, jitter=)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """Everything that says how a task's runs are executed. Validated on construction."""
+
+    queue: str = "default"
+    priority: int = 0
+    retries: int = 0
+    backoff: Backoff = field(default_factory=Backoff)
+    timeout: float | None = None
+    retry_on: tuple[type[BaseException], ...] | None = None
+    pass_context: bool = False
+    isolation: str = "none"
+
+    def __post_init__(self) -> None:
+        check_queue(self.queue)
+        check_int("priority", self.priority, low=-1_000_000, high=1_000_000)
+        check_int("retries", self.retries, low=0, high=1000)
+        check_timeout(self.timeout)
+        if self.isolation not in ISOLATIONS:
+            raise ConfigurationError(
+                f"unknown isolation {self.isolation!r}; valid values are 'none', 'process'"
+            )
+        if self.retry_on is not None:
+            for exc_type in self.retry_on:
+                if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+                    raise ConfigurationError(
+                        f"retry_on must list exception classes, got {exc_type!r}"
+                    )
+
+    @property
+    def max_attempts(self) -> int:
+        return self.retries + 1
+
+    def merged(self, **overrides: Any) -> TaskOptions:
+        changes = {k: v for k, v in overrides.items() if v is not None}
+        if "backoff" in changes:
+            changes["backoff"] = Backoff.coerce(changes["backoff"])
+        if "timeout" in changes and isinstance(changes["timeout"], timedelta):
+            changes["timeout"] = changes["timeout"].total_seconds()
+        if "retry_on" in changes:
+            changes["retry_on"] = tuple(changes["retry_on"])
+        return replace(self, **changes)
+
+
+def check_queue(queue: object) -> str:
+    if not isinstance(queue, str) or not _QUEUE_NAME.match(queue):
+        raise ConfigurationError(
+            f"invalid queue name {queue!r}: use 1-100 letters, digits, '_', '-', '.' or ':'"
+        )
+    return queue
+
+
+def check_int(name: str, value: object, *, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ConfigurationError(f"{name} must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
+def check_timeout(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigurationError(
+            f"timeout must be a positive number of seconds (or None for no limit), got {value!r}"
+        )
+    return float(value)
+
+
+class RunContext:
+    """What a handler declared with pass_context=True receives as its first argument.
+
+    `token` is the fencing token of this claim: pass it to systems you write to, and have
+    them refuse writes with a token lower than the highest they have seen. Long sync
+    handlers should check `cancelled` now and then (it turns true when the run is cancelled,
+    replaced, timed out or its lease is lost) and return early."""
+
+    __slots__ = (
+        "_cancel",
+        "attempt",
+        "max_attempts",
+        "run_id",
+        "schedule",
+        "scheduled_for",
+        "task",
+        "token",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        task: str,
+        attempt: int,
+        max_attempts: int,
+        token: int,
+        scheduled_for: datetime,
+        schedule: str | None,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.task = task
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.token = token
+        self.scheduled_for = scheduled_for
+        self.schedule = schedule
+        self._cancel = cancel or threading.Event()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def __repr__(self) -> str:
+        return f"RunContext(run_id={self.run_id!r}, task={self.task!r}, attempt={self.attempt}, token={self.token})"
+
+
+class RunHandle:
+    """A reference to an enqueued run: `id`, and ways to look at it."""
+
+    __slots__ = ("_app", "created", "id")
+
+    def __init__(self, app: App, run_id: str, created: bool = True) -> None:
+        self._app = app
+        self.id = run_id
+        self.created = created
+
+    def refresh(self) -> Run:
+        return self._app.get_run(self.id)
+
+    @property
+    def status(self) -> str:
+        return self.refresh().status
+
+    def wait(self, timeout: float | None = None, *, poll: float = 0.02) -> Run:
+        """Block until the run reaches a final status; WaitTimeout after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = poll
+        while True:
+            run = self.refresh()
+            if run.is_final:
+                return run
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"run {self.id} is still {run.status} after {timeout} s")
+            pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)
+            delay = min(delay * 1.5, 0.5)
+
+    async def wait_async(self, timeout: float | None = None, *, poll: float = 0.02) -> Run:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = poll
+        while True:
+            run = await asyncio.to_thread(self.refresh)
+            if run.is_final:
+                return run
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"run {self.id} is still {run.status} after {timeout} s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    def __repr__(self) -> str:
+        return f"RunHandle(id={self.id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunHandle) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+
+class Task(Generic[P, R]):
+    """A registered task type. Call it to run inline; `enqueue` to run it on a worker."""
+
+    def __init__(self, app: App, fn: Callable[..., Any], name: str, options: TaskOptions) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.opts = options
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return f"<rota.Task {self.name}>"
+
+    def options(
+        self,
+        *,
+        delay: timedelta | float | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        timeout: float | timedelta | None = None,
+        retries: int | None = None,
+        backoff: Backoff | float | None = None,
+    ) -> TaskCall[P, R]:
+        """Per-enqueue options: when (delay or run_at), priority, queue, dedup key, limits."""
+        opts = self.opts.merged(
+            priority=priority, queue=queue, timeout=timeout, retries=retries, backoff=backoff
+        )
+        return TaskCall(self, opts, when=_when(delay, run_at), key=_check_key(key))
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+        return TaskCall(self, self.opts).enqueue(*args, **kwargs)
+
+    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[str]:
+        return TaskCall(self, self.opts).enqueue_many(calls)
+
+
+class TaskCall(Generic[P, R]):
+    """A task with per-enqueue options bound (returned by `Task.options`)."""
+
+    __slots__ = ("key", "opts", "task", "when")
+
+    def __init__(
+        self,
+        task: Task[P, R],
+        opts: TaskOptions,
+        when: datetime | float | None = None,
+        key: str | None = None,
+    ) -> None:
+        self.task = task
+        self.opts = opts
+        self.when = when
+        self.key = key
+
+    def _new_run(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewRun:
+        a, k = encode_arguments(self.task.name, args, kwargs)
+        return NewRun(
+            task=self.task.name,
+            args=a,
+            kwargs=k,
+            queue=self.opts.queue,
+            priority=self.opts.priority,
+            scheduled_for=self.when if isinstance(self.when, datetime) else None,
+            delay=self.when if isinstance(self.when, float) else 0.0,
+            key=self.key,
+            max_attempts=self.opts.max_attempts,
+            timeout=self.opts.timeout,
+            backoff=_backoff_json(self.opts, self.task.opts),
+        )
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+        run = self._new_run(args, kwargs)
+        ((run_id, created),) = self.task.app.store.insert_runs([run])
+        return RunHandle(self.task.app, str(run_id), created)
+
+    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[str]:
+        """Enqueue many calls of this task in a few statements; ids in input order."""
+        runs = []
+        for i, call in enumerate(calls):
+            if not (isinstance(call, (tuple, list)) and len(call) == 2):
+                raise ConfigurationError(
+                    f"enqueue_many item {i} is {call!r:.60}; each item must be an (args, kwargs) pair, e.g. ((1, 2), {{}})"
+                )
+            args, kwargs = call
+            runs.append(self._new_run(tuple(args), dict(kwargs)))
+        if self.key is not None and len(runs) > 1:
+            raise ConfigurationError(
+                "a dedup key applies to one run; enqueue keyed runs one at a time"
+            )
+        ids: list[str] = []
+        store = self.task.app.store
+        for start in range(0, len(runs), 5000):
+            ids.extend(str(run_id) for run_id, _ in store.insert_runs(runs[start : start + 5000]))
+        return ids
+
+
+def _backoff_json(opts: TaskOptions, task_opts: TaskOptions) -> str | None:
+    if opts.backoff == task_opts.backoff:
+        return None
+    import json
+
+    return json.dumps(opts.backoff.to_json())
+
+
+def _when(delay: timedelta | float | None, run_at: datetime | None) -> datetime | float | None:
+    """run_at as UTC, or the delay in seconds (added to the database's clock at insert)."""
+    if delay is not None and run_at is not None:
+        raise ConfigurationError("give either delay or run_at, not both")
+    if delay is not None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if (
+            not isinstance(seconds, (int, float))
+            or isinstance(seconds, bool)
+            or not math.isfinite(seconds)
+            or seconds < 0
+        ):
+            raise ConfigurationError(
+                f"delay must be a non-negative number of seconds or a timedelta, got {delay!r}"
+            )
+        return float(seconds)
+    if run_at is not None:
+        if not isinstance(run_at, datetime):
+            raise ConfigurationError(f"run_at must be a datetime, got {run_at!r}")
+        if run_at.tzinfo is None:
+            raise ConfigurationError(
+                f"run_at {run_at.isoformat()} has no time zone; pass an aware datetime, e.g. datetime(..., tzinfo=ZoneInfo('Europe/Berlin'))"
+            )
+        return run_at.astimezone(UTC)
+    return None
+
+
+def _check_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > 500:
+        raise ConfigurationError(
+            f"key must be a non-empty string of at most 500 characters, got {key!r:.80}"
+        )
+    return key

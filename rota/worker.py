@@ -1,0 +1,1057 @@
+"""The worker: claims due runs, executes them, keeps their leases alive, writes outcomes.
+
+Design notes
+------------
+Terms. A worker (`host:pid`) *claims* a run: the store gives it a fencing *token* and a
+*lease* that ends `lease` seconds later on the database clock. While the run executes, the
+heartbeat loop renews the leases of every run the worker holds (every `lease / 3` s), and the
+same statement tells it which runs were lost (token no longer matches: rescued by someone
+else) and which were asked to stop. Liveness is separate from runtime: a run may take hours
+as long as its worker is alive; a task's own limit is its `timeout`.
+
+Rescue. Every housekeeping pass (once per poll interval) of every worker runs one cheap
+query for runs whose lease has expired: a worker that died (kill -9, power loss, a paused VM)
+stops heartbeating, and any other worker retries its runs (or fails them when no attempt is
+left) within a lease plus a poll interval. There is no leader.
+
+The loop is never blocked by a job. `async def` handlers run as tasks on this event loop;
+plain `def` handlers run on daemon threads; isolated handlers in child processes. Store
+calls run on their own small thread pool. A job's slot is freed when it ends, times out or
+loses its lease; a late result from a fenced-off attempt is discarded, never written.
+
+Outcomes are written in small batches (a few ms of buffering) with one token-checked
+statement; their leases keep being renewed until they are written, so a result computed
+during a database outage is written when the database is back (or, if the outage outlived
+the lease and someone rescued the run, discarded and the run retried).
+
+Shutdown: stop claiming, drain up to `shutdown_timeout`, hand unfinished runs back (pending
+again at once, the attempt not counted), flush outcomes, release this process's named locks,
+mark the worker stopped. A second signal skips the drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from . import timing
+from .errors import ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
+from .executor import DaemonPool, handler_path, run_in_child
+from .serialization import encode_error, encode_result, error_payload
+from .stores.base import Claimed, DueSchedule, Materialization, Outcome, Store
+from .tasks import Backoff, RunContext, Task
+
+if TYPE_CHECKING:
+    from .app import App
+
+log = logging.getLogger("rota.worker")
+T = TypeVar("T")
+
+_worker_seq = 0
+_worker_seq_lock = threading.Lock()
+
+
+def worker_identity() -> str:
+    """host:pid, with :n appended for the second and later worker of one process."""
+    global _worker_seq
+    with _worker_seq_lock:
+        _worker_seq += 1
+        n = _worker_seq
+    base = f"{socket.gethostname()}:{os.getpid()}"
+    return base if n == 1 else f"{base}:{n}"
+
+
+@dataclass(eq=False, slots=True)
+class _Active:
+    """A run this worker holds."""
+
+    claim: Claimed
+    task: Task[Any, Any] | None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel_requested: bool = False
+    done: bool = False  # its slot is free; whatever the handler does later is ignored
+    started: float = field(default_factory=time.monotonic)
+    async_task: asyncio.Task[None] | None = None
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(slots=True)
+class WorkerCounters:
+    """Totals since start; the per-poll log line and /metrics read these."""
+
+    polls: int = 0
+    rescued: int = 0
+    claimed: int = 0
+    dispatched: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    cancelled: int = 0
+    timed_out: int = 0
+    lost: int = 0
+    stale_writes: int = 0
+    skipped_at_capacity: int = 0
+    locked_out: int = 0
+    ticks: int = 0
+    pruned: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+class _Outage:
+    """One warning when the database goes away, one line when it is back; backoff between."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.failures = 0
+
+    def failed(self, exc: BaseException) -> float:
+        self.failures += 1
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning(
+                "database unavailable (%s); the worker keeps running and retries with backoff", exc
+            )
+        return float(min(10.0, 0.2 * 2 ** min(self.failures, 6)) * random.uniform(0.75, 1.25))
+
+    def ok(self) -> bool:
+        """Record a success; True if this ended an outage."""
+        if self.since is None:
+            return False
+        log.warning("database is back after %.1f s", time.monotonic() - self.since)
+        self.since = None
+        self.failures = 0
+        return True
+
+    @property
+    def down(self) -> bool:
+        return self.since is not None
+
+
+class Worker:
+    """Runs the tasks of one App. Create with `app.worker(...)`; `await run()` or `start()`."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        concurrency: int | None = None,
+        queues: list[str] | tuple[str, ...] | None = None,
+        lease: float | None = None,
+        poll_interval: float | None = None,
+        shutdown_timeout: float | None = None,
+        heartbeat_interval: float | None = None,
+        flush_interval: float = 0.002,
+        install_signal_handlers: bool = True,
+        metrics_port: int | None = None,
+    ) -> None:
+        self.app = app
+        self.concurrency = _positive_int(
+            "concurrency", concurrency if concurrency is not None else app.concurrency
+        )
+        self.queues = list(queues) if queues else None
+        self.lease = _positive("lease", lease if lease is not None else app.lease)
+        self.poll_interval = _positive(
+            "poll_interval", poll_interval if poll_interval is not None else app.poll_interval
+        )
+        self.shutdown_timeout = _non_negative(
+            "shutdown_timeout",
+            shutdown_timeout if shutdown_timeout is not None else app.shutdown_timeout,
+        )
+        self.heartbeat_interval = _positive(
+            "heartbeat_interval",
+            heartbeat_interval if heartbeat_interval is not None else self.lease / 3,
+        )
+        if self.heartbeat_interval >= self.lease:
+            raise ConfigurationError(
+                f"heartbeat_interval ({self.heartbeat_interval} s) must be shorter than the lease ({self.lease} s)"
+            )
+        self.flush_interval = flush_interval
+        self.install_signal_handlers = install_signal_handlers
+        self.metrics_port = metrics_port
+        self.id = worker_identity()
+        self.counters = WorkerCounters()
+        self.state = "starting"
+        self.inflight: dict[int, _Active] = {}
+        self._outbox: list[Outcome] = []
+        self._done: deque[tuple[_Active, tuple[str, Any]]] = deque()
+        self._done_scheduled = False
+        self._zombies = 0
+        self._threads = DaemonPool(self.concurrency * 2 + 4, "rota-run")
+        self._db_pool = DaemonPool(4, "rota-db")
+        self._outage = _Outage()
+        self._triggers: dict[tuple[str | None, float | None, str], timing.Trigger] = {}
+        self._bad_schedules: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._claiming = True
+        self._force = False
+        self._stopped = threading.Event()
+        self._next_run_due: float | None = None  # monotonic
+        self._next_schedule_due: float | None = None  # monotonic
+        self._observers: list[Callable[[str, Claimed, float], None]] = []
+
+    # -- public control ------------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        return self.app.store
+
+    @property
+    def free_slots(self) -> int:
+        return max(0, self.concurrency - len(self.inflight))
+
+    def stop(self, wait: bool = True, timeout: float | None = None) -> bool:
+        """Ask the worker to stop (thread-safe). With wait, block until it has stopped (or
+        `timeout` passed); returns whether it has stopped."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._begin_stop)
+        if wait:
+            return self._stopped.wait(timeout)
+        return self._stopped.is_set()
+
+    def start(self) -> threading.Thread:
+        """Run the worker on a background thread with its own event loop (for embedding)."""
+        self.install_signal_handlers = False
+        started = threading.Event()
+
+        def main() -> None:
+            async def runner() -> None:
+                started.set()
+                await self.run()
+
+            asyncio.run(runner())
+
+        thread = threading.Thread(target=main, name=f"rota-worker-{self.id}", daemon=True)
+        thread.start()
+        started.wait()
+        return thread
+
+    # -- the main coroutine ----------------------------------------------------------------
+    async def run(self) -> None:
+        """Run until stopped (SIGTERM/SIGINT, `stop()`), then shut down gracefully."""
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._outbox_ready = asyncio.Event()
+        self._heartbeat_now = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._install_signals()
+        try:
+            if not await self._start():
+                return
+            background = [
+                asyncio.create_task(self._poll_loop(), name="rota-poll"),
+                asyncio.create_task(self._heartbeat_loop(), name="rota-heartbeat"),
+                asyncio.create_task(self._completer(), name="rota-completer"),
+                asyncio.create_task(self._listen(), name="rota-listen"),
+                asyncio.create_task(self._maintenance_loop(), name="rota-maintenance"),
+            ]
+            if self.metrics_port is not None:
+                from .metrics import serve_worker_metrics
+
+                serve_worker_metrics(self, self.metrics_port)
+            await self._stop_requested.wait()
+            await self._shutdown(background)
+        finally:
+            self._remove_signals()
+            self._threads.close()
+            self._db_pool.close()
+            self._stopped.set()
+
+    async def _start(self) -> bool:
+        """Open the store (retrying while the database is unreachable), register, sync schedules."""
+        self.app._watch_store(self)
+        while True:
+            try:
+                await self._db(self.app.prepare)
+                await self._db(
+                    self.store.register_worker,
+                    self.id,
+                    socket.gethostname(),
+                    os.getpid(),
+                    self.concurrency,
+                    self.queues,
+                )
+                self._outage.ok()
+                break
+            except SchemaVersionError:
+                raise
+            except DatabaseUnavailable as exc:
+                delay = self._outage.failed(exc)
+                if await self._sleep_or_stop(delay):
+                    return False
+        self._warn_about_schedules()
+        self.state = "running"
+        log.info(
+            "worker %s started: concurrency %d, queues %s, lease %.1f s, %d task(s), %d schedule(s), database %s",
+            self.id,
+            self.concurrency,
+            ",".join(self.queues) if self.queues else "all",
+            self.lease,
+            len(self.app.tasks),
+            len(self.app.schedules),
+            self.app.database_label,
+        )
+        return True
+
+    def _warn_about_schedules(self) -> None:
+        for spec in self.app.schedules.values():
+            every = spec.every
+            if every is not None and every.total_seconds() < self.poll_interval:
+                log.warning(
+                    "schedule %r fires every %.3g s, more often than this worker polls (every %.3g s): "
+                    "ticks may run late or be coalesced; lower poll_interval to honour it",
+                    spec.name,
+                    every.total_seconds(),
+                    self.poll_interval,
+                )
+
+    # -- the poll loop -------------------------------------------------------------------
+    async def _poll_loop(self) -> None:
+        housekeeping_at = 0.0
+        while self._claiming:
+            try:
+                now = time.monotonic()
+                if now >= housekeeping_at or self._due(self._next_schedule_due):
+                    await self._housekeeping()
+                    housekeeping_at = time.monotonic() + self.poll_interval
+                claimed, asked = await self._claim_some()
+                if self._outage.ok():
+                    await self._after_outage()
+            except DatabaseError as exc:
+                if not self._claiming:
+                    break
+                await self._sleep_or_wake(self._outage.failed(exc))
+                continue
+            if not self._claiming:
+                break
+            if asked and claimed == asked:
+                await asyncio.sleep(0)  # backlog: claim again as soon as slots free up
+                if self.free_slots == 0:
+                    await self._wait_for_slots(housekeeping_at)
+                continue
+            if asked and claimed < asked:
+                # Drained what is due: learn when the next run is due before sleeping.
+                await self._refresh_due()
+            if self.free_slots == 0:
+                self.counters.skipped_at_capacity += 1
+                await self._wait_for_slots(housekeeping_at)
+            else:
+                await self._sleep_until(housekeeping_at)
+
+    def _due(self, at: float | None) -> bool:
+        return at is not None and time.monotonic() >= at
+
+    async def _housekeeping(self) -> None:
+        """Rescue expired leases, learn what is due, materialize due schedule ticks."""
+        self.counters.polls += 1
+        rescued = await self._db(self.store.rescue, 100)
+        for r in rescued:
+            self.counters.rescued += 1
+            log.warning(
+                "rescued run %s (%s) from a lost worker: %s; now %s",
+                r.id,
+                r.task,
+                r.message,
+                r.status,
+            )
+        state = await self._db(self.store.poll_state, self.queues)
+        self._set_due(state.now, state.next_run_due, state.next_schedule_due)
+        if state.next_schedule_due is not None and state.next_schedule_due <= state.now:
+            if await self._materialize(state.now):
+                self._next_run_due = time.monotonic()
+            state = await self._db(self.store.poll_state, self.queues)
+            self._set_due(state.now, state.next_run_due, state.next_schedule_due)
+
+    async def _refresh_due(self) -> None:
+        state = await self._db(self.store.poll_state, self.queues)
+        self._set_due(state.now, state.next_run_due, state.next_schedule_due)
+
+    def _set_due(
+        self, db_now: datetime, run_due: datetime | None, schedule_due: datetime | None
+    ) -> None:
+        """Translate due times on the database clock into this process's monotonic clock."""
+        mono = time.monotonic()
+        self._next_run_due = None if run_due is None else mono + (run_due - db_now).total_seconds()
+        self._next_schedule_due = (
+            None if schedule_due is None else mono + (schedule_due - db_now).total_seconds()
+        )
+
+    async def _claim_some(self) -> tuple[int, int]:
+        """Claim up to the free slots if a run is due. Returns (claimed, asked)."""
+        free = self.free_slots - self._zombie_overflow()
+        if free <= 0 or not self._due(self._next_run_due):
+            return 0, 0
+        claimed = await self._db(self.store.claim, self.id, free, self.queues, self.lease)
+        self.counters.claimed += len(claimed)
+        if len(claimed) < free:
+            self._next_run_due = None
+        for c in claimed:
+            self._dispatch(c)
+        return len(claimed), free
+
+    def _zombie_overflow(self) -> int:
+        """Threads stuck in timed-out handlers beyond the pool's spare capacity."""
+        spare = self._threads.limit - self.concurrency
+        return max(0, self._zombies - spare)
+
+    async def _materialize(self, now: datetime) -> bool:
+        """Turn due schedule ticks into runs; True if a run may have become due."""
+        woke = False
+        for due in await self._db(self.store.due_schedules, 100):
+            plan = self._plan(due, now)
+            if plan is None:
+                continue
+            if await self._db(self.store.materialize, due, plan):
+                self.counters.ticks += len(plan.run)
+                woke = woke or bool(plan.run)
+            else:
+                self.counters.locked_out += 1
+        return woke
+
+    def _plan(self, due: DueSchedule, now: datetime) -> Materialization | None:
+        try:
+            trigger = self._trigger(due)
+            plan = timing.plan_ticks(
+                trigger,
+                due.next_run_at,
+                now,
+                misfire=due.misfire,
+                grace=timedelta(seconds=due.misfire_grace),
+            )
+        except ConfigurationError as exc:
+            if due.name not in self._bad_schedules:
+                self._bad_schedules.add(due.name)
+                log.error(
+                    "schedule %r cannot be planned on this worker and is left alone: %s",
+                    due.name,
+                    exc,
+                )
+            return None
+        return Materialization(plan.run, plan.skipped, plan.skipped_more, plan.next_run_at)
+
+    def _trigger(self, due: DueSchedule) -> timing.Trigger:
+        key = (due.cron, due.every, due.tz)
+        trigger = self._triggers.get(key)
+        if trigger is None:
+            every = timedelta(seconds=due.every) if due.every is not None else None
+            trigger = timing.make_trigger(cron=due.cron, every=every, tz=due.tz)
+            self._triggers[key] = trigger
+        return trigger
+
+    async def _wait_for_slots(self, housekeeping_at: float) -> None:
+        self._slot_freed.clear()
+        if self.free_slots > 0:
+            return
+        await self._wait_event(
+            self._slot_freed, self._until(housekeeping_at, self._next_schedule_due)
+        )
+
+    async def _sleep_until(self, housekeeping_at: float) -> None:
+        self._wake.clear()
+        deadline = self._until(housekeeping_at, self._next_run_due, self._next_schedule_due)
+        await self._wait_event(self._wake, deadline)
+
+    @staticmethod
+    def _until(*deadlines: float | None) -> float:
+        soonest = min(d for d in deadlines if d is not None)
+        return max(0.0, soonest - time.monotonic())
+
+    async def _wait_event(self, event: asyncio.Event, timeout: float) -> None:
+        if timeout <= 0:
+            await asyncio.sleep(0)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+
+    async def _sleep_or_wake(self, delay: float) -> None:
+        self._wake.clear()
+        await self._wait_event(self._wake, delay)
+
+    async def _sleep_or_stop(self, delay: float) -> bool:
+        """Sleep; True if a stop was requested meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_requested.wait(), delay)
+        return self._stop_requested.is_set()
+
+    def _on_wakeup(self, payload: str) -> None:
+        """A store notification (thread-safe entry via _notify_threadsafe)."""
+        if payload.startswith("cancel:"):
+            with contextlib.suppress(ValueError):
+                self._request_cancel(int(payload[7:]))
+            return
+        if payload == "schedule":
+            self._next_schedule_due = time.monotonic()
+        else:
+            self._next_run_due = time.monotonic()
+        self._wake.set()
+
+    def _notify_threadsafe(self, payload: str) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._on_wakeup, payload)
+
+    async def _listen(self) -> None:
+        """Wake-ups from the store: LISTEN/NOTIFY on PostgreSQL, data_version on SQLite."""
+        store = self.store
+        listen = getattr(store, "listen", None)
+        if listen is not None:
+            await listen(self._on_wakeup)
+            return
+        listeners = getattr(store, "listeners", None)
+        if listeners is None:
+            return
+        listeners.append(self._notify_threadsafe)
+        try:
+            await self._watch_data_version(store)
+        finally:
+            listeners.remove(self._notify_threadsafe)
+
+    async def _watch_data_version(self, store: Any) -> None:
+        """Another process committed to the SQLite file: look for work (cheap, no disk I/O)."""
+        seen = None
+        while True:
+            await asyncio.sleep(0.02 if self.free_slots else 0.2)
+            try:
+                version = store.data_version()
+            except DatabaseError:
+                continue
+            if seen is not None and version != seen and self.free_slots:
+                self._next_run_due = time.monotonic()
+                self._wake.set()
+            seen = version
+
+    # -- dispatch ------------------------------------------------------------------------
+    def _dispatch(self, claim: Claimed) -> None:
+        task = self.app.tasks.get(claim.task)
+        active = _Active(claim, task)
+        self.inflight[claim.id] = active
+        self.counters.dispatched += 1
+        for observe in self._observers:
+            observe("started", claim, time.time())
+        if task is None:
+            self._complete(active, ("unknown", None))
+        elif task.opts.isolation == "process":
+            self._threads.submit(
+                lambda: self._thread_done(active, self._call_in_child(active, task))
+            )
+        elif task.is_async:
+            active.async_task = asyncio.get_running_loop().create_task(
+                self._call_async(active, task)
+            )
+        else:
+            self._threads.submit(lambda: self._thread_done(active, self._call_sync(active, task)))
+            if claim.timeout is not None:
+                loop = asyncio.get_running_loop()
+                active.timer = loop.call_later(claim.timeout, self._on_timeout, active)
+
+    def _context(self, active: _Active) -> RunContext:
+        c = active.claim
+        return RunContext(
+            str(c.id),
+            c.task,
+            c.attempt,
+            c.max_attempts,
+            c.token,
+            c.scheduled_for,
+            c.schedule,
+            active.cancel,
+        )
+
+    def _call_sync(self, active: _Active, task: Task[Any, Any]) -> tuple[str, Any]:
+        """On a pool thread: decode arguments, call the handler, encode its result."""
+        c = active.claim
+        try:
+            args = json.loads(c.args)
+            kwargs = json.loads(c.kwargs)
+            if task.opts.pass_context:
+                result = task.fn(self._context(active), *args, **kwargs)
+            else:
+                result = task.fn(*args, **kwargs)
+            return "ok", encode_result(task.name, result)
+        except BaseException as exc:
+            return "error", exc
+
+    async def _call_async(self, active: _Active, task: Task[Any, Any]) -> None:
+        c = active.claim
+        outcome: tuple[str, Any]
+        try:
+            args = json.loads(c.args)
+            kwargs = json.loads(c.kwargs)
+            if task.opts.pass_context:
+                args.insert(0, self._context(active))
+            async with asyncio.timeout(c.timeout) as scope:
+                result = await task.fn(*args, **kwargs)
+            outcome = "ok", encode_result(task.name, result)
+        except asyncio.CancelledError as exc:
+            if not (active.cancel_requested or active.done):
+                raise
+            outcome = "cancelled", exc
+        except TimeoutError as exc:
+            outcome = ("timeout", None) if scope.expired() else ("error", exc)
+        except Exception as exc:
+            outcome = "error", exc
+        self._complete(active, outcome)
+
+    def _call_in_child(self, active: _Active, task: Task[Any, Any]) -> tuple[str, Any]:
+        c = active.claim
+        try:
+            module, qualname = handler_path(task.fn)
+        except ValueError as exc:
+            return "error", exc
+        context = None
+        if task.opts.pass_context:
+            context = {
+                "run_id": str(c.id),
+                "task": c.task,
+                "attempt": c.attempt,
+                "max_attempts": c.max_attempts,
+                "token": c.token,
+                "scheduled_for": c.scheduled_for,
+                "schedule": c.schedule,
+            }
+        kind, value = run_in_child(
+            module, qualname, task.name, c.args, c.kwargs, context, c.timeout, active.cancel
+        )
+        if kind == "error":
+            return "child_error", value
+        if kind == "cancelled":
+            return ("cancelled", None) if active.cancel_requested else ("lost", None)
+        return kind, value
+
+    def _thread_done(self, active: _Active, outcome: tuple[str, Any]) -> None:
+        """From a pool thread: hand the outcome to the loop (one wake-up per burst)."""
+        self._done.append((active, outcome))
+        if not self._done_scheduled:
+            self._done_scheduled = True
+            loop = self._loop
+            if loop is not None and not loop.is_closed():
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._drain_done)
+
+    def _drain_done(self) -> None:
+        self._done_scheduled = False
+        while self._done:
+            active, outcome = self._done.popleft()
+            if active.done:
+                self._zombies -= 1  # a fenced-off thread finally returned
+                continue
+            self._complete(active, outcome)
+
+    def _on_timeout(self, active: _Active) -> None:
+        """A sync handler passed its timeout: free the slot, fence it off, record the timeout."""
+        if active.done:
+            return
+        active.cancel.set()
+        self._zombies += 1
+        self._complete(active, ("timeout", None))
+
+    # -- outcomes ------------------------------------------------------------------------
+    def _complete(self, active: _Active, outcome: tuple[str, Any]) -> None:
+        """The attempt ended (or was given up): free its slot and queue its outcome."""
+        if active.done:
+            return
+        active.done = True
+        if active.timer is not None:
+            active.timer.cancel()
+        del self.inflight[active.claim.id]
+        self._slot_freed.set()
+        if outcome[0] == "lost":
+            return
+        record = self._outcome(active, outcome)
+        for observe in self._observers:
+            observe(record.status, active.claim, time.time())
+        self._outbox.append(record)
+        self._outbox_ready.set()
+
+    def _outcome(self, active: _Active, outcome: tuple[str, Any]) -> Outcome:
+        c = active.claim
+        kind, value = outcome
+        if kind == "ok":
+            self.counters.succeeded += 1
+            return Outcome(c.id, c.token, "succeeded", result=value)
+        if kind == "unknown":
+            self.counters.failed += 1
+            known = ", ".join(sorted(self.app.tasks)) or "none"
+            message = (
+                f"task {c.task!r} is not registered in worker {self.id} (registered: {known}); "
+                f"deploy code that defines it, then `rota retry {c.id}`"
+            )
+            return Outcome(c.id, c.token, "failed", error=_error("TaskNotFound", message))
+        if active.cancel_requested and kind in ("cancelled", "error", "child_error", "timeout"):
+            self.counters.cancelled += 1
+            return Outcome(
+                c.id, c.token, "cancelled", error=_error("Cancelled", "cancelled on request")
+            )
+        error, retryable = self._error_of(active, kind, value)
+        task = active.task
+        retry_on = task.opts.retry_on if task is not None else None
+        if (
+            c.attempt < c.max_attempts
+            and retryable
+            and (retry_on is None or _matches(value, retry_on))
+        ):
+            self.counters.retried += 1
+            delay = self._backoff(active).delay(c.attempt)
+            history = {
+                "attempt": c.attempt,
+                "worker": self.id,
+                "started_at": _iso(c.started_at),
+                "finished_at": _iso(datetime.now(UTC)),
+                "status": "timed out" if kind == "timeout" else "failed",
+                "error": json.loads(error),
+            }
+            return Outcome(
+                c.id, c.token, "pending", error=error, retry_in=delay, history=json.dumps(history)
+            )
+        self.counters.failed += 1
+        return Outcome(c.id, c.token, "failed", error=error)
+
+    def _error_of(self, active: _Active, kind: str, value: Any) -> tuple[str, bool]:
+        """(error JSON, whether a retry may help)."""
+        c = active.claim
+        if kind == "timeout":
+            self.counters.timed_out += 1
+            return _error("Timeout", f"run {c.id} exceeded its timeout of {c.timeout:g} s"), True
+        if kind == "crashed":
+            return _error(
+                "ChildCrashed", f"the isolated process of run {c.id} died with exit code {value}"
+            ), True
+        if kind == "child_error":
+            return json.dumps(value), True
+        if isinstance(value, BaseException):
+            return encode_error(value), True
+        return json.dumps(error_payload(RuntimeError(str(value)))), True
+
+    def _backoff(self, active: _Active) -> Backoff:
+        if active.claim.backoff:
+            return Backoff.from_json(json.loads(active.claim.backoff))
+        return active.task.opts.backoff if active.task is not None else Backoff()
+
+    async def _completer(self) -> None:
+        """Write queued outcomes in small batches, token-checked; keep them through outages."""
+        while True:
+            await self._outbox_ready.wait()
+            if self.flush_interval and self._claiming:
+                await asyncio.sleep(self.flush_interval)
+            self._outbox_ready.clear()
+            await self._flush()
+
+    async def _flush(self) -> bool:
+        """Write what the outbox holds now. False if the database is unavailable."""
+        batch, self._outbox = self._outbox, []
+        if not batch:
+            return True
+        try:
+            written = await self._db(self.store.finish, batch)
+        except DatabaseUnavailable as exc:
+            self._outbox[:0] = batch
+            await self._sleep_or_wake(self._outage.failed(exc))
+            self._outbox_ready.set()
+            return False
+        except DatabaseError as exc:
+            written = await self._finish_one_by_one(batch, exc)
+        if self._outage.ok():
+            await self._after_outage()
+        for o in batch:
+            if o.id not in written:
+                self.counters.stale_writes += 1
+                log.warning(
+                    "run %s: outcome %r discarded: token %s no longer holds the run (its lease was lost and it was rescued)",
+                    o.id,
+                    o.status,
+                    o.token,
+                )
+        return True
+
+    async def _finish_one_by_one(self, batch: list[Outcome], exc: DatabaseError) -> set[int]:
+        log.error("writing %d outcomes failed (%s); writing them one by one", len(batch), exc)
+        written: set[int] = set()
+        for o in batch:
+            try:
+                written |= await self._db(self.store.finish, [o])
+            except DatabaseError as one:
+                log.error(
+                    "run %s: could not write its outcome (%s); it will be rescued and retried",
+                    o.id,
+                    one,
+                )
+                written.add(o.id)  # not stale: just not ours to write any more
+        return written
+
+    # -- heartbeats and cancellation -------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await self._wait_event(self._heartbeat_now, self.heartbeat_interval)
+            self._heartbeat_now.clear()
+            await self._heartbeat()
+
+    async def _heartbeat(self) -> None:
+        held = [(run_id, a.claim.token) for run_id, a in self.inflight.items()]
+        held += [(o.id, o.token) for o in self._outbox]
+        try:
+            alive, cancel = await self._db(self.store.heartbeat, held, self.lease)
+            await self._db(self.store.worker_seen, self.id, self.state)
+        except DatabaseError as exc:
+            self._outage.failed(exc)
+            return
+        for run_id, token in held:
+            active = self.inflight.get(run_id)
+            if (
+                run_id not in alive
+                and active is not None
+                and not active.done
+                and active.claim.token == token
+            ):
+                self._lease_lost(active)
+        for run_id in cancel:
+            self._request_cancel(run_id)
+
+    def _lease_lost(self, active: _Active) -> None:
+        self.counters.lost += 1
+        log.warning(
+            "run %s (%s): lease lost (rescued by another worker); stopping it, its result will be discarded",
+            active.claim.id,
+            active.claim.task,
+        )
+        active.cancel.set()
+        if active.async_task is not None:
+            active.async_task.cancel()
+        elif active.task is not None and active.task.opts.isolation == "none":
+            self._zombies += 1
+        self._complete(active, ("lost", None))
+
+    def _request_cancel(self, run_id: int) -> None:
+        active = self.inflight.get(run_id)
+        if active is None or active.cancel_requested:
+            return
+        log.info("run %s (%s): cancellation requested", run_id, active.claim.task)
+        active.cancel_requested = True
+        active.cancel.set()
+        if active.async_task is not None:
+            active.async_task.cancel()
+
+    async def _after_outage(self) -> None:
+        """The database is back: renew leases and write results before anything else."""
+        self.store_recover()
+        await self._heartbeat()
+        self._outbox_ready.set()
+
+    def store_recover(self) -> None:
+        recover = getattr(self.store, "recover", None)
+        if recover is not None:
+            with contextlib.suppress(Exception):
+                recover()
+
+    # -- maintenance -----------------------------------------------------------------------
+    async def _maintenance_loop(self) -> None:
+        """Prune finished runs past their retention, in small batches, under a shared lease."""
+        retention = self.app.retention
+        if not retention:
+            return
+        while True:
+            await asyncio.sleep(self.app.prune_interval * random.uniform(0.8, 1.2))
+            with contextlib.suppress(DatabaseError):
+                await self._prune(retention)
+
+    async def _prune(self, retention: dict[str, timedelta]) -> int:
+        token = await self._db(self.store.lock_acquire, "rota:prune", self.id, 60.0)
+        if token is None:
+            return 0
+        total = 0
+        try:
+            for status, keep in retention.items():
+                while True:
+                    n = await self._db(self.store.prune, status, keep.total_seconds(), 1000)
+                    total += n
+                    if n < 1000:
+                        break
+                    await asyncio.sleep(0.05)
+        finally:
+            await self._db(self.store.lock_release, "rota:prune", self.id, token)
+        self.counters.pruned += total
+        if total:
+            log.info("pruned %d finished runs past their retention", total)
+        return total
+
+    # -- shutdown --------------------------------------------------------------------------
+    def _begin_stop(self) -> None:
+        if self._stop_requested.is_set():
+            if not self._force:
+                log.warning("second stop signal: handing unfinished runs back now")
+                self._force = True
+                self._drained.set()
+            return
+        log.info(
+            "worker %s stopping: no new claims; draining %d run(s) for up to %.1f s",
+            self.id,
+            len(self.inflight),
+            self.shutdown_timeout,
+        )
+        self.state = "draining"
+        self._claiming = False
+        self._wake.set()
+        self._slot_freed.set()
+        self._stop_requested.set()
+
+    async def _shutdown(self, background: list[asyncio.Task[None]]) -> None:
+        poll = background[0]
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(asyncio.shield(poll), 5)
+        await self._drain()
+        await self._hand_back_unfinished()
+        for _ in range(3):
+            if await self._flush():
+                break
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        await self._db(self.app.release_process_locks)
+        self.state = "stopped"
+        with contextlib.suppress(DatabaseError):
+            await self._db(self.store.worker_seen, self.id, "stopped")
+        log.info("worker %s stopped", self.id)
+
+    async def _drain(self) -> None:
+        deadline = time.monotonic() + self.shutdown_timeout
+        while self.inflight and not self._force:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._slot_freed.clear()
+            await self._wait_event(self._slot_freed, min(remaining, 0.5))
+
+    async def _hand_back_unfinished(self) -> None:
+        if not self.inflight:
+            return
+        unfinished = list(self.inflight.values())
+        for active in unfinished:
+            self._lease_lost_quietly(active)
+        held = [(a.claim.id, a.claim.token) for a in unfinished]
+        try:
+            back = await self._db(
+                self.store.hand_back, held, f"worker {self.id} shut down before the run finished"
+            )
+        except DatabaseError as exc:
+            log.error(
+                "could not hand back %d run(s) (%s); they will be rescued when their lease expires",
+                len(held),
+                exc,
+            )
+            return
+        log.warning(
+            "handed back %d unfinished run(s) for another worker to take at once: %s",
+            len(back),
+            sorted(back),
+        )
+
+    def _lease_lost_quietly(self, active: _Active) -> None:
+        active.cancel.set()
+        if active.async_task is not None:
+            active.async_task.cancel()
+        self._complete(active, ("lost", None))
+
+    # -- plumbing --------------------------------------------------------------------------
+    async def _db(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a store call on the store's threads; the loop keeps going meanwhile."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def call() -> None:
+            try:
+                result = fn(*args)
+            except BaseException as exc:
+                _resolve(loop, future, None, exc)
+            else:
+                _resolve(loop, future, result, None)
+
+        self._db_pool.submit(call)
+        return await future
+
+    def _install_signals(self) -> None:
+        if (
+            not self.install_signal_handlers
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            self.install_signal_handlers = False
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._begin_stop)
+
+    def _remove_signals(self) -> None:
+        if not self.install_signal_handlers or self._loop is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                self._loop.remove_signal_handler(sig)
+
+    def observe(self, callback: Callable[[str, Claimed, float], None]) -> None:
+        """Call `callback(event, claim, unix_time)` on the loop when a run starts ('started')
+        and ends (its status). Used by `rota demo`, metrics and tests; keep it cheap."""
+        self._observers.append(callback)
+
+
+def _resolve(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    result: Any,
+    exc: BaseException | None,
+) -> None:
+    def apply() -> None:
+        if future.done():
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(apply)
+
+
+def _matches(value: Any, retry_on: tuple[type[BaseException], ...]) -> bool:
+    return isinstance(value, retry_on) if isinstance(value, BaseException) else True
+
+
+def _error(kind: str, message: str) -> str:
+    return json.dumps({"type": kind, "message": message, "traceback": None})
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _positive(name: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _non_negative(name: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise ConfigurationError(f"{name} must be a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def _positive_int(name: str, value: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
+    return value

@@ -294,6 +294,7 @@ class App:
         """Register a task type: `@app.task` or `@app.task(retries=3, timeout=60, ...)`."""
         if fn is not None:
             return self._register(fn, options)
+        _task_options(options)  # fail at the decorator line, before the function is seen
         return lambda f: self._register(f, options)
 
     def _register(self, fn: Callable[..., Any], options: dict[str, Any]) -> Task[Any, Any]:

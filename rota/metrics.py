@@ -47,26 +47,64 @@ def serve_worker_metrics(worker: Worker, port: int, host: str = "0.0.0.0") -> An
         def collect(self) -> Iterator[Any]:
             labels = ["worker"]
             for name, value in worker.counters.as_dict().items():
-                family = CounterMetricFamily(f"rota_worker_{name}", _DOCS.get(name, name), labels=labels)
+                family = CounterMetricFamily(
+                    f"rota_worker_{name}", _DOCS.get(name, name), labels=labels
+                )
                 family.add_metric([worker.id], value)
                 yield family
-            inflight = GaugeMetricFamily("rota_worker_inflight", "Runs executing now", labels=labels)
+            inflight = GaugeMetricFamily(
+                "rota_worker_inflight", "Runs executing now", labels=labels
+            )
             inflight.add_metric([worker.id], len(worker.inflight))
             yield inflight
-            capacity = GaugeMetricFamily("rota_worker_concurrency", "Concurrency slots", labels=labels)
+            capacity = GaugeMetricFamily(
+                "rota_worker_concurrency", "Concurrency slots", labels=labels
+            )
             capacity.add_metric([worker.id], worker.concurrency)
             yield capacity
 
-    registry.register(WorkerCollector())  # type: ignore[arg-type]
-    buckets = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
-    duration = Histogram("rota_run_duration_seconds", "Run duration", ["task", "status"], registry=registry, buckets=buckets)
-    lateness = Histogram("rota_run_lateness_seconds", "Start minus scheduled time", ["task"], registry=registry, buckets=buckets)
+    registry.register(WorkerCollector())
+    buckets = (
+        0.001,
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1,
+        2.5,
+        5,
+        10,
+        30,
+        60,
+        300,
+        900,
+        3600,
+    )
+    duration = Histogram(
+        "rota_run_duration_seconds",
+        "Run duration",
+        ["task", "status"],
+        registry=registry,
+        buckets=buckets,
+    )
+    lateness = Histogram(
+        "rota_run_lateness_seconds",
+        "Start minus scheduled time",
+        ["task"],
+        registry=registry,
+        buckets=buckets,
+    )
     started: dict[int, float] = {}
 
     def observe(event: str, claim: Claimed, at: float) -> None:
         if event == "started":
             started[claim.id] = at
-            lateness.labels(claim.task).observe(max(0.0, (claim.started_at - claim.scheduled_for).total_seconds()))
+            lateness.labels(claim.task).observe(
+                max(0.0, (claim.started_at - claim.scheduled_for).total_seconds())
+            )
             return
         began = started.pop(claim.id, None)
         if began is not None:

@@ -43,16 +43,20 @@ def _check(value: Any, where: str) -> None:
 
 
 def encode_arguments(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
-    """JSON text of a call's arguments, or a SerializationError naming the bad argument."""
-    try:
-        return _encoder.encode(list(args)), _encoder.encode(dict(kwargs))
-    except (TypeError, ValueError):
-        pass
+    """JSON text of a call's arguments, or a SerializationError naming the bad argument.
+
+    Stricter than json.dumps: a dict key that is not a str is refused rather than silently
+    turned into one (the handler would receive {"1": ...} for {1: ...})."""
     for i, arg in enumerate(args):
-        _check(arg, f"argument {i} of {task}()")
+        if type(arg) not in _SCALARS:
+            _check(arg, f"argument {i} of {task}()")
     for name, arg in kwargs.items():
-        _check(arg, f"argument {name!r} of {task}()")
-    raise SerializationError(f"the arguments of {task}() are not JSON")  # pragma: no cover
+        if type(arg) not in _SCALARS:
+            _check(arg, f"argument {name!r} of {task}()")
+    return _encoder.encode(list(args)), _encoder.encode(dict(kwargs))
+
+
+_SCALARS = frozenset({str, int, bool, type(None)})
 
 
 def encode_result(task: str, value: Any) -> str:
@@ -64,11 +68,8 @@ def encode_result(task: str, value: Any) -> str:
 
 
 def encode_value(value: Any, what: str) -> str:
-    try:
-        return _encoder.encode(value)
-    except (TypeError, ValueError):
-        _check(value, what)
-        raise  # pragma: no cover
+    _check(value, what)
+    return _encoder.encode(value)
 
 
 def error_payload(exc: BaseException, *, kind: str | None = None) -> dict[str, Any]:

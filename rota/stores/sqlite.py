@@ -197,7 +197,7 @@ class SQLiteStore(SqlStore):
         with self._tx() as s:
             s.q_text(
                 "CREATE TABLE IF NOT EXISTS rota_migrations "
-                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
             )
             current = int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0])
             _check_not_newer(current, len(migrations), self.path)
@@ -209,7 +209,7 @@ class SQLiteStore(SqlStore):
                 for statement in _statements(m.sql):
                     s.conn.execute(statement)
                 s.q_text(
-                    "INSERT INTO rota_migrations (version, name, applied_at) VALUES (:v, :n, :now)",
+                    "INSERT INTO rota_migrations (version, name, applied_at) VALUES (:v, :n, datetime(:now, 'unixepoch'))",
                     v=m.version,
                     n=m.name,
                 )

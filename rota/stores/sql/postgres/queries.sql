@@ -92,7 +92,7 @@ SET status = 'pending', attempt = r.attempt - 1, due_at = {now}, lease_until = N
     attempts = r.attempts || jsonb_build_array(jsonb_build_object(
         'attempt', r.attempt, 'worker', r.owner, 'started_at', r.started_at,
         'finished_at', {now}, 'status', 'handed back', 'error',
-        jsonb_build_object('type', 'HandedBack', 'message', %(reason)s)))
+        jsonb_build_object('type', 'HandedBack', 'message', %(reason)s::text)))
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS v(id, token)
 WHERE r.id = v.id AND r.token = v.token AND r.status = 'running'
 RETURNING r.id

@@ -1,0 +1,159 @@
+"""Fixtures shared by every suite.
+
+`db_url` runs a test once per store: SQLite (a file in tmp_path) and PostgreSQL (a fresh
+schema per test in the database named by ROTA_TEST_POSTGRES_URL). Without a PostgreSQL or
+Redis server those tests skip with one line saying how to enable them; under CI=true they
+fail instead, so CI can never skip them silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+import rota
+
+PG_URL = os.environ.get("ROTA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("ROTA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@functools.cache
+def postgres_problem() -> str | None:
+    try:
+        import psycopg
+
+        psycopg.connect(PG_URL, connect_timeout=3).close()
+    except Exception as exc:
+        return (
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        )
+    return None
+
+
+@functools.cache
+def redis_problem() -> str | None:
+    try:
+        import redis
+
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def require(service: str) -> None:
+    problem = postgres_problem() if service == "postgres" else redis_problem()
+    if problem is None:
+        return
+    env = "ROTA_TEST_POSTGRES_URL" if service == "postgres" else "ROTA_TEST_REDIS_URL"
+    url = PG_URL if service == "postgres" else REDIS_URL
+    message = f"{service} at {url} is unavailable ({problem}); start it or set {env} to enable these tests"
+    if IN_CI:
+        pytest.fail(f"CI=true but {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    for service, problem in (("PostgreSQL", postgres_problem()), ("Redis", redis_problem())):
+        if problem:
+            env = "ROTA_TEST_POSTGRES_URL" if service == "PostgreSQL" else "ROTA_TEST_REDIS_URL"
+            lines.append(
+                f"{service} tests will skip: {problem}. Set {env} to a running server to enable them."
+            )
+    return lines
+
+
+@contextlib.contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A fresh schema; yields a URL whose search_path points at it. Dropped afterwards."""
+    import psycopg
+
+    schema = f"rota_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    separator = "&" if "?" in PG_URL else "?"
+    url = f"{PG_URL}{separator}options={quote(f'-csearch_path={schema}')}"
+    try:
+        yield url
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """The URL of an empty database, once per store."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/rota.db"
+        return
+    require("postgres")
+    with postgres_schema() as url:
+        yield url
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    require("postgres")
+    with postgres_schema() as url:
+        yield url
+
+
+@pytest.fixture
+def redis_url() -> str:
+    require("redis")
+    return REDIS_URL
+
+
+def make_app(url: str, **options: Any) -> rota.App:
+    defaults: dict[str, Any] = {
+        "poll_interval": 0.05,
+        "lease": 3.0,
+        "shutdown_timeout": 5.0,
+        "retention": None,
+    }
+    defaults.update(options)
+    return rota.App(url, **defaults)
+
+
+@pytest.fixture
+def app_factory(db_url: str) -> Iterator[Callable[..., rota.App]]:
+    """Apps on the test database; closed (and their workers stopped) afterwards."""
+    apps: list[rota.App] = []
+
+    def factory(**options: Any) -> rota.App:
+        app = make_app(options.pop("url", db_url), **options)
+        apps.append(app)
+        return app
+
+    yield factory
+    for app in apps:
+        for worker in list(app._workers):
+            worker.stop(wait=True, timeout=10)
+        app.close()
+
+
+@pytest.fixture
+def app(app_factory: Callable[..., rota.App]) -> rota.App:
+    return app_factory()
+
+
+@pytest.fixture
+def clock() -> rota.FakeClock:
+    return rota.FakeClock()
+
+
+def start_worker(app: rota.App, **options: Any) -> rota.Worker:
+    """A worker on a background thread (stopped by the app fixture's teardown)."""
+    options.setdefault("install_signal_handlers", False)
+    worker = app.worker(**options)
+    worker.start()
+    return worker

@@ -304,7 +304,7 @@ def schedules(ctx: click.Context, as_json: bool, include_inactive: bool) -> None
                 _when(s.last_run_at),
                 s.last_status,
                 f"{s.run_count}/{s.success_count}/{s.failure_count}/{s.skip_count}",
-            )  # fmt: skip
+            )
         )
     cols = (
         "name",
@@ -358,7 +358,7 @@ def runs(
             _duration(r),
             r.worker,
             _summary(r),
-        )  # fmt: skip
+        )
         for r in items
     ]
     _table(
@@ -404,16 +404,35 @@ def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
     if as_json:
         _print_json(data)
         return
-    for field in ("id", "task", "schedule", "status", "attempt", "max_attempts", "queue", "priority", "key", "args", "kwargs",
-                  "scheduled_for", "started_at", "finished_at", "worker", "token", "result"):  # fmt: skip
+    for field in (
+        "id",
+        "task",
+        "schedule",
+        "status",
+        "attempt",
+        "max_attempts",
+        "queue",
+        "priority",
+        "key",
+        "args",
+        "kwargs",
+        "scheduled_for",
+        "started_at",
+        "finished_at",
+        "worker",
+        "token",
+        "result",
+    ):
         value = data[field]
         if value is not None:
             click.echo(
                 f"{field:>14}: {json.dumps(value) if isinstance(value, (dict, list)) else value}"
             )
     for attempt in run.attempts:
-        click.echo(f"\nattempt {attempt['attempt']} on {attempt['worker']}: {attempt['status']} "
-                   f"({attempt['started_at']} .. {attempt['finished_at']})")  # fmt: skip
+        click.echo(
+            f"\nattempt {attempt['attempt']} on {attempt['worker']}: {attempt['status']} "
+            f"({attempt['started_at']} .. {attempt['finished_at']})"
+        )
         error = attempt.get("error")
         if error:
             click.echo(f"  {error.get('type')}: {error.get('message')}")

@@ -163,7 +163,7 @@ def test_finish_is_conditioned_on_the_token(app: rota.App) -> None:
     def t() -> None: ...
 
     t.enqueue()
-    (c,) = app.store.claim("w", 1, None, 30)
+    app.store.claim("w", 1, None, 30)
     assert app.store.finish([Outcome(c.id, c.token + 1, "succeeded", result="1")]) == set()
     assert app.get_run(c.id).status == "running"
     assert app.store.finish([Outcome(c.id, c.token, "succeeded", result="2")]) == {c.id}
@@ -241,7 +241,7 @@ def test_hand_back_makes_runs_pending_without_counting_the_attempt(app: rota.App
     def t() -> None: ...
 
     t.enqueue()
-    (c,) = app.store.claim("w", 1, None, 30)
+    app.store.claim("w", 1, None, 30)
     assert app.store.hand_back([(c.id, c.token)], "shutting down") == {c.id}
     run = app.get_run(c.id)
     assert (run.status, run.attempt) == ("pending", 0)
@@ -257,7 +257,7 @@ def test_cancel_pending_and_running(app: rota.App) -> None:
     pending = t.enqueue()
     assert app.cancel(pending.id).status == "cancelled"
     running = t.enqueue()
-    (c,) = app.store.claim("w", 1, None, 30)
+    app.store.claim("w", 1, None, 30)
     run = app.cancel(running.id)
     assert run.status == "running" and run.cancel_requested
     assert app.cancel(pending.id).status == "cancelled"  # final: unchanged

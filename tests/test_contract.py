@@ -241,7 +241,7 @@ def test_hand_back_makes_runs_pending_without_counting_the_attempt(app: rota.App
     def t() -> None: ...
 
     t.enqueue()
-    app.store.claim("w", 1, None, 30)
+    (c,) = app.store.claim("w", 1, None, 30)
     assert app.store.hand_back([(c.id, c.token)], "shutting down") == {c.id}
     run = app.get_run(c.id)
     assert (run.status, run.attempt) == ("pending", 0)

@@ -163,7 +163,7 @@ def test_finish_is_conditioned_on_the_token(app: rota.App) -> None:
     def t() -> None: ...
 
     t.enqueue()
-    app.store.claim("w", 1, None, 30)
+    (c,) = app.store.claim("w", 1, None, 30)
     assert app.store.finish([Outcome(c.id, c.token + 1, "succeeded", result="1")]) == set()
     assert app.get_run(c.id).status == "running"
     assert app.store.finish([Outcome(c.id, c.token, "succeeded", result="2")]) == {c.id}

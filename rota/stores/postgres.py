@@ -102,11 +102,16 @@ class PostgresStore(SqlStore):
                 timeout=self.connect_timeout,
             )
             try:
+                # One direct attempt first: it fails at once with the real reason (refused,
+                # unknown host, bad password) where the pool would retry until its timeout.
+                psycopg.connect(
+                    self.url, connect_timeout=max(1, round(self.connect_timeout))
+                ).close()
                 pool.open(wait=True, timeout=self.connect_timeout)
             except psycopg.Error as exc:
                 pool.close()
                 raise DatabaseUnavailable(
-                    f"cannot connect to PostgreSQL at {redact(self.url)}: {_connect_reason(self.url)}"
+                    f"cannot connect to PostgreSQL at {redact(self.url)}: {_reason(exc)}"
                 ) from exc
             self._pool = pool
             return pool
@@ -325,15 +330,6 @@ class PostgresStore(SqlStore):
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
-
-
-def _connect_reason(url: str) -> str:
-    """Why a connection fails, from a direct attempt (the pool only says it timed out)."""
-    try:
-        psycopg.connect(url, connect_timeout=3).close()
-    except psycopg.Error as exc:
-        return _reason(exc)
-    return "the connection pool timed out"  # pragma: no cover
 
 
 def _reason(exc: BaseException) -> str:

@@ -31,3 +31,25 @@ async def sleep_async(seconds: float) -> float:
 
     await asyncio.sleep(seconds)
     return seconds
+
+
+@app.task(name="record", pass_context=True)
+def record(ctx: rota.RunContext, i: int, seconds: float = 0.0) -> dict[str, int]:
+    """Log 'start' and 'end' lines (run id, attempt, token, pid) to ROTA_TEST_LOG; return the
+    token so a test can check the stored result came from the attempt that holds the run."""
+    _log(f"start {ctx.run_id} {ctx.attempt} {ctx.token} {os.getpid()} {i}")
+    if seconds:
+        time.sleep(seconds)
+    _log(f"end {ctx.run_id} {ctx.attempt} {ctx.token} {os.getpid()} {i}")
+    return {"i": i, "token": ctx.token}
+
+
+def _log(line: str) -> None:
+    path = os.environ.get("ROTA_TEST_LOG")
+    if not path:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)

@@ -29,7 +29,7 @@ class WorkerProcs:
         concurrency: int = 4,
         poll: float = 0.05,
         lease: float = 3.0,
-        shutdown_timeout: float = 5.0,
+        shutdown_timeout: float = 2.0,
         extra: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:

@@ -53,3 +53,16 @@ def _log(line: str) -> None:
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
+
+
+@app.task(name="chaos", pass_context=True, retries=100, backoff=0)
+def chaos(ctx: rota.RunContext, i: int, seconds: float) -> dict[str, int]:
+    """Like record, with attempts to spare: kill -9 tests lose attempts on purpose."""
+    return record.fn(ctx, i, seconds)  # type: ignore[no-any-return]
+
+
+@app.task(name="hang_isolated", isolation="process", timeout=1.0)
+def hang_isolated(pid_file: str) -> None:
+    with open(pid_file, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(60)

@@ -31,11 +31,11 @@ from .models import LockInfo
 if TYPE_CHECKING:
     from .app import App
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@\-]{0,199}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@\-]{0,199}")
 
 
 def check_lock_name(name: object) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigurationError(
             f"invalid lock name {name!r}: use 1-200 characters, starting with a letter or digit, "
             "then letters, digits, '_', '.', ':', '/', '@' or '-'"
@@ -56,7 +56,9 @@ def _check_ttl(ttl: object) -> float:
 
 
 def _check_wait(wait: object) -> float:
-    if not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0:
+    # `not wait >= 0` also refuses NaN (which would make the wait loop spin forever);
+    # math.inf is allowed and means "wait as long as it takes".
+    if not isinstance(wait, (int, float)) or isinstance(wait, bool) or not wait >= 0:
         raise ConfigurationError(f"lock wait must be a number of seconds >= 0, got {wait!r}")
     return float(wait)
 

@@ -341,6 +341,7 @@ class App:
         """Declare a recurring job in code (upserted at worker start): `cron=` or `every=`."""
 
         def decorate(fn: Callable[..., Any]) -> Task[..., Any]:
+            registered = False
             if isinstance(fn, Task):
                 task = fn
                 if task_options:
@@ -349,24 +350,30 @@ class App:
                     )
             else:
                 task = self._register(fn, {"name": name, **task_options})
-            spec = build_schedule(
-                name or task.name,
-                task.name,
-                cron=cron,
-                every=every,
-                tz=tz,
-                overlap=overlap,
-                misfire=misfire,
-                misfire_grace=misfire_grace,
-                run_immediately=run_immediately,
-                args=args,
-                kwargs=kwargs,
-                options=task.opts,
-            )
-            if spec.name in self.schedules:
-                raise ConfigurationError(
-                    f"duplicate schedule name {spec.name!r}; pass name=... to tell them apart"
+                registered = True
+            try:
+                spec = build_schedule(
+                    name or task.name,
+                    task.name,
+                    cron=cron,
+                    every=every,
+                    tz=tz,
+                    overlap=overlap,
+                    misfire=misfire,
+                    misfire_grace=misfire_grace,
+                    run_immediately=run_immediately,
+                    args=args,
+                    kwargs=kwargs,
+                    options=task.opts,
                 )
+                if spec.name in self.schedules:
+                    raise ConfigurationError(
+                        f"duplicate schedule name {spec.name!r}; pass name=... to tell them apart"
+                    )
+            except BaseException:
+                if registered:  # a bad schedule leaves no half-registered task behind
+                    del self.tasks[task.name]
+                raise
             self.schedules[spec.name] = spec
             return task
 

@@ -374,10 +374,17 @@ class Worker:
         state = await self._db(self.store.poll_state, self.queues)
         self._set_due(state.now, state.next_run_due, state.next_schedule_due)
         if state.next_schedule_due is not None and state.next_schedule_due <= state.now:
-            if await self._materialize(state.now):
+            planned_at = state.now
+            woke, more = await self._materialize(state.now)
+            if woke:
                 self._next_run_due = time.monotonic()
             state = await self._db(self.store.poll_state, self.queues)
             self._set_due(state.now, state.next_run_due, state.next_schedule_due)
+            stuck = state.next_schedule_due is not None and state.next_schedule_due <= planned_at
+            if stuck and not more:
+                # Still due for the time just planned: a schedule this worker cannot plan
+                # (logged once). Look again at the next regular poll, not in a busy loop.
+                self._next_schedule_due = None
 
     async def _refresh_due(self) -> None:
         state = await self._db(self.store.poll_state, self.queues)
@@ -411,19 +418,23 @@ class Worker:
         spare = self._threads.limit - self.concurrency
         return max(0, self._zombies - spare)
 
-    async def _materialize(self, now: datetime) -> bool:
-        """Turn due schedule ticks into runs; True if a run may have become due."""
-        woke = False
-        for due in await self._db(self.store.due_schedules, 100):
+    async def _materialize(self, now: datetime, limit: int = 100) -> tuple[bool, bool]:
+        """Turn due schedule ticks into runs. Returns (whether a run may have become due,
+        whether more ticks are due at `now` than this pass took: a full batch of schedules,
+        or a plan that stopped at its tick limit)."""
+        woke = more = False
+        batch = await self._db(self.store.due_schedules, limit)
+        for due in batch:
             plan = self._plan(due, now)
             if plan is None:
                 continue
             if await self._db(self.store.materialize, due, plan):
                 self.counters.ticks += len(plan.run)
                 woke = woke or bool(plan.run)
+                more = more or plan.next_run_at <= now
             else:
                 self.counters.locked_out += 1
-        return woke
+        return woke, more or len(batch) >= limit
 
     def _plan(self, due: DueSchedule, now: datetime) -> Materialization | None:
         try:

@@ -187,6 +187,10 @@ class App:
         self.shutdown_timeout = shutdown_timeout
         self.clock = clock
         self.locks_url = locks_url or os.environ.get("ROTA_LOCKS_URL") or None
+        if self.locks_url is not None:
+            from .locks import parse_locks_url
+
+            parse_locks_url(self.locks_url)  # a bad URL fails here, not at the first lock
         self.retention = _check_retention(retention)
         self.prune_interval = prune_interval
         self.tasks: dict[str, Task[Any, Any]] = {}

@@ -24,6 +24,7 @@ import uuid
 import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
+from urllib.parse import parse_qsl, urlencode
 
 from .errors import ConfigurationError, DatabaseUnavailable, LockLost, LockUnavailable
 from .models import LockInfo
@@ -45,6 +46,42 @@ def check_lock_name(name: object) -> str:
             f"invalid lock name {name!r}: names starting with 'rota:' are reserved for rota itself"
         )
     return name
+
+
+_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@\-]{0,99}")
+_LOCKS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password (also the `redis://:password@host` form)."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+
+
+def parse_locks_url(url: object) -> tuple[str, str]:
+    """Check a Redis locks URL; return (the URL for the Redis client, the key prefix).
+
+    `?prefix=NAME` (default "rota") keeps apps that share one Redis apart: their keys are
+    `NAME:lock:<lock name>` and `NAME:fence:<lock name>`. Pure: no import of redis, no I/O.
+    """
+    if not isinstance(url, str) or not url.lower().startswith(_LOCKS_SCHEMES):
+        shown = redact_url(url) if isinstance(url, str) else url
+        raise ConfigurationError(
+            f"invalid Redis URL {shown!r} for locks: use redis://host:6379/0 (or rediss://, "
+            "unix://), optionally with ?prefix=NAME"
+        )
+    base, _, query = url.partition("?")
+    pairs = parse_qsl(query, keep_blank_values=True)
+    prefixes = [value for key, value in pairs if key == "prefix"]
+    prefix = prefixes[-1] if prefixes else "rota"
+    if not _PREFIX.fullmatch(prefix):
+        raise ConfigurationError(
+            f"invalid prefix {prefix!r} in the Redis locks URL: use 1-100 letters, digits, '_', "
+            "'.', ':', '/', '@' or '-', starting with a letter or digit"
+        )
+    if not prefixes:
+        return url, prefix
+    rest = [(key, value) for key, value in pairs if key != "prefix"]
+    return base + (f"?{urlencode(rest)}" if rest else ""), prefix
 
 
 def _check_ttl(ttl: object) -> float:

@@ -2,7 +2,7 @@
 
 Keys: `rota:lock:<name>` holds "<owner> <token>" with a PX expiry (Redis's clock decides);
 `rota:fence:<name>` is the counter that only grows, so tokens increase across holders even
-after the lock key expires. Renew and release compare the stored value first, atomically.
+after the lock key expires. `?prefix=NAME` on the URL replaces `rota` (apps sharing a Redis). Renew and release compare the stored value first, atomically.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .errors import ConfigurationError, DatabaseUnavailable
+from .locks import parse_locks_url, redact_url
 from .models import LockInfo
 
 try:
@@ -39,13 +40,14 @@ return 0
 
 
 class RedisLocks:
-    def __init__(self, url: str, prefix: str = "rota") -> None:
-        if not url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigurationError(f"invalid Redis URL {url!r}: use redis://host:6379/0")
-        self.url = url
-        self.prefix = prefix
+    """`url` is a redis:// (rediss://, unix://) URL; `?prefix=NAME` sets the key prefix."""
+
+    def __init__(self, url: str, prefix: str | None = None) -> None:
+        client_url, url_prefix = parse_locks_url(url)
+        self.url = redact_url(url)  # for messages
+        self.prefix = prefix or url_prefix
         self.client = redis.Redis.from_url(
-            url, socket_connect_timeout=3, socket_timeout=5, decode_responses=True
+            client_url, socket_connect_timeout=3, socket_timeout=5, decode_responses=True
         )
         self._acquire = self.client.register_script(_ACQUIRE)
         self._renew = self.client.register_script(_RENEW)

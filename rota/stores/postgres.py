@@ -40,9 +40,7 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 class _Session:
     __slots__ = ("cur", "now", "queries")
 
-    def __init__(
-        self, cur: psycopg.Cursor[Any], queries: dict[str, str], now: datetime | None
-    ) -> None:
+    def __init__(self, cur: psycopg.Cursor[Any], queries: dict[str, str], now: datetime | None) -> None:
         self.cur = cur
         self.queries = queries
         self.now = now
@@ -104,9 +102,7 @@ class PostgresStore(SqlStore):
             try:
                 # One direct attempt first: it fails at once with the real reason (refused,
                 # unknown host, bad password) where the pool would retry until its timeout.
-                psycopg.connect(
-                    self.url, connect_timeout=max(1, round(self.connect_timeout))
-                ).close()
+                psycopg.connect(self.url, connect_timeout=max(1, round(self.connect_timeout))).close()
                 pool.open(wait=True, timeout=self.connect_timeout)
             except psycopg.Error as exc:
                 pool.close()
@@ -178,9 +174,7 @@ class PostgresStore(SqlStore):
         with self._read() as s:
             if not s.q_text("SELECT to_regclass('rota_migrations')")[0][0]:
                 return 0, latest
-            return int(
-                s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0]
-            ), latest
+            return int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0]), latest
 
     def migrate(self, *, dry_run: bool = False) -> list[str]:
         migrations = load_migrations("postgres")
@@ -229,11 +223,12 @@ class PostgresStore(SqlStore):
         return ids
 
     # -- the worker's hot path -----------------------------------------------------------
-    def claim(
-        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float
-    ) -> list[Claimed]:
+    def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
         with self._read() as s:
-            rows = s.q("claim", owner=owner, limit=limit, lease=lease, queues=self._names(queues))
+            if queues is None:
+                rows = s.q("claim", owner=owner, limit=limit, lease=lease)
+            else:
+                rows = s.q("claim_in_queues", owner=owner, limit=limit, lease=lease, queues=list(queues))
         rows.sort(key=lambda r: r[0])
         return [Claimed(*r) for r in rows]
 
@@ -241,9 +236,7 @@ class PostgresStore(SqlStore):
         if not held:
             return set(), set()
         with self._read() as s:
-            rows = s.q(
-                "heartbeat", ids=[h[0] for h in held], tokens=[h[1] for h in held], lease=lease
-            )
+            rows = s.q("heartbeat", ids=[h[0] for h in held], tokens=[h[1] for h in held], lease=lease)
         return {r[0] for r in rows}, {r[0] for r in rows if r[1]}
 
     def finish(self, outcomes: Sequence[Outcome]) -> set[int]:
@@ -277,9 +270,7 @@ class PostgresStore(SqlStore):
         if not held:
             return set()
         with self._tx() as s:
-            rows = s.q(
-                "hand_back", ids=[h[0] for h in held], tokens=[h[1] for h in held], reason=reason
-            )
+            rows = s.q("hand_back", ids=[h[0] for h in held], tokens=[h[1] for h in held], reason=reason)
             self._notify(s, "run")
         return {r[0] for r in rows}
 
@@ -290,7 +281,10 @@ class PostgresStore(SqlStore):
 
     def poll_state(self, queues: Sequence[str] | None) -> PollState:
         with self._read() as s:
-            row = s.q("poll_state", queues=self._names(queues))[0]
+            if queues is None:
+                row = s.q("poll_state")[0]
+            else:
+                row = s.q("poll_state_in_queues", queues=list(queues))[0]
         now = self._dt(row[0])
         assert now is not None
         return PollState(now, self._dt(row[1]), self._dt(row[2]))

@@ -110,9 +110,7 @@ class SQLiteStore(SqlStore):
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
             except sqlite3.Error as exc:
-                raise DatabaseUnavailable(
-                    f"cannot open SQLite database {self.path!r}: {exc}"
-                ) from exc
+                raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
             self._local.conn = conn
             with self._all_lock:
                 self._all.append(conn)
@@ -123,21 +121,24 @@ class SQLiteStore(SqlStore):
 
     @contextmanager
     def _tx(self) -> Iterator[_Session]:
-        conn = self._conn()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
-        session = _Session(conn, self.queries, self._now())
-        try:
-            yield session
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
-            raise _translate(exc, self.path) from exc
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        # Writers of this process queue on a mutex instead of meeting in SQLite's busy
+        # handler, which sleeps in steps of milliseconds; other processes still use it.
+        with _writer_lock(self.path):
+            conn = self._conn()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
+            session = _Session(conn, self.queries, self._now())
+            try:
+                yield session
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                conn.execute("ROLLBACK")
+                raise _translate(exc, self.path) from exc
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
         for payload in session.wake:
             for callback in list(self.listeners):
                 callback(payload)
@@ -183,14 +184,10 @@ class SQLiteStore(SqlStore):
     def schema_version(self) -> tuple[int, int]:
         latest = len(load_migrations("sqlite"))
         with self._read() as s:
-            exists = s.q_text(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rota_migrations'"
-            )
+            exists = s.q_text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rota_migrations'")
             if not exists:
                 return 0, latest
-            return int(
-                s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0]
-            ), latest
+            return int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0]), latest
 
     def migrate(self, *, dry_run: bool = False) -> list[str]:
         migrations = load_migrations("sqlite")
@@ -231,9 +228,7 @@ class SQLiteStore(SqlStore):
                     "priority": r.priority,
                     "args": r.args,
                     "kwargs": r.kwargs,
-                    "scheduled_for": r.scheduled_for.timestamp()
-                    if r.scheduled_for is not None
-                    else None,
+                    "scheduled_for": r.scheduled_for.timestamp() if r.scheduled_for is not None else None,
                     "delay": r.delay,
                     "max_attempts": r.max_attempts,
                     "timeout": r.timeout,
@@ -246,74 +241,78 @@ class SQLiteStore(SqlStore):
         return ids
 
     # -- the worker's hot path -----------------------------------------------------------
-    def claim(
-        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float
-    ) -> list[Claimed]:
+    def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
         with self._tx() as s:
             token = int(s.q("next_token")[0][0])
-            rows = s.q(
-                "claim",
-                owner=owner,
-                token=token,
-                lease=lease,
-                limit=limit,
-                queues=self._names(queues),
-            )
-        fromts = datetime.fromtimestamp
-        return [
-            Claimed(
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                r[5],
-                r[6],
-                r[7],
-                r[8],
-                r[9],
-                fromts(r[10], UTC),
-                fromts(r[11], UTC),
-                fromts(r[12], UTC),
-            )
-            for r in sorted(rows, key=lambda r: r[0])
-        ]
+            if queues is None:
+                rows = s.q("claim", owner=owner, token=token, lease=lease, limit=limit)
+            else:
+                names = self._names(queues)
+                rows = s.q("claim_in_queues", owner=owner, token=token, lease=lease, limit=limit, queues=names)
+        ts = datetime.fromtimestamp
+        rows.sort(key=lambda r: r[0])
+        return [Claimed(*r[:10], ts(r[10], UTC), ts(r[11], UTC), ts(r[12], UTC)) for r in rows]
 
     def heartbeat(self, held: Sequence[tuple[int, int]], lease: float) -> tuple[set[int], set[int]]:
+        alive: set[int] = set()
+        cancel: set[int] = set()
         if not held:
-            return set(), set()
+            return alive, cancel
         with self._tx() as s:
-            rows = s.q("heartbeat", rows=json.dumps(held), lease=lease)
-        return {r[0] for r in rows}, {r[0] for r in rows if r[1]}
+            for run_id, token in held:
+                rows = s.q("heartbeat", id=run_id, token=token, lease=lease)
+                if rows:
+                    alive.add(run_id)
+                    if rows[0][0]:
+                        cancel.add(run_id)
+        return alive, cancel
 
     def finish(self, outcomes: Sequence[Outcome]) -> set[int]:
+        """One prepared UPDATE per outcome (by primary key) in one transaction; the total
+        change count tells whether every token still held, and only if not do we look."""
         if not outcomes:
             return set()
-        done: set[int] = set()
         with self._tx() as s:
-            plain = [
-                (o.id, o.token, o.result)
-                for o in outcomes
-                if o.status == "succeeded" and o.history is None
-            ]
-            other = [
-                (o.id, o.token, o.status, o.result, o.error, o.retry_in, o.history)
-                for o in outcomes
-                if not (o.status == "succeeded" and o.history is None)
-            ]
+            now = s.now
+            plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
+            other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None)]
+            changed = 0
             if plain:
-                done.update(r[0] for r in s.q("finish_succeeded", rows=json.dumps(plain)))
+                rows = [{"id": o.id, "token": o.token, "result": o.result, "now": now} for o in plain]
+                changed += s.conn.executemany(self.queries["finish_succeeded"], rows).rowcount
             if other:
-                done.update(r[0] for r in s.q("finish", rows=json.dumps(other)))
-        return done
+                rows = [_outcome_params(o, now) for o in other]
+                changed += s.conn.executemany(self.queries["finish"], rows).rowcount
+            if changed == len(outcomes):
+                return {o.id for o in outcomes}
+            return self._written(s, outcomes, now)
+
+    def _written(self, s: _Session, outcomes: Sequence[Outcome], now: float) -> set[int]:
+        """Which outcomes were written: their row now shows their token, status and time."""
+        rows = s.q_text(
+            "SELECT id, token, status, finished_at, due_at FROM rota_runs"
+            " WHERE id IN (SELECT value FROM json_each(:ids))",
+            ids=json.dumps([o.id for o in outcomes]),
+        )
+        current = {r[0]: r[1:] for r in rows}
+        written = set()
+        for o in outcomes:
+            token, status, finished_at, due_at = current.get(o.id, (None, None, None, None))
+            moment = due_at if o.status == "pending" else finished_at
+            if token == o.token and status == o.status and moment is not None and moment >= now:
+                written.add(o.id)
+        return written
 
     def hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:
+        back: set[int] = set()
         if not held:
-            return set()
+            return back
         with self._tx() as s:
-            rows = s.q("hand_back", rows=json.dumps(held), reason=reason)
+            for run_id, token in held:
+                if s.q("hand_back", id=run_id, token=token, reason=reason):
+                    back.add(run_id)
             self._notify(s, "run")
-        return {r[0] for r in rows}
+        return back
 
     def rescue(self, limit: int = 100) -> list[Rescued]:
         with self._tx() as s:
@@ -322,7 +321,10 @@ class SQLiteStore(SqlStore):
 
     def poll_state(self, queues: Sequence[str] | None) -> PollState:
         with self._read() as s:
-            row = s.q("poll_state", queues=self._names(queues))[0]
+            if queues is None:
+                row = s.q("poll_state")[0]
+            else:
+                row = s.q("poll_state_in_queues", queues=self._names(queues))[0]
         now = self._dt(row[0])
         assert now is not None
         return PollState(now, self._dt(row[1]), self._dt(row[2]))
@@ -331,11 +333,35 @@ class SQLiteStore(SqlStore):
         return {"runs": self.count_by_status(), "database": f"sqlite:///{self.path}"}
 
 
+def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:
+    return {
+        "id": o.id,
+        "token": o.token,
+        "status": o.status,
+        "result": o.result,
+        "error": o.error,
+        "retry_in": o.retry_in,
+        "history": o.history,
+        "now": now,
+    }
+
+
+_writer_locks: dict[str, threading.Lock] = {}
+_writer_locks_guard = threading.Lock()
+
+
+def _writer_lock(path: str) -> threading.Lock:
+    key = os.path.realpath(path)
+    with _writer_locks_guard:
+        lock = _writer_locks.get(key)
+        if lock is None:
+            lock = _writer_locks[key] = threading.Lock()
+        return lock
+
+
 def _translate(exc: sqlite3.Error, path: str) -> DatabaseError:
     text = str(exc)
-    if isinstance(exc, sqlite3.OperationalError) and (
-        "unable to open" in text or "disk I/O" in text
-    ):
+    if isinstance(exc, sqlite3.OperationalError) and ("unable to open" in text or "disk I/O" in text):
         return DatabaseUnavailable(f"SQLite database {path!r}: {text}")
     return DatabaseError(f"SQLite database {path!r}: {text}")
 

@@ -65,7 +65,6 @@ CREATE INDEX rota_runs_held ON rota_runs (schedule, scheduled_for, id)
     WHERE held AND status = 'pending';
 CREATE INDEX rota_runs_status ON rota_runs (status, id);
 CREATE INDEX rota_runs_task ON rota_runs (task, id);
-CREATE INDEX rota_runs_finished ON rota_runs (status, finished_at) WHERE finished_at IS NOT NULL;
 
 CREATE TABLE rota_schedules (
     name            text             PRIMARY KEY,

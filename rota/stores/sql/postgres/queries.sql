@@ -44,14 +44,32 @@ WITH token AS (SELECT nextval('rota_token_seq') AS value),
 candidates AS (
     SELECT id FROM rota_runs
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
-      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
     ORDER BY priority DESC, due_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
 UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = token.value, attempt = r.attempt + 1,
-    started_at = {now}, finished_at = NULL,
+    started_at = {now},
+    lease_until = {now} + make_interval(secs => %(lease)s)
+FROM candidates, token
+WHERE r.id = candidates.id
+RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
+          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until
+
+-- name: claim_in_queues
+WITH token AS (SELECT nextval('rota_token_seq') AS value),
+candidates AS (
+    SELECT id FROM rota_runs
+    WHERE status = 'pending' AND NOT held AND due_at <= {now}
+      AND queue = ANY(%(queues)s::text[])
+    ORDER BY priority DESC, due_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE rota_runs r
+SET status = 'running', owner = %(owner)s, token = token.value, attempt = r.attempt + 1,
+    started_at = {now},
     lease_until = {now} + make_interval(secs => %(lease)s)
 FROM candidates, token
 WHERE r.id = candidates.id
@@ -134,8 +152,14 @@ RETURNING r.id, r.task, r.status, d.owner, d.error::text
 -- name: poll_state
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs
+        WHERE status = 'pending' AND NOT held),
+       (SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused)
+
+-- name: poll_state_in_queues
+SELECT {now},
+       (SELECT min(due_at) FROM rota_runs
         WHERE status = 'pending' AND NOT held
-          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))),
+          AND queue = ANY(%(queues)s::text[])),
        (SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused)
 
 -- name: now
@@ -261,6 +285,12 @@ WHERE id = (SELECT id FROM rota_runs
   AND NOT EXISTS (SELECT 1 FROM rota_runs
                   WHERE schedule = %(schedule)s AND exclusive AND NOT held
                     AND status IN ('pending', 'running'))
+RETURNING id
+
+-- name: lock_schedule
+-- The schedule's row lock: whoever ends a run of it (the rota_run_finished trigger) takes
+-- it too, so holding it orders a hand-over of the slot with our inserts.
+SELECT name FROM rota_schedules WHERE name = %(schedule)s FOR UPDATE
 
 -- name: schedule_columns
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue, priority,
@@ -329,7 +359,7 @@ FROM rota_locks ORDER BY name
 WITH doomed AS (
     SELECT id FROM rota_runs
     WHERE status = %(status)s AND finished_at < {now} - make_interval(secs => %(older_than)s)
-    ORDER BY finished_at
+    ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )

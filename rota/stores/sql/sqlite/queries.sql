@@ -36,11 +36,23 @@ UPDATE rota_counters SET value = value + 1 WHERE name = 'token' RETURNING value
 -- name: claim
 UPDATE rota_runs
 SET status = 'running', owner = :owner, token = :token, attempt = attempt + 1,
-    started_at = {now}, finished_at = NULL, lease_until = {now} + :lease
+    started_at = {now}, lease_until = {now} + :lease
 WHERE id IN (
-    SELECT id FROM rota_runs
+    SELECT id FROM rota_runs INDEXED BY rota_runs_claim
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
-      AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+    ORDER BY priority DESC, due_at, id
+    LIMIT :limit)
+RETURNING id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
+          scheduled_for, started_at, lease_until
+
+-- name: claim_in_queues
+UPDATE rota_runs
+SET status = 'running', owner = :owner, token = :token, attempt = attempt + 1,
+    started_at = {now}, lease_until = {now} + :lease
+WHERE id IN (
+    SELECT id FROM rota_runs INDEXED BY rota_runs_claim
+    WHERE status = 'pending' AND NOT held AND due_at <= {now}
+      AND queue IN (SELECT value FROM json_each(:queues))
     ORDER BY priority DESC, due_at, id
     LIMIT :limit)
 RETURNING id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
@@ -48,31 +60,22 @@ RETURNING id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff
 
 -- name: heartbeat
 UPDATE rota_runs SET lease_until = {now} + :lease
-FROM (SELECT value ->> 0 AS id, value ->> 1 AS token FROM json_each(:rows)) AS v
-WHERE rota_runs.id = v.id AND rota_runs.token = v.token AND rota_runs.status = 'running'
-RETURNING rota_runs.id, rota_runs.cancel_requested
+WHERE id = :id AND token = :token AND status = 'running'
+RETURNING cancel_requested
 
 -- name: finish_succeeded
 UPDATE rota_runs
-SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, lease_until = NULL
-FROM (SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS result
-      FROM json_each(:rows)) AS v
-WHERE rota_runs.id = v.id AND rota_runs.token = v.token AND rota_runs.status = 'running'
-RETURNING rota_runs.id
+SET status = 'succeeded', result = :result, error = NULL, finished_at = {now}, lease_until = NULL
+WHERE id = :id AND token = :token AND status = 'running'
 
 -- name: finish
 UPDATE rota_runs
-SET status = v.status, result = v.result, error = v.error, lease_until = NULL,
-    finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE {now} END,
-    due_at = CASE WHEN v.status = 'pending' THEN {now} + v.retry_in ELSE due_at END,
-    attempts = CASE WHEN v.history IS NULL THEN attempts
-                    ELSE json_insert(attempts, '$[#]', json(v.history)) END
-FROM (SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS status,
-             value ->> 3 AS result, value ->> 4 AS error, value ->> 5 AS retry_in,
-             value ->> 6 AS history
-      FROM json_each(:rows)) AS v
-WHERE rota_runs.id = v.id AND rota_runs.token = v.token AND rota_runs.status = 'running'
-RETURNING rota_runs.id
+SET status = :status, result = :result, error = :error, lease_until = NULL,
+    finished_at = CASE WHEN :status = 'pending' THEN NULL ELSE {now} END,
+    due_at = CASE WHEN :status = 'pending' THEN {now} + :retry_in ELSE due_at END,
+    attempts = CASE WHEN :history IS NULL THEN attempts
+                    ELSE json_insert(attempts, '$[#]', json(:history)) END
+WHERE id = :id AND token = :token AND status = 'running'
 
 -- name: hand_back
 UPDATE rota_runs
@@ -84,9 +87,8 @@ SET status = 'pending', attempt = attempt - 1, due_at = {now}, lease_until = NUL
         'finished_at', strftime('%Y-%m-%dT%H:%M:%fZ', {now}, 'unixepoch'),
         'status', 'handed back',
         'error', json_object('type', 'HandedBack', 'message', :reason)))
-FROM (SELECT value ->> 0 AS id, value ->> 1 AS token FROM json_each(:rows)) AS v
-WHERE rota_runs.id = v.id AND rota_runs.token = v.token AND rota_runs.status = 'running'
-RETURNING rota_runs.id
+WHERE id = :id AND token = :token AND status = 'running'
+RETURNING id
 
 -- name: rescue
 UPDATE rota_runs
@@ -114,16 +116,22 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled'
                            || ' (attempt ' || attempt || ' of ' || max_attempts || ')',
                 'traceback', NULL)))
         ELSE attempts END
-WHERE id IN (SELECT id FROM rota_runs
+WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_lease
              WHERE status = 'running' AND lease_until < {now}
              ORDER BY lease_until LIMIT :limit)
 RETURNING id, task, status, owner, error
 
 -- name: poll_state
 SELECT {now},
-       (SELECT min(due_at) FROM rota_runs
+       (SELECT min(due_at) FROM rota_runs INDEXED BY rota_runs_due
+        WHERE status = 'pending' AND NOT held),
+       (SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused)
+
+-- name: poll_state_in_queues
+SELECT {now},
+       (SELECT min(due_at) FROM rota_runs INDEXED BY rota_runs_due
         WHERE status = 'pending' AND NOT held
-          AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))),
+          AND queue IN (SELECT value FROM json_each(:queues))),
        (SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused)
 
 -- name: now
@@ -246,6 +254,11 @@ WHERE id = (SELECT id FROM rota_runs
   AND NOT EXISTS (SELECT 1 FROM rota_runs
                   WHERE schedule = :schedule AND exclusive AND NOT held
                     AND status IN ('pending', 'running'))
+RETURNING id
+
+-- name: lock_schedule
+-- (Write transactions are serialized on SQLite: nothing to lock; kept for the same flow.)
+SELECT name FROM rota_schedules WHERE name = :schedule
 
 -- name: schedule_columns
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue, priority,
@@ -312,7 +325,7 @@ FROM rota_locks ORDER BY name
 
 -- name: prune
 DELETE FROM rota_runs
-WHERE id IN (SELECT id FROM rota_runs
+WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_status
              WHERE status = :status AND finished_at < {now} - :older_than
-             ORDER BY finished_at LIMIT :limit)
+             ORDER BY id LIMIT :limit)
 RETURNING id

@@ -323,10 +323,10 @@ class SqlStore(Store, abc.ABC):
             skipped_more=plan.skipped_more,
         ):
             raise _Abort
-        if due.overlap != "concurrent":
+        if due.overlap != "concurrent" and s.q("promote_held", schedule=due.name):
             # Holding the schedule's row lock now: an active run that ended while we were
-            # inserting held ticks could not see them; hand its slot on ourselves.
-            s.q("promote_held", schedule=due.name)
+            # inserting held ticks could not see them; we handed its slot on ourselves.
+            woke = True
         if woke:
             self._notify(s, "run")
 
@@ -374,6 +374,15 @@ class SqlStore(Store, abc.ABC):
                 maybe_id, started = self._overlap(s, due, None, manual=True)
                 assert maybe_id is not None
                 run_id = maybe_id
+                # As in materialize: an active run that ended while we inserted a held run
+                # could not see it. Take the schedule's row lock (after the inserts, the
+                # order materialize uses: no deadlock with the ending run's trigger), then
+                # hand the slot on ourselves if it is free.
+                s.q("lock_schedule", schedule=due.name)
+                promoted = s.q("promote_held", schedule=due.name)
+                started = started or any(int(r[0]) == run_id for r in promoted)
+                if promoted and not started:
+                    self._notify(s, "run")  # an older held run got the slot
             if started:
                 self._notify(s, "run")
                 return run_id, "started"

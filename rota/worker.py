@@ -43,7 +43,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -74,18 +74,26 @@ def worker_identity() -> str:
     return base if n == 1 else f"{base}:{n}"
 
 
-@dataclass(eq=False, slots=True)
 class _Active:
-    """A run this worker holds."""
+    """A run this worker holds. Kept small: one is made per run on the hot path."""
 
-    claim: Claimed
-    task: Task[Any, Any] | None
-    cancel: threading.Event = field(default_factory=threading.Event)
-    cancel_requested: bool = False
-    done: bool = False  # its slot is free; whatever the handler does later is ignored
-    started: float = field(default_factory=time.monotonic)
-    async_task: asyncio.Task[None] | None = None
-    timer: asyncio.TimerHandle | None = None
+    __slots__ = ("_cancel", "async_task", "cancel_requested", "claim", "done", "task", "timer")
+
+    def __init__(self, claim: Claimed, task: Task[Any, Any] | None) -> None:
+        self.claim = claim
+        self.task = task
+        self._cancel: threading.Event | None = None
+        self.cancel_requested = False
+        self.done = False  # its slot is free; whatever the handler does later is ignored
+        self.async_task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    @property
+    def cancel(self) -> threading.Event:
+        """Set when the run should stop (made on first use: most runs never need it)."""
+        if self._cancel is None:
+            self._cancel = threading.Event()
+        return self._cancel
 
 
 @dataclass(slots=True)
@@ -123,9 +131,7 @@ class _Outage:
         self.failures += 1
         if self.since is None:
             self.since = time.monotonic()
-            log.warning(
-                "database unavailable (%s); the worker keeps running and retries with backoff", exc
-            )
+            log.warning("database unavailable (%s); the worker keeps running and retries with backoff", exc)
         return float(min(10.0, 0.2 * 2 ** min(self.failures, 6)) * random.uniform(0.75, 1.25))
 
     def ok(self) -> bool:
@@ -160,9 +166,7 @@ class Worker:
         metrics_port: int | None = None,
     ) -> None:
         self.app = app
-        self.concurrency = _positive_int(
-            "concurrency", concurrency if concurrency is not None else app.concurrency
-        )
+        self.concurrency = _positive_int("concurrency", concurrency if concurrency is not None else app.concurrency)
         self.queues = list(queues) if queues else None
         self.lease = _positive("lease", lease if lease is not None else app.lease)
         self.poll_interval = _positive(
@@ -390,15 +394,11 @@ class Worker:
         state = await self._db(self.store.poll_state, self.queues)
         self._set_due(state.now, state.next_run_due, state.next_schedule_due)
 
-    def _set_due(
-        self, db_now: datetime, run_due: datetime | None, schedule_due: datetime | None
-    ) -> None:
+    def _set_due(self, db_now: datetime, run_due: datetime | None, schedule_due: datetime | None) -> None:
         """Translate due times on the database clock into this process's monotonic clock."""
         mono = time.monotonic()
         self._next_run_due = None if run_due is None else mono + (run_due - db_now).total_seconds()
-        self._next_schedule_due = (
-            None if schedule_due is None else mono + (schedule_due - db_now).total_seconds()
-        )
+        self._next_schedule_due = None if schedule_due is None else mono + (schedule_due - db_now).total_seconds()
 
     async def _claim_some(self) -> tuple[int, int]:
         """Claim up to the free slots if a run is due. Returns (claimed, asked)."""
@@ -470,9 +470,7 @@ class Worker:
         self._slot_freed.clear()
         if self.free_slots > 0:
             return
-        await self._wait_event(
-            self._slot_freed, self._until(housekeeping_at, self._next_schedule_due)
-        )
+        await self._wait_event(self._slot_freed, self._until(housekeeping_at, self._next_schedule_due))
 
     async def _sleep_until(self, housekeeping_at: float) -> None:
         self._wake.clear()
@@ -559,14 +557,13 @@ class Worker:
             observe("started", claim, time.time())
         if task is None:
             self._complete(active, ("unknown", None))
-        elif task.opts.isolation == "process":
-            self._threads.submit(
-                lambda: self._thread_done(active, self._call_in_child(active, task))
-            )
+            return
+        if task.opts.pass_context or task.opts.isolation == "process":
+            active._cancel = threading.Event()  # made here, on the loop: the handler's thread reads it
+        if task.opts.isolation == "process":
+            self._threads.submit(lambda: self._thread_done(active, self._call_in_child(active, task)))
         elif task.is_async:
-            active.async_task = asyncio.get_running_loop().create_task(
-                self._call_async(active, task)
-            )
+            active.async_task = asyncio.get_running_loop().create_task(self._call_async(active, task))
         else:
             self._threads.submit(lambda: self._thread_done(active, self._call_sync(active, task)))
             if claim.timeout is not None:
@@ -638,9 +635,7 @@ class Worker:
                 "scheduled_for": c.scheduled_for,
                 "schedule": c.schedule,
             }
-        kind, value = run_in_child(
-            module, qualname, task.name, c.args, c.kwargs, context, c.timeout, active.cancel
-        )
+        kind, value = run_in_child(module, qualname, task.name, c.args, c.kwargs, context, c.timeout, active.cancel)
         if kind == "error":
             return "child_error", value
         if kind == "cancelled":
@@ -708,17 +703,11 @@ class Worker:
             return Outcome(c.id, c.token, "failed", error=_error("TaskNotFound", message))
         if active.cancel_requested and kind in ("cancelled", "error", "child_error", "timeout"):
             self.counters.cancelled += 1
-            return Outcome(
-                c.id, c.token, "cancelled", error=_error("Cancelled", "cancelled on request")
-            )
+            return Outcome(c.id, c.token, "cancelled", error=_error("Cancelled", "cancelled on request"))
         error, retryable = self._error_of(active, kind, value)
         task = active.task
         retry_on = task.opts.retry_on if task is not None else None
-        if (
-            c.attempt < c.max_attempts
-            and retryable
-            and (retry_on is None or _matches(value, retry_on))
-        ):
+        if c.attempt < c.max_attempts and retryable and (retry_on is None or _matches(value, retry_on)):
             self.counters.retried += 1
             delay = self._backoff(active).delay(c.attempt)
             history = {
@@ -729,9 +718,7 @@ class Worker:
                 "status": "timed out" if kind == "timeout" else "failed",
                 "error": json.loads(error),
             }
-            return Outcome(
-                c.id, c.token, "pending", error=error, retry_in=delay, history=json.dumps(history)
-            )
+            return Outcome(c.id, c.token, "pending", error=error, retry_in=delay, history=json.dumps(history))
         self.counters.failed += 1
         return Outcome(c.id, c.token, "failed", error=error)
 
@@ -742,9 +729,7 @@ class Worker:
             self.counters.timed_out += 1
             return _error("Timeout", f"run {c.id} exceeded its timeout of {c.timeout:g} s"), True
         if kind == "crashed":
-            return _error(
-                "ChildCrashed", f"the isolated process of run {c.id} died with exit code {value}"
-            ), True
+            return _error("ChildCrashed", f"the isolated process of run {c.id} died with exit code {value}"), True
         if kind == "child_error":
             return json.dumps(value), True
         if isinstance(value, BaseException):
@@ -825,12 +810,7 @@ class Worker:
             return
         for run_id, token in held:
             active = self.inflight.get(run_id)
-            if (
-                run_id not in alive
-                and active is not None
-                and not active.done
-                and active.claim.token == token
-            ):
+            if run_id not in alive and active is not None and not active.done and active.claim.token == token:
                 self._lease_lost(active)
         for run_id in cancel:
             self._request_cancel(run_id)
@@ -957,9 +937,7 @@ class Worker:
             self._lease_lost_quietly(active)
         held = [(a.claim.id, a.claim.token) for a in unfinished]
         try:
-            back = await self._db(
-                self.store.hand_back, held, f"worker {self.id} shut down before the run finished"
-            )
+            back = await self._db(self.store.hand_back, held, f"worker {self.id} shut down before the run finished")
         except DatabaseError as exc:
             log.error(
                 "could not hand back %d run(s) (%s); they will be rescued when their lease expires",
@@ -997,10 +975,7 @@ class Worker:
         return await future
 
     def _install_signals(self) -> None:
-        if (
-            not self.install_signal_handlers
-            or threading.current_thread() is not threading.main_thread()
-        ):
+        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
             self.install_signal_handlers = False
             return
         loop = asyncio.get_running_loop()

@@ -11,6 +11,7 @@ autocommit mode; transactions are explicit and short.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -236,41 +237,31 @@ class PostgresStore(SqlStore):
         if not held:
             return set(), set()
         with self._read() as s:
-            rows = s.q("heartbeat", ids=[h[0] for h in held], tokens=[h[1] for h in held], lease=lease)
+            rows = s.q("heartbeat", rows=_json(held), lease=lease)
         return {r[0] for r in rows}, {r[0] for r in rows if r[1]}
 
     def finish(self, outcomes: Sequence[Outcome]) -> set[int]:
-        plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
-        other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None)]
+        """Batches travel as one JSON parameter: encoding a list of tuples in C is far
+        cheaper than adapting several Python lists to PostgreSQL arrays."""
+        plain = [(o.id, o.token, o.result) for o in outcomes if o.status == "succeeded" and o.history is None]
+        other = [
+            (o.id, o.token, o.status, o.result, o.error, o.retry_in, o.history)
+            for o in outcomes
+            if not (o.status == "succeeded" and o.history is None)
+        ]
         done: set[int] = set()
         with self._read() as s:
             if plain:
-                rows = s.q(
-                    "finish_succeeded",
-                    ids=[o.id for o in plain],
-                    tokens=[o.token for o in plain],
-                    results=[o.result for o in plain],
-                )
-                done.update(r[0] for r in rows)
+                done.update(r[0] for r in s.q("finish_succeeded", rows=_json(plain)))
             if other:
-                rows = s.q(
-                    "finish",
-                    ids=[o.id for o in other],
-                    tokens=[o.token for o in other],
-                    statuses=[o.status for o in other],
-                    results=[o.result for o in other],
-                    errors=[o.error for o in other],
-                    retry_in=[o.retry_in for o in other],
-                    histories=[o.history for o in other],
-                )
-                done.update(r[0] for r in rows)
+                done.update(r[0] for r in s.q("finish", rows=_json(other)))
         return done
 
     def hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:
         if not held:
             return set()
         with self._tx() as s:
-            rows = s.q("hand_back", ids=[h[0] for h in held], tokens=[h[1] for h in held], reason=reason)
+            rows = s.q("hand_back", rows=_json(held), reason=reason)
             self._notify(s, "run")
         return {r[0] for r in rows}
 
@@ -322,6 +313,9 @@ class PostgresStore(SqlStore):
                 delay = min(delay * 2, 10.0)
 
 
+_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
 
@@ -332,8 +326,6 @@ def _reason(exc: BaseException) -> str:
 
 
 def _message(error_json: str) -> str:
-    import json
-
     return str(json.loads(error_json)["message"])
 
 

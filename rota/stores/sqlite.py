@@ -251,7 +251,24 @@ class SQLiteStore(SqlStore):
                 rows = s.q("claim_in_queues", owner=owner, token=token, lease=lease, limit=limit, queues=names)
         ts = datetime.fromtimestamp
         rows.sort(key=lambda r: r[0])
-        return [Claimed(*r[:10], ts(r[10], UTC), ts(r[11], UTC), ts(r[12], UTC)) for r in rows]
+        return [
+            Claimed(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                r[7],
+                r[8],
+                r[9],
+                ts(r[10], UTC),
+                ts(r[11], UTC),
+                ts(r[12], UTC),
+            )
+            for r in rows
+        ]
 
     def heartbeat(self, held: Sequence[tuple[int, int]], lease: float) -> tuple[set[int], set[int]]:
         alive: set[int] = set()

@@ -1,5 +1,7 @@
 -- Named queries of the PostgreSQL store. Every backend defines the same names (a test checks).
 -- `{now}` stands for the store's clock: the configured clock if any, else now().
+-- Batch writes take one JSON parameter `rows`; `r.id = ANY(ARRAY(...))` makes the planner
+-- fetch those rows by key instead of hashing every running run.
 
 -- name: insert_run
 INSERT INTO rota_runs (id, task, queue, priority, status, args, kwargs, key, schedule, tick,
@@ -78,15 +80,19 @@ RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.
 
 -- name: heartbeat
 UPDATE rota_runs r SET lease_until = {now} + make_interval(secs => %(lease)s)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS v(id, token)
-WHERE r.id = v.id AND r.token = v.token AND r.status = 'running'
+FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
+      FROM json_array_elements(%(rows)s::json) AS e) AS v
+WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
+  AND r.id = v.id AND r.token = v.token AND r.status = 'running'
 RETURNING r.id, r.cancel_requested
 
 -- name: finish_succeeded
 UPDATE rota_runs r
 SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, lease_until = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[]) AS v(id, token, result)
-WHERE r.id = v.id AND r.token = v.token AND r.status = 'running'
+FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS result
+      FROM json_array_elements(%(rows)s::json) AS e) AS v
+WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
+  AND r.id = v.id AND r.token = v.token AND r.status = 'running'
 RETURNING r.id
 
 -- name: finish
@@ -97,10 +103,11 @@ SET status = v.status, result = v.result, error = v.error, lease_until = NULL,
                   ELSE r.due_at END,
     attempts = CASE WHEN v.history IS NULL THEN r.attempts
                     ELSE r.attempts || jsonb_build_array(v.history::jsonb) END
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(statuses)s::text[], %(results)s::text[],
-            %(errors)s::text[], %(retry_in)s::float8[], %(histories)s::text[])
-     AS v(id, token, status, result, error, retry_in, history)
-WHERE r.id = v.id AND r.token = v.token AND r.status = 'running'
+FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS status, e->>3 AS result,
+             e->>4 AS error, (e->>5)::float8 AS retry_in, e->>6 AS history
+      FROM json_array_elements(%(rows)s::json) AS e) AS v
+WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
+  AND r.id = v.id AND r.token = v.token AND r.status = 'running'
 RETURNING r.id
 
 -- name: hand_back
@@ -111,8 +118,10 @@ SET status = 'pending', attempt = r.attempt - 1, due_at = {now}, lease_until = N
         'attempt', r.attempt, 'worker', r.owner, 'started_at', r.started_at,
         'finished_at', {now}, 'status', 'handed back', 'error',
         jsonb_build_object('type', 'HandedBack', 'message', %(reason)s::text)))
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS v(id, token)
-WHERE r.id = v.id AND r.token = v.token AND r.status = 'running'
+FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
+      FROM json_array_elements(%(rows)s::json) AS e) AS v
+WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
+  AND r.id = v.id AND r.token = v.token AND r.status = 'running'
 RETURNING r.id
 
 -- name: rescue

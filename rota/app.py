@@ -252,7 +252,8 @@ class App:
 
     def close(self) -> None:
         """Release held locks and close every connection."""
-        self.release_process_locks()
+        if self._locks is not None:
+            self._locks.close()  # releases this process's locks, stops the renewer thread
         self._store.close()
         self._ready = False
 

@@ -8,15 +8,21 @@ even a holder that lost its lock without knowing (a GC pause, SIGSTOP, a network
 cannot overwrite its successor's work. Renewal and release are conditioned on (owner, token):
 a stale holder's release is a no-op, never the release of someone else's lock.
 
-While held, a lease is renewed every ttl/3 by a background thread (or task). If a renewal is
-refused, or the TTL passes without a successful renewal (the process was paused, the backend
-unreachable), the lease is *lost*: `lease.lost` turns true and leaving the `with` block
-raises `LockLost`, so the caller knows its critical section may not have been exclusive.
+While held, a lease is renewed every ttl/3 by the manager's renewer thread (one per App, for
+sync and async holders alike). If a renewal is refused, or the TTL passes without a successful
+renewal (the process was paused, the backend unreachable), the lease is *lost*: `lease.lost`
+turns true and leaving the `with` block raises `LockLost`, so the caller knows its critical
+section may not have been exclusive. The holder's own deadline is measured on its monotonic
+clock from the moment it *sent* the acquire or renew, so it ends no later than the backend's
+expiry: `lost` may turn true a little early, never late. A lease that is lost stays lost
+(it is never renewed back to life, even if nobody else took the lock meanwhile).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
 import re
 import threading
 import time
@@ -31,6 +37,8 @@ from .models import LockInfo
 
 if TYPE_CHECKING:
     from .app import App
+
+log = logging.getLogger("rota.locks")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@\-]{0,199}")
 
@@ -86,9 +94,7 @@ def parse_locks_url(url: object) -> tuple[str, str]:
 
 def _check_ttl(ttl: object) -> float:
     if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not 0.1 <= ttl <= 86400 * 7:
-        raise ConfigurationError(
-            f"lock ttl must be a number of seconds from 0.1 to 604800, got {ttl!r}"
-        )
+        raise ConfigurationError(f"lock ttl must be a number of seconds from 0.1 to 604800, got {ttl!r}")
     return float(ttl)
 
 
@@ -132,17 +138,25 @@ class StoreLocks:
 class Lease:
     """A held lock. `token` is its fencing token; `lost` turns true if it was lost."""
 
-    def __init__(self, manager: LockManager, name: str, owner: str, token: int, ttl: float) -> None:
+    def __init__(
+        self,
+        manager: LockManager,
+        name: str,
+        owner: str,
+        token: int,
+        ttl: float,
+        valid_until: float | None = None,
+    ) -> None:
         self.name = name
         self.owner = owner
         self.token = token
         self.ttl = ttl
         self._manager = manager
-        self._valid_until = time.monotonic() + ttl
+        # Our own view of the expiry, on the monotonic clock. It starts when the call that set
+        # the backend's expiry *started*, so it never ends later than the backend's.
+        self._valid_until = time.monotonic() + ttl if valid_until is None else valid_until
         self._lost = False
         self._released = False
-        self._stop = threading.Event()
-        self._renewer: threading.Thread | None = None
 
     @property
     def lost(self) -> bool:
@@ -160,17 +174,18 @@ class Lease:
         return f"Lease(name={self.name!r}, token={self.token}, {state})"
 
     def renew(self) -> bool:
-        """Extend the lease now; False (and lost) if it no longer holds the lock."""
-        if self._released or self._lost:
+        """Extend the lease now. False if not extended: refused (then `lost` is true), or the
+        backend unreachable (then it stays held until its TTL runs out; see `lost`)."""
+        if self._released or self.lost:  # past its TTL it is lost: never renewed back to life
             return False
         started = time.monotonic()
         try:
             ok = self._manager.backend.renew(self.name, self.owner, self.token, self.ttl)
         except DatabaseUnavailable:
-            return not self.lost  # keep trying until the TTL runs out
+            return False
         if ok:
             self._valid_until = started + self.ttl
-        else:
+        elif not self._released:  # refused because we released it meanwhile is not a loss
             self._lost = True
         return ok
 
@@ -179,25 +194,22 @@ class Lease:
         if self._released:
             return False
         self._released = True
-        self._stop.set()
         self._manager._forget(self)
         try:
             return self._manager.backend.release(self.name, self.owner, self.token)
         except DatabaseUnavailable:
             return False  # it expires on its own
 
-    def _start_renewing(self) -> None:
-        self._renewer = threading.Thread(
-            target=self._renew_loop, name=f"rota-lock-{self.name}", daemon=True
-        )
-        self._renewer.start()
-
-    def _renew_loop(self) -> None:
-        interval = self.ttl / 3
-        while not self._stop.wait(interval):
-            if not self.renew() and self._lost:
-                return
-            interval = self.ttl / 3 if not self.lost else 0.2
+    def _renew_due(self) -> float | None:
+        """One renewal by the renewer thread: the monotonic time of the next one, or None."""
+        if self._released or self.lost:
+            return None
+        started = time.monotonic()
+        if self.renew():
+            return started + self.ttl / 3
+        if self._released or self.lost:
+            return None
+        return time.monotonic() + min(self.ttl / 3, 1.0)  # unreachable: retry sooner
 
     def __enter__(self) -> Lease:
         return self
@@ -211,10 +223,78 @@ class Lease:
         lost = self.lost
         self.release()
         if lost:
-            raise LockLost(
-                f"lock {self.name!r} (token {self.token}) was lost while held: its lease expired or was "
-                "taken over, so the critical section may not have been exclusive"
-            )
+            raise _lost_error(self)
+
+
+def _lost_error(lease: Lease) -> LockLost:
+    return LockLost(
+        f"lock {lease.name!r} (token {lease.token}) was lost while held: its lease expired or was "
+        "taken over, so the critical section may not have been exclusive"
+    )
+
+
+class _Renewer:
+    """One daemon thread per LockManager renews every held lease when it is due (ttl/3).
+
+    One thread rather than one per lease: no thread per acquisition, and a single database
+    connection for renewals (the SQLite store keeps one connection per thread, which a
+    thread per lease leaked at every acquisition held past ttl/3)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[Lease, float] = {}
+        self._thread: threading.Thread | None = None
+        self._generation = 0
+
+    def add(self, lease: Lease, at: float) -> None:
+        with self._cond:
+            self._due[lease] = at
+            if self._thread is None or not self._thread.is_alive():  # first use, or after fork
+                self._thread = threading.Thread(
+                    target=self._run,
+                    args=(self._generation,),
+                    name="rota-lock-renewer",
+                    daemon=True,
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def discard(self, lease: Lease) -> None:
+        with self._cond:
+            self._due.pop(lease, None)
+
+    def close(self) -> None:
+        with self._cond:
+            self._generation += 1
+            self._due.clear()
+            self._thread = None
+            self._cond.notify_all()
+
+    def _next(self, generation: int) -> Lease | None:
+        with self._cond:
+            while self._generation == generation:
+                if not self._due:
+                    self._cond.wait()
+                    continue
+                lease, at = min(self._due.items(), key=lambda item: item[1])
+                delay = at - time.monotonic()
+                if delay <= 0:
+                    del self._due[lease]
+                    return lease
+                self._cond.wait(delay)
+            return None
+
+    def _run(self, generation: int) -> None:
+        while (lease := self._next(generation)) is not None:
+            try:
+                at = lease._renew_due()
+            except Exception:  # a bug or an unexpected driver error: keep renewing the others
+                log.exception("renewing lock %r failed", lease.name)
+                at = time.monotonic() + min(lease.ttl / 3, 1.0)
+            if at is not None:
+                with self._cond:
+                    if self._generation == generation and not lease.released:
+                        self._due[lease] = at
 
 
 class LockContext:
@@ -241,8 +321,39 @@ class LockContext:
         self.lease.__exit__(exc_type, exc, tb)
 
 
+class _Attempt:
+    """One try_lock on a thread for an async caller that may be cancelled meanwhile: a lease
+    that arrives after the caller gave up is released, never left held (and renewed)."""
+
+    def __init__(self, manager: LockManager, name: str, ttl: float) -> None:
+        self.manager = manager
+        self.name = name
+        self.ttl = ttl
+        self._mutex = threading.Lock()
+        self._abandoned = False
+        self._lease: Lease | None = None
+
+    def run(self) -> Lease | None:
+        lease = self.manager.try_lock(self.name, self.ttl)
+        with self._mutex:
+            if not self._abandoned:
+                self._lease = lease
+                return lease
+        if lease is not None:
+            lease.release()
+        return None
+
+    def abandon(self) -> None:
+        with self._mutex:
+            self._abandoned = True
+            lease, self._lease = self._lease, None
+        if lease is not None:  # delivered, but the caller was cancelled before it saw it
+            threading.Thread(target=lease.release, name="rota-lock-release", daemon=True).start()
+
+
 class AsyncLockContext:
-    """`async with app.lock_async(...) as lease:` (acquisition and release off the loop)."""
+    """`async with app.lock_async(...) as lease:` (acquisition and release off the loop;
+    renewal by the manager's renewer thread, so a busy loop does not starve it)."""
 
     def __init__(self, manager: LockManager, name: str, ttl: float, wait: float) -> None:
         self.manager = manager
@@ -255,13 +366,18 @@ class AsyncLockContext:
         deadline = time.monotonic() + self.wait
         delay = 0.01
         while True:
-            lease = await asyncio.to_thread(self.manager.try_lock, self.name, self.ttl)
+            attempt = _Attempt(self.manager, self.name, self.ttl)
+            try:
+                lease = await asyncio.to_thread(attempt.run)
+            except BaseException:  # cancelled (or failed) while the attempt was in flight
+                attempt.abandon()
+                raise
             if lease is not None:
                 self.lease = lease
                 return lease
             if time.monotonic() >= deadline:
-                raise self.manager.unavailable(self.name, self.wait)
-            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                raise await asyncio.to_thread(self.manager.unavailable, self.name, self.wait)
+            await asyncio.sleep(_backoff(delay, deadline))
             delay = min(delay * 2, 0.5)
 
     async def __aexit__(
@@ -274,14 +390,17 @@ class AsyncLockContext:
         lost = self.lease.lost
         await asyncio.to_thread(self.lease.release)
         if lost:
-            raise LockLost(
-                f"lock {self.name!r} (token {self.lease.token}) was lost while held: its lease expired "
-                "or was taken over, so the critical section may not have been exclusive"
-            )
+            raise _lost_error(self.lease)
+
+
+def _backoff(delay: float, deadline: float) -> float:
+    """Sleep before the next attempt: jittered (so waiters don't retry in lockstep), and never
+    past the deadline."""
+    return min(delay * random.uniform(0.5, 1.0), max(0.0, deadline - time.monotonic()))
 
 
 class LockManager:
-    """The App's named locks: picks the backend, tracks this process's leases."""
+    """The App's named locks: picks the backend, tracks and renews this process's leases."""
 
     def __init__(self, app: App) -> None:
         self.app = app
@@ -294,18 +413,20 @@ class LockManager:
             self.backend = StoreLocks(app)
         self._held: weakref.WeakSet[Lease] = weakref.WeakSet()
         self._held_lock = threading.Lock()
+        self._renewer = _Renewer()
 
     def try_lock(self, name: str, ttl: float = 60.0) -> Lease | None:
         check_lock_name(name)
         ttl = _check_ttl(ttl)
         owner = f"{_process_id()}:{uuid.uuid4().hex[:12]}"
+        started = time.monotonic()
         token = self.backend.acquire(name, owner, ttl)
         if token is None:
             return None
-        lease = Lease(self, name, owner, token, ttl)
+        lease = Lease(self, name, owner, token, ttl, valid_until=started + ttl)
         with self._held_lock:
             self._held.add(lease)
-        lease._start_renewing()
+        self._renewer.add(lease, started + ttl / 3)
         return lease
 
     def acquire(self, name: str, ttl: float, wait: float) -> Lease:
@@ -318,18 +439,12 @@ class LockManager:
                 return lease
             if time.monotonic() >= deadline:
                 raise self.unavailable(name, wait)
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            time.sleep(_backoff(delay, deadline))
             delay = min(delay * 2, 0.5)
 
     def unavailable(self, name: str, wait: float) -> LockUnavailable:
-        holder = next(
-            (info for info in self.backend.list() if info.name == name and info.held), None
-        )
-        who = (
-            f" by {holder.owner} (token {holder.token}, expires {holder.expires_at})"
-            if holder
-            else ""
-        )
+        holder = next((info for info in self.backend.list() if info.name == name and info.held), None)
+        who = f" by {holder.owner} (token {holder.token}, expires {holder.expires_at})" if holder else ""
         return LockUnavailable(f"lock {name!r} is held{who}; gave up after waiting {wait:g} s")
 
     def lock(self, name: str, ttl: float, wait: float) -> LockContext:
@@ -349,9 +464,15 @@ class LockManager:
             leases = list(self._held)
         return sum(1 for lease in leases if lease.release())
 
+    def close(self) -> None:
+        """Release every lease and stop the renewer thread (App.close)."""
+        self.release_all()
+        self._renewer.close()
+
     def _forget(self, lease: Lease) -> None:
         with self._held_lock:
             self._held.discard(lease)
+        self._renewer.discard(lease)
 
 
 def _process_id() -> str:

@@ -63,18 +63,12 @@ class RedisLocks:
             raise DatabaseUnavailable(f"cannot reach Redis at {self.url}: {exc}") from exc
 
     def acquire(self, name: str, owner: str, ttl: float) -> int | None:
-        token = self._call(
-            self._acquire, keys=list(self._keys(name)), args=[owner, max(1, int(ttl * 1000))]
-        )
+        token = self._call(self._acquire, keys=list(self._keys(name)), args=[owner, max(1, int(ttl * 1000))])
         return int(token) if token is not None else None
 
     def renew(self, name: str, owner: str, token: int, ttl: float) -> bool:
         lock_key, _ = self._keys(name)
-        return bool(
-            self._call(
-                self._renew, keys=[lock_key], args=[f"{owner} {token}", max(1, int(ttl * 1000))]
-            )
-        )
+        return bool(self._call(self._renew, keys=[lock_key], args=[f"{owner} {token}", max(1, int(ttl * 1000))]))
 
     def release(self, name: str, owner: str, token: int) -> bool:
         lock_key, _ = self._keys(name)
@@ -83,9 +77,7 @@ class RedisLocks:
     def list(self) -> list[LockInfo]:
         result = []
         start = f"{self.prefix}:fence:"
-        for fence_key in self._call(
-            lambda: list(self.client.scan_iter(match=f"{start}*", count=500))
-        ):
+        for fence_key in self._call(lambda: list(self.client.scan_iter(match=f"{start}*", count=500))):
             name = fence_key[len(start) :]
             lock_key, _ = self._keys(name)
             pipe = self.client.pipeline()
@@ -94,11 +86,7 @@ class RedisLocks:
             pipe.get(fence_key)
             value, pttl, fence = self._call(pipe.execute)
             owner, token = value.rsplit(" ", 1) if value else (None, fence or 0)
-            expires = (
-                datetime.now(UTC) + timedelta(milliseconds=pttl)
-                if value and pttl and pttl > 0
-                else None
-            )
+            expires = datetime.now(UTC) + timedelta(milliseconds=pttl) if value and pttl and pttl > 0 else None
             result.append(
                 LockInfo(
                     name=name,

@@ -248,13 +248,7 @@ class Worker:
     # -- the main coroutine ----------------------------------------------------------------
     async def run(self) -> None:
         """Run until stopped (SIGTERM/SIGINT, `stop()`), then shut down gracefully."""
-        self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        self._slot_freed = asyncio.Event()
-        self._outbox_ready = asyncio.Event()
-        self._heartbeat_now = asyncio.Event()
-        self._stop_requested = asyncio.Event()
-        self._drained = asyncio.Event()
+        self._bind_loop()
         self._install_signals()
         try:
             if not await self._start():
@@ -277,6 +271,40 @@ class Worker:
             self._threads.close()
             self._db_pool.close()
             self._stopped.set()
+
+    def _bind_loop(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._outbox_ready = asyncio.Event()
+        self._heartbeat_now = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        self._drained = asyncio.Event()
+
+    async def run_until_idle(self) -> int:
+        """Process what is due now, then return the number of runs executed: materialize due
+        schedule ticks, claim and execute due runs, write their outcomes, repeat until
+        nothing is due. No signals, heartbeats or sleeping; for tests (see rota.testing)."""
+        self._bind_loop()
+        await self._db(self.app.prepare)
+        executed = 0
+        try:
+            while True:
+                await self._housekeeping()
+                self._next_run_due = time.monotonic()
+                claimed, _ = await self._claim_some()
+                executed += claimed
+                while self.inflight:
+                    self._slot_freed.clear()
+                    await self._wait_event(self._slot_freed, 0.05)
+                await self._flush()
+                if claimed == 0:
+                    return executed
+        finally:
+            self._threads.close()
+            self._db_pool.close()
+            self._threads = DaemonPool(self.concurrency * 2 + 4, "rota-run")
+            self._db_pool = DaemonPool(4, "rota-db")
 
     async def _start(self) -> bool:
         """Open the store (retrying while the database is unreachable), register, sync schedules."""

@@ -26,8 +26,6 @@ from .errors import RotaError
 from .models import STATUSES, Run, iso
 
 F = TypeVar("F", bound=Callable[..., Any])
-console = Console()
-err_console = Console(stderr=True)
 
 
 def load_app(target: str) -> App:
@@ -71,7 +69,7 @@ def _fail(exc: BaseException) -> None:
         if text and text[0] not in message:
             message += f"\n  caused by: {text[0]}"
         cause = cause.__cause__
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
     raise SystemExit(1)
 
 
@@ -102,7 +100,7 @@ def _table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[An
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*("-" if v is None else str(v) for v in row))
-    console.print(table)
+    Console().print(table)  # made per call: COLUMNS and the terminal are read now
 
 
 json_option = click.option(
@@ -483,9 +481,13 @@ def resume(ctx: click.Context, name: str) -> None:
 @handle_errors
 def cancel(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Cancel a run (pending: at once; running: asked to stop)."""
-    run = _database_app(ctx).cancel(run_id)
+    app = _database_app(ctx)
+    before = app.get_run(run_id)
+    run = app.cancel(run_id)
     if as_json:
         _print_json(run.to_json())
+    elif before.is_final:
+        click.echo(f"run {run.id} already {before.status}: nothing to cancel")
     elif run.status == "cancelled":
         click.echo(f"run {run.id} cancelled")
     elif run.status == "running":
@@ -493,7 +495,7 @@ def cancel(ctx: click.Context, run_id: str, as_json: bool) -> None:
             f"run {run.id} is running: asked to stop (its worker cancels it; its timeout stops it otherwise)"
         )
     else:
-        click.echo(f"run {run.id} already {run.status}: nothing to cancel")
+        click.echo(f"run {run.id} finished as {run.status} before it could be cancelled")
 
 
 @main.command()

@@ -151,7 +151,10 @@ class SqlStore(Store, abc.ABC):
     def insert_runs(self, runs: Sequence[NewRun], *, notify: bool = True) -> list[tuple[int, bool]]:
         if not runs:
             return []
-        plain = all(r.key is None and r.schedule is None and r.status == PENDING for r in runs)
+        plain = all(
+            r.key is None and r.schedule is None and r.retry_of is None and r.status == PENDING and not r.held
+            for r in runs
+        )
         for _ in range(5):
             with self._tx() as s:
                 if plain:

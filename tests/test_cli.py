@@ -1,0 +1,87 @@
+"""The `rota` command (database-only commands and enqueue), through click's runner."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+import rota
+import rota.testing
+from rota.cli import main
+
+from .conftest import make_app
+
+RUN_FIELDS = {"id", "task", "schedule", "status", "attempt", "scheduled_for", "started_at", "finished_at", "worker", "result", "error"}
+
+
+def cli(url: str, *args: str) -> tuple[int, str]:
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(main, ["--database-url", url, *args])
+    return result.exit_code, result.output
+
+
+def test_runs_run_status_and_workers(db_url: str) -> None:
+    app = make_app(db_url)
+    app.task(name="ok")(lambda: {"fine": True})
+    app.task(name="bad")(lambda: 1 / 0)
+    good = app.get_task("ok").enqueue()
+    bad = app.get_task("bad").enqueue()
+    rota.testing.run_pending(app)
+
+    code, out = cli(db_url, "runs", "--json")
+    assert code == 0
+    runs = json.loads(out)
+    assert [r["id"] for r in runs] == [bad.id, good.id]
+    assert set(runs[0]) >= RUN_FIELDS
+    assert runs[1]["result"] == {"fine": True} and runs[1]["finished_at"].endswith("Z")
+    assert runs[0]["status"] == "failed" and runs[0]["error"]["type"] == "ZeroDivisionError"
+
+    code, out = cli(db_url, "runs", "--status", "failed")
+    assert code == 0 and "ZeroDivisionError" in out and "bad" in out
+    code, out = cli(db_url, "run", bad.id)
+    assert code == 0 and "division by zero" in out and "Traceback" in out
+    code, out = cli(db_url, "run", "424242")
+    assert code == 1 and "no run with id '424242'" in out
+    code, out = cli(db_url, "status", "--json")
+    assert code == 0 and json.loads(out)["runs"]["succeeded"] == 1
+    code, out = cli(db_url, "workers", "--json")
+    assert code == 0 and isinstance(json.loads(out), list)
+    app.close()
+
+
+def test_cancel_retry_and_enqueue(db_url: str, monkeypatch: object) -> None:
+    app = make_app(db_url)
+    handle = app.task(name="later")(lambda: None).options(delay=3600).enqueue()
+    code, out = cli(db_url, "cancel", handle.id)
+    assert code == 0 and f"run {handle.id} cancelled" in out
+    code, out = cli(db_url, "cancel", handle.id)
+    assert code == 0 and "already cancelled" in out
+    code, out = cli(db_url, "retry", handle.id)
+    assert code == 0 and f"(retry of {handle.id})" in out
+    new_id = out.split()[1]
+    assert app.get_run(new_id).retry_of == handle.id
+
+    code, out = cli(db_url, "enqueue", "tests.apps.basic:app", "noop", "--args", "[7]", "--json")
+    assert code == 0, out
+    run = app.get_run(json.loads(out)["id"])
+    assert (run.task, run.args) == ("noop", [7])
+    code, out = cli(db_url, "enqueue", "tests.apps.basic:app", "nope")
+    assert code == 1 and "no task named 'nope'" in out and "did you mean 'noop'" in out
+    code, out = cli(db_url, "enqueue", "tests.apps.basic:app", "noop", "--args", "{bad")
+    assert code == 2 and "not JSON" in out
+    app.close()
+
+
+def test_migrate_is_idempotent(tmp_path: object) -> None:
+    url = f"sqlite:///{tmp_path}/m.db"
+    code, out = cli(url, "migrate", "--dry-run")
+    assert code == 0 and "would apply: 0001_initial" in out
+    code, out = cli(url, "migrate")
+    assert code == 0 and "applied: 0001_initial" in out
+    code, out = cli(url, "migrate")
+    assert code == 0 and "up to date (version 1 of 1)" in out
+
+
+def test_bad_database_url_is_one_clear_line(tmp_path: object) -> None:
+    code, out = cli("mysql://x@y/z", "runs")
+    assert code == 1 and "unsupported database URL scheme 'mysql'" in out and "Traceback" not in out

@@ -38,8 +38,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--pg-url",
         default=os.environ.get("BENCH_PG_URL", DEFAULT_PG_URL),
-        help="admin URL of the PostgreSQL server; databases bench_* are created and dropped "
-        "(env BENCH_PG_URL)",
+        help="admin URL of the PostgreSQL server; databases bench_* are created and dropped (env BENCH_PG_URL)",
     )
     p.add_argument("--keep", action="store_true", help="keep the work dir (logs, SQLite files)")
     p.add_argument("--list", action="store_true", help="list the systems and exit")
@@ -114,13 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "sizes": vars(sizes),
     }
-    text = report.markdown(
-        registry.TABLES, outcomes, header(meta, config, time.monotonic() - started), sizes.jobs
-    )
+    text = report.markdown(registry.TABLES, outcomes, header(meta, config, time.monotonic() - started), sizes.jobs)
     print(text)
-    report.write_json(
-        args.json, {**report.document(meta, registry.TABLES, outcomes), "markdown": text}
-    )
+    report.write_json(args.json, {**report.document(meta, registry.TABLES, outcomes), "markdown": text})
     say(f"JSON written to {args.json}")
     if args.markdown:
         args.markdown.write_text(text)

@@ -163,9 +163,7 @@ def psycopg_drain(ctx: Ctx, batch: int = 100) -> Metrics:
         check = PgProbe(url)
         try:
             check.execute(PG_SCHEMA)
-            check.execute(
-                f"INSERT INTO jobs (task) SELECT 'noop' FROM generate_series(1, {ctx.jobs:d})"
-            )
+            check.execute(f"INSERT INTO jobs (task) SELECT 'noop' FROM generate_series(1, {ctx.jobs:d})")
             check.execute("VACUUM ANALYZE jobs")
             start = _start(ctx, "psycopg_worker", {"url": url, "batch": batch})
             return measure_drain(ctx, ctx.jobs, start, lambda: check.scalar(NOT_DONE) == 0)

@@ -39,9 +39,7 @@ def recreate_pg(ctx: Ctx, suffix: str = "") -> str:
     name = pg_db_name(ctx.key + suffix)
     assert name.startswith("bench_"), name  # never touch anything else
     with _admin(ctx.pg_url) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return _with_db(ctx.pg_url, name)
 
@@ -52,9 +50,7 @@ def drop_pg(ctx: Ctx, suffix: str = "") -> None:
     name = pg_db_name(ctx.key + suffix)
     assert name.startswith("bench_"), name
     with _admin(ctx.pg_url) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @contextmanager

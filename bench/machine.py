@@ -58,9 +58,7 @@ def _versions() -> dict[str, str]:
 
 def _git_commit() -> str:
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        )
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
         return out.stdout.strip() or "unknown"
     except OSError:
         return "unknown"
@@ -91,8 +89,7 @@ def describe(pg_url: str) -> dict[str, Any]:
 def one_line(info: dict[str, Any]) -> str:
     pg = info["postgres"]
     pg_text = (
-        f"PostgreSQL {pg['server_version']} (fsync={pg['fsync']}, "
-        f"synchronous_commit={pg['synchronous_commit']})"
+        f"PostgreSQL {pg['server_version']} (fsync={pg['fsync']}, synchronous_commit={pg['synchronous_commit']})"
         if isinstance(pg, dict)
         else f"PostgreSQL {pg}"
     )

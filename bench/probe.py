@@ -130,13 +130,20 @@ class ProbeReader:
 
 _probe: Probe | None = None
 _probe_loaded = False
+_probe_lock = threading.Lock()
 
 
 def probe() -> Probe | None:
-    """This process's probe, from BENCH_PROBE / BENCH_PROBE_SLOT (None outside a benchmark)."""
+    """This process's probe, from BENCH_PROBE / BENCH_PROBE_SLOT (None outside a benchmark).
+
+    One instance per process even when the first calls race in several handler threads
+    (two instances would each keep their own count and overwrite each other's slot).
+    """
     global _probe, _probe_loaded
     if not _probe_loaded:
-        path = os.environ.get(ENV_PATH)
-        _probe = Probe(Path(path), int(os.environ.get(ENV_SLOT, "0"))) if path else None
-        _probe_loaded = True
+        with _probe_lock:
+            if not _probe_loaded:
+                path = os.environ.get(ENV_PATH)
+                _probe = Probe(Path(path), int(os.environ.get(ENV_SLOT, "0"))) if path else None
+                _probe_loaded = True
     return _probe

@@ -28,9 +28,7 @@ class Worker:
         self.log = log
         self.argv = list(argv)
         with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
-            )
+            self.proc = subprocess.Popen(self.argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
     @property
     def pid(self) -> int:
@@ -74,18 +72,14 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def spawn_function(
-    func: str, kwargs: dict[str, Any], log: Path, probe_path: Path, slot: int = 0
-) -> Worker:
+def spawn_function(func: str, kwargs: dict[str, Any], log: Path, probe_path: Path, slot: int = 0) -> Worker:
     """Start `python -m bench.child worker FUNC JSON`: FUNC(**kwargs) in a fresh interpreter."""
     argv = [sys.executable, "-m", "bench.child", "worker", func, json.dumps(kwargs)]
     env = child_env({probe.ENV_PATH: str(probe_path), probe.ENV_SLOT: str(slot)})
     return Worker(argv, log, env)
 
 
-def spawn_module(
-    module: str, args: Sequence[str], log: Path, env: dict[str, str], slot: int = 0
-) -> Worker:
+def spawn_module(module: str, args: Sequence[str], log: Path, env: dict[str, str], slot: int = 0) -> Worker:
     """Start `python -m MODULE ARGS...` with the probe slot in its environment."""
     argv = [sys.executable, "-m", module, *args]
     return Worker(argv, log, child_env({**env, probe.ENV_SLOT: str(slot)}))

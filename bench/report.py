@@ -233,19 +233,14 @@ def targets_markdown(rows: list[dict[str, Any]]) -> str:
         return ""
     lines = ["### Targets (issue 5, medians of this run)", ""]
     table = [["Target", "Measured", "Met"]]
-    table += [
-        [r["target"], f"{fmt(r['measured'])}{r['unit']}", "yes" if r["met"] else "**no**"]
-        for r in rows
-    ]
+    table += [[r["target"], f"{fmt(r['measured'])}{r['unit']}", "yes" if r["met"] else "**no**"] for r in rows]
     return "\n".join(lines + _markdown_rows(table))
 
 
 # --- documents -------------------------------------------------------------------------
 
 
-def markdown(
-    tables: Sequence[Table], outcomes: Sequence[Outcome], header: list[str], jobs: int
-) -> str:
+def markdown(tables: Sequence[Table], outcomes: Sequence[Outcome], header: list[str], jobs: int) -> str:
     meds = medians(outcomes)
     parts = ["\n".join(header)]
     for table in tables:
@@ -257,9 +252,7 @@ def markdown(
         if o.skipped:
             skipped.setdefault(o.skipped, []).append(o.system.key)
     if skipped:
-        lines = ["Not run:"] + [
-            f"- {len(k)} system(s) ({', '.join(k)}): {r}" for r, k in skipped.items()
-        ]
+        lines = ["Not run:"] + [f"- {len(k)} system(s) ({', '.join(k)}): {r}" for r, k in skipped.items()]
         parts.append("\n".join(lines))
     targets = targets_markdown(target_rows(meds))
     if targets:
@@ -267,9 +260,7 @@ def markdown(
     return "\n\n".join(parts) + "\n"
 
 
-def document(
-    meta: dict[str, Any], tables: Sequence[Table], outcomes: Sequence[Outcome]
-) -> dict[str, Any]:
+def document(meta: dict[str, Any], tables: Sequence[Table], outcomes: Sequence[Outcome]) -> dict[str, Any]:
     systems = []
     for o in outcomes:
         s = o.system

@@ -93,9 +93,7 @@ def start_workers(
     def start(probe_path: Path) -> Sequence[procs.Worker]:
         worker_env = {"ROTA_DATABASE_URL": url, ENV_PATH: str(probe_path), **(env or {})}
         return [
-            procs.spawn_module(
-                "bench.rota_worker", args, ctx.dir / f"rota-worker-{slot}.log", worker_env, slot
-            )
+            procs.spawn_module("bench.rota_worker", args, ctx.dir / f"rota-worker-{slot}.log", worker_env, slot)
             for slot in range(first_slot, first_slot + count)
         ]
 
@@ -179,9 +177,7 @@ def pickup(ctx: Ctx, backend: Backend, period: float = 0.05) -> Metrics:
     with database(ctx, backend) as url:
         m = load_app_module(url)
         start = start_workers(ctx, url)
-        metrics = measure_pickup(
-            ctx, start, lambda i: m.stamp.enqueue(i), ctx.samples, period=period
-        )
+        metrics = measure_pickup(ctx, start, lambda i: m.stamp.enqueue(i), ctx.samples, period=period)
         last = m.app.list_runs(task="bench.stamp", limit=1)
         metrics["result_recorded"] = float(bool(last) and last[0].result is not None)
         return metrics
@@ -208,9 +204,7 @@ def lateness(ctx: Ctx, backend: Backend, warmup_ticks: int = 2) -> Metrics:
         workers = start_workers(ctx, url, env={"BENCH_ROTA_TICK": "1"})(probe_path)
         wanted = warmup_ticks + ctx.ticks
         try:
-            procs.wait_for(
-                lambda: reader.total() >= wanted, wanted + 120.0, f"{wanted} ticks", workers, 0.05
-            )
+            procs.wait_for(lambda: reader.total() >= wanted, wanted + 120.0, f"{wanted} ticks", workers, 0.05)
         finally:
             procs.stop_all(workers)
         metrics = latency_metrics(reader.samples(warmup_ticks, wanted))
@@ -231,10 +225,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _pg_transactions(url: str) -> int:
-    query = (
-        "SELECT xact_commit + xact_rollback FROM pg_stat_database"
-        " WHERE datname = current_database()"
-    )
+    query = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
     return int(pg_scalar(url, query))
 
 
@@ -269,9 +260,7 @@ def idle(ctx: Ctx, backend: Backend, settle_s: float = 5.0) -> Metrics:
 # --- W5 ----------------------------------------------------------------------------------
 
 
-def backlog_drain(
-    ctx: Ctx, backend: Backend, extra: int, suffix: str, finished_fraction: float = 0.5
-) -> Metrics:
+def backlog_drain(ctx: Ctx, backend: Backend, extra: int, suffix: str, finished_fraction: float = 0.5) -> Metrics:
     """One half of W5: drain ctx.backlog_due due runs with `extra` other rows in the table
     (`finished_fraction` of them succeeded through a worker first, the rest due in 30 days)."""
     with database(ctx, backend, suffix) as url:
@@ -294,10 +283,8 @@ def _in_child(ctx: Ctx, func: str, **params: Any) -> Metrics:
 
     sub = dataclasses.replace(ctx, workdir=str(ctx.dir / func.rpartition(":")[2]))
     sub.dir.mkdir(parents=True, exist_ok=True)
-    system = System(
-        ctx.key, "W5.backlog", func, params["backend"], "rota", func, params, timeout=3000.0
-    )
-    result = run_child(system, sub)
+    system = System(ctx.key, "W5.backlog", func, params["backend"], "rota", func, params, timeout=3000.0)
+    result = run_child(system, sub, new_group=False)
     if "unsupported" in result:
         raise Unsupported(result["unsupported"])
     if "error" in result:
@@ -325,8 +312,6 @@ def backlog(ctx: Ctx, backend: Backend) -> Metrics:
 def rescue(ctx: Ctx, backend: Backend, held: int = 4, hold_s: float = 3600.0) -> Metrics:
     """W6: worker A holds `held` runs and is killed with SIGKILL; worker B (already running)
     must restart them. Measured from the kill to each retry's handler start."""
-    from bench.rota_app import HOLD_RETRY_OFFSET
-
     with database(ctx, backend) as url:
         m = load_app_module(url)
         probe_path, reader = new_probe(ctx)
@@ -344,7 +329,7 @@ def rescue(ctx: Ctx, backend: Backend, held: int = 4, hold_s: float = 3600.0) ->
             time.sleep(3.0)  # B imported, connected and polling
             killed_at = time.time()
             workers[0].kill()
-            retries = [HOLD_RETRY_OFFSET + i for i in range(held)]
+            retries = [m.HOLD_RETRY_OFFSET + i for i in range(held)]
             procs.wait_for(
                 lambda: all(reader.sample(j) > 0 for j in retries),
                 600.0,
@@ -361,9 +346,7 @@ def rescue(ctx: Ctx, backend: Backend, held: int = 4, hold_s: float = 3600.0) ->
 # --- registry ---------------------------------------------------------------------------
 
 
-def _system(
-    key: str, table: str, label: str, backend: Backend, func: str, settings: str = "", **params: Any
-) -> System:
+def _system(key: str, table: str, label: str, backend: Backend, func: str, settings: str = "", **params: Any) -> System:
     timeout = 3600.0 if table == "W5.backlog" else 900.0
     return System(
         key=key,

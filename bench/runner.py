@@ -6,8 +6,11 @@ the machine (page cache, autovacuum, thermal) over all systems instead of biasin
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -127,37 +130,53 @@ def _ctx(system: System, config: Config, run: int) -> Ctx:
     )
 
 
-def _text(output: str | bytes | None) -> str:
-    if isinstance(output, bytes):
-        return output.decode(errors="replace")
-    return output or ""
+def _kill_group(pgid: int) -> None:
+    """SIGKILL what is left of a child's process group (its workers, if it died early)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
-def run_child(system: System, ctx: Ctx) -> dict[str, Any]:
-    """One run of one system in a fresh interpreter; its output is kept in the run dir."""
+def run_child(system: System, ctx: Ctx, new_group: bool = True) -> dict[str, Any]:
+    """One run of one system in a fresh interpreter; its output is kept in the run dir.
+
+    The child leads its own process group (unless `new_group` is false: a child started by
+    another child stays in its parent's group), so a timeout or an interrupt also ends the
+    worker processes it started.
+    """
     payload = json.dumps({"ctx": ctx.to_json(), "params": system.params})
     argv = [sys.executable, "-m", "bench.child", "measure", system.func, payload]
     log = ctx.dir / "child.log"
+    proc = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=new_group,
+    )
+    kill = _kill_group if new_group else lambda _: proc.kill()
     try:
-        proc = subprocess.run(
-            argv,
-            cwd=REPO,
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=system.timeout,
-        )
-    except subprocess.TimeoutExpired as exc:
-        log.write_text(f"{_text(exc.stdout)}\n--- stderr\n{_text(exc.stderr)}")
+        stdout, stderr = proc.communicate(timeout=system.timeout)
+    except subprocess.TimeoutExpired:
+        kill(proc.pid)
+        stdout, stderr = proc.communicate()
+        log.write_text(f"{stdout}\n--- stderr\n{stderr}")
         return {"error": f"timed out after {system.timeout:.0f}s (log: {log})"}
-    log.write_text(proc.stdout + "\n--- stderr\n" + proc.stderr)
-    for line in reversed(proc.stdout.splitlines()):
+    except BaseException:
+        kill(proc.pid)
+        raise
+    finally:
+        if new_group and proc.returncode is not None:
+            _kill_group(proc.pid)
+    log.write_text(stdout + "\n--- stderr\n" + stderr)
+    for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
             result: dict[str, Any] = json.loads(line[len(RESULT_PREFIX) :])
             if "error" in result:
                 result["error"] += f" (log: {log})"
             return result
-    tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+    tail = " | ".join(stderr.strip().splitlines()[-3:])
     return {"error": f"child exited {proc.returncode} without a result: {tail} (log: {log})"}
 
 

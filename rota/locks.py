@@ -34,6 +34,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from .errors import ConfigurationError, DatabaseUnavailable, LockLost, LockUnavailable
 from .models import LockInfo
+from .stores import redact
 
 if TYPE_CHECKING:
     from .app import App
@@ -60,11 +61,6 @@ _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@\-]{0,99}")
 _LOCKS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
-def redact_url(url: str) -> str:
-    """The URL without its password (also the `redis://:password@host` form)."""
-    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
-
-
 def parse_locks_url(url: object) -> tuple[str, str]:
     """Check a Redis locks URL; return (the URL for the Redis client, the key prefix).
 
@@ -72,7 +68,7 @@ def parse_locks_url(url: object) -> tuple[str, str]:
     `NAME:lock:<lock name>` and `NAME:fence:<lock name>`. Pure: no import of redis, no I/O.
     """
     if not isinstance(url, str) or not url.lower().startswith(_LOCKS_SCHEMES):
-        shown = redact_url(url) if isinstance(url, str) else url
+        shown = redact(url) if isinstance(url, str) else url
         raise ConfigurationError(
             f"invalid Redis URL {shown!r} for locks: use redis://host:6379/0 (or rediss://, "
             "unix://), optionally with ?prefix=NAME"

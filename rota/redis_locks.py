@@ -11,8 +11,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .errors import ConfigurationError, DatabaseUnavailable
-from .locks import parse_locks_url, redact_url
+from .locks import parse_locks_url
 from .models import LockInfo
+from .stores import redact
 
 try:
     import redis
@@ -44,7 +45,7 @@ class RedisLocks:
 
     def __init__(self, url: str, prefix: str | None = None) -> None:
         client_url, url_prefix = parse_locks_url(url)
-        self.url = redact_url(url)  # for messages
+        self.url = redact(url)  # for messages
         self.prefix = prefix or url_prefix
         self.client = redis.Redis.from_url(
             client_url, socket_connect_timeout=3, socket_timeout=5, decode_responses=True

@@ -15,8 +15,8 @@ SCHEMES = {"sqlite": "sqlite", "postgresql": "postgres", "postgres": "postgres"}
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+    """The URL without its password, for messages and logs (also `scheme://:password@host`)."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
 def open_store(url: str, clock: Clock | None = None, **options: Any) -> Store:

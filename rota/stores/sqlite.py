@@ -249,6 +249,8 @@ class SQLiteStore(SqlStore):
             else:
                 names = self._names(queues)
                 rows = s.q("claim_in_queues", owner=owner, token=token, lease=lease, limit=limit, queues=names)
+            if rows:  # an empty claim writes nothing (other processes' data_version stays put)
+                s.q("take_token", token=token)
         ts = datetime.fromtimestamp
         rows.sort(key=lambda r: r[0])
         return [

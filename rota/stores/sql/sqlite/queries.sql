@@ -31,7 +31,10 @@ WHERE task = :task AND key = :key AND status IN ('pending', 'running')
 SELECT :channel, :payload
 
 -- name: next_token
-UPDATE rota_counters SET value = value + 1 WHERE name = 'token' RETURNING value
+SELECT value + 1 FROM rota_counters WHERE name = 'token'
+
+-- name: take_token
+UPDATE rota_counters SET value = :token WHERE name = 'token'
 
 -- name: claim
 UPDATE rota_runs

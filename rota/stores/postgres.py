@@ -11,9 +11,11 @@ autocommit mode; transactions are explicit and short.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -39,12 +41,13 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 
 
 class _Session:
-    __slots__ = ("cur", "now", "queries")
+    __slots__ = ("cur", "deferred_wake", "now", "queries")
 
     def __init__(self, cur: psycopg.Cursor[Any], queries: dict[str, str], now: datetime | None) -> None:
         self.cur = cur
         self.queries = queries
         self.now = now
+        self.deferred_wake = False
 
     def q(self, name: str, /, **params: Any) -> list[Row]:
         return self.q_text(self.queries[name], **params)
@@ -74,6 +77,7 @@ class PostgresStore(SqlStore):
         self.pool_size = pool_size
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._pool_lock = threading.Lock()
+        self._wakeups = _WakeupLimiter(self._send_wakeup)
 
     def _open(self) -> psycopg_pool.ConnectionPool[Any]:
         pool = self._pool
@@ -121,7 +125,10 @@ class PostgresStore(SqlStore):
             with pool.connection() as conn:
                 if transaction:
                     with conn.transaction(), conn.cursor() as cur:
-                        yield _Session(cur, self.queries, now)
+                        session = _Session(cur, self.queries, now)
+                        yield session
+                    if session.deferred_wake:
+                        self._wakeups.after_commit()
                 else:
                     with conn.cursor() as cur:
                         yield _Session(cur, self.queries, now)
@@ -167,7 +174,14 @@ class PostgresStore(SqlStore):
         return f"%({name})s"
 
     def _notify(self, s: Any, payload: str) -> None:
+        if payload == "run" and not self._wakeups.now_or_later():
+            s.deferred_wake = True  # a trailing NOTIFY follows after commit
+            return
         s.q("notify", channel=NOTIFY_CHANNEL, payload=payload)
+
+    def _send_wakeup(self) -> None:
+        with contextlib.suppress(DatabaseError), self._read() as s:
+            s.q("notify", channel=NOTIFY_CHANNEL, payload="run")
 
     # -- migrations ----------------------------------------------------------------------
     def schema_version(self) -> tuple[int, int]:
@@ -314,6 +328,45 @@ class PostgresStore(SqlStore):
 
 
 _json = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class _WakeupLimiter:
+    """NOTIFY for new runs at most once per `window` from this process, never dropping the
+    last: an enqueue inside the window skips its NOTIFY and, after its commit, arms one
+    trailing NOTIFY at the window's end (so a worker that claimed before that commit still
+    hears of it). Bursts of single enqueues cost a handful of notifications, not thousands."""
+
+    def __init__(self, send: Callable[[], None], window: float = 0.005) -> None:
+        self.send = send
+        self.window = window
+        self._last = -1.0
+        self._armed = False
+        self._lock = threading.Lock()
+
+    def now_or_later(self) -> bool:
+        """True: notify in this transaction. False: the caller defers to after_commit()."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last >= self.window and not self._armed:
+                self._last = now
+                return True
+            return False
+
+    def after_commit(self) -> None:
+        with self._lock:
+            if self._armed:
+                return
+            self._armed = True
+            delay = max(0.0, self._last + self.window - time.monotonic())
+        timer = threading.Timer(delay, self._fire)
+        timer.daemon = True
+        timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self._armed = False
+            self._last = time.monotonic()
+        self.send()
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:

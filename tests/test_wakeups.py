@@ -1,0 +1,37 @@
+"""Wake-ups: LISTEN/NOTIFY on PostgreSQL (rate-limited, never lost), in-process on SQLite."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+
+import rota
+
+from .conftest import PG_URL, make_app, start_worker
+
+
+def test_bursts_of_enqueues_send_few_notifications_and_the_last_one_follows_the_last_commit(pg_url: str) -> None:
+    app = make_app(pg_url)
+    task = app.task(name="t")(lambda: None)
+    with psycopg.connect(PG_URL, autocommit=True) as listener:
+        listener.execute("LISTEN rota")
+        for _ in range(300):
+            task.enqueue()
+        last_commit = time.monotonic()
+        arrivals = []
+        for note in listener.notifies(timeout=1.0):
+            if note.payload == "run":
+                arrivals.append(time.monotonic())
+    assert 1 <= len(arrivals) < 150, len(arrivals)
+    assert arrivals[-1] >= last_commit - 0.001  # the trailing NOTIFY came after the last enqueue
+    app.close()
+
+
+def test_an_idle_worker_picks_up_a_new_run_without_waiting_for_its_poll(app: rota.App) -> None:
+    task = app.task(name="stamp")(lambda: time.time())
+    start_worker(app, poll_interval=30.0)
+    time.sleep(0.5)  # idle, sleeping up to 30 s
+    began = time.time()
+    run = task.enqueue().wait(10)
+    assert run.result - began < 2.0

@@ -27,6 +27,7 @@ from rota.stores.base import Outcome
 from .conftest import start_worker
 
 START = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)  # a Tuesday, 30 s past midnight UTC
+SECOND = timedelta(seconds=1)
 
 
 def minute(m: int, s: int = 0) -> datetime:
@@ -365,6 +366,18 @@ def test_misfire_after_a_long_outage_is_bounded_and_counted_exactly(fapp: rota.A
     info = fapp.get_schedule("s")
     assert info.skip_count == 86_399
     assert info.next_run_at == now + timedelta(seconds=1)
+
+
+def test_misfire_all_catches_up_past_the_per_pass_limit_without_waiting_a_poll_interval(
+    fapp: rota.App, fake: rota.FakeClock
+) -> None:
+    """A plan stops at 1,000 ticks; the worker carries on at once, not a poll interval later."""
+    fapp.add_schedule("s", "t", every=1, misfire="all", overlap="concurrent", queue="elsewhere")
+    now = fake.advance(2500)
+    start_worker(fapp, poll_interval=30, queues=["default"])  # claims none of them
+    wait_for(lambda: fapp.get_schedule("s").next_run_at == now + SECOND, 15, "the catch-up")
+    runs = runs_of(fapp, "s")
+    assert len(runs) == 2500 and runs[-1].scheduled_for == now
 
 
 def test_run_immediately_fires_on_the_first_poll_and_only_once(

@@ -380,6 +380,28 @@ def test_misfire_all_catches_up_past_the_per_pass_limit_without_waiting_a_poll_i
     assert len(runs) == 2500 and runs[-1].scheduled_for == now
 
 
+def test_a_fixed_time_job_in_the_skipped_hour_fires_once_at_the_jump_through_a_poll(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    """End to end (timing's own tests cover the arithmetic): 02:30 Europe/Berlin on the
+    spring-forward day runs once, at 03:00 CEST, and again at 02:30 CEST the next day."""
+    clock = rota.FakeClock(datetime(2030, 3, 30, 12, tzinfo=UTC))
+    app = app_factory(clock=clock)
+    info = app.add_schedule("berlin", "t", cron="30 2 * * *", tz="Europe/Berlin")
+    jump = datetime(2030, 3, 31, 1, tzinfo=UTC)  # 03:00 CEST
+    assert info.next_run_at == jump
+    clock.set(jump)
+    poll_once(app)
+    finish(app)
+    clock.set(datetime(2030, 4, 1, 0, 30, tzinfo=UTC))  # 02:30 CEST
+    poll_once(app)
+    runs = runs_of(app, "berlin")
+    assert [(r.scheduled_for, r.status) for r in runs] == [
+        (jump, "succeeded"),
+        (datetime(2030, 4, 1, 0, 30, tzinfo=UTC), "pending"),
+    ]
+
+
 def test_run_immediately_fires_on_the_first_poll_and_only_once(
     app_factory: Callable[..., rota.App], fake: rota.FakeClock
 ) -> None:

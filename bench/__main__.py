@@ -40,6 +40,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=os.environ.get("BENCH_PG_URL", DEFAULT_PG_URL),
         help="admin URL of the PostgreSQL server; databases bench_* are created and dropped (env BENCH_PG_URL)",
     )
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=60.0,
+        help="before each run, wait up to this many seconds for the machine to be calm (default 60)",
+    )
+    p.add_argument(
+        "--quiet-threshold",
+        type=float,
+        default=20.0,
+        help="calm = at most this %% of all CPUs busy with other work (default 20)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work dir (logs, SQLite files)")
     p.add_argument("--list", action="store_true", help="list the systems and exit")
     return p.parse_args(argv)
@@ -67,7 +79,9 @@ def header(meta: dict[str, object], config: runner.Config, elapsed: float) -> li
         f"Each figure is the median of {config.runs} run(s), each in fresh processes and a "
         f"fresh database; spread = min-max over the runs. Sizes: drain N={sizes.jobs:,}, "
         f"pickup samples={sizes.samples}, ticks={sizes.ticks}, idle window="
-        f"{sizes.idle_seconds:.0f}s, backlog={sizes.backlog:,}. Wall time {elapsed:.0f}s.",
+        f"{sizes.idle_seconds:.0f}s, backlog={sizes.backlog:,}. Wall time {elapsed:.0f}s. "
+        f"Load average (1 min) before/after: {meta['load_average_before'][0]} / "  # type: ignore[index]
+        f"{meta['machine']['load_average'][0]}.",  # type: ignore[index]
     ]
 
 
@@ -85,10 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         n = sum(1 for r in skipped.values() if r == reason)
         say(f"skipping {n} system(s): {reason}")
 
+    load_before = machine.load_average()
+    if load_before[0] > 0.5:
+        say(f"note: load average {load_before[0]} before starting: other work may skew the figures")
     sizes = runner.Sizes.quick(args.jobs) if args.quick else runner.Sizes.full(args.jobs)
     runs = args.runs or (1 if args.quick else 5)
     workdir = Path(tempfile.mkdtemp(prefix="rota-bench-"))
-    config = runner.Config(runs, args.quick, args.pg_url, workdir, sizes)
+    config = runner.Config(runs, args.quick, args.pg_url, workdir, sizes, args.quiet_wait, args.quiet_threshold)
     tables = {t.key: t for t in registry.TABLES}
     started = time.monotonic()
     try:
@@ -108,12 +125,18 @@ def main(argv: list[str] | None = None) -> int:
 
     meta = {
         "machine": machine.describe(args.pg_url),
+        "load_average_before": load_before,
         "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         "runs": runs,
         "quick": args.quick,
         "sizes": vars(sizes),
     }
-    text = report.markdown(registry.TABLES, outcomes, header(meta, config, time.monotonic() - started), sizes.jobs)
+    lines = header(meta, config, time.monotonic() - started)
+    background = report.background_line(outcomes, config.quiet_threshold)
+    if background:
+        lines[-1] += "  "
+        lines.append(background)
+    text = report.markdown(registry.TABLES, outcomes, lines, sizes.jobs)
     print(text)
     report.write_json(args.json, {**report.document(meta, registry.TABLES, outcomes), "markdown": text})
     say(f"JSON written to {args.json}")

@@ -71,8 +71,13 @@ def _postgres(url: str) -> dict[str, str] | str:
         return f"unavailable ({type(exc).__name__})"
 
 
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def describe(pg_url: str) -> dict[str, Any]:
     return {
+        "load_average": load_average(),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(),
         "cpu_model": _cpu_model(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -112,6 +113,20 @@ def table_markdown(table: Table, outcomes: Sequence[Outcome], meds: Medians, job
     lines += _markdown_rows(rows, text_columns=2)
     notes = _notes(table, outcomes, jobs)
     return "\n".join(lines + (["", *notes] if notes else []))
+
+
+def background_line(outcomes: Sequence[Outcome], threshold: float) -> str:
+    """How busy the machine was (with other work) just before the runs started."""
+    busy = [r["background_cpu_pct"] for o in outcomes for r in o.runs if "background_cpu_pct" in r]
+    busy = [b for b in busy if not math.isnan(b)]
+    if not busy:
+        return ""
+    above = sum(1 for b in busy if b > threshold)
+    return (
+        f"CPU busy with other work just before each run: median {statistics.median(busy):.0f} %, "
+        f"max {max(busy):.0f} % of all CPUs; {above} of {len(busy)} runs started above "
+        f"{threshold:.0f} % (after waiting for calm)."
+    )
 
 
 # --- targets (issue 5) ---------------------------------------------------------------

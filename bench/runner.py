@@ -52,6 +52,8 @@ class Config:
     pg_url: str
     workdir: Path
     sizes: Sizes
+    quiet_wait: float = 60.0  # seconds to wait for the machine to calm down before a run
+    quiet_threshold: float = 20.0  # % of all CPUs busy (others' work) that counts as calm
 
 
 @dataclass
@@ -180,6 +182,20 @@ def run_child(system: System, ctx: Ctx, new_group: bool = True) -> dict[str, Any
     return {"error": f"child exited {proc.returncode} without a result: {tail} (log: {log})"}
 
 
+def wait_quiet(max_wait: float, threshold: float) -> float:
+    """Wait up to `max_wait` s until the machine's CPU use (of all CPUs, sampled over 0.5 s,
+    while no benchmark process runs) is at most `threshold` %; returns the last sample."""
+    try:
+        import psutil
+    except ImportError:
+        return float("nan")
+    deadline = time.monotonic() + max_wait
+    busy = float(psutil.cpu_percent(interval=0.5))
+    while busy > threshold and time.monotonic() < deadline:
+        busy = float(psutil.cpu_percent(interval=0.5))
+    return busy
+
+
 def _describe(result: dict[str, Any], primary: str) -> str:
     if "metrics" in result:
         value = result["metrics"].get(primary)
@@ -196,8 +212,10 @@ def run_all(
             if outcome.skipped:
                 continue
             system = outcome.system
+            busy = wait_quiet(config.quiet_wait, config.quiet_threshold)
             started = time.monotonic()
             result = run_child(system, _ctx(system, config, run))
+            result["background_cpu_pct"] = busy
             if "unsupported" in result:
                 outcome.skipped = result["unsupported"]
             else:
@@ -205,6 +223,7 @@ def run_all(
             elapsed = time.monotonic() - started
             say(
                 f"[{system.table}] {system.key} run {run}/{config.runs}: "
-                f"{_describe(result, primary(system))} ({elapsed:.1f}s)"
+                f"{_describe(result, primary(system))} ({elapsed:.1f}s, "
+                f"CPU busy before: {busy:.0f} %)"
             )
     return outcomes

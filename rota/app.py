@@ -107,11 +107,7 @@ def build_schedule(
     """Validate a schedule's parts (clear errors naming the bad value) and assemble it."""
     check_name("schedule", name)
     trigger = timing.make_trigger(cron=cron, every=every, tz=tz)
-    grace = (
-        misfire_grace
-        if isinstance(misfire_grace, timedelta)
-        else _seconds("misfire_grace", misfire_grace)
-    )
+    grace = misfire_grace if isinstance(misfire_grace, timedelta) else _seconds("misfire_grace", misfire_grace)
     if grace < timedelta(0):
         raise ConfigurationError(f"misfire_grace must be >= 0, got {misfire_grace!r}")
     if not isinstance(run_immediately, bool):
@@ -141,17 +137,13 @@ def build_schedule(
 
 def check_name(what: str, name: object) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise ConfigurationError(
-            f"{what} name must be a non-empty string of at most 200 characters, got {name!r}"
-        )
+        raise ConfigurationError(f"{what} name must be a non-empty string of at most 200 characters, got {name!r}")
     return name
 
 
 def _seconds(what: str, value: object) -> timedelta:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise ConfigurationError(
-            f"{what} must be a number of seconds or a timedelta, got {value!r}"
-        )
+        raise ConfigurationError(f"{what} must be a number of seconds or a timedelta, got {value!r}")
     return timedelta(seconds=value)
 
 
@@ -177,9 +169,7 @@ class App:
         prune_interval: float = 300.0,
         pool_size: int | None = None,
     ) -> None:
-        self.database_url = (
-            database_url or os.environ.get("ROTA_DATABASE_URL") or DEFAULT_DATABASE_URL
-        )
+        self.database_url = database_url or os.environ.get("ROTA_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.name = check_name("app", name)
         self.concurrency = concurrency
         self.lease = lease
@@ -195,9 +185,7 @@ class App:
         self.prune_interval = prune_interval
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, ScheduleSpec] = {}
-        self._store_options: dict[str, Any] = (
-            {"pool_size": pool_size} if pool_size is not None else {}
-        )
+        self._store_options: dict[str, Any] = {"pool_size": pool_size} if pool_size is not None else {}
         # Construct now so that a bad URL fails here, naming itself; connect on first use.
         self._store: Store = open_store(self.database_url, clock, **self._store_options)
         self._ready = False
@@ -304,9 +292,7 @@ class App:
 
     def _register(self, fn: Callable[..., Any], options: dict[str, Any]) -> Task[Any, Any]:
         if isinstance(fn, Task):
-            raise ConfigurationError(
-                f"{fn.name} is already a rota task; decorate the plain function once"
-            )
+            raise ConfigurationError(f"{fn.name} is already a rota task; decorate the plain function once")
         if not callable(fn):
             raise ConfigurationError(f"@app.task needs a function, got {fn!r}")
         options = dict(options)
@@ -350,9 +336,7 @@ class App:
             if isinstance(fn, Task):
                 task = fn
                 if task_options:
-                    raise ConfigurationError(
-                        f"{task.name} is already a task; give task options on @app.task"
-                    )
+                    raise ConfigurationError(f"{task.name} is already a task; give task options on @app.task")
             else:
                 task = self._register(fn, {"name": name, **task_options})
                 registered = True
@@ -372,9 +356,7 @@ class App:
                     options=task.opts,
                 )
                 if spec.name in self.schedules:
-                    raise ConfigurationError(
-                        f"duplicate schedule name {spec.name!r}; pass name=... to tell them apart"
-                    )
+                    raise ConfigurationError(f"duplicate schedule name {spec.name!r}; pass name=... to tell them apart")
             except BaseException:
                 if registered:  # a bad schedule leaves no half-registered task behind
                     del self.tasks[task.name]
@@ -424,9 +406,7 @@ class App:
             options=_task_options(task_options, base),
         )
         store = self.store
-        store.add_schedule(
-            spec.to_def(source="api", app=None), spec.trigger.next_after(store.now())
-        )
+        store.add_schedule(spec.to_def(source="api", app=None), spec.trigger.next_after(store.now()))
         return self.get_schedule(name)
 
     def update_schedule(self, name: str, **changes: Any) -> ScheduleInfo:
@@ -443,9 +423,7 @@ class App:
                    "queue", "priority", "retries", "timeout", "backoff"}  # fmt: skip
         unknown = sorted(set(changes) - allowed)
         if unknown:
-            raise ConfigurationError(
-                f"cannot update {unknown} of a schedule; changeable: {', '.join(sorted(allowed))}"
-            )
+            raise ConfigurationError(f"cannot update {unknown} of a schedule; changeable: {', '.join(sorted(allowed))}")
         timing_changed = any(k in changes for k in ("cron", "every", "tz"))
         cron = changes.get("cron", current.cron if "every" not in changes else None)
         every = changes.get("every", current.every if "cron" not in changes else None)
@@ -454,9 +432,7 @@ class App:
             queue=changes.get("queue", current.queue),
             priority=changes.get("priority", current.priority),
             retries=changes.get("retries", current.max_attempts - 1),
-            backoff=Backoff.coerce(changes["backoff"])
-            if "backoff" in changes
-            else _stored_backoff(current.backoff),
+            backoff=Backoff.coerce(changes["backoff"]) if "backoff" in changes else _stored_backoff(current.backoff),
             timeout=changes.get("timeout", current.timeout),
         )
         spec = build_schedule(
@@ -513,9 +489,7 @@ class App:
                 f"unknown status {status!r}{did_you_mean(status, STATUSES)}; valid: {', '.join(STATUSES)}"
             )
         check_int("limit", limit, low=1, high=100_000)
-        flt = RunFilter(
-            status, task, schedule, queue, limit, _run_id(before) if before is not None else None
-        )
+        flt = RunFilter(status, task, schedule, queue, limit, _run_id(before) if before is not None else None)
         return self.store.list_runs(flt)
 
     def list_schedules(self, *, include_inactive: bool = False) -> list[ScheduleInfo]:
@@ -592,9 +566,7 @@ class App:
         handle = RunHandle(self, str(run_id))
         handle.created = True
         if outcome != "started":
-            log.info(
-                "trigger of %r %s behind the active run (overlap=%s)", name, outcome, sdef.overlap
-            )
+            log.info("trigger of %r %s behind the active run (overlap=%s)", name, outcome, sdef.overlap)
         return handle
 
     def cancel(self, run_id: str | int, reason: str = "cancelled on request") -> Run:
@@ -609,9 +581,7 @@ class App:
         """Run a finished run again, as a new run (retry_of points back; history stays)."""
         run = self.get_run(run_id)
         if run.status not in FINAL_STATUSES:
-            raise ConfigurationError(
-                f"run {run.id} is still {run.status}; wait for it or cancel it before retrying"
-            )
+            raise ConfigurationError(f"run {run.id} is still {run.status}; wait for it or cancel it before retrying")
         args, kwargs = encode_arguments(run.task, run.args, run.kwargs)
         new = NewRun(
             task=run.task,
@@ -643,9 +613,7 @@ class App:
     ) -> None:
         """Run a worker in this thread until SIGTERM/SIGINT (drains, then returns)."""
         asyncio.run(
-            self.run_worker_async(
-                concurrency=concurrency, queues=queues, shutdown_timeout=shutdown_timeout, **options
-            )
+            self.run_worker_async(concurrency=concurrency, queues=queues, shutdown_timeout=shutdown_timeout, **options)
         )
 
     async def run_worker_async(
@@ -728,9 +696,7 @@ def _check_retention(retention: Mapping[str, timedelta] | None) -> dict[str, tim
                 f"retention applies to final statuses ({', '.join(sorted(FINAL_STATUSES))}), got {status!r}"
             )
         if not isinstance(keep, timedelta) or keep <= timedelta(0):
-            raise ConfigurationError(
-                f"retention for {status!r} must be a positive timedelta, got {keep!r}"
-            )
+            raise ConfigurationError(f"retention for {status!r} must be a positive timedelta, got {keep!r}")
         result[status] = keep
     return result
 

@@ -45,9 +45,7 @@ def build_demo_app(database_url: str) -> App:
         await asyncio.sleep(random.uniform(0.1, 0.5))
         return {"url": url, "status": 200}
 
-    @app.schedule(
-        every=timedelta(seconds=5), name="demo.heartbeat", run_immediately=True, pass_context=True
-    )
+    @app.schedule(every=timedelta(seconds=5), name="demo.heartbeat", run_immediately=True, pass_context=True)
     def heartbeat(ctx: RunContext) -> str:
         return f"tick for {ctx.scheduled_for:%H:%M:%S} (token {ctx.token})"
 
@@ -78,12 +76,8 @@ def _printer(event: str, claim: Claimed, at: float) -> None:
 def run_demo(database_url: str, seconds: float | None = None) -> None:
     app = build_demo_app(database_url)
     send_welcome, flaky, fetch = app.demo_tasks  # type: ignore[attr-defined]
-    console.print(
-        f"[bold]rota demo[/] on {app.database_label}: 3 tasks, 3 schedules. Ctrl-C stops (drains first)."
-    )
-    console.print(
-        "Try in another terminal: [bold]rota --database-url " + app.database_url + " runs[/]\n"
-    )
+    console.print(f"[bold]rota demo[/] on {app.database_label}: 3 tasks, 3 schedules. Ctrl-C stops (drains first).")
+    console.print("Try in another terminal: [bold]rota --database-url " + app.database_url + " runs[/]\n")
     worker = app.worker(concurrency=4, install_signal_handlers=True)
     worker.observe(_printer)
     stop = threading.Event()

@@ -43,9 +43,7 @@ class DaemonPool:
                 raise RuntimeError("the pool is closed")
             if self._idle == 0 and self._threads < self.limit:
                 self._threads += 1
-                threading.Thread(
-                    target=self._loop, name=f"{self.name}-{self._threads}", daemon=True
-                ).start()
+                threading.Thread(target=self._loop, name=f"{self.name}-{self._threads}", daemon=True).start()
             else:
                 self._idle -= 1
         self._queue.put(fn)
@@ -133,9 +131,7 @@ def run_in_child(
     ("cancelled", None) | ("crashed", exit code)."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(
-        target=_child_main, args=(child, module, qualname, task, args, kwargs, context), daemon=True
-    )
+    proc = ctx.Process(target=_child_main, args=(child, module, qualname, task, args, kwargs, context), daemon=True)
     proc.start()
     child.close()
     deadline = None if timeout is None else _now() + timeout

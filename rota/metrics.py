@@ -47,19 +47,13 @@ def serve_worker_metrics(worker: Worker, port: int, host: str = "0.0.0.0") -> An
         def collect(self) -> Iterator[Any]:
             labels = ["worker"]
             for name, value in worker.counters.as_dict().items():
-                family = CounterMetricFamily(
-                    f"rota_worker_{name}", _DOCS.get(name, name), labels=labels
-                )
+                family = CounterMetricFamily(f"rota_worker_{name}", _DOCS.get(name, name), labels=labels)
                 family.add_metric([worker.id], value)
                 yield family
-            inflight = GaugeMetricFamily(
-                "rota_worker_inflight", "Runs executing now", labels=labels
-            )
+            inflight = GaugeMetricFamily("rota_worker_inflight", "Runs executing now", labels=labels)
             inflight.add_metric([worker.id], len(worker.inflight))
             yield inflight
-            capacity = GaugeMetricFamily(
-                "rota_worker_concurrency", "Concurrency slots", labels=labels
-            )
+            capacity = GaugeMetricFamily("rota_worker_concurrency", "Concurrency slots", labels=labels)
             capacity.add_metric([worker.id], worker.concurrency)
             yield capacity
 
@@ -102,9 +96,7 @@ def serve_worker_metrics(worker: Worker, port: int, host: str = "0.0.0.0") -> An
     def observe(event: str, claim: Claimed, at: float) -> None:
         if event == "started":
             started[claim.id] = at
-            lateness.labels(claim.task).observe(
-                max(0.0, (claim.started_at - claim.scheduled_for).total_seconds())
-            )
+            lateness.labels(claim.task).observe(max(0.0, (claim.started_at - claim.scheduled_for).total_seconds()))
             return
         began = started.pop(claim.id, None)
         if began is not None:

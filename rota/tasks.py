@@ -44,31 +44,12 @@ class Backoff:
     def __post_init__(self) -> None:
         for name in ("base", "max"):
             value = getattr(self, name)
-            if (
-                not isinstance(value, (int, float))
-                or isinstance(value, bool)
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise ConfigurationError(
-                    f"backoff {name} must be a number of seconds >= 0, got {value!r}"
-                )
-        if (
-            not isinstance(self.factor, (int, float))
-            or isinstance(self.factor, bool)
-            or not 1 <= self.factor <= 100
-        ):
-            raise ConfigurationError(
-                f"backoff factor must be between 1 and 100, got {self.factor!r}"
-            )
-        if (
-            not isinstance(self.jitter, (int, float))
-            or isinstance(self.jitter, bool)
-            or not 0 <= self.jitter <= 1
-        ):
-            raise ConfigurationError(
-                f"backoff jitter must be a fraction between 0 and 1, got {self.jitter!r}"
-            )
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+                raise ConfigurationError(f"backoff {name} must be a number of seconds >= 0, got {value!r}")
+        if not isinstance(self.factor, (int, float)) or isinstance(self.factor, bool) or not 1 <= self.factor <= 100:
+            raise ConfigurationError(f"backoff factor must be between 1 and 100, got {self.factor!r}")
+        if not isinstance(self.jitter, (int, float)) or isinstance(self.jitter, bool) or not 0 <= self.jitter <= 1:
+            raise ConfigurationError(f"backoff jitter must be a fraction between 0 and 1, got {self.jitter!r}")
 
     def delay(self, retry: int) -> float:
         raw = min(self.max, self.base * self.factor ** max(0, retry - 1))
@@ -117,15 +98,11 @@ class TaskOptions:
         check_int("retries", self.retries, low=0, high=1000)
         check_timeout(self.timeout)
         if self.isolation not in ISOLATIONS:
-            raise ConfigurationError(
-                f"unknown isolation {self.isolation!r}; valid values are 'none', 'process'"
-            )
+            raise ConfigurationError(f"unknown isolation {self.isolation!r}; valid values are 'none', 'process'")
         if self.retry_on is not None:
             for exc_type in self.retry_on:
                 if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
-                    raise ConfigurationError(
-                        f"retry_on must list exception classes, got {exc_type!r}"
-                    )
+                    raise ConfigurationError(f"retry_on must list exception classes, got {exc_type!r}")
 
     @property
     def max_attempts(self) -> int:
@@ -144,9 +121,7 @@ class TaskOptions:
 
 def check_queue(queue: object) -> str:
     if not isinstance(queue, str) or not _QUEUE_NAME.match(queue):
-        raise ConfigurationError(
-            f"invalid queue name {queue!r}: use 1-100 letters, digits, '_', '-', '.' or ':'"
-        )
+        raise ConfigurationError(f"invalid queue name {queue!r}: use 1-100 letters, digits, '_', '-', '.' or ':'")
     return queue
 
 
@@ -161,15 +136,8 @@ def check_timeout(value: object) -> float | None:
         return None
     if isinstance(value, timedelta):
         value = value.total_seconds()
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ConfigurationError(
-            f"timeout must be a positive number of seconds (or None for no limit), got {value!r}"
-        )
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"timeout must be a positive number of seconds (or None for no limit), got {value!r}")
     return float(value)
 
 
@@ -304,9 +272,7 @@ class Task(Generic[P, R]):
         backoff: Backoff | float | None = None,
     ) -> TaskCall[P, R]:
         """Per-enqueue options: when (delay or run_at), priority, queue, dedup key, limits."""
-        opts = self.opts.merged(
-            priority=priority, queue=queue, timeout=timeout, retries=retries, backoff=backoff
-        )
+        opts = self.opts.merged(priority=priority, queue=queue, timeout=timeout, retries=retries, backoff=backoff)
         return TaskCall(self, opts, when=_when(delay, run_at), key=_check_key(key))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
@@ -365,9 +331,7 @@ class TaskCall(Generic[P, R]):
             args, kwargs = call
             runs.append(self._new_run(tuple(args), dict(kwargs)))
         if self.key is not None and len(runs) > 1:
-            raise ConfigurationError(
-                "a dedup key applies to one run; enqueue keyed runs one at a time"
-            )
+            raise ConfigurationError("a dedup key applies to one run; enqueue keyed runs one at a time")
         ids: list[str] = []
         store = self.task.app.store
         for start in range(0, len(runs), 5000):
@@ -395,9 +359,7 @@ def _when(delay: timedelta | float | None, run_at: datetime | None) -> datetime 
             or not math.isfinite(seconds)
             or seconds < 0
         ):
-            raise ConfigurationError(
-                f"delay must be a non-negative number of seconds or a timedelta, got {delay!r}"
-            )
+            raise ConfigurationError(f"delay must be a non-negative number of seconds or a timedelta, got {delay!r}")
         return float(seconds)
     if run_at is not None:
         if not isinstance(run_at, datetime):
@@ -414,7 +376,5 @@ def _check_key(key: object) -> str | None:
     if key is None:
         return None
     if not isinstance(key, str) or not key or len(key) > 500:
-        raise ConfigurationError(
-            f"key must be a non-empty string of at most 500 characters, got {key!r:.80}"
-        )
+        raise ConfigurationError(f"key must be a non-empty string of at most 500 characters, got {key!r:.80}")
     return key

@@ -108,8 +108,7 @@ def _load_zone(name: str) -> ZoneInfo:
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         pass
     raise ConfigurationError(
-        f"unknown time zone {name!r}{_zone_hint(name)}; "
-        "use an IANA name such as 'UTC' or 'Europe/Berlin'"
+        f"unknown time zone {name!r}{_zone_hint(name)}; use an IANA name such as 'UTC' or 'Europe/Berlin'"
     )
 
 
@@ -178,9 +177,7 @@ class CronTrigger(Trigger):
 
     @property
     def description(self) -> str:
-        shown = (
-            repr(self.cron) if self.cron == self.expanded else f"{self.cron!r} ({self.expanded})"
-        )
+        shown = repr(self.cron) if self.cron == self.expanded else f"{self.cron!r} ({self.expanded})"
         return f"cron {shown} in {self.tz}"
 
     def next_after(self, after: datetime) -> datetime:
@@ -191,8 +188,7 @@ class CronTrigger(Trigger):
         walk = _wall_clock_walk if self.follows_wall_clock else _fixed_time_walk
         yield from walk(self.expanded, self._zone, start)
         raise ConfigurationError(  # cronsim looks 50 years ahead at most
-            f"cron {self.cron!r} in {self.tz} has no fire time in the 50 years after "
-            f"{start.isoformat()}"
+            f"cron {self.cron!r} in {self.tz} has no fire time in the 50 years after {start.isoformat()}"
         )
 
 
@@ -264,9 +260,7 @@ class IntervalTrigger(Trigger):
         if not isinstance(self.every, timedelta):
             raise ConfigurationError(f"every must be a timedelta, got {self.every!r}")
         if self.every <= timedelta(0):
-            raise ConfigurationError(
-                f"every must be positive, got {_seconds_number(self.every)} seconds"
-            )
+            raise ConfigurationError(f"every must be positive, got {_seconds_number(self.every)} seconds")
         resolve_zone(self.tz)
 
     @property
@@ -319,15 +313,12 @@ def _as_timedelta(every: object) -> timedelta:
         return every
     if isinstance(every, bool) or not isinstance(every, int | float):
         raise ConfigurationError(
-            f"every must be a timedelta or a number of seconds, got {every!r} "
-            f"({type(every).__name__})"
+            f"every must be a timedelta or a number of seconds, got {every!r} ({type(every).__name__})"
         )
     try:
         return timedelta(seconds=every)
     except (ValueError, OverflowError):
-        raise ConfigurationError(
-            f"every must be a finite number of seconds, got {every!r}"
-        ) from None
+        raise ConfigurationError(f"every must be a finite number of seconds, got {every!r}") from None
 
 
 # --- cron validation -------------------------------------------------------------------
@@ -348,9 +339,7 @@ def _expand_cron(cron: object) -> str:
             "every=timedelta(seconds=...)"
         )
     if len(fields) != 5:
-        raise ConfigurationError(
-            f"invalid cron expression {cron!r}: it has {len(fields)} fields; {_CRON_FORMAT}"
-        )
+        raise ConfigurationError(f"invalid cron expression {cron!r}: it has {len(fields)} fields; {_CRON_FORMAT}")
     return " ".join(fields)
 
 
@@ -393,9 +382,7 @@ def _cron_reason(expanded: str, message: str) -> str:
     value = fields[_FIELDS.index(name)]
     if name == "day-of-month" and _parses_with_any_month(fields):
         return f"it can never fire: day-of-month {value!r} never occurs in month {fields[3]!r}"
-    return (
-        f"bad {name} field {value!r} (valid: {_FIELD_VALUES[name]}, with lists, ranges and steps)"
-    )
+    return f"bad {name} field {value!r} (valid: {_FIELD_VALUES[name]}, with lists, ranges and steps)"
 
 
 def _parses_with_any_month(fields: list[str]) -> bool:
@@ -418,18 +405,14 @@ class FireTime:
     note: str | None
 
 
-def next_fire_times(
-    cron: str, tz: str = "UTC", after: datetime | None = None, count: int = 5
-) -> list[datetime]:
+def next_fire_times(cron: str, tz: str = "UTC", after: datetime | None = None, count: int = 5) -> list[datetime]:
     """The next `count` fire times of `cron` strictly after `after` (default: now), as aware
     datetimes in the zone `tz` (local wall time, correct offset). A naive `after` is read in
     `tz`."""
     return [fire.local for fire in explain(cron, tz, after, count)]
 
 
-def explain(
-    cron: str, tz: str = "UTC", after: datetime | None = None, count: int = 5
-) -> list[FireTime]:
+def explain(cron: str, tz: str = "UTC", after: datetime | None = None, count: int = 5) -> list[FireTime]:
     """Like next_fire_times, with a note on each fire time that daylight saving affects."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ConfigurationError(f"count must be a positive integer, got {count!r}")
@@ -491,16 +474,10 @@ def _gap_note(trigger: CronTrigger, gap: list[datetime], local: datetime) -> str
 
 def _repeat_note(trigger: CronTrigger, local: datetime) -> str:
     change = _transition(trigger.zone, local.replace(tzinfo=None))
-    clocks = (
-        f"clocks go back at {_hm(change.old_wall)} {change.old_name} "
-        f"to {_hm(change.new_wall)} {change.new_name}"
-    )
+    clocks = f"clocks go back at {_hm(change.old_wall)} {change.old_name} to {_hm(change.new_wall)} {change.new_name}"
     where = f"on {local.date()} in {trigger.tz}"
     if not trigger.follows_wall_clock:
-        return (
-            f"{_hm(local)} happens twice {where} ({clocks}); runs once, at the first "
-            f"({local.tzname()})"
-        )
+        return f"{_hm(local)} happens twice {where} ({clocks}); runs once, at the first ({local.tzname()})"
     if local.fold == 0:
         return (
             f"{_hm(local)} happens twice {where} ({clocks}); this schedule follows the wall "
@@ -508,10 +485,7 @@ def _repeat_note(trigger: CronTrigger, local: datetime) -> str:
         )
     shift = change.old_wall - change.new_wall
     what = "hour" if shift == timedelta(hours=1) else f"{_exact_duration(shift)} of wall time"
-    return (
-        f"repeated {what}: {_hm(local)} again, now {local.tzname()} after {change.old_name} "
-        f"({clocks} {where})"
-    )
+    return f"repeated {what}: {_hm(local)} again, now {local.tzname()} after {change.old_name} ({clocks} {where})"
 
 
 def _names(trigger: CronTrigger, local: datetime) -> bool:
@@ -646,9 +620,7 @@ class _Missed:
     resume: datetime  # the first tick at or after the grace boundary
 
 
-def _collect(
-    trigger: Trigger, first: datetime, now: datetime, limit: int
-) -> tuple[list[datetime], datetime]:
+def _collect(trigger: Trigger, first: datetime, now: datetime, limit: int) -> tuple[list[datetime], datetime]:
     """Ticks from `first` up to `now` (at most `limit`) and the tick that follows them."""
     ticks = trigger.ticks_after(first)
     run: list[datetime] = []
@@ -674,9 +646,7 @@ def _scan_missed(trigger: Trigger, first: datetime, boundary: datetime, limit: i
     return _count_by_walking(trigger, listed, ticks, tick, boundary, COUNT_BOUND_PER_LIMIT * limit)
 
 
-def _count_on_grid(
-    trigger: IntervalTrigger, listed: list[datetime], tick: datetime, boundary: datetime
-) -> _Missed:
+def _count_on_grid(trigger: IntervalTrigger, listed: list[datetime], tick: datetime, boundary: datetime) -> _Missed:
     """Count the grid ticks from `tick` (on the grid, missed) to `boundary` arithmetically."""
     resume_index = trigger.index_at_or_after(boundary)
     more = resume_index - trigger.index_after(tick) + 1
@@ -724,13 +694,10 @@ def _newest_before(trigger: Trigger, boundary: datetime, known: datetime) -> dat
         span *= 2
 
 
-def _plan_skip(
-    missed: _Missed, run: list[datetime], following: datetime, now: datetime, grace: timedelta
-) -> TickPlan:
+def _plan_skip(missed: _Missed, run: list[datetime], following: datetime, now: datetime, grace: timedelta) -> TickPlan:
     grace_text = _seconds_number(grace) + "s"
     skipped = tuple(
-        (tick, f"missed by {_rough_duration(now - tick)} (misfire=skip, grace {grace_text})")
-        for tick in missed.listed
+        (tick, f"missed by {_rough_duration(now - tick)} (misfire=skip, grace {grace_text})") for tick in missed.listed
     )
     return TickPlan(tuple(run), skipped, missed.more, following, missed.exact)
 

@@ -32,9 +32,7 @@ def postgres_problem() -> str | None:
 
         psycopg.connect(PG_URL, connect_timeout=3).close()
     except Exception as exc:
-        return (
-            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        )
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     return None
 
 
@@ -66,9 +64,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     for service, problem in (("PostgreSQL", postgres_problem()), ("Redis", redis_problem())):
         if problem:
             env = "ROTA_TEST_POSTGRES_URL" if service == "PostgreSQL" else "ROTA_TEST_REDIS_URL"
-            lines.append(
-                f"{service} tests will skip: {problem}. Set {env} to a running server to enable them."
-            )
+            lines.append(f"{service} tests will skip: {problem}. Set {env} to a running server to enable them.")
     return lines
 
 

@@ -83,9 +83,7 @@ class WorkerProcs:
             yield self.output(n)
 
 
-def wait_until(
-    condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1
-) -> None:
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

@@ -12,7 +12,19 @@ from rota.cli import main
 
 from .conftest import make_app
 
-RUN_FIELDS = {"id", "task", "schedule", "status", "attempt", "scheduled_for", "started_at", "finished_at", "worker", "result", "error"}
+RUN_FIELDS = {
+    "id",
+    "task",
+    "schedule",
+    "status",
+    "attempt",
+    "scheduled_for",
+    "started_at",
+    "finished_at",
+    "worker",
+    "result",
+    "error",
+}
 
 
 def cli(url: str, *args: str) -> tuple[int, str]:

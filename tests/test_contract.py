@@ -59,9 +59,7 @@ def test_bad_enqueue_options_fail_clearly(app: rota.App) -> None:
         t.options(queue="has space")
     with pytest.raises(rota.ConfigurationError, match="priority must be an integer"):
         t.options(priority="high")  # type: ignore[arg-type]
-    with pytest.raises(
-        rota.ConfigurationError, match="timeout must be a positive number of seconds"
-    ):
+    with pytest.raises(rota.ConfigurationError, match="timeout must be a positive number of seconds"):
         app.task(name="neg", timeout=-1)(lambda: None)
     assert app.list_runs() == []  # nothing half-enqueued
 
@@ -70,13 +68,9 @@ def test_non_json_argument_is_refused_naming_it(app: rota.App) -> None:
     @app.task(name="t")
     def t(*args: object, **kwargs: object) -> None: ...
 
-    with pytest.raises(
-        rota.SerializationError, match=r"argument 'when' of t\(\) is a datetime.datetime"
-    ):
+    with pytest.raises(rota.SerializationError, match=r"argument 'when' of t\(\) is a datetime.datetime"):
         t.enqueue(1, when=datetime.now(UTC))
-    with pytest.raises(
-        rota.SerializationError, match=r"argument 0 of t\(\)\[1\] is a decimal.Decimal"
-    ):
+    with pytest.raises(rota.SerializationError, match=r"argument 0 of t\(\)\[1\] is a decimal.Decimal"):
         t.enqueue([1, Decimal("2")])
     with pytest.raises(rota.SerializationError, match="nan"):
         t.enqueue(float("nan"))
@@ -101,9 +95,7 @@ def test_key_deduplicates_while_pending_or_running(app: rota.App) -> None:
     assert fresh.created and fresh.id != first.id
 
 
-def test_claim_order_is_priority_then_due_time_then_enqueue_order(
-    app: rota.App, clock: rota.FakeClock
-) -> None:
+def test_claim_order_is_priority_then_due_time_then_enqueue_order(app: rota.App, clock: rota.FakeClock) -> None:
     app = make_app(app.database_url, clock=clock)
 
     @app.task(name="t")
@@ -121,9 +113,7 @@ def test_claim_order_is_priority_then_due_time_then_enqueue_order(
     app.close()
 
 
-def test_claim_sets_owner_token_and_lease_from_the_store_clock(
-    app: rota.App, clock: rota.FakeClock
-) -> None:
+def test_claim_sets_owner_token_and_lease_from_the_store_clock(app: rota.App, clock: rota.FakeClock) -> None:
     app = make_app(app.database_url, clock=clock)
 
     @app.task(name="t")
@@ -196,9 +186,7 @@ def test_stale_token_is_refused_after_rescue(app: rota.App, clock: rota.FakeCloc
     app.close()
 
 
-def test_rescue_without_attempts_left_fails_naming_the_worker(
-    app: rota.App, clock: rota.FakeClock
-) -> None:
+def test_rescue_without_attempts_left_fails_naming_the_worker(app: rota.App, clock: rota.FakeClock) -> None:
     app = make_app(app.database_url, clock=clock)
 
     @app.task(name="t")
@@ -216,9 +204,7 @@ def test_rescue_without_attempts_left_fails_naming_the_worker(
     app.close()
 
 
-def test_heartbeat_extends_only_held_leases_and_reports_cancellation(
-    app: rota.App, clock: rota.FakeClock
-) -> None:
+def test_heartbeat_extends_only_held_leases_and_reports_cancellation(app: rota.App, clock: rota.FakeClock) -> None:
     app = make_app(app.database_url, clock=clock)
 
     @app.task(name="t")
@@ -287,9 +273,7 @@ def test_list_runs_filters_and_pages(app: rota.App) -> None:
     assert [r.id for r in app.list_runs(task="a")] == ids[2::-1]
     assert [r.id for r in app.list_runs(limit=2)] == [ids[3], ids[2]]
     assert [r.id for r in app.list_runs(before=ids[2], limit=5)] == [ids[1], ids[0]]
-    with pytest.raises(
-        rota.ConfigurationError, match="unknown status 'pendng' \\(did you mean 'pending'\\?\\)"
-    ):
+    with pytest.raises(rota.ConfigurationError, match="unknown status 'pendng' \\(did you mean 'pending'\\?\\)"):
         app.list_runs(status="pendng")
     assert app.stats()["runs"]["pending"] == 4
 

@@ -45,15 +45,12 @@ def enqueue(
     import json
 
     runs = [
-        NewRun(task=task, args=json.dumps(list(a)), kwargs=json.dumps(k), max_attempts=101, **opts)
-        for a, k in calls
+        NewRun(task=task, args=json.dumps(list(a)), kwargs=json.dumps(k), max_attempts=101, **opts) for a, k in calls
     ]  # type: ignore[arg-type]
     return [run_id for run_id, _ in app.store.insert_runs(runs)]
 
 
-def test_chaos_kill9_random_workers_loses_nothing(
-    db_url: str, procs: WorkerProcs, tmp_path: Path
-) -> None:
+def test_chaos_kill9_random_workers_loses_nothing(db_url: str, procs: WorkerProcs, tmp_path: Path) -> None:
     """4 workers, 1,000 runs of random short durations, a random worker kill -9'd about
     every second and replaced, until all are done."""
     rng = random.Random(20261129)
@@ -124,18 +121,14 @@ def test_sigterm_drains_then_hands_back_and_another_worker_takes_over_at_once(
     app.close()
 
 
-def test_kill9_holder_is_rescued_within_lease_plus_a_poll(
-    db_url: str, procs: WorkerProcs, tmp_path: Path
-) -> None:
+def test_kill9_holder_is_rescued_within_lease_plus_a_poll(db_url: str, procs: WorkerProcs, tmp_path: Path) -> None:
     app = make_app(db_url)
     lease, poll = 2.0, 0.1
     victim = procs.start(concurrency=3, lease=lease, poll=poll)
     ids = enqueue(app, "chaos", [((i, 30.0), {}) for i in range(3)])
     wait_until(lambda: len(log_lines(tmp_path)) >= 3, 30, "three runs to start")
     procs.start(concurrency=3, lease=lease, poll=poll)
-    wait_until(
-        lambda: len([w for w in app.list_workers() if w.alive]) == 2, 30, "the rescuer to register"
-    )
+    wait_until(lambda: len([w for w in app.list_workers() if w.alive]) == 2, 30, "the rescuer to register")
     killed_at = time.time()
     procs.kill9(victim)
     wait_until(lambda: len(log_lines(tmp_path)) >= 6, 30, "the runs to restart elsewhere")

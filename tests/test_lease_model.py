@@ -74,11 +74,7 @@ class LeaseProtocol(RuleBasedStateMachine):
     def heartbeat(self, worker: str) -> None:
         held = sorted(self.beliefs[worker].items())
         alive, _ = self.app.store.heartbeat(held, LEASE)
-        expected = {
-            rid
-            for rid, tok in held
-            if self.model[rid].status == "running" and self.model[rid].token == tok
-        }
+        expected = {rid for rid, tok in held if self.model[rid].status == "running" and self.model[rid].token == tok}
         assert alive == expected
         for rid in alive:
             self.model[rid].lease_until = self.t + LEASE
@@ -92,18 +88,14 @@ class LeaseProtocol(RuleBasedStateMachine):
         written = self.app.store.finish([Outcome(rid, token, "succeeded", result=str(token))])
         m = self.model[rid]
         should = m.status == "running" and m.token == token
-        assert (rid in written) == should, (
-            "a stale token was accepted" if not should else "a valid finish was refused"
-        )
+        assert (rid in written) == should, "a stale token was accepted" if not should else "a valid finish was refused"
         if should:
             m.status = "succeeded"
 
     @rule()
     def rescue(self) -> None:
         rescued = {r.id for r in self.app.store.rescue()}
-        expired = {
-            rid for rid, m in self.model.items() if m.status == "running" and m.lease_until < self.t
-        }
+        expired = {rid for rid, m in self.model.items() if m.status == "running" and m.lease_until < self.t}
         assert rescued == expired
         for rid in rescued:
             self.model[rid].status = "pending"
@@ -122,11 +114,7 @@ class LeaseProtocol(RuleBasedStateMachine):
                 assert (run.worker, run.token, run.attempt) == (m.owner, m.token, m.attempt)
             if m.status == "succeeded":
                 assert run.result == m.token
-            holders = [
-                w
-                for w in WORKERS
-                if self.beliefs[w].get(rid) == run.token and run.status == "running"
-            ]
+            holders = [w for w in WORKERS if self.beliefs[w].get(rid) == run.token and run.status == "running"]
             assert len(holders) <= 1, f"run {rid} has two owners: {holders}"
 
 

@@ -50,9 +50,7 @@ def test_several_worker_processes_drain_2000_tasks_exactly_once(
         procs.terminate(proc)
     counts = app.store.count_by_status()
     assert counts == {"succeeded": 2000}
-    starts = collections.Counter(
-        int(fields[5]) for fields in read_log(tmp_path) if fields[0] == "start"
-    )
+    starts = collections.Counter(int(fields[5]) for fields in read_log(tmp_path) if fields[0] == "start")
     assert sorted(starts) == list(range(2000)) and set(starts.values()) == {1}
     workers_used = {fields[4] for fields in read_log(tmp_path)}
     assert len(workers_used) == n_workers  # every process took a share
@@ -87,12 +85,8 @@ def test_bad_app_path_is_a_clear_cli_error(tmp_path: Path) -> None:
 
     from rota.cli import main
 
-    result = CliRunner().invoke(
-        main, ["--database-url", f"sqlite:///{tmp_path}/x.db", "worker", "tests.apps.nope:app"]
-    )
+    result = CliRunner().invoke(main, ["--database-url", f"sqlite:///{tmp_path}/x.db", "worker", "tests.apps.nope:app"])
     assert result.exit_code == 2 and "cannot import module 'tests.apps.nope'" in result.output
-    result = CliRunner().invoke(
-        main, ["--database-url", f"sqlite:///{tmp_path}/x.db", "worker", "tests.apps.basic"]
-    )
+    result = CliRunner().invoke(main, ["--database-url", f"sqlite:///{tmp_path}/x.db", "worker", "tests.apps.basic"])
     assert result.exit_code == 2 and "is not module:attribute" in result.output
     assert rota.__version__

@@ -40,9 +40,7 @@ NEW_YORK = "America/New_York"
 LORD_HOWE = "Australia/Lord_Howe"
 
 
-def utc(
-    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, us: int = 0
-) -> datetime:
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, us: int = 0) -> datetime:
     return datetime(year, month, day, hour, minute, second, us, tzinfo=UTC)
 
 
@@ -74,16 +72,12 @@ def test_berlin_fixed_times_outside_the_windows_are_unaffected() -> None:
         "2026-03-29T01:30:00+01:00",
         "2026-03-30T01:30:00+02:00",
     ]
-    assert fires("30 3 * * *", BERLIN, datetime(2026, 3, 28, 12), 1) == [
-        "2026-03-29T03:30:00+02:00"
-    ]
+    assert fires("30 3 * * *", BERLIN, datetime(2026, 3, 28, 12), 1) == ["2026-03-29T03:30:00+02:00"]
     assert fires("30 1 * * *", BERLIN, datetime(2026, 10, 24, 12), 2) == [
         "2026-10-25T01:30:00+02:00",
         "2026-10-26T01:30:00+01:00",
     ]
-    assert fires("30 3 * * *", BERLIN, datetime(2026, 10, 24, 12), 1) == [
-        "2026-10-25T03:30:00+01:00"
-    ]
+    assert fires("30 3 * * *", BERLIN, datetime(2026, 10, 24, 12), 1) == ["2026-10-25T03:30:00+01:00"]
 
 
 def test_berlin_several_fixed_times_in_the_gap_run_once() -> None:
@@ -166,17 +160,13 @@ def test_new_york_fixed_times() -> None:
         "2026-03-08T03:00:00-04:00",
         "2026-03-09T02:30:00-04:00",
     ]
-    assert fires("0 2 * * *", NEW_YORK, datetime(2026, 3, 7, 12), 1) == [
-        "2026-03-08T03:00:00-04:00"
-    ]
+    assert fires("0 2 * * *", NEW_YORK, datetime(2026, 3, 7, 12), 1) == ["2026-03-08T03:00:00-04:00"]
     assert fires("30 1 * * *", NEW_YORK, datetime(2026, 10, 31, 12), 2) == [
         "2026-11-01T01:30:00-04:00",
         "2026-11-02T01:30:00-05:00",
     ]
     # 02:00 on the fall-back day exists once (EST): outside the repeated 01:00-01:59.
-    assert fires("0 2 * * *", NEW_YORK, datetime(2026, 10, 31, 12), 1) == [
-        "2026-11-01T02:00:00-05:00"
-    ]
+    assert fires("0 2 * * *", NEW_YORK, datetime(2026, 10, 31, 12), 1) == ["2026-11-01T02:00:00-05:00"]
 
 
 def test_new_york_wildcards_follow_the_wall_clock() -> None:
@@ -201,12 +191,8 @@ def test_lord_howe_fixed_times() -> None:
         "2026-10-04T02:30:00+11:00",
         "2026-10-05T02:00:00+11:00",
     ]
-    assert fires("15 2 * * *", LORD_HOWE, datetime(2026, 10, 3, 12), 1) == [
-        "2026-10-04T02:30:00+11:00"
-    ]
-    assert fires("45 2 * * *", LORD_HOWE, datetime(2026, 10, 3, 12), 1) == [
-        "2026-10-04T02:45:00+11:00"
-    ]
+    assert fires("15 2 * * *", LORD_HOWE, datetime(2026, 10, 3, 12), 1) == ["2026-10-04T02:30:00+11:00"]
+    assert fires("45 2 * * *", LORD_HOWE, datetime(2026, 10, 3, 12), 1) == ["2026-10-04T02:45:00+11:00"]
     # Fall back 02:00 -> 01:30: 01:30-01:59 happen twice, 01:15 once.
     assert fires("45 1 * * *", LORD_HOWE, datetime(2026, 4, 4, 12), 2) == [
         "2026-04-05T01:45:00+11:00",
@@ -249,13 +235,11 @@ def notes(cron: str, tz: str, after: datetime, count: int) -> list[str | None]:
 
 def test_explain_notes_a_fixed_time_moved_to_the_jump() -> None:
     assert notes("30 2 * * *", BERLIN, datetime(2026, 3, 28, 12), 2) == [
-        "02:30 does not exist on 2026-03-29 in Europe/Berlin (clocks jump from 02:00 to "
-        "03:00); runs at 03:00 CEST",
+        "02:30 does not exist on 2026-03-29 in Europe/Berlin (clocks jump from 02:00 to 03:00); runs at 03:00 CEST",
         None,
     ]
     assert notes("0 2 * * *", LORD_HOWE, datetime(2026, 10, 3, 12), 1) == [
-        "02:00 does not exist on 2026-10-04 in Australia/Lord_Howe (clocks jump from 02:00 "
-        "to 02:30); runs at 02:30 +11"
+        "02:00 does not exist on 2026-10-04 in Australia/Lord_Howe (clocks jump from 02:00 to 02:30); runs at 02:30 +11"
     ]
 
 
@@ -347,9 +331,7 @@ def test_alias_trigger_keeps_the_expression_as_given() -> None:
     assert isinstance(trigger, CronTrigger)
     assert (trigger.cron, trigger.expanded, trigger.tz) == ("@daily", "0 0 * * *", BERLIN)
     assert trigger.description == "cron '@daily' (0 0 * * *) in Europe/Berlin"
-    assert make_trigger(cron="30 2 * * *", tz=BERLIN).description == (
-        "cron '30 2 * * *' in Europe/Berlin"
-    )
+    assert make_trigger(cron="30 2 * * *", tz=BERLIN).description == ("cron '30 2 * * *' in Europe/Berlin")
 
 
 @pytest.mark.parametrize(
@@ -480,18 +462,12 @@ MINUTE = timedelta(seconds=60)
 
 
 def test_plan_nothing_due() -> None:
-    plan = plan_ticks(
-        HOURLY, utc(2026, 3, 1, 13), utc(2026, 3, 1, 12), misfire="skip", grace=MINUTE
-    )
-    assert plan == timing.TickPlan(
-        run=(), skipped=(), skipped_more=0, next_run_at=utc(2026, 3, 1, 13)
-    )
+    plan = plan_ticks(HOURLY, utc(2026, 3, 1, 13), utc(2026, 3, 1, 12), misfire="skip", grace=MINUTE)
+    assert plan == timing.TickPlan(run=(), skipped=(), skipped_more=0, next_run_at=utc(2026, 3, 1, 13))
 
 
 def test_plan_one_tick_on_time() -> None:
-    plan = plan_ticks(
-        HOURLY, utc(2026, 3, 1, 12), utc(2026, 3, 1, 12, 0, 5), misfire="skip", grace=MINUTE
-    )
+    plan = plan_ticks(HOURLY, utc(2026, 3, 1, 12), utc(2026, 3, 1, 12, 0, 5), misfire="skip", grace=MINUTE)
     assert plan.run == (utc(2026, 3, 1, 12),)
     assert plan.skipped == ()
     assert plan.next_run_at == utc(2026, 3, 1, 13)
@@ -539,9 +515,7 @@ def test_plan_grace_boundary_exactly_at_grace_is_on_time(misfire: str) -> None:
     tick = utc(2026, 3, 1, 12)
     at_grace = plan_ticks(HOURLY, tick, tick + MINUTE, misfire=misfire, grace=MINUTE)
     assert at_grace.run == (tick,) and at_grace.skipped == ()
-    late = plan_ticks(
-        HOURLY, tick, tick + MINUTE + timedelta(microseconds=1), misfire=misfire, grace=MINUTE
-    )
+    late = plan_ticks(HOURLY, tick, tick + MINUTE + timedelta(microseconds=1), misfire=misfire, grace=MINUTE)
     if misfire == "skip":
         assert late.run == () and [t for t, _ in late.skipped] == [tick]
     else:  # coalesce runs the only missed tick; all runs it anyway
@@ -580,9 +554,7 @@ def test_plan_accepts_any_zone_and_returns_utc() -> None:
 
 def test_plan_cron_across_the_spring_gap() -> None:
     trigger = make_trigger(cron="30 2 * * *", tz=BERLIN)
-    plan = plan_ticks(
-        trigger, utc(2026, 3, 28, 1, 30), utc(2026, 3, 29, 1, 0, 10), misfire="all", grace=MINUTE
-    )
+    plan = plan_ticks(trigger, utc(2026, 3, 28, 1, 30), utc(2026, 3, 29, 1, 0, 10), misfire="all", grace=MINUTE)
     assert plan.run == (utc(2026, 3, 28, 1, 30), utc(2026, 3, 29, 1, 0))  # 03:00 CEST
     assert plan.next_run_at == utc(2026, 3, 30, 0, 30)
 
@@ -590,9 +562,7 @@ def test_plan_cron_across_the_spring_gap() -> None:
 def test_plan_cron_counts_exactly_under_the_bound() -> None:
     trigger = make_trigger(cron="0 * * * *")
     # 73 due ticks, 03-01 00:00 .. 03-04 00:00; the last is 30 s late, so on time.
-    plan = plan_ticks(
-        trigger, utc(2026, 3, 1), utc(2026, 3, 4, 0, 0, 30), misfire="skip", grace=MINUTE, limit=10
-    )
+    plan = plan_ticks(trigger, utc(2026, 3, 1), utc(2026, 3, 4, 0, 0, 30), misfire="skip", grace=MINUTE, limit=10)
     assert plan.run == (utc(2026, 3, 4),)
     assert [t for t, _ in plan.skipped] == [utc(2026, 3, 1, h) for h in range(10)]
     assert (plan.skipped_more, plan.skipped_more_exact) == (62, True)
@@ -614,9 +584,7 @@ def test_plan_interval_counts_skipped_ticks_exactly() -> None:
     every_second = IntervalTrigger(every=timedelta(seconds=1))
     now = utc(2026, 6, 1)
     # 86_401 due ticks; the last 61 (now-60s..now) are on time; 86_340 missed.
-    plan = plan_ticks(
-        every_second, now - timedelta(days=1), now, misfire="skip", grace=MINUTE, limit=1000
-    )
+    plan = plan_ticks(every_second, now - timedelta(days=1), now, misfire="skip", grace=MINUTE, limit=1000)
     assert len(plan.run) == 61 and plan.run[0] == now - MINUTE and plan.run[-1] == now
     assert len(plan.skipped) == 1000
     assert (plan.skipped_more, plan.skipped_more_exact) == (85_340, True)
@@ -635,9 +603,7 @@ def test_plan_interval_coalesce_with_nothing_on_time_counts_exactly() -> None:
 
 
 @pytest.mark.parametrize("misfire", ["skip", "coalesce", "all"])
-def test_plan_every_second_down_a_year_takes_bounded_steps(
-    misfire: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_plan_every_second_down_a_year_takes_bounded_steps(misfire: str, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = 0
     original = IntervalTrigger.next_after
 
@@ -649,9 +615,7 @@ def test_plan_every_second_down_a_year_takes_bounded_steps(
     monkeypatch.setattr(IntervalTrigger, "next_after", counting)
     every_second = IntervalTrigger(every=timedelta(seconds=1))
     now = utc(2026, 6, 1)
-    plan = plan_ticks(
-        every_second, now - timedelta(days=365), now, misfire=misfire, grace=MINUTE, limit=1000
-    )
+    plan = plan_ticks(every_second, now - timedelta(days=365), now, misfire=misfire, grace=MINUTE, limit=1000)
     assert calls <= 2_100
     if misfire != "all":
         # 31_536_001 due, 61 on time, 31_535_940 missed.
@@ -686,9 +650,7 @@ def test_plan_cron_down_for_long_stops_counting_at_a_bound(
 
 def test_plan_cron_coalesce_past_the_bound_finds_the_newest_missed_tick() -> None:
     trigger = make_trigger(cron="* 3 * * *", tz=BERLIN)  # 03:00-03:59 CEST = 01:00-01:59Z
-    plan = plan_ticks(
-        trigger, utc(2025, 6, 1), utc(2026, 6, 1), misfire="coalesce", grace=MINUTE, limit=10
-    )
+    plan = plan_ticks(trigger, utc(2025, 6, 1), utc(2026, 6, 1), misfire="coalesce", grace=MINUTE, limit=10)
     assert plan.run == (utc(2026, 5, 31, 1, 59),)
     assert not plan.skipped_more_exact
     assert plan.next_run_at == utc(2026, 6, 1, 1)
@@ -696,9 +658,7 @@ def test_plan_cron_coalesce_past_the_bound_finds_the_newest_missed_tick() -> Non
 
 def test_plan_is_deterministic() -> None:
     args = (HOURLY, utc(2026, 3, 1, 10), LATE_NOW)
-    assert plan_ticks(*args, misfire="skip", grace=MINUTE) == plan_ticks(
-        *args, misfire="skip", grace=MINUTE
-    )
+    assert plan_ticks(*args, misfire="skip", grace=MINUTE) == plan_ticks(*args, misfire="skip", grace=MINUTE)
 
 
 def test_plan_rejects_naive_datetimes_and_bad_arguments() -> None:
@@ -772,9 +732,7 @@ def test_property_plan_accounts_for_every_due_tick(
     trigger = IntervalTrigger(every=timedelta(seconds=every_s))
     start = utc(2026, 1, 1) + timedelta(seconds=first)
     now = start + timedelta(seconds=late)
-    plan = plan_ticks(
-        trigger, start, now, misfire=misfire, grace=timedelta(seconds=grace_s), limit=limit
-    )
+    plan = plan_ticks(trigger, start, now, misfire=misfire, grace=timedelta(seconds=grace_s), limit=limit)
     # The due ticks, counted by hand: start, then grid ticks after it up to now.
     grid = [t for t in _interval_ticks(every_s, start, now)]
     assert list(plan.run) == sorted(plan.run) and all(t <= now for t in plan.run)
@@ -844,9 +802,7 @@ def test_unknown_zone_suggests_a_close_name() -> None:
         "unknown time zone 'Europe/Berln' (did you mean 'Europe/Berlin'?); "
         "use an IANA name such as 'UTC' or 'Europe/Berlin'"
     )
-    with pytest.raises(
-        ConfigurationError, match=r"'europe/berlin' \(did you mean 'Europe/Berlin'\?\)"
-    ):
+    with pytest.raises(ConfigurationError, match=r"'europe/berlin' \(did you mean 'Europe/Berlin'\?\)"):
         make_trigger(cron="0 3 * * *", tz="europe/berlin")
     with pytest.raises(ConfigurationError, match="unknown time zone 'Mars/Olympus_Mons'; use"):
         make_trigger(every=5, tz="Mars/Olympus_Mons")
@@ -869,9 +825,7 @@ def test_unknown_policy_words() -> None:
         match=r"unknown misfire policy 'coalese' \(did you mean 'coalesce'\?\); valid values are 'all', 'coalesce', 'skip'",
     ):
         check_misfire("coalese")
-    with pytest.raises(
-        ConfigurationError, match=r"unknown overlap policy 'replce' \(did you mean 'replace'\?\)"
-    ):
+    with pytest.raises(ConfigurationError, match=r"unknown overlap policy 'replce' \(did you mean 'replace'\?\)"):
         check_overlap("replce")
     with pytest.raises(ConfigurationError, match="unknown overlap policy 'parallel'"):
         check_overlap("parallel")
@@ -899,17 +853,13 @@ def test_bad_every(every: object, message: str) -> None:
 def test_exactly_one_of_cron_and_every() -> None:
     with pytest.raises(ConfigurationError, match=r"exactly one of cron= .* or every= .*got both"):
         make_trigger(cron="* * * * *", every=5)
-    with pytest.raises(
-        ConfigurationError, match=r"exactly one of cron= .* or every= .*got neither"
-    ):
+    with pytest.raises(ConfigurationError, match=r"exactly one of cron= .* or every= .*got neither"):
         make_trigger()
 
 
 @pytest.mark.parametrize("count", [0, -1, True, 2.0])
 def test_count_must_be_a_positive_integer(count: object) -> None:
-    with pytest.raises(
-        ConfigurationError, match=f"count must be a positive integer, got {count!r}"
-    ):
+    with pytest.raises(ConfigurationError, match=f"count must be a positive integer, got {count!r}"):
         next_fire_times("* * * * *", count=count)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="count must be a positive integer"):
         explain("* * * * *", count=count)  # type: ignore[arg-type]

@@ -44,11 +44,7 @@ def test_runs_sync_and_async_tasks_and_records_the_attempt(app: rota.App) -> Non
         42,
     )
     assert one.worker == worker.id and worker.id.startswith(f"{socket.gethostname()}:")
-    assert (
-        one.started_at is not None
-        and one.finished_at is not None
-        and one.started_at <= one.finished_at
-    )
+    assert one.started_at is not None and one.finished_at is not None and one.started_at <= one.finished_at
     assert one.attempts == [
         {
             "attempt": 1,
@@ -131,10 +127,7 @@ def test_a_run_of_an_unregistered_task_fails_clearly_instead_of_looping(
     assert run.status == "failed" and run.attempt == 1
     assert run.error is not None and run.error["type"] == "TaskNotFound"
     assert "task 'only.in.producer' is not registered in worker" in run.error["message"]
-    assert (
-        "(registered: known)" in run.error["message"]
-        and f"rota retry {run.id}" in run.error["message"]
-    )
+    assert "(registered: known)" in run.error["message"] and f"rota retry {run.id}" in run.error["message"]
 
 
 def test_concurrency_bounds_simultaneous_runs(app: rota.App) -> None:
@@ -310,26 +303,16 @@ def test_stats_report_counts_workers_and_capacity(app: rota.App) -> None:
 
 
 def test_worker_options_are_validated(app: rota.App) -> None:
-    with pytest.raises(
-        rota.ConfigurationError, match="concurrency must be a positive integer, got 0"
-    ):
+    with pytest.raises(rota.ConfigurationError, match="concurrency must be a positive integer, got 0"):
         app.worker(concurrency=0)
-    with pytest.raises(
-        rota.ConfigurationError, match="lease must be a positive number of seconds, got -1"
-    ):
+    with pytest.raises(rota.ConfigurationError, match="lease must be a positive number of seconds, got -1"):
         app.worker(lease=-1)
-    with pytest.raises(
-        rota.ConfigurationError, match="heartbeat_interval .* must be shorter than the lease"
-    ):
+    with pytest.raises(rota.ConfigurationError, match="heartbeat_interval .* must be shorter than the lease"):
         app.worker(lease=1, heartbeat_interval=2)
 
 
-def test_retention_prunes_old_finished_runs(
-    app_factory: Callable[..., rota.App], clock: rota.FakeClock
-) -> None:
-    app = app_factory(
-        clock=clock, retention={"succeeded": timedelta(days=7), "failed": timedelta(days=30)}
-    )
+def test_retention_prunes_old_finished_runs(app_factory: Callable[..., rota.App], clock: rota.FakeClock) -> None:
+    app = app_factory(clock=clock, retention={"succeeded": timedelta(days=7), "failed": timedelta(days=30)})
 
     @app.task(name="t")
     def t() -> None: ...

@@ -137,9 +137,7 @@ class SqlStore(Store, abc.ABC):
         return any(
             r.status == PENDING
             and not r.held
-            and (
-                r.delay <= NOTIFY_HORIZON if r.scheduled_for is None else r.scheduled_for <= horizon
-            )
+            and (r.delay <= NOTIFY_HORIZON if r.scheduled_for is None else r.scheduled_for <= horizon)
             for r in runs
         )
 
@@ -167,9 +165,7 @@ class SqlStore(Store, abc.ABC):
                 if notify and any(c for _, c in results) and self._due_soon(runs):
                     self._notify(s, "run")
                 return results
-        raise ConfigurationError(
-            "could not insert keyed runs: their twins kept finishing"
-        )  # pragma: no cover
+        raise ConfigurationError("could not insert keyed runs: their twins kept finishing")  # pragma: no cover
 
     def _insert_one(self, s: Session, r: NewRun) -> tuple[int, bool] | None:
         rows = s.q("insert_run", **self._run_params(r))
@@ -178,9 +174,7 @@ class SqlStore(Store, abc.ABC):
         if r.key is not None:
             existing = s.q("find_keyed", task=r.task, key=r.key)
             return (int(existing[0][0]), False) if existing else None
-        raise ConfigurationError(
-            f"run of {r.task} conflicts with an existing run"
-        )  # pragma: no cover
+        raise ConfigurationError(f"run of {r.task} conflicts with an existing run")  # pragma: no cover
 
     # -- schedules -----------------------------------------------------------------------
     def _schedule_params(self, d: ScheduleDef, next_run_at: datetime | None) -> dict[str, Any]:
@@ -207,9 +201,7 @@ class SqlStore(Store, abc.ABC):
             "next_run_at": self._ts(next_run_at),
         }
 
-    def sync_schedules(
-        self, app: str, defs: Sequence[ScheduleDef], first_ticks: dict[str, datetime]
-    ) -> None:
+    def sync_schedules(self, app: str, defs: Sequence[ScheduleDef], first_ticks: dict[str, datetime]) -> None:
         now = self.now()
         with self._tx() as s:
             for d in defs:
@@ -314,9 +306,7 @@ class SqlStore(Store, abc.ABC):
                 raise _Abort  # another instance materialized this tick
             woke = self._overlap(s, due, tick, manual=False)[1] or woke
         for tick, reason in plan.skipped:
-            skipped = self._tick_run(
-                due, tick, status="skipped", error=_error_json("Misfire", reason)
-            )
+            skipped = self._tick_run(due, tick, status="skipped", error=_error_json("Misfire", reason))
             s.q("insert_run", **self._run_params(skipped))
         if not s.q(
             "advance_schedule",
@@ -333,9 +323,7 @@ class SqlStore(Store, abc.ABC):
         if woke:
             self._notify(s, "run")
 
-    def _overlap(
-        self, s: Session, due: DueSchedule, tick: datetime | None, *, manual: bool
-    ) -> tuple[int | None, bool]:
+    def _overlap(self, s: Session, due: DueSchedule, tick: datetime | None, *, manual: bool) -> tuple[int | None, bool]:
         """A tick met the active run of its exclusive schedule: apply the overlap policy.
         Returns (id of the run inserted for the tick or None, whether it may start now)."""
         active = s.q("active_run", schedule=due.name)
@@ -349,9 +337,7 @@ class SqlStore(Store, abc.ABC):
                     "overlap='queue' or 'replace'"
                 )
             reason = f"run {active_id} was still {active_status} (overlap=skip)"
-            skipped = self._tick_run(
-                due, tick, status="skipped", error=_error_json("Overlap", reason)
-            )
+            skipped = self._tick_run(due, tick, status="skipped", error=_error_json("Overlap", reason))
             s.q("insert_run", **self._run_params(skipped))
             return None, False
         if due.overlap == "replace":

@@ -216,9 +216,7 @@ class Store(abc.ABC):
 
     # -- the worker's hot path -----------------------------------------------------------
     @abc.abstractmethod
-    def claim(
-        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float
-    ) -> list[Claimed]:
+    def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
         """Claim up to `limit` due pending runs (priority, then due time, then id), never
         one claimed by someone else at the same time. Each gets a new token and a lease."""
 
@@ -247,9 +245,7 @@ class Store(abc.ABC):
 
     # -- schedules -----------------------------------------------------------------------
     @abc.abstractmethod
-    def sync_schedules(
-        self, app: str, defs: Sequence[ScheduleDef], first_ticks: dict[str, datetime]
-    ) -> None:
+    def sync_schedules(self, app: str, defs: Sequence[ScheduleDef], first_ticks: dict[str, datetime]) -> None:
         """Upsert code-declared schedules; a changed (or re-activated) definition gets
         next_run_at from `first_ticks` (now for run_immediately schedules that never ran).
         Code schedules of `app` that are not in `defs` become inactive (history kept)."""

@@ -530,8 +530,11 @@ class App:
         return self.get_schedule(name)
 
     def resume(self, name: str) -> ScheduleInfo:
-        """Resume from now: ticks that fell while paused do not run."""
+        """Resume from now: ticks that fell while paused do not run. A schedule that is not
+        paused is left alone (its next fire time, overdue or not, is kept)."""
         info = self.get_schedule(name)
+        if not info.paused:
+            return info
         trigger = timing.make_trigger(cron=info.cron, every=info.every, tz=info.tz)
         self.store.set_paused(name, False, trigger.next_after(self.store.now()))
         return self.get_schedule(name)

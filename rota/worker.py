@@ -328,7 +328,7 @@ class Worker:
                 delay = self._outage.failed(exc)
                 if await self._sleep_or_stop(delay):
                     return False
-        self._warn_about_schedules()
+        await self._warn_about_schedules()
         self.state = "running"
         log.info(
             "worker %s started: concurrency %d, queues %s, lease %.1f s, %d task(s), %d schedule(s), database %s",
@@ -342,14 +342,20 @@ class Worker:
         )
         return True
 
-    def _warn_about_schedules(self) -> None:
-        for spec in self.app.schedules.values():
-            every = spec.every
+    async def _warn_about_schedules(self) -> None:
+        """One warning per schedule (from code or stored) that fires more often than we poll."""
+        try:
+            stored = await self._db(self.store.list_schedules)
+        except DatabaseError:
+            stored = []
+        intervals = {spec.name: spec.every for spec in self.app.schedules.values()}
+        intervals.update({info.name: info.every for info in stored if not info.paused})
+        for name, every in sorted(intervals.items()):
             if every is not None and every.total_seconds() < self.poll_interval:
                 log.warning(
                     "schedule %r fires every %.3g s, more often than this worker polls (every %.3g s): "
                     "ticks may run late or be coalesced; lower poll_interval to honour it",
-                    spec.name,
+                    name,
                     every.total_seconds(),
                     self.poll_interval,
                 )
@@ -724,6 +730,11 @@ class Worker:
         c = active.claim
         kind, value = outcome
         if kind == "ok":
+            if active.cancel_requested:
+                # It returned after being asked to stop (ctx.cancelled): cancelled, result kept.
+                self.counters.cancelled += 1
+                message = "cancelled on request; the handler returned early"
+                return Outcome(c.id, c.token, "cancelled", result=value, error=_error("Cancelled", message))
             self.counters.succeeded += 1
             return Outcome(c.id, c.token, "succeeded", result=value)
         if kind == "unknown":

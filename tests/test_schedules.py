@@ -921,3 +921,55 @@ def test_cli_explain_shows_local_and_utc_times_with_dst_notes() -> None:
     assert bad.exit_code == 1 and "invalid cron expression '0 3 * *'" in bad.output
     zone = runner.invoke(cli, ["explain", "0 3 * * *", "--tz", "Europe/Berln"])
     assert zone.exit_code == 1 and "unknown time zone 'Europe/Berln'" in zone.output
+
+
+# -- follow-ups ----------------------------------------------------------------------------
+
+
+def test_removing_a_schedule_from_code_cancels_its_pending_runs(
+    app_factory: Callable[..., rota.App], fake: rota.FakeClock
+) -> None:
+    v1 = app_factory(clock=fake)
+    v1.schedule(every=60, name="dropped", overlap="queue")(v1.task(name="job")(lambda: None))
+    v1.prepare()
+    fake.set(minute(1))
+    poll_once(v1)
+    (pending,) = runs_of(v1, "dropped")
+    assert pending.status == "pending"
+    v2 = app_factory(clock=fake)
+    v2.task(name="job")(lambda: None)
+    v2.prepare()  # the schedule is gone from code
+    run = v2.get_run(pending.id)
+    assert run.status == "cancelled" and run.error is not None and run.error["type"] == "Removed"
+
+
+def test_resume_of_a_schedule_that_is_not_paused_changes_nothing(fapp: rota.App, fake: rota.FakeClock) -> None:
+    fapp.add_schedule("s", "t", every=60)
+    before = fapp.get_schedule("s").next_run_at
+    fake.advance(timedelta(minutes=5))  # overdue now
+    assert fapp.resume("s").next_run_at == before
+
+
+def test_the_too_frequent_warning_covers_stored_schedules(fapp: rota.App, caplog: pytest.LogCaptureFixture) -> None:
+    fapp.add_schedule("fast", "t", every=0.5)
+    with caplog.at_level(logging.WARNING, logger="rota.worker"):
+        worker = start_worker(fapp, poll_interval=2.0)
+        wait_for(lambda: worker.state == "running", what="the worker to start")
+    assert sum("schedule 'fast' fires every 0.5 s" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_sync_handler_that_returns_early_when_cancelled_is_recorded_cancelled(app: rota.App) -> None:
+    @app.task(name="polite", pass_context=True)
+    def polite(ctx: rota.RunContext) -> str:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not ctx.cancelled:
+            time.sleep(0.01)
+        return "partial work"
+
+    start_worker(app, heartbeat_interval=0.2)
+    handle = polite.enqueue()
+    wait_for(lambda: handle.refresh().status == "running", what="the run to start")
+    app.cancel(handle.id)
+    run = handle.wait(10)
+    assert run.status == "cancelled" and run.result == "partial work"
+    assert run.error is not None and "returned early" in run.error["message"]

@@ -212,7 +212,10 @@ class SqlStore(Store, abc.ABC):
                     first_tick=self._ts(first),
                     **self._schedule_params(d, start),
                 )
-            s.q("deactivate_code_schedules", app=app, names=self._names([d.name for d in defs]))
+            removed = s.q("deactivate_code_schedules", app=app, names=self._names([d.name for d in defs]))
+            error = _error_json("Removed", "its schedule was removed from code")
+            for (name,) in removed:
+                s.q("cancel_schedule_pending", name=name, error=error)
             self._notify(s, "schedule")
 
     def add_schedule(self, sdef: ScheduleDef, first_tick: datetime) -> None:

@@ -199,6 +199,7 @@ WHERE s.definition IS DISTINCT FROM EXCLUDED.definition OR NOT s.active
 -- name: deactivate_code_schedules
 UPDATE rota_schedules SET active = false, updated_at = {now}
 WHERE source = 'code' AND app = %(app)s AND active AND NOT (name = ANY(%(names)s::text[]))
+RETURNING name
 
 -- name: insert_schedule
 INSERT INTO rota_schedules AS s (

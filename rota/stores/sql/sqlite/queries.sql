@@ -165,6 +165,7 @@ WHERE s.definition IS NOT excluded.definition OR NOT s.active
 UPDATE rota_schedules SET active = 0, updated_at = {now}
 WHERE source = 'code' AND app = :app AND active
   AND name NOT IN (SELECT value FROM json_each(:names))
+RETURNING name
 
 -- name: insert_schedule
 INSERT INTO rota_schedules AS s (

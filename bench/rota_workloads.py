@@ -14,6 +14,7 @@ an object with `enqueue_many`; run statuses are the strings in DESIGN.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import os
@@ -229,8 +230,35 @@ def _pg_transactions(url: str) -> int:
     return int(pg_scalar(url, query))
 
 
-def idle(ctx: Ctx, backend: Backend, settle_s: float = 5.0) -> Metrics:
-    """W4: a worker with ctx.idle_schedules schedules (none due for a year) sitting idle."""
+def _db_backends(db: str) -> list[Any]:
+    """The PostgreSQL backend processes serving database `db` (by their process titles)."""
+    import psutil
+
+    marker = f" {db} "
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        title = " ".join(proc.info["cmdline"] or [])
+        if title.startswith("postgres:") and marker in title:
+            found.append(proc)
+    return found
+
+
+def _cpu_of(procs_: Sequence[Any]) -> dict[int, float]:
+    out = {}
+    for proc in procs_:
+        with contextlib.suppress(Exception):
+            t = proc.cpu_times()
+            out[proc.pid] = float(t.user + t.system)
+    return out
+
+
+def idle(ctx: Ctx, backend: Backend, settle_s: float = 12.0) -> Metrics:
+    """W4: a worker with ctx.idle_schedules schedules (none due for a year) sitting idle.
+
+    `settle_s` (> PostgreSQL's 10 s idle-stats flush interval) keeps the set-up's
+    transactions out of the window. On PostgreSQL, the CPU of the backends serving the
+    bench database (alive through the window) is reported too, as db_cpu_pct.
+    """
     with database(ctx, backend) as url:
         m = load_app_module(url)
         started = time.perf_counter()
@@ -243,17 +271,23 @@ def idle(ctx: Ctx, backend: Backend, settle_s: float = 5.0) -> Metrics:
             m.stamp.enqueue(0)  # one run through the worker: it is up and polling
             procs.wait_for(lambda: reader.sample(0) > 0, 300.0, "the worker to start", workers)
             time.sleep(settle_s)
+            pg = backend == "postgres"
+            backends = _db_backends(url.rpartition("/")[2]) if pg else []
+            db0 = _cpu_of(backends)
             cpu0, t0 = _cpu_seconds(workers[0].pid), time.monotonic()
-            x0 = _pg_transactions(url) if backend == "postgres" else 0
+            x0 = _pg_transactions(url) if pg else 0
             time.sleep(ctx.idle_seconds)
             cpu1, elapsed = _cpu_seconds(workers[0].pid), time.monotonic() - t0
-            x1 = _pg_transactions(url) if backend == "postgres" else 0
+            x1 = _pg_transactions(url) if pg else 0
+            db1 = _cpu_of(backends)
             workers[0].check()
         finally:
             procs.stop_all(workers)
     metrics = {"cpu_pct": 100.0 * (cpu1 - cpu0) / elapsed, "setup_s": setup_s}
     if backend == "postgres":  # minus our own first snapshot's transaction
         metrics["statements_per_min"] = max(0, x1 - x0 - 1) * 60.0 / elapsed
+        db_cpu = sum(db1[pid] - db0[pid] for pid in db1 if pid in db0)
+        metrics["db_cpu_pct"] = 100.0 * db_cpu / elapsed
     return metrics
 
 

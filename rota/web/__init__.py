@@ -1,0 +1,127 @@
+"""The web dashboard, JSON API and Prometheus metrics (`pip install 'rota[web]'`).
+
+    web = rota.web.create_app(app, token="...")   # any ASGI server; or `rota dashboard APP`
+
+Routes (JSON unless said otherwise; records shaped as the CLI's `--json`):
+
+    GET  /                      the dashboard page (HTML; renders from the API in the browser)
+    GET  /healthz               {"status": "ok"}, never needs the token
+    GET  /metrics               Prometheus text (rota.web.metrics)
+    GET  /api/stats             counts by status, live workers, capacity
+    GET  /api/schedules[?all=1]             GET /api/schedules/{name}
+    GET  /api/runs?status=&task=&schedule=&queue=&limit=&before=     GET /api/runs/{id}
+    GET  /api/workers           GET /api/locks
+    GET  /api/timeline?minutes=60           runs that started/finished in the window
+    POST /api/schedules/{name}/pause|resume|trigger
+    POST /api/runs/{id}/cancel|retry
+
+Auth (token argument, else ROTA_DASHBOARD_TOKEN) is described in rota.web.auth.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+
+try:
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+    from starlette.routing import Route
+except ImportError as exc:  # pragma: no cover - depends on extras
+    raise ImportError(f"rota.web needs the web extra: pip install 'rota[web]' ({exc})") from exc
+
+from ..app import App
+from ..errors import ConfigurationError, RotaError
+from . import api
+from .auth import TOKEN_ENV, Guard, resolve_token
+from .metrics import make_registry, metrics
+
+__all__ = ["create_app", "is_loopback", "serve"]
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def create_app(app: App, *, token: str | None = None, allowed_hosts: Sequence[str] | None = None) -> Starlette:
+    """An ASGI app serving the dashboard for `app`. `token` (else ROTA_DASHBOARD_TOKEN) guards
+    every route but /healthz; `allowed_hosts` restricts the Host header (None: any)."""
+    routes = [
+        Route("/", page),
+        Route("/healthz", healthz),
+        Route("/login", signed_in, methods=["GET", "POST"]),
+        Route("/metrics", metrics),
+        *api.routes(),
+    ]
+    web = Starlette(
+        routes=routes,
+        middleware=[Middleware(Guard, token=resolve_token(token), allowed_hosts=allowed_hosts)],
+        exception_handlers={
+            RotaError: api.rota_error,
+            HTTPException: api.http_error,
+            Exception: api.server_error,
+        },
+    )
+    web.state.rota = app
+    web.state.registry = make_registry(app)
+    return web
+
+
+@cache
+def _page_source() -> str:
+    return resources.files(__package__).joinpath("dashboard.html").read_text(encoding="utf-8")
+
+
+async def page(request: Request) -> Response:
+    """The page has no server-side data in it; a fresh nonce admits its own script and style."""
+    nonce = secrets.token_urlsafe(16)
+    csp = (
+        f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
+        "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    )
+    html = _page_source().replace("__NONCE__", nonce)
+    return HTMLResponse(html, headers={"content-security-policy": csp})
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def signed_in(request: Request) -> Response:
+    """/login without a token configured (with one, rota.web.auth answers it)."""
+    return RedirectResponse("./", status_code=303)
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(app: App, *, host: str = "127.0.0.1", port: int = 8000, token: str | None = None) -> None:
+    """Run the dashboard with uvicorn until interrupted. Without a token it only binds to a
+    loopback address, and only answers requests addressed to a loopback name."""
+    import uvicorn
+
+    token = resolve_token(token)
+    if token is None and not is_loopback(host):
+        raise ConfigurationError(
+            f"refusing to serve the dashboard on {host!r} without a token: anyone who can reach it could "
+            f"trigger and cancel runs. Set {TOKEN_ENV} (e.g. "
+            f"export {TOKEN_ENV}=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')) or pass "
+            "--token, or bind to 127.0.0.1"
+        )
+    allowed = None if token else (*LOOPBACK_NAMES, host)
+    web = create_app(app, token=token, allowed_hosts=allowed)
+    shown = f"[{host}]" if ":" in host else host
+    how = "sign in with the token" if token else "no token: loopback only"
+    print(f"rota dashboard for {app.database_label} on http://{shown}:{port}/ ({how})", flush=True)
+    # No access log: a browser's first visit may carry ?token= in its URL.
+    uvicorn.run(web, host=host, port=port, access_log=False, log_level="info")

@@ -236,6 +236,32 @@ def enqueue(
 
 
 @main.command()
+@click.argument("app_path", metavar="APP")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option(
+    "--token",
+    envvar="ROTA_DASHBOARD_TOKEN",
+    default=None,
+    help="Require this bearer token (better: ROTA_DASHBOARD_TOKEN); needed beyond loopback.",
+)
+@click.pass_context
+@handle_errors
+def dashboard(ctx: click.Context, app_path: str, host: str, port: int, token: str | None) -> None:
+    """Serve the web dashboard, JSON API and /metrics for APP (needs rota[web])."""
+    try:
+        from . import web
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from exc
+    app = load_app(app_path)
+    _apply_database_override(ctx, app)
+    try:
+        web.serve(app, host=host, port=port, token=token or None)
+    finally:
+        app.close()
+
+
+@main.command()
 @click.option(
     "--database",
     default=None,

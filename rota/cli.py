@@ -31,29 +31,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 def load_app(target: str) -> App:
     """Import `module:attribute` (the current directory is on the path, as with uvicorn)."""
     if ":" not in target:
-        raise click.BadParameter(
-            f"{target!r} is not module:attribute, e.g. myproject.jobs:app", param_hint="APP"
-        )
+        raise click.BadParameter(f"{target!r} is not module:attribute, e.g. myproject.jobs:app", param_hint="APP")
     module_name, _, attr = target.partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise click.BadParameter(
-            f"cannot import module {module_name!r}: {exc}", param_hint="APP"
-        ) from exc
+        raise click.BadParameter(f"cannot import module {module_name!r}: {exc}", param_hint="APP") from exc
     obj: Any = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)
         if obj is None:
-            raise click.BadParameter(
-                f"module {module_name!r} has no attribute {attr!r}", param_hint="APP"
-            )
+            raise click.BadParameter(f"module {module_name!r} has no attribute {attr!r}", param_hint="APP")
     if not isinstance(obj, App):
-        raise click.BadParameter(
-            f"{target} is a {type(obj).__name__}, not a rota.App", param_hint="APP"
-        )
+        raise click.BadParameter(f"{target} is a {type(obj).__name__}, not a rota.App", param_hint="APP")
     return obj
 
 
@@ -103,9 +95,7 @@ def _table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[An
     Console().print(table)  # made per call: COLUMNS and the terminal are read now
 
 
-json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON (field names as in the docs)."
-)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (field names as in the docs).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -123,9 +113,7 @@ def main(ctx: click.Context, database_url: str, verbose: int) -> None:
     """rota: a job scheduler and task queue backed by your database."""
     ctx.ensure_object(dict)
     ctx.obj["database_url"] = database_url
-    ctx.obj["database_url_given"] = (
-        ctx.get_parameter_source("database_url") != click.core.ParameterSource.DEFAULT
-    )
+    ctx.obj["database_url_given"] = ctx.get_parameter_source("database_url") != click.core.ParameterSource.DEFAULT
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -133,22 +121,12 @@ def main(ctx: click.Context, database_url: str, verbose: int) -> None:
 # -- running code ---------------------------------------------------------------------------
 @main.command()
 @click.argument("app_path", metavar="APP")
-@click.option(
-    "-c", "--concurrency", type=int, default=None, help="Runs at a time (default: the App's, 5)."
-)
-@click.option(
-    "-q", "--queue", "queues", multiple=True, help="Only these queues (repeatable; default all)."
-)
+@click.option("-c", "--concurrency", type=int, default=None, help="Runs at a time (default: the App's, 5).")
+@click.option("-q", "--queue", "queues", multiple=True, help="Only these queues (repeatable; default all).")
 @click.option("--lease", type=float, default=None, help="Lease seconds (default 30).")
-@click.option(
-    "--poll-interval", type=float, default=None, help="Seconds between polls (default 1)."
-)
-@click.option(
-    "--shutdown-timeout", type=float, default=None, help="Seconds to drain on SIGTERM (default 30)."
-)
-@click.option(
-    "--metrics-port", type=int, default=None, help="Serve Prometheus /metrics on this port."
-)
+@click.option("--poll-interval", type=float, default=None, help="Seconds between polls (default 1).")
+@click.option("--shutdown-timeout", type=float, default=None, help="Seconds to drain on SIGTERM (default 30).")
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus /metrics on this port.")
 @click.pass_context
 @handle_errors
 def worker(
@@ -222,17 +200,11 @@ def enqueue(
         raise click.BadParameter(f"--args must be a JSON array, got {args_json}")
     if not isinstance(kwargs, dict):
         raise click.BadParameter(f"--kwargs must be a JSON object, got {kwargs_json}")
-    handle = (
-        app.get_task(task)
-        .options(delay=delay, priority=priority, queue=queue, key=key)
-        .enqueue(*args, **kwargs)
-    )
+    handle = app.get_task(task).options(delay=delay, priority=priority, queue=queue, key=key).enqueue(*args, **kwargs)
     if as_json:
         _print_json({"id": handle.id, "created": handle.created})
     else:
-        click.echo(
-            handle.id if handle.created else f"{handle.id} (already pending with key {key!r})"
-        )
+        click.echo(handle.id if handle.created else f"{handle.id} (already pending with key {key!r})")
 
 
 @main.command()
@@ -268,9 +240,7 @@ def dashboard(ctx: click.Context, app_path: str, host: str, port: int, token: st
     help="Where the demo keeps its runs.",
     show_default="sqlite:///rota-demo.db",
 )
-@click.option(
-    "--seconds", type=float, default=None, help="Stop after this long (default: until Ctrl-C)."
-)
+@click.option("--seconds", type=float, default=None, help="Stop after this long (default: until Ctrl-C).")
 def demo(database: str | None, seconds: float | None) -> None:
     """Run the demo: a worker on a SQLite file with example tasks and schedules."""
     from .demo import run_demo
@@ -292,18 +262,12 @@ def migrate(ctx: click.Context, dry_run: bool) -> None:
     applied = app.migrate(dry_run=dry_run)
     current, latest = app._store.schema_version()
     verb = "would apply" if dry_run else "applied"
-    click.echo(
-        f"{verb}: {', '.join(applied)}"
-        if applied
-        else f"schema is up to date (version {current} of {latest})"
-    )
+    click.echo(f"{verb}: {', '.join(applied)}" if applied else f"schema is up to date (version {current} of {latest})")
 
 
 @main.command()
 @json_option
-@click.option(
-    "--all", "include_inactive", is_flag=True, help="Include removed (inactive) schedules."
-)
+@click.option("--all", "include_inactive", is_flag=True, help="Include removed (inactive) schedules.")
 @click.pass_context
 @handle_errors
 def schedules(ctx: click.Context, as_json: bool, include_inactive: bool) -> None:
@@ -364,9 +328,7 @@ def runs(
     as_json: bool,
 ) -> None:
     """List runs, newest first."""
-    items = _database_app(ctx).list_runs(
-        status=status, task=task, schedule=schedule, limit=limit, queue=queue
-    )
+    items = _database_app(ctx).list_runs(status=status, task=task, schedule=schedule, limit=limit, queue=queue)
     if as_json:
         _print_json([r.to_json() for r in items])
         return
@@ -449,9 +411,7 @@ def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
     ):
         value = data[field]
         if value is not None:
-            click.echo(
-                f"{field:>14}: {json.dumps(value) if isinstance(value, (dict, list)) else value}"
-            )
+            click.echo(f"{field:>14}: {json.dumps(value) if isinstance(value, (dict, list)) else value}")
     for attempt in run.attempts:
         click.echo(
             f"\nattempt {attempt['attempt']} on {attempt['worker']}: {attempt['status']} "
@@ -517,9 +477,7 @@ def cancel(ctx: click.Context, run_id: str, as_json: bool) -> None:
     elif run.status == "cancelled":
         click.echo(f"run {run.id} cancelled")
     elif run.status == "running":
-        click.echo(
-            f"run {run.id} is running: asked to stop (its worker cancels it; its timeout stops it otherwise)"
-        )
+        click.echo(f"run {run.id} is running: asked to stop (its worker cancels it; its timeout stops it otherwise)")
     else:
         click.echo(f"run {run.id} finished as {run.status} before it could be cancelled")
 
@@ -536,9 +494,7 @@ def retry(ctx: click.Context, run_id: str) -> None:
 
 @main.command()
 @json_option
-@click.option(
-    "--locks-url", envvar="ROTA_LOCKS_URL", default=None, help="Redis URL when locks live in Redis."
-)
+@click.option("--locks-url", envvar="ROTA_LOCKS_URL", default=None, help="Redis URL when locks live in Redis.")
 @click.pass_context
 @handle_errors
 def locks(ctx: click.Context, as_json: bool, locks_url: str | None) -> None:
@@ -577,9 +533,7 @@ def workers(ctx: click.Context, as_json: bool) -> None:
         )
         for w in items
     ]
-    _table(
-        None, ("worker", "state", "alive", "concurrency", "queues", "started", "last seen"), rows
-    )
+    _table(None, ("worker", "state", "alive", "concurrency", "queues", "started", "last seen"), rows)
 
 
 @main.command()
@@ -612,19 +566,13 @@ def explain(cron: str, tz: str, count: int, after: str | None, as_json: bool) ->
     start = datetime.fromisoformat(after) if after else None
     times = timing.explain(cron, tz, after=start, count=count)
     if as_json:
-        _print_json(
-            [
-                {"local": t.local.isoformat(), "utc": iso(t.utc.astimezone(UTC)), "note": t.note}
-                for t in times
-            ]
-        )
+        _print_json([{"local": t.local.isoformat(), "utc": iso(t.utc.astimezone(UTC)), "note": t.note} for t in times])
         return
     trigger = timing.make_trigger(cron=cron, tz=tz)
     click.echo(f"{trigger.description}:")
     for t in times:
         click.echo(
-            f"  {t.local.strftime('%a %Y-%m-%d %H:%M %Z'):<26} {iso(t.utc)}"
-            + (f"   # {t.note}" if t.note else "")
+            f"  {t.local.strftime('%a %Y-%m-%d %H:%M %Z'):<26} {iso(t.utc)}" + (f"   # {t.note}" if t.note else "")
         )
 
 

@@ -381,13 +381,13 @@ class Worker:
                 break
             if asked and claimed == asked:
                 await asyncio.sleep(0)  # backlog: claim again as soon as slots free up
-                if self.free_slots == 0:
+                if self._claimable() <= 0:
                     await self._wait_for_slots(housekeeping_at)
                 continue
             if asked and claimed < asked:
                 # Drained what is due: learn when the next run is due before sleeping.
                 await self._refresh_due()
-            if self.free_slots == 0:
+            if self._claimable() <= 0:
                 self.counters.skipped_at_capacity += 1
                 await self._wait_for_slots(housekeeping_at)
             else:
@@ -436,7 +436,7 @@ class Worker:
 
     async def _claim_some(self) -> tuple[int, int]:
         """Claim up to the free slots if a run is due. Returns (claimed, asked)."""
-        free = self.free_slots - self._zombie_overflow()
+        free = self._claimable()
         if free <= 0 or not self._due(self._next_run_due):
             return 0, 0
         claimed = await self._db(self.store.claim, self.id, free, self.queues, self.lease)
@@ -447,10 +447,11 @@ class Worker:
             self._dispatch(c)
         return len(claimed), free
 
-    def _zombie_overflow(self) -> int:
-        """Threads stuck in timed-out handlers beyond the pool's spare capacity."""
+    def _claimable(self) -> int:
+        """Free slots, less the threads stuck in timed-out handlers beyond the pool's spare
+        capacity (a slot is only useful if a thread can run it)."""
         spare = self._threads.limit - self.concurrency
-        return max(0, self._zombies - spare)
+        return self.free_slots - max(0, self._zombies - spare)
 
     async def _materialize(self, now: datetime, limit: int = 100) -> tuple[bool, bool]:
         """Turn due schedule ticks into runs. Returns (whether a run may have become due,
@@ -502,7 +503,7 @@ class Worker:
 
     async def _wait_for_slots(self, housekeeping_at: float) -> None:
         self._slot_freed.clear()
-        if self.free_slots > 0:
+        if self._claimable() > 0:
             return
         await self._wait_event(self._slot_freed, self._until(housekeeping_at, self._next_schedule_due))
 
@@ -697,6 +698,7 @@ class Worker:
             active, outcome = self._done.popleft()
             if active.done:
                 self._zombies -= 1  # a fenced-off thread finally returned
+                self._slot_freed.set()
                 continue
             self._complete(active, outcome)
 

@@ -338,3 +338,26 @@ def test_retention_prunes_old_finished_runs(app_factory: Callable[..., rota.App]
     remaining = {r.status for r in app.list_runs()}
     assert remaining == {"failed"}
     assert worker.counters.pruned == 3
+
+
+def test_threads_stuck_in_timed_out_handlers_hold_back_claims_without_spinning(app: rota.App) -> None:
+    release = threading.Event()
+
+    @app.task(name="stuck", timeout=0.05)
+    def stuck() -> None:
+        release.wait(30)
+
+    @app.task(name="quick")
+    def quick() -> str:
+        return "ok"
+
+    worker = start_worker(app, concurrency=1)  # 1 slot, a pool of 6 threads: 5 spare
+    stuck.enqueue_many([((), {})] * 6)
+    wait_for(lambda: worker.counters.timed_out == 6, what="six timeouts")
+    handle = quick.enqueue()
+    cpu = time.process_time()
+    time.sleep(1.0)
+    assert handle.refresh().status == "pending"  # no thread to run it on
+    assert time.process_time() - cpu < 0.5  # the poll loop waited; it did not spin
+    release.set()
+    assert handle.wait(10).status == "succeeded"

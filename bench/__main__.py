@@ -76,7 +76,7 @@ def header(meta: dict[str, object], config: runner.Config, elapsed: float) -> li
         "",
         f"Machine: {machine.one_line(meta['machine'])}  ",  # type: ignore[arg-type]
         f"Command: `{meta['command']}`  ",
-        f"Each figure is the median of {config.runs} run(s), each in fresh processes and a "
+        f"Each figure is the median of {config.runs} run(s) (fewer where noted), each in fresh processes and a "
         f"fresh database; spread = min-max over the runs. Sizes: drain N={sizes.jobs:,}, "
         f"pickup samples={sizes.samples}, ticks={sizes.ticks}, idle window="
         f"{sizes.idle_seconds:.0f}s, backlog={sizes.backlog:,}. Wall time {elapsed:.0f}s. "

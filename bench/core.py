@@ -80,6 +80,7 @@ class System:
     params: dict[str, Any] = field(default_factory=dict)
     settings: str = ""  # human-readable configuration, printed under the table
     max_jobs: int | None = None  # cap on Ctx.jobs for slow systems (rates are flat)
+    max_runs: int | None = None  # cap on runs for workloads that take minutes per run
     timeout: float = 900.0  # seconds for one run's child process
 
 

@@ -97,6 +97,8 @@ def _notes(table: Table, outcomes: Sequence[Outcome], jobs: int) -> list[str]:
     for o in outcomes:
         s = o.system
         n = f" (N={min(jobs, s.max_jobs):,})" if s.max_jobs and table.key == "W1.drain" else ""
+        if s.max_runs:
+            n += f" (at most {s.max_runs} run{'s' if s.max_runs > 1 else ''})"
         if s.settings or n:
             notes.append(f"`{s.key}`: {s.settings}{n}".strip())
         for err in o.errors()[:1]:
@@ -290,6 +292,7 @@ def document(meta: dict[str, Any], tables: Sequence[Table], outcomes: Sequence[O
                 "params": s.params,
                 "settings": s.settings,
                 "max_jobs": s.max_jobs,
+                "max_runs": s.max_runs,
                 "skipped": o.skipped,
                 "runs": o.runs,
                 "summary": {k: asdict(v) for k, v in summaries(o).items()},

@@ -37,6 +37,8 @@ APP_MODULE = "bench.rota_app"
 REQUIRED_APP_API = ("task", "schedule", "run_worker", "get_run", "list_runs", "add_schedule")
 DRAIN_CONCURRENCY = 100  # claims are bounded by free slots: same batch as the raw ceiling
 ENQUEUE_CHUNK = 5_000
+# workloads that take a minute or more per run get fewer runs (W5: ~1M rows per run)
+LONG_RUNS = {"W3.lateness": 3, "W4.idle": 3, "W5.backlog": 1, "W6.rescue": 3}
 
 
 def rota_unavailable() -> str | None:
@@ -383,6 +385,7 @@ def rescue(ctx: Ctx, backend: Backend, held: int = 4, hold_s: float = 3600.0) ->
 def _system(key: str, table: str, label: str, backend: Backend, func: str, settings: str = "", **params: Any) -> System:
     timeout = 3600.0 if table == "W5.backlog" else 900.0
     return System(
+        max_runs=LONG_RUNS.get(table),
         key=key,
         table=table,
         label=label,

@@ -209,9 +209,9 @@ def run_all(
     outcomes = [Outcome(s) for s in systems]
     for run in range(1, config.runs + 1):
         for outcome in outcomes:
-            if outcome.skipped:
-                continue
             system = outcome.system
+            if outcome.skipped or run > (system.max_runs or config.runs):
+                continue
             busy = wait_quiet(config.quiet_wait, config.quiet_threshold)
             started = time.monotonic()
             result = run_child(system, _ctx(system, config, run))
@@ -221,8 +221,9 @@ def run_all(
             else:
                 outcome.runs.append(result)
             elapsed = time.monotonic() - started
+            total = min(config.runs, system.max_runs or config.runs)
             say(
-                f"[{system.table}] {system.key} run {run}/{config.runs}: "
+                f"[{system.table}] {system.key} run {run}/{total}: "
                 f"{_describe(result, primary(system))} ({elapsed:.1f}s, "
                 f"CPU busy before: {busy:.0f} %)"
             )

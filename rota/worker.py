@@ -380,7 +380,9 @@ class Worker:
             if not self._claiming:
                 break
             if asked and claimed == asked:
-                await asyncio.sleep(0)  # backlog: claim again as soon as slots free up
+                # Backlog: claim again once a batch of slots is free (or very soon), so that
+                # one round trip claims many runs rather than one per finished handler.
+                await self._gather_slots(max(1, self.concurrency // 2), 0.002)
                 if self._claimable() <= 0:
                     await self._wait_for_slots(housekeeping_at)
                 continue
@@ -500,6 +502,15 @@ class Worker:
             trigger = timing.make_trigger(cron=due.cron, every=every, tz=due.tz)
             self._triggers[key] = trigger
         return trigger
+
+    async def _gather_slots(self, want: int, max_wait: float) -> None:
+        deadline = time.monotonic() + max_wait
+        while self._claimable() < want:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._slot_freed.clear()
+            await self._wait_event(self._slot_freed, remaining)
 
     async def _wait_for_slots(self, housekeeping_at: float) -> None:
         self._slot_freed.clear()

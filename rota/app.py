@@ -245,7 +245,8 @@ class App:
         self._store.close()
         self._ready = False
 
-    def _watch_store(self, worker: Worker) -> None:
+    def _adopt_worker(self, worker: Worker) -> None:
+        """Remember a worker of this process (stats() reports it)."""
         if worker not in self._workers:
             self._workers.append(worker)
 

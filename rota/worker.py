@@ -308,7 +308,7 @@ class Worker:
 
     async def _start(self) -> bool:
         """Open the store (retrying while the database is unreachable), register, sync schedules."""
-        self.app._watch_store(self)
+        self.app._adopt_worker(self)
         while True:
             try:
                 await self._db(self.app.prepare)

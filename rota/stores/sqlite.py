@@ -334,6 +334,11 @@ class SQLiteStore(SqlStore):
         return back
 
     def rescue(self, limit: int = 100) -> list[Rescued]:
+        # Look before taking the write lock: every worker runs this every poll, and almost
+        # always there is nothing to rescue (other processes' writers need not wait for us).
+        with self._read() as s:
+            if not s.q("any_expired"):
+                return []
         with self._tx() as s:
             rows = s.q("rescue", limit=limit)
         return [Rescued(r[0], r[1], r[2], r[3], json.loads(r[4])["message"]) for r in rows]

@@ -115,14 +115,19 @@ UPDATE rota_runs r
 SET status = 'pending', attempt = r.attempt - 1, due_at = {now}, lease_until = NULL,
     started_at = NULL,
     attempts = r.attempts || jsonb_build_array(jsonb_build_object(
-        'attempt', r.attempt, 'worker', r.owner, 'started_at', r.started_at,
-        'finished_at', {now}, 'status', 'handed back', 'error',
+        'attempt', r.attempt, 'worker', r.owner, 'started_at', to_char(r.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+        'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'handed back', 'error',
         jsonb_build_object('type', 'HandedBack', 'message', %(reason)s::text)))
 FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
       FROM json_array_elements(%(rows)s::json) AS e) AS v
 WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
 RETURNING r.id
+
+-- name: any_expired
+SELECT 1 FROM rota_runs
+WHERE status = 'running' AND lease_until < {now}
+LIMIT 1
 
 -- name: rescue
 WITH lost AS (
@@ -151,8 +156,8 @@ SET status = d.status, due_at = {now}, lease_until = NULL,
     error = d.error::text,
     attempts = CASE WHEN d.status = 'pending'
                     THEN r.attempts || jsonb_build_array(jsonb_build_object(
-                        'attempt', d.attempt, 'worker', d.owner, 'started_at', d.started_at,
-                        'finished_at', {now}, 'status', 'lost', 'error', d.error))
+                        'attempt', d.attempt, 'worker', d.owner, 'started_at', to_char(d.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                        'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'lost', 'error', d.error))
                     ELSE r.attempts END
 FROM decided d
 WHERE r.id = d.id

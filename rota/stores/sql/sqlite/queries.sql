@@ -93,6 +93,11 @@ SET status = 'pending', attempt = attempt - 1, due_at = {now}, lease_until = NUL
 WHERE id = :id AND token = :token AND status = 'running'
 RETURNING id
 
+-- name: any_expired
+SELECT 1 FROM rota_runs INDEXED BY rota_runs_lease
+WHERE status = 'running' AND lease_until < {now}
+LIMIT 1
+
 -- name: rescue
 UPDATE rota_runs
 SET status = CASE WHEN cancel_requested THEN 'cancelled'

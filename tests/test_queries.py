@@ -1,0 +1,21 @@
+"""Named SQL: both backends define the same queries and numbered migrations."""
+
+from __future__ import annotations
+
+from rota.stores.queries import load_migrations, load_queries
+
+# SQLite has no sequences: a claim reads the token counter and bumps it only when it claimed.
+SQLITE_ONLY = {"next_token", "take_token"}
+
+
+def test_both_backends_define_the_same_named_queries() -> None:
+    sqlite = set(load_queries("sqlite", ":now"))
+    postgres = set(load_queries("postgres", "now()"))
+    assert sqlite - SQLITE_ONLY == postgres
+    assert SQLITE_ONLY <= sqlite
+
+
+def test_both_backends_have_the_same_migration_numbers() -> None:
+    sqlite = [(m.version, m.name) for m in load_migrations("sqlite")]
+    postgres = [(m.version, m.name) for m in load_migrations("postgres")]
+    assert sqlite == postgres and sqlite[0] == (1, "initial")

@@ -205,6 +205,7 @@ class Worker:
         self._force = False
         self._stopped = threading.Event()
         self._next_run_due: float | None = None  # monotonic
+        self._claimed_at = 0.0  # monotonic time of the last claim that found runs
         self._next_schedule_due: float | None = None  # monotonic
         self._observers: list[Callable[[str, Claimed, float], None]] = []
 
@@ -443,6 +444,8 @@ class Worker:
             return 0, 0
         claimed = await self._db(self.store.claim, self.id, free, self.queues, self.lease)
         self.counters.claimed += len(claimed)
+        if claimed:
+            self._claimed_at = time.monotonic()
         if len(claimed) < free:
             self._next_run_due = None
         for c in claimed:
@@ -581,21 +584,19 @@ class Worker:
 
     async def _watch_data_version(self, store: Any) -> None:
         """Another process committed to the SQLite file: look for work (cheap, no disk I/O).
-        Every 20 ms for a few seconds after a change, every 50 ms when quiet (idle cost)."""
+        Every 20 ms while runs keep coming, every 50 ms once none was claimed for 5 s (our
+        own heartbeats also change the file, so "quiet" is judged by claims, not changes)."""
         seen = None
-        changed_at = time.monotonic()
         while True:
-            quiet = time.monotonic() - changed_at > 5.0
+            quiet = time.monotonic() - self._claimed_at > 5.0
             await asyncio.sleep(0.2 if not self.free_slots else 0.05 if quiet else 0.02)
             try:
                 version = store.data_version()
             except DatabaseError:
                 continue
-            if seen is not None and version != seen:
-                changed_at = time.monotonic()
-                if self.free_slots:
-                    self._next_run_due = time.monotonic()
-                    self._wake.set()
+            if seen is not None and version != seen and self.free_slots:
+                self._next_run_due = time.monotonic()
+                self._wake.set()
             seen = version
 
     # -- dispatch ------------------------------------------------------------------------

@@ -216,6 +216,12 @@ TARGETS: tuple[Target, ...] = (
         " %",
     ),
     Target(
+        "PG backlog drain ≥ 80 % of small-table rate, table vacuumed first",
+        _value("rota-pg-backlog-vacuumed", "ratio_pct"),
+        lambda v: v >= 80,
+        " %",
+    ),
+    Target(
         "SQLite backlog drain ≥ 80 % of small-table rate",
         _value("rota-sqlite-backlog", "ratio_pct"),
         lambda v: v >= 80,

@@ -18,18 +18,9 @@ ON CONFLICT DO NOTHING
 RETURNING id
 
 -- name: insert_runs_bulk
-INSERT INTO rota_runs (id, task, queue, priority, args, kwargs, scheduled_for, due_at,
-                       max_attempts, timeout, backoff)
-SELECT v.id, v.task, v.queue, v.priority, v.args, v.kwargs,
-       coalesce(v.scheduled_for, {now} + make_interval(secs => v.delay)),
-       coalesce(v.scheduled_for, {now} + make_interval(secs => v.delay)),
-       v.max_attempts, v.timeout, v.backoff
-FROM unnest(%(ids)s::bigint[], %(tasks)s::text[], %(queues)s::text[], %(priorities)s::int[],
-            %(args)s::text[], %(kwargs)s::text[], %(scheduled_for)s::timestamptz[],
-            %(delays)s::float8[], %(max_attempts)s::int[], %(timeouts)s::float8[],
-            %(backoffs)s::text[])
-     AS v(id, task, queue, priority, args, kwargs, scheduled_for, delay, max_attempts, timeout,
-          backoff)
+-- COPY: plain runs in bulk (ids from next_run_ids, times computed by the caller)
+COPY rota_runs (id, task, queue, priority, args, kwargs, scheduled_for, due_at, max_attempts, timeout, backoff)
+FROM STDIN
 
 -- name: next_run_ids
 SELECT nextval('rota_run_id_seq') FROM generate_series(1, %(n)s)

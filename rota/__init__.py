@@ -8,6 +8,7 @@ dies, a clean shutdown and a complete history. SQLite by default, PostgreSQL acr
 from .app import App, ScheduleSpec
 from .clock import Clock, FakeClock
 from .errors import (
+    Cancelled,
     ConfigurationError,
     DatabaseError,
     DatabaseUnavailable,
@@ -52,6 +53,7 @@ __all__ = [
     "SUCCEEDED",
     "App",
     "Backoff",
+    "Cancelled",
     "Clock",
     "ConfigurationError",
     "DatabaseError",

@@ -34,6 +34,10 @@ class ScheduleNotFound(RotaError, LookupError):
     """No schedule has that name."""
 
 
+class Cancelled(RotaError):
+    """Raised by `RunContext.raise_if_cancelled()` inside a handler asked to stop."""
+
+
 class TriggerRefused(RotaError):
     """A manual trigger could not start because the schedule's overlap policy forbids it now."""
 

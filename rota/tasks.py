@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from .errors import ConfigurationError, WaitTimeout
+from .errors import Cancelled, ConfigurationError, WaitTimeout
 from .models import Run
 from .serialization import encode_arguments
 from .stores.base import NewRun
@@ -147,7 +147,9 @@ class RunContext:
     `token` is the fencing token of this claim: pass it to systems you write to, and have
     them refuse writes with a token lower than the highest they have seen. Long sync
     handlers should check `cancelled` now and then (it turns true when the run is cancelled,
-    replaced, timed out or its lease is lost) and return early."""
+    replaced, timed out or its lease is lost) and stop by raising: `ctx.raise_if_cancelled()`
+    raises `rota.Cancelled`. A handler that returns normally is recorded as succeeded with its
+    result, cancellation requested or not: only the handler knows whether its work is done."""
 
     __slots__ = (
         "_cancel",
@@ -183,6 +185,11 @@ class RunContext:
     @property
     def cancelled(self) -> bool:
         return self._cancel.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise `rota.Cancelled` if the run should stop (see `cancelled`)."""
+        if self._cancel.is_set():
+            raise Cancelled(f"run {self.run_id} was asked to stop")
 
     def __repr__(self) -> str:
         return f"RunContext(run_id={self.run_id!r}, task={self.task!r}, attempt={self.attempt}, token={self.token})"

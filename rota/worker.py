@@ -48,7 +48,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import timing
-from .errors import ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
+from .errors import Cancelled, ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
 from .executor import DaemonPool, handler_path, run_in_child
 from .serialization import encode_error, encode_result, error_payload
 from .stores.base import Claimed, DueSchedule, Materialization, Outcome, Store
@@ -743,12 +743,7 @@ class Worker:
     def _outcome(self, active: _Active, outcome: tuple[str, Any]) -> Outcome:
         c = active.claim
         kind, value = outcome
-        if kind == "ok":
-            if active.cancel_requested:
-                # It returned after being asked to stop (ctx.cancelled): cancelled, result kept.
-                self.counters.cancelled += 1
-                message = "cancelled on request; the handler returned early"
-                return Outcome(c.id, c.token, "cancelled", result=value, error=_error("Cancelled", message))
+        if kind == "ok":  # even if cancellation was requested: the handler says it is done
             self.counters.succeeded += 1
             return Outcome(c.id, c.token, "succeeded", result=value)
         if kind == "unknown":
@@ -759,7 +754,9 @@ class Worker:
                 f"deploy code that defines it, then `rota retry {c.id}`"
             )
             return Outcome(c.id, c.token, "failed", error=_error("TaskNotFound", message))
-        if active.cancel_requested and kind in ("cancelled", "error", "child_error", "timeout"):
+        if (active.cancel_requested and kind in ("cancelled", "error", "child_error", "timeout")) or (
+            kind == "error" and isinstance(value, Cancelled)
+        ):
             self.counters.cancelled += 1
             return Outcome(c.id, c.token, "cancelled", error=_error("Cancelled", "cancelled on request"))
         error, retryable = self._error_of(active, kind, value)

@@ -958,18 +958,22 @@ def test_the_too_frequent_warning_covers_stored_schedules(fapp: rota.App, caplog
     assert sum("schedule 'fast' fires every 0.5 s" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_a_sync_handler_that_returns_early_when_cancelled_is_recorded_cancelled(app: rota.App) -> None:
+def test_a_sync_handler_stops_on_cancellation_by_raising_and_a_normal_return_is_success(app: rota.App) -> None:
     @app.task(name="polite", pass_context=True)
-    def polite(ctx: rota.RunContext) -> str:
+    def polite(ctx: rota.RunContext, finish_anyway: bool) -> str:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not ctx.cancelled:
             time.sleep(0.01)
-        return "partial work"
+        if not finish_anyway:
+            ctx.raise_if_cancelled()
+        return "all work done"
 
-    start_worker(app, heartbeat_interval=0.2)
-    handle = polite.enqueue()
-    wait_for(lambda: handle.refresh().status == "running", what="the run to start")
-    app.cancel(handle.id)
-    run = handle.wait(10)
-    assert run.status == "cancelled" and run.result == "partial work"
-    assert run.error is not None and "returned early" in run.error["message"]
+    start_worker(app, heartbeat_interval=0.2, concurrency=2)
+    stopped, finished = polite.enqueue(False), polite.enqueue(True)
+    for handle in (stopped, finished):
+        wait_for(lambda h=handle: h.refresh().status == "running", what="the runs to start")  # type: ignore[misc]
+        app.cancel(handle.id)
+    run = stopped.wait(10)
+    assert run.status == "cancelled" and run.error is not None and run.error["type"] == "Cancelled"
+    run = finished.wait(10)
+    assert (run.status, run.result) == ("succeeded", "all work done")

@@ -67,11 +67,6 @@ def encode_result(task: str, value: Any) -> str:
         raise  # pragma: no cover
 
 
-def encode_value(value: Any, what: str) -> str:
-    _check(value, what)
-    return _encoder.encode(value)
-
-
 def error_payload(exc: BaseException, *, kind: str | None = None) -> dict[str, Any]:
     """The stored shape of an error: type, message and traceback (all plain text)."""
     return {

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import timing
 from .errors import Cancelled, ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
 from .executor import DaemonPool, handler_path, run_in_child
-from .serialization import encode_error, encode_result, error_payload
+from .serialization import encode_error, encode_result, error_payload, simple_error
 from .stores.base import Claimed, DueSchedule, Materialization, Outcome, Store
 from .tasks import Backoff, RunContext, Task
 
@@ -142,10 +142,6 @@ class _Outage:
         self.since = None
         self.failures = 0
         return True
-
-    @property
-    def down(self) -> bool:
-        return self.since is not None
 
 
 class Worker:
@@ -278,9 +274,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._outbox_ready = asyncio.Event()
-        self._heartbeat_now = asyncio.Event()
         self._stop_requested = asyncio.Event()
-        self._drained = asyncio.Event()
 
     async def run_until_idle(self) -> int:
         """Process what is due now, then return the number of runs executed: materialize due
@@ -753,12 +747,12 @@ class Worker:
                 f"task {c.task!r} is not registered in worker {self.id} (registered: {known}); "
                 f"deploy code that defines it, then `rota retry {c.id}`"
             )
-            return Outcome(c.id, c.token, "failed", error=_error("TaskNotFound", message))
+            return Outcome(c.id, c.token, "failed", error=simple_error("TaskNotFound", message))
         if (active.cancel_requested and kind in ("cancelled", "error", "child_error", "timeout")) or (
             kind == "error" and isinstance(value, Cancelled)
         ):
             self.counters.cancelled += 1
-            return Outcome(c.id, c.token, "cancelled", error=_error("Cancelled", "cancelled on request"))
+            return Outcome(c.id, c.token, "cancelled", error=simple_error("Cancelled", "cancelled on request"))
         error, retryable = self._error_of(active, kind, value)
         task = active.task
         retry_on = task.opts.retry_on if task is not None else None
@@ -782,9 +776,9 @@ class Worker:
         c = active.claim
         if kind == "timeout":
             self.counters.timed_out += 1
-            return _error("Timeout", f"run {c.id} exceeded its timeout of {c.timeout:g} s"), True
+            return simple_error("Timeout", f"run {c.id} exceeded its timeout of {c.timeout:g} s"), True
         if kind == "crashed":
-            return _error("ChildCrashed", f"the isolated process of run {c.id} died with exit code {value}"), True
+            return simple_error("ChildCrashed", f"the isolated process of run {c.id} died with exit code {value}"), True
         if kind == "child_error":
             return json.dumps(value), True
         if isinstance(value, BaseException):
@@ -850,8 +844,7 @@ class Worker:
     # -- heartbeats and cancellation -------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
         while True:
-            await self._wait_event(self._heartbeat_now, self.heartbeat_interval)
-            self._heartbeat_now.clear()
+            await asyncio.sleep(self.heartbeat_interval)
             await self._heartbeat()
 
     async def _heartbeat(self) -> None:
@@ -943,7 +936,7 @@ class Worker:
             if not self._force:
                 log.warning("second stop signal: handing unfinished runs back now")
                 self._force = True
-                self._drained.set()
+                self._slot_freed.set()  # wakes the drain, which sees _force
             return
         log.info(
             "worker %s stopping: no new claims; draining %d run(s) for up to %.1f s",
@@ -1070,10 +1063,6 @@ def _resolve(
 
 def _matches(value: Any, retry_on: tuple[type[BaseException], ...]) -> bool:
     return isinstance(value, retry_on) if isinstance(value, BaseException) else True
-
-
-def _error(kind: str, message: str) -> str:
-    return json.dumps({"type": kind, "message": message, "traceback": None})
 
 
 def _iso(value: datetime) -> str:

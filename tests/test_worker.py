@@ -361,3 +361,15 @@ def test_threads_stuck_in_timed_out_handlers_hold_back_claims_without_spinning(a
     assert time.process_time() - cpu < 0.5  # the poll loop waited; it did not spin
     release.set()
     assert handle.wait(10).status == "succeeded"
+
+
+def test_wait_async_awaits_the_final_run(app: rota.App) -> None:
+    @app.task(name="t")
+    def t() -> int:
+        return 7
+
+    start_worker(app)
+    handle = t.enqueue()
+    assert asyncio.run(handle.wait_async(10)).result == 7
+    with pytest.raises(rota.WaitTimeout):
+        asyncio.run(t.options(delay=3600).enqueue().wait_async(0.1))

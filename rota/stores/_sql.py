@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
 from ..models import PENDING, RUNNING, LockInfo, Run, ScheduleInfo, WorkerInfo
+from ..serialization import simple_error
 from .base import (
     DueSchedule,
     Materialization,
@@ -213,7 +214,7 @@ class SqlStore(Store, abc.ABC):
                     **self._schedule_params(d, start),
                 )
             removed = s.q("deactivate_code_schedules", app=app, names=self._names([d.name for d in defs]))
-            error = _error_json("Removed", "its schedule was removed from code")
+            error = simple_error("Removed", "its schedule was removed from code")
             for (name,) in removed:
                 s.q("cancel_schedule_pending", name=name, error=error)
             self._notify(s, "schedule")
@@ -238,7 +239,7 @@ class SqlStore(Store, abc.ABC):
         with self._tx() as s:
             if not s.q("deactivate_schedule", name=name):
                 raise ScheduleNotFound(f"no active schedule named {name!r}")
-            error = _error_json("Removed", f"schedule {name!r} was removed")
+            error = simple_error("Removed", f"schedule {name!r} was removed")
             return len(s.q("cancel_schedule_pending", name=name, error=error))
 
     def set_paused(self, name: str, paused: bool, next_run_at: datetime | None) -> None:
@@ -309,7 +310,7 @@ class SqlStore(Store, abc.ABC):
                 raise _Abort  # another instance materialized this tick
             woke = self._overlap(s, due, tick, manual=False)[1] or woke
         for tick, reason in plan.skipped:
-            skipped = self._tick_run(due, tick, status="skipped", error=_error_json("Misfire", reason))
+            skipped = self._tick_run(due, tick, status="skipped", error=simple_error("Misfire", reason))
             s.q("insert_run", **self._run_params(skipped))
         if not s.q(
             "advance_schedule",
@@ -340,11 +341,11 @@ class SqlStore(Store, abc.ABC):
                     "overlap='queue' or 'replace'"
                 )
             reason = f"run {active_id} was still {active_status} (overlap=skip)"
-            skipped = self._tick_run(due, tick, status="skipped", error=_error_json("Overlap", reason))
+            skipped = self._tick_run(due, tick, status="skipped", error=simple_error("Overlap", reason))
             s.q("insert_run", **self._run_params(skipped))
             return None, False
         if due.overlap == "replace":
-            error = _error_json("Replaced", f"replaced by {when} (overlap=replace)")
+            error = simple_error("Replaced", f"replaced by {when} (overlap=replace)")
             s.q("cancel_held", schedule=due.name, error=error)
             if active_id is not None and active_status == PENDING:
                 s.q("cancel_active_pending", id=active_id, error=error)
@@ -492,7 +493,7 @@ class SqlStore(Store, abc.ABC):
             return {status: int(n) for status, n in s.q("count_by_status")}
 
     def cancel(self, run_id: int, reason: str) -> str | None:
-        error = _error_json("Cancelled", reason)
+        error = simple_error("Cancelled", reason)
         with self._tx() as s:
             if s.q("cancel_pending", id=run_id, error=error):
                 return "cancelled"
@@ -577,12 +578,3 @@ class SqlStore(Store, abc.ABC):
 
 def _iso(value: datetime) -> str:
     return value.isoformat().replace("+00:00", "Z")
-
-
-def _error_json(kind: str, message: str) -> str:
-    return json.dumps({"type": kind, "message": message, "traceback": None})
-
-
-def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]

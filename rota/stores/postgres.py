@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -292,11 +292,7 @@ class PostgresStore(SqlStore):
         return {"runs": self.count_by_status(), "database": redact(self.url)}
 
     # -- wake-ups ------------------------------------------------------------------------
-    async def listen(
-        self,
-        on_payload: Callable[[str], None],
-        on_state: Callable[[bool], Awaitable[None] | None] | None = None,
-    ) -> None:
+    async def listen(self, on_payload: Callable[[str], None]) -> None:
         """LISTEN on the rota channel until cancelled, reconnecting with backoff."""
         delay = 0.5
         while True:

@@ -32,7 +32,6 @@ from .api import error_response
 
 TOKEN_ENV = "ROTA_DASHBOARD_TOKEN"
 COOKIE = "rota_dashboard"
-OPEN_PATHS = frozenset({"/healthz", "/login"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _HEADERS = {
     "x-content-type-options": "nosniff",

@@ -1,0 +1,148 @@
+"""Where a PostgreSQL drain spends its CPU: the worker's Python (py-spy) and the server's.
+
+Enqueues N no-op runs, starts one `bench.rota_worker` (concurrency 100, as W1) under
+`py-spy record --gil`, waits until every run has finished, and prints: the drain rate, CPU
+per run in the worker and in PostgreSQL's processes, and the functions holding the GIL most
+(self and inclusive). Needs py-spy (`pip install py-spy`, not a bench requirement: it is
+only for this profile). Run from the bench venv:
+
+    .venv-bench/bin/python -m bench.profile_drain [--pg-url URL] [--runs 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import psycopg
+from psycopg import sql
+
+from bench.dbs import DEFAULT_PG_URL
+
+DB = "bench_profile_drain"
+
+
+def _recreate(admin_url: str) -> str:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB)))
+    return admin_url.rpartition("/")[0] + "/" + DB
+
+
+def _postgres_cpu() -> float:
+    total = 0.0
+    for proc in psutil.process_iter(["name", "cpu_times"]):
+        if proc.info["name"] == "postgres" and proc.info["cpu_times"] is not None:
+            total += proc.info["cpu_times"].user + proc.info["cpu_times"].system
+    return total
+
+
+def _tree_cpu(proc: psutil.Process) -> float:
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            if p.name().startswith("python"):
+                times = p.cpu_times()
+                total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def _summarise(raw: Path, top: int) -> None:
+    """Collapsed stacks ("frame;frame;... count") -> self and inclusive shares per function."""
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        frames = [f for f in stack.split(";") if not f.startswith("process ") and not f.startswith("thread ")]
+        if not frames:
+            continue
+        total += count
+        own[frames[-1]] += count
+        for frame in set(frames):
+            inclusive[frame] += count
+    print(f"\n{total:,} samples holding the GIL.\n")
+    for title, counter in (("self", own), ("inclusive", inclusive)):
+        print(f"| {title} % | function (file) |\n|--:|---|")
+        for frame, count in counter.most_common(top):
+            print(f"| {100.0 * count / total:.1f} | `{frame}` |")
+        print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pg-url", default=DEFAULT_PG_URL, help="an admin URL (the database is created and dropped)")
+    parser.add_argument("--runs", type=int, default=200_000)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--no-spy", action="store_true", help="no py-spy: the rate and CPU per run unperturbed")
+    args = parser.parse_args()
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not args.no_spy and not Path(pyspy).exists():
+        sys.exit("py-spy is not installed: pip install py-spy (or --no-spy)")
+
+    url = _recreate(args.pg_url)
+    out = Path(tempfile.mkdtemp()) / "drain.txt"
+    try:
+        os.environ["ROTA_DATABASE_URL"] = url
+        from bench.rota_app import app, noop
+
+        for offset in range(0, args.runs, 10_000):
+            noop.enqueue_many([((), {})] * min(10_000, args.runs - offset))
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE rota_runs")
+            cmd = [] if args.no_spy else [pyspy, "record", "--gil", "--nonblocking", "--nolineno", "-r", "200"]
+            cmd += [] if args.no_spy else ["-f", "raw", "-o", str(out), "--"]
+            cmd += [sys.executable, "-m", "bench.rota_worker", "bench.rota_app", "--concurrency", "100"]
+            env = {**os.environ, "ROTA_DATABASE_URL": url}
+            pg0 = _postgres_cpu()
+            started = time.perf_counter()
+            spy = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = psutil.Process(spy.pid)
+            worker_cpu = 0.0
+            while True:
+                worker_cpu = max(worker_cpu, _tree_cpu(proc))
+                if spy.poll() is not None:
+                    sys.exit(f"the worker exited with {spy.returncode}: run {' '.join(cmd)} to see why")
+                left = conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM rota_runs WHERE status IN ('pending', 'running'))"
+                ).fetchone()
+                if left is not None and not left[0]:
+                    break
+                time.sleep(0.1)
+            elapsed = time.perf_counter() - started
+            pg_cpu = _postgres_cpu() - pg0
+            for child in [proc, *proc.children(recursive=True)]:
+                if child.name().startswith("python"):
+                    child.send_signal(signal.SIGTERM)
+            spy.wait(timeout=60)
+        print(f"# Drain profile: {args.runs:,} no-op runs, one worker (concurrency 100), PostgreSQL")
+        how = "without a profiler" if args.no_spy else "under py-spy (which slows the worker)"
+        print(f"\nWall {elapsed:.1f} s including worker start-up: {args.runs / elapsed:,.0f} runs/s {how}.")
+        print(
+            f"CPU per run: worker {1e6 * worker_cpu / args.runs:.0f} µs, PostgreSQL {1e6 * pg_cpu / args.runs:.0f} µs"
+        )
+        print("(the PostgreSQL figure includes this script's polling and background processes).")
+        if not args.no_spy:
+            _summarise(out, args.top)
+        app.close()
+    finally:
+        with psycopg.connect(args.pg_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
+
+
+if __name__ == "__main__":
+    main()

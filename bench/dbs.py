@@ -32,25 +32,31 @@ def _admin(url: str) -> Any:
     return psycopg.connect(url, autocommit=True, connect_timeout=5)
 
 
-def recreate_pg(ctx: Ctx, suffix: str = "") -> str:
-    """Drop and create this system's bench_* database; returns its URL."""
+def _recreate_db(admin_url: str, name: str) -> str:
     from psycopg import sql
 
-    name = pg_db_name(ctx.key + suffix)
     assert name.startswith("bench_"), name  # never touch anything else
-    with _admin(ctx.pg_url) as conn:
+    with _admin(admin_url) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return _with_db(ctx.pg_url, name)
+    return _with_db(admin_url, name)
+
+
+def _drop_db(admin_url: str, name: str) -> None:
+    from psycopg import sql
+
+    assert name.startswith("bench_"), name
+    with _admin(admin_url) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def recreate_pg(ctx: Ctx, suffix: str = "") -> str:
+    """Drop and create this system's bench_* database; returns its URL."""
+    return _recreate_db(ctx.pg_url, pg_db_name(ctx.key + suffix))
 
 
 def drop_pg(ctx: Ctx, suffix: str = "") -> None:
-    from psycopg import sql
-
-    name = pg_db_name(ctx.key + suffix)
-    assert name.startswith("bench_"), name
-    with _admin(ctx.pg_url) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    _drop_db(ctx.pg_url, pg_db_name(ctx.key + suffix))
 
 
 @contextmanager
@@ -61,6 +67,17 @@ def fresh_pg(ctx: Ctx, suffix: str = "") -> Iterator[str]:
         yield url
     finally:
         drop_pg(ctx, suffix)
+
+
+@contextmanager
+def scratch_pg(admin_url: str, name: str) -> Iterator[str]:
+    """A freshly created database `name` (bench_*) on the server of `admin_url`, dropped
+    afterwards: for scripts outside the runner (the profiles)."""
+    url = _recreate_db(admin_url, name)
+    try:
+        yield url
+    finally:
+        _drop_db(admin_url, name)
 
 
 def pg_scalar(url: str, query: str) -> Any:

@@ -16,10 +16,9 @@ import time
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 import rota
-from bench.dbs import DEFAULT_PG_URL
+from bench.dbs import DEFAULT_PG_URL, scratch_pg
 from rota.worker import Worker
 
 DB = "bench_profile_backlog"
@@ -30,13 +29,6 @@ CANDIDATES = """
     LIMIT 100
     FOR UPDATE SKIP LOCKED
 """
-
-
-def _recreate(admin_url: str) -> str:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB)))
-    return admin_url.rpartition("/")[0] + "/" + DB
 
 
 def _enqueue(task: Any, n: int, chunk: int = 10_000) -> None:
@@ -78,8 +70,7 @@ def main() -> None:
     parser.add_argument("--due", type=int, default=20_000, help="due runs enqueued after the backlog")
     args = parser.parse_args()
 
-    url = _recreate(args.pg_url)
-    try:
+    with scratch_pg(args.pg_url, DB) as url:
         app = rota.App(url)
 
         @app.task(name="noop")
@@ -101,9 +92,6 @@ def main() -> None:
             conn.execute("VACUUM rota_runs")
             _scan(conn, "3. After VACUUM (dead entries removed)")
         app.close()
-    finally:
-        with psycopg.connect(args.pg_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
 
 
 if __name__ == "__main__":

@@ -24,18 +24,10 @@ from pathlib import Path
 
 import psutil
 import psycopg
-from psycopg import sql
 
-from bench.dbs import DEFAULT_PG_URL
+from bench.dbs import DEFAULT_PG_URL, scratch_pg
 
 DB = "bench_profile_drain"
-
-
-def _recreate(admin_url: str) -> str:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB)))
-    return admin_url.rpartition("/")[0] + "/" + DB
 
 
 def _postgres_cpu() -> float:
@@ -94,9 +86,8 @@ def main() -> None:
     if not args.no_spy and not Path(pyspy).exists():
         sys.exit("py-spy is not installed: pip install py-spy (or --no-spy)")
 
-    url = _recreate(args.pg_url)
     out = Path(tempfile.mkdtemp()) / "drain.txt"
-    try:
+    with scratch_pg(args.pg_url, DB) as url:
         os.environ["ROTA_DATABASE_URL"] = url
         from bench.rota_app import app, noop
 
@@ -139,9 +130,6 @@ def main() -> None:
         if not args.no_spy:
             _summarise(out, args.top)
         app.close()
-    finally:
-        with psycopg.connect(args.pg_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
 
 
 if __name__ == "__main__":

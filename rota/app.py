@@ -168,6 +168,7 @@ class App:
         retention: Mapping[str, timedelta] | None = DEFAULT_RETENTION,
         prune_interval: float = 300.0,
         pool_size: int | None = None,
+        store_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.database_url = database_url or os.environ.get("ROTA_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.name = check_name("app", name)
@@ -186,6 +187,7 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, ScheduleSpec] = {}
         self._store_options: dict[str, Any] = {"pool_size": pool_size} if pool_size is not None else {}
+        self._store_options.update(store_options or {})  # e.g. PostgreSQL lock_timeout=...
         # Construct now so that a bad URL fails here, naming itself; connect on first use.
         self._store: Store = open_store(self.database_url, clock, **self._store_options)
         self._ready = False
@@ -548,24 +550,7 @@ class App:
         info = store.get_schedule(name)
         if sdef is None or info is None or not info.active:
             raise ScheduleNotFound(f"no active schedule named {name!r}")
-        due = DueSchedule(
-            name=sdef.name,
-            task=sdef.task,
-            cron=sdef.cron,
-            every=sdef.every,
-            tz=sdef.tz,
-            args=sdef.args,
-            kwargs=sdef.kwargs,
-            overlap=sdef.overlap,
-            misfire=sdef.misfire,
-            misfire_grace=sdef.misfire_grace,
-            queue=sdef.queue,
-            priority=sdef.priority,
-            max_attempts=sdef.max_attempts,
-            timeout=sdef.timeout,
-            backoff=sdef.backoff,
-            next_run_at=info.next_run_at or store.now(),
-        )
+        due = DueSchedule(**_due_fields(sdef), next_run_at=info.next_run_at or store.now())
         run_id, outcome = store.trigger(due)
         handle = RunHandle(self, str(run_id))
         handle.created = True
@@ -582,11 +567,21 @@ class App:
         return self.get_run(run_id)
 
     def retry(self, run_id: str | int) -> RunHandle:
-        """Run a finished run again, as a new run (retry_of points back; history stays)."""
+        """Run a finished run again, as a new run (retry_of points back; history stays). It
+        keeps the run's key and backoff, and a run of an exclusive schedule keeps the
+        schedule's overlap policy (TriggerRefused under 'skip' while another run is active)."""
         run = self.get_run(run_id)
         if run.status not in FINAL_STATUSES:
             raise ConfigurationError(f"run {run.id} is still {run.status}; wait for it or cancel it before retrying")
         args, kwargs = encode_arguments(run.task, run.args, run.kwargs)
+        key, backoff = self.store.retry_source(int(run.id)) or (run.key, None)
+        sdef = self.store.get_schedule_def(run.schedule) if run.schedule is not None else None
+        if sdef is not None and sdef.overlap != "concurrent":
+            due = DueSchedule(**{**_due_fields(sdef), "task": run.task, "args": args, "kwargs": kwargs,
+                                 "queue": run.queue, "priority": run.priority, "max_attempts": run.max_attempts,
+                                 "timeout": run.timeout, "backoff": backoff, "next_run_at": self.store.now()})  # fmt: skip
+            new_id, _ = self.store.trigger(due, key=key, retry_of=int(run.id))
+            return RunHandle(self, str(new_id))
         new = NewRun(
             task=run.task,
             args=args,
@@ -595,6 +590,8 @@ class App:
             priority=run.priority,
             max_attempts=run.max_attempts,
             timeout=run.timeout,
+            backoff=backoff,
+            key=key,
             schedule=run.schedule,
             retry_of=int(run.id),
         )
@@ -716,3 +713,10 @@ def _run_id(run_id: object) -> int:
 
 
 __all__ = ["App", "RunContext", "ScheduleSpec"]
+
+
+def _due_fields(sdef: ScheduleDef) -> dict[str, Any]:
+    """A schedule definition's fields that a DueSchedule shares (all but next_run_at)."""
+    names = ("name", "task", "cron", "every", "tz", "args", "kwargs", "overlap", "misfire", "misfire_grace",
+             "queue", "priority", "max_attempts", "timeout", "backoff")  # fmt: skip
+    return {n: getattr(sdef, n) for n in names}

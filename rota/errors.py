@@ -54,6 +54,12 @@ class DatabaseUnavailable(DatabaseError):
     """The database could not be reached (connection refused, reset, or timed out)."""
 
 
+class DatabaseTransient(DatabaseError):
+    """A write failed for a passing reason and may simply be tried again: a deadlock, a
+    serialization failure, a read-only transaction (failover), a lock or statement timeout,
+    SQLite's 'database is locked' after its busy timeout, a connection reset."""
+
+
 class SchemaVersionError(DatabaseError):
     """The database schema is newer than this version of rota understands."""
 

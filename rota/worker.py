@@ -923,6 +923,9 @@ class Worker:
                     if n < 1000:
                         break
                     await asyncio.sleep(0.05)
+            await self._db(
+                self.store.prune_workers, self.app.lease * 3, min(k.total_seconds() for k in retention.values())
+            )
         finally:
             await self._db(self.store.lock_release, "rota:prune", self.id, token)
         self.counters.pruned += total

@@ -327,7 +327,9 @@ class SqlStore(Store, abc.ABC):
         if woke:
             self._notify(s, "run")
 
-    def _overlap(self, s: Session, due: DueSchedule, tick: datetime | None, *, manual: bool) -> tuple[int | None, bool]:
+    def _overlap(
+        self, s: Session, due: DueSchedule, tick: datetime | None, *, manual: bool, **extra: Any
+    ) -> tuple[int | None, bool]:
         """A tick met the active run of its exclusive schedule: apply the overlap policy.
         Returns (id of the run inserted for the tick or None, whether it may start now)."""
         active = s.q("active_run", schedule=due.name)
@@ -349,22 +351,23 @@ class SqlStore(Store, abc.ABC):
             s.q("cancel_held", schedule=due.name, error=error)
             if active_id is not None and active_status == PENDING:
                 s.q("cancel_active_pending", id=active_id, error=error)
-                rows = s.q("insert_run", **self._run_params(self._tick_run(due, tick)))
+                rows = s.q("insert_run", **self._run_params(self._tick_run(due, tick, **extra)))
                 if rows:
                     return int(rows[0][0]), True
             elif active_id is not None:
                 s.q("request_cancel", id=active_id)
                 self._notify(s, f"cancel:{active_id}")
-        rows = s.q("insert_run", **self._run_params(self._tick_run(due, tick, held=True)))
+        rows = s.q("insert_run", **self._run_params(self._tick_run(due, tick, held=True, **extra)))
         return int(rows[0][0]), False
 
-    def trigger(self, due: DueSchedule) -> tuple[int, str]:
+    def trigger(self, due: DueSchedule, *, key: str | None = None, retry_of: int | None = None) -> tuple[int, str]:
+        extra = {"key": key, "retry_of": retry_of}
         with self._tx() as s:
-            rows = s.q("insert_run", **self._run_params(self._tick_run(due, None)))
+            rows = s.q("insert_run", **self._run_params(self._tick_run(due, None, **extra)))
             if rows:
                 run_id, started = int(rows[0][0]), True
             else:
-                maybe_id, started = self._overlap(s, due, None, manual=True)
+                maybe_id, started = self._overlap(s, due, None, manual=True, **extra)
                 assert maybe_id is not None
                 run_id = maybe_id
                 # As in materialize: an active run that ended while we inserted a held run
@@ -380,6 +383,11 @@ class SqlStore(Store, abc.ABC):
                 self._notify(s, "run")
                 return run_id, "started"
             return run_id, "replacing" if due.overlap == "replace" else "queued"
+
+    def retry_source(self, run_id: int) -> tuple[str | None, str | None] | None:
+        with self._read() as s:
+            rows = s.q("retry_source", id=run_id)
+        return (rows[0][0], rows[0][1]) if rows else None
 
     def get_schedule(self, name: str) -> ScheduleInfo | None:
         rows = self._select("schedule_columns", f" WHERE name = {self._p('name')}", name=name)
@@ -540,6 +548,11 @@ class SqlStore(Store, abc.ABC):
                 )
             )
         return result
+
+    def prune_workers(self, lost_after: float, older_than: float) -> int:
+        with self._tx() as s:
+            s.q("mark_lost_workers", lost_after=lost_after)
+            return len(s.q("prune_workers", older_than=older_than))
 
     # -- named locks ---------------------------------------------------------------------
     def lock_acquire(self, name: str, owner: str, ttl: float) -> int | None:

@@ -277,9 +277,19 @@ class Store(abc.ABC):
         instance got there first."""
 
     @abc.abstractmethod
-    def trigger(self, due: DueSchedule) -> tuple[int, str]:
+    def trigger(self, due: DueSchedule, *, key: str | None = None, retry_of: int | None = None) -> tuple[int, str]:
         """Insert a manual run of a schedule now, honouring its overlap policy. Returns
-        (run id, 'started' | 'queued' | 'replacing'); TriggerRefused under overlap=skip."""
+        (run id, 'started' | 'queued' | 'replacing'); TriggerRefused under overlap=skip.
+        `key` and `retry_of` go on the new run (app.retry of a scheduled run)."""
+
+    @abc.abstractmethod
+    def retry_source(self, run_id: int) -> tuple[str | None, str | None] | None:
+        """(key, backoff) of a run, for a retry that keeps them; None if there is no such run."""
+
+    @abc.abstractmethod
+    def prune_workers(self, lost_after: float, older_than: float) -> int:
+        """Mark workers not seen for `lost_after` seconds `lost`; delete stopped or lost
+        workers not seen for `older_than` seconds. Returns how many were deleted."""
 
     @abc.abstractmethod
     def get_schedule(self, name: str) -> ScheduleInfo | None: ...

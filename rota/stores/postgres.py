@@ -19,13 +19,19 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from ..clock import Clock
-from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
+from ..errors import (
+    ConfigurationError,
+    DatabaseError,
+    DatabaseTransient,
+    DatabaseUnavailable,
+    SchemaVersionError,
+)
 from . import redact
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
-from .base import Claimed, NewRun, Outcome, PollState, Rescued
+from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued
 from .queries import load_migrations, load_queries
 
 try:
@@ -37,6 +43,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 log = logging.getLogger("rota.store")
+T = TypeVar("T")
+_ATTEMPTS = 4  # a statement that deadlocks this often in a row is reported (transient)
 _NOW = "coalesce(%(now)s::timestamptz, now())"
 
 
@@ -68,10 +76,18 @@ class PostgresStore(SqlStore):
         *,
         pool_size: int = 10,
         connect_timeout: float = 5.0,
+        lock_timeout: float | None = 5.0,
+        statement_timeout: float | None = None,
+        idle_in_transaction_timeout: float | None = 60.0,
     ) -> None:
         super().__init__(url, clock)
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be at least 1, got {pool_size}")
+        self._settings = _session_settings(
+            lock_timeout=lock_timeout,
+            statement_timeout=statement_timeout,
+            idle_in_transaction_session_timeout=idle_in_transaction_timeout,
+        )
         self.queries = load_queries("postgres", _NOW)
         self.connect_timeout = connect_timeout
         self.pool_size = pool_size
@@ -90,16 +106,8 @@ class PostgresStore(SqlStore):
                 self.url,
                 min_size=1,
                 max_size=self.pool_size,
-                kwargs={
-                    "autocommit": True,
-                    "connect_timeout": max(1, round(self.connect_timeout)),
-                    # Notice a vanished server or network within about 20 s, not hours.
-                    "keepalives": 1,
-                    "keepalives_idle": 10,
-                    "keepalives_interval": 3,
-                    "keepalives_count": 3,
-                },
-                configure=_configure,
+                kwargs=_connect_kwargs(self.url, self.connect_timeout),
+                configure=self._configure,
                 open=False,
                 name="rota",
                 timeout=self.connect_timeout,
@@ -117,12 +125,19 @@ class PostgresStore(SqlStore):
             self._pool = pool
             return pool
 
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SET TIME ZONE 'UTC'")
+        for name, value in self._settings.items():
+            conn.execute(f"SET {name} = {value}")
+
     @contextmanager
     def _session(self, transaction: bool) -> Iterator[_Session]:
         pool = self._open()
         now = self.clock.now() if self.clock is not None else None
+        used: psycopg.Connection[Any] | None = None
         try:
             with pool.connection() as conn:
+                used = conn
                 if transaction:
                     with conn.transaction(), conn.cursor() as cur:
                         session = _Session(cur, self.queries, now)
@@ -132,10 +147,20 @@ class PostgresStore(SqlStore):
                 else:
                     with conn.cursor() as cur:
                         yield _Session(cur, self.queries, now)
-        except psycopg.OperationalError as exc:
-            raise DatabaseUnavailable(f"PostgreSQL at {redact(self.url)}: {_reason(exc)}") from exc
         except psycopg.Error as exc:
-            raise DatabaseError(f"PostgreSQL at {redact(self.url)}: {_reason(exc)}") from exc
+            if used is None or used.broken:
+                self._drop_pool(pool)
+            raise _translate(exc, self.url) from exc
+
+    def _drop_pool(self, pool: psycopg_pool.ConnectionPool[Any]) -> None:
+        """A connection broke (failover, terminated backends, network): its idle siblings
+        most likely broke with it. Replace the whole pool at once instead of finding the dead
+        connections one failed call at a time."""
+        with self._pool_lock:
+            if self._pool is not pool:
+                return
+            self._pool = None
+        threading.Thread(target=pool.close, kwargs={"timeout": 1.0}, daemon=True).start()
 
     def _tx(self) -> Any:
         return self._session(True)
@@ -248,30 +273,57 @@ class PostgresStore(SqlStore):
 
     def finish(self, outcomes: Sequence[Outcome]) -> set[int]:
         """Batches travel as one JSON parameter: encoding a list of tuples in C is far
-        cheaper than adapting several Python lists to PostgreSQL arrays."""
-        plain = [(o.id, o.token, o.result) for o in outcomes if o.status == "succeeded" and o.history is None]
+        cheaper than adapting several Python lists to PostgreSQL arrays. Each statement
+        first locks the schedules of its runs in name order (the rota_run_finished trigger
+        updates them), so concurrent finishers never lock them in opposite orders; a
+        deadlock that happens anyway is retried at once."""
+        ordered = sorted(outcomes, key=lambda o: o.id)
+        plain = [(o.id, o.token, o.result) for o in ordered if o.status == "succeeded" and o.history is None]
         other = [
             (o.id, o.token, o.status, o.result, o.error, o.retry_in, o.history)
-            for o in outcomes
+            for o in ordered
             if not (o.status == "succeeded" and o.history is None)
         ]
         done: set[int] = set()
-        with self._read() as s:
-            if plain:
-                done.update(r[0] for r in s.q("finish_succeeded", rows=_json(plain)))
-            if other:
-                done.update(r[0] for r in s.q("finish", rows=_json(other)))
+        for query, rows in (("finish_succeeded", plain), ("finish", other)):
+            if rows:
+                done.update(self._again(self._write_rows, query, _json(rows)))
         return done
+
+    def _write_rows(self, query: str, rows: str) -> set[int]:
+        with self._read() as s:
+            return {r[0] for r in s.q(query, rows=rows)}
+
+    def _again(self, op: Callable[..., T], /, *args: Any) -> T:
+        """Run one statement or transaction, again at once after a deadlock or a
+        serialization failure (PostgreSQL rolled it back whole: nothing was written)."""
+        for attempt in range(_ATTEMPTS):
+            try:
+                return op(*args)
+            except DatabaseTransient as exc:
+                if attempt == _ATTEMPTS - 1 or not _is_retry_at_once(exc):
+                    raise
+                log.info("retrying at once: %s", exc)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def materialize(self, due: DueSchedule, plan: Materialization) -> bool:
+        return self._again(super().materialize, due, plan)
 
     def hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:
         if not held:
             return set()
+        return self._again(self._hand_back, sorted(held), reason)
+
+    def _hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:
         with self._tx() as s:
             rows = s.q("hand_back", rows=_json(held), reason=reason)
             self._notify(s, "run")
         return {r[0] for r in rows}
 
     def rescue(self, limit: int = 100) -> list[Rescued]:
+        return self._again(self._rescue, limit)
+
+    def _rescue(self, limit: int) -> list[Rescued]:
         with self._read() as s:
             if not s.q("any_expired"):  # the usual answer, without an UPDATE
                 return []
@@ -359,8 +411,56 @@ class _WakeupLimiter:
         self.send()
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    conn.execute("SET TIME ZONE 'UTC'")
+# SQLSTATEs that mean "try again": the operation was rolled back for a passing reason.
+_TRANSIENT = {
+    "40P01": "deadlock",
+    "40001": "serialization failure",
+    "25006": "read-only transaction",
+    "55P03": "lock timeout",
+    "57014": "statement timeout",
+    "57P01": "server shutting down",
+    "57P02": "crash shutdown",
+    "57P03": "server starting",
+}
+_RETRY_AT_ONCE = ("40P01", "40001")  # deadlock, serialization failure: retried in the store
+_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3}
+
+
+def _translate(exc: psycopg.Error, url: str) -> DatabaseError:
+    where = f"PostgreSQL at {redact(url)}: {_reason(exc)}"
+    kind = _TRANSIENT.get(exc.sqlstate or "")
+    if kind is not None:
+        return DatabaseTransient(f"{where} ({kind}; transient, try again)")
+    if isinstance(exc, psycopg.OperationalError):
+        return DatabaseUnavailable(where)
+    return DatabaseError(where)
+
+
+def _is_retry_at_once(exc: DatabaseError) -> bool:
+    cause = exc.__cause__
+    return isinstance(cause, psycopg.Error) and cause.sqlstate in _RETRY_AT_ONCE
+
+
+def _connect_kwargs(url: str, connect_timeout: float) -> dict[str, Any]:
+    """Autocommit, a connect timeout, and TCP keepalives unless the URL sets its own: notice
+    a vanished server, host or network within about 20 s, not the kernel's two hours."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, round(connect_timeout))}
+    kwargs.update({k: v for k, v in _KEEPALIVES.items() if k not in given})
+    return kwargs
+
+
+def _session_settings(**seconds: float | None) -> dict[str, str]:
+    """SET values bounding every transaction rota opens (None or 0: the server's default)."""
+    settings = {}
+    for name, value in seconds.items():
+        if value is None:
+            continue
+        if not isinstance(value, int | float) or value < 0:
+            option = "idle_in_transaction_timeout" if name.startswith("idle") else name
+            raise ConfigurationError(f"{option} must be a number of seconds >= 0 or None, got {value!r}")
+        settings[name] = f"'{round(value * 1000)}ms'"
+    return settings
 
 
 def _reason(exc: BaseException) -> str:

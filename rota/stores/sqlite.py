@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from ..clock import Clock
-from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
+from ..errors import ConfigurationError, DatabaseError, DatabaseTransient, DatabaseUnavailable, SchemaVersionError
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, NewRun, Outcome, PollState, Rescued
 from .queries import load_migrations, load_queries
@@ -84,7 +84,7 @@ class SQLiteStore(SqlStore):
             )
         self.queries = load_queries("sqlite", ":now")
         self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        self._all: dict[threading.Thread, sqlite3.Connection] = {}
         self._all_lock = threading.Lock()
         self._closed = False
         self.listeners: list[Any] = []  # in-process wake-up callbacks (workers of this process)
@@ -113,7 +113,12 @@ class SQLiteStore(SqlStore):
                 raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
             self._local.conn = conn
             with self._all_lock:
-                self._all.append(conn)
+                dead = [t for t in self._all if not t.is_alive()]
+                orphans = [self._all.pop(t) for t in dead]
+                self._all[threading.current_thread()] = conn
+            for orphan in orphans:  # connections of threads that ended: at most one per live thread
+                with contextlib.suppress(sqlite3.Error):
+                    orphan.close()
         return conn
 
     def _now(self) -> float:
@@ -154,7 +159,7 @@ class SQLiteStore(SqlStore):
     def close(self) -> None:
         self._closed = True
         with self._all_lock:
-            conns, self._all = self._all, []
+            conns, self._all = list(self._all.values()), {}
         for conn in conns:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
@@ -250,7 +255,7 @@ class SQLiteStore(SqlStore):
                 names = self._names(queues)
                 rows = s.q("claim_in_queues", owner=owner, token=token, lease=lease, limit=limit, queues=names)
             if rows:  # an empty claim writes nothing (other processes' data_version stays put)
-                s.q("take_token", token=token)
+                s.q("take_token", token=token + len(rows) - 1)  # one token per claimed run
         ts = datetime.fromtimestamp
         rows.sort(key=lambda r: r[0])
         return [
@@ -387,6 +392,8 @@ def _translate(exc: sqlite3.Error, path: str) -> DatabaseError:
     text = str(exc)
     if isinstance(exc, sqlite3.OperationalError) and ("unable to open" in text or "disk I/O" in text):
         return DatabaseUnavailable(f"SQLite database {path!r}: {text}")
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        return DatabaseTransient(f"SQLite database {path!r}: {text} (another writer held it; try again)")
     return DatabaseError(f"SQLite database {path!r}: {text}")
 
 

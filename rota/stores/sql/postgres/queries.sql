@@ -33,8 +33,8 @@ WHERE task = %(task)s AND key = %(key)s AND status IN ('pending', 'running')
 SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: claim
-WITH token AS (SELECT nextval('rota_token_seq') AS value),
-candidates AS (
+-- one fencing token per claimed run (nextval per row), so ctx.token fences one attempt
+WITH candidates AS (
     SELECT id FROM rota_runs
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
     ORDER BY priority DESC, due_at, id
@@ -42,17 +42,17 @@ candidates AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE rota_runs r
-SET status = 'running', owner = %(owner)s, token = token.value, attempt = r.attempt + 1,
+SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), attempt = r.attempt + 1,
     started_at = {now},
     lease_until = {now} + make_interval(secs => %(lease)s)
-FROM candidates, token
+FROM candidates
 WHERE r.id = candidates.id
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until
 
 -- name: claim_in_queues
-WITH token AS (SELECT nextval('rota_token_seq') AS value),
-candidates AS (
+-- one fencing token per claimed run (nextval per row), so ctx.token fences one attempt
+WITH candidates AS (
     SELECT id FROM rota_runs
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND queue = ANY(%(queues)s::text[])
@@ -61,10 +61,10 @@ candidates AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE rota_runs r
-SET status = 'running', owner = %(owner)s, token = token.value, attempt = r.attempt + 1,
+SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), attempt = r.attempt + 1,
     started_at = {now},
     lease_until = {now} + make_interval(secs => %(lease)s)
-FROM candidates, token
+FROM candidates
 WHERE r.id = candidates.id
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until
@@ -78,15 +78,36 @@ WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s:
 RETURNING r.id, r.cancel_requested
 
 -- name: finish_succeeded
+WITH locked AS (
+    -- The schedules of these runs, locked in name order before any run is updated: the
+    -- rota_run_finished trigger updates them, and two finishers taking them in the order of
+    -- their runs' ids would deadlock. (Evaluated first: a one-time filter below.)
+    SELECT s.name FROM rota_schedules s
+    WHERE s.name IN (SELECT schedule FROM rota_runs
+                     WHERE id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
+                       AND schedule IS NOT NULL AND status = 'running')
+    ORDER BY s.name
+    FOR UPDATE OF s
+)
 UPDATE rota_runs r
 SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, lease_until = NULL
 FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS result
       FROM json_array_elements(%(rows)s::json) AS e) AS v
 WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
+  AND (SELECT count(*) FROM locked) >= 0
 RETURNING r.id
 
 -- name: finish
+WITH locked AS (
+    -- as in finish_succeeded: schedules locked in name order first
+    SELECT s.name FROM rota_schedules s
+    WHERE s.name IN (SELECT schedule FROM rota_runs
+                     WHERE id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
+                       AND schedule IS NOT NULL AND status = 'running')
+    ORDER BY s.name
+    FOR UPDATE OF s
+)
 UPDATE rota_runs r
 SET status = v.status, result = v.result, error = v.error, lease_until = NULL,
     finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE {now} END,
@@ -99,6 +120,7 @@ FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS status, e
       FROM json_array_elements(%(rows)s::json) AS e) AS v
 WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
+  AND (SELECT count(*) FROM locked) >= 0
 RETURNING r.id
 
 -- name: hand_back
@@ -187,8 +209,16 @@ ON CONFLICT (name) DO UPDATE SET
     priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
     timeout = EXCLUDED.timeout, backoff = EXCLUDED.backoff, source = EXCLUDED.source,
     app = EXCLUDED.app, definition = EXCLUDED.definition, active = true, updated_at = {now},
+    -- A deploy keeps next_run_at unless the timing changed (a missed tick stays due and
+    -- meets the misfire policy); a timing change moves it to the new first tick, unless the
+    -- old next_run_at was already missed: then that tick stays due (the misfire policy
+    -- applies to it and to the new timing's ticks up to now).
     next_run_at = CASE WHEN s.run_count = 0 AND s.last_run_at IS NULL AND EXCLUDED.run_immediately
                        THEN least(s.next_run_at, EXCLUDED.next_run_at)
+                       WHEN NOT s.active OR s.next_run_at IS NULL THEN %(first_tick)s
+                       WHEN s.cron IS NOT DISTINCT FROM EXCLUDED.cron AND s.every IS NOT DISTINCT FROM EXCLUDED.every AND s.tz = EXCLUDED.tz
+                       THEN s.next_run_at
+                       WHEN s.next_run_at < {now} THEN s.next_run_at
                        ELSE %(first_tick)s END
 WHERE s.definition IS DISTINCT FROM EXCLUDED.definition OR NOT s.active
 
@@ -331,10 +361,15 @@ ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}
 UPDATE rota_workers SET last_seen = {now}, state = %(state)s WHERE id = %(id)s
 
 -- name: list_workers
-SELECT id, host, pid, concurrency, queues, state, started_at, last_seen,
-       last_seen >= {now} - make_interval(secs => %(stale_after)s) AND state <> 'stopped'
+SELECT id, host, pid, concurrency, queues,
+       CASE WHEN state NOT IN ('stopped', 'lost')
+                 AND last_seen < {now} - make_interval(secs => %(stale_after)s * 2)
+            THEN 'lost' ELSE state END,
+       started_at, last_seen,
+       last_seen >= {now} - make_interval(secs => %(stale_after)s) AND state NOT IN ('stopped', 'lost')
 FROM rota_workers
-WHERE last_seen >= {now} - make_interval(secs => %(stale_after)s * 10) OR state <> 'stopped'
+WHERE last_seen >= {now} - make_interval(secs => %(stale_after)s * 10)
+   OR state NOT IN ('stopped', 'lost')
 ORDER BY started_at
 
 -- name: lock_acquire
@@ -371,3 +406,20 @@ WITH doomed AS (
 )
 DELETE FROM rota_runs r USING doomed WHERE r.id = doomed.id
 RETURNING r.id
+
+-- ==========================================================================================
+-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
+-- ==========================================================================================
+
+-- name: retry_source
+SELECT key, backoff FROM rota_runs WHERE id = %(id)s
+
+-- name: mark_lost_workers
+UPDATE rota_workers SET state = 'lost'
+WHERE state NOT IN ('stopped', 'lost') AND last_seen < {now} - make_interval(secs => %(lost_after)s)
+RETURNING id
+
+-- name: prune_workers
+DELETE FROM rota_workers
+WHERE state IN ('stopped', 'lost') AND last_seen < {now} - make_interval(secs => %(older_than)s)
+RETURNING id

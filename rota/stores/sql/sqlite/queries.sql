@@ -38,27 +38,31 @@ UPDATE rota_counters SET value = :token WHERE name = 'token'
 
 -- name: claim
 UPDATE rota_runs
-SET status = 'running', owner = :owner, token = :token, attempt = attempt + 1,
+SET status = 'running', owner = :owner, token = :token + c.rank, attempt = attempt + 1,
     started_at = {now}, lease_until = {now} + :lease
-WHERE id IN (
+-- one fencing token per claimed run (:token + rank), so ctx.token fences one attempt
+FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank FROM (
     SELECT id FROM rota_runs INDEXED BY rota_runs_claim
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
     ORDER BY priority DESC, due_at, id
-    LIMIT :limit)
-RETURNING id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
+    LIMIT :limit)) AS c
+WHERE rota_runs.id = c.id
+RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
           scheduled_for, started_at, lease_until
 
 -- name: claim_in_queues
 UPDATE rota_runs
-SET status = 'running', owner = :owner, token = :token, attempt = attempt + 1,
+SET status = 'running', owner = :owner, token = :token + c.rank, attempt = attempt + 1,
     started_at = {now}, lease_until = {now} + :lease
-WHERE id IN (
+-- one fencing token per claimed run (:token + rank), so ctx.token fences one attempt
+FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank FROM (
     SELECT id FROM rota_runs INDEXED BY rota_runs_claim
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND queue IN (SELECT value FROM json_each(:queues))
     ORDER BY priority DESC, due_at, id
-    LIMIT :limit)
-RETURNING id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
+    LIMIT :limit)) AS c
+WHERE rota_runs.id = c.id
+RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
           scheduled_for, started_at, lease_until
 
 -- name: heartbeat
@@ -161,8 +165,16 @@ ON CONFLICT (name) DO UPDATE SET
     priority = excluded.priority, max_attempts = excluded.max_attempts,
     timeout = excluded.timeout, backoff = excluded.backoff, source = excluded.source,
     app = excluded.app, definition = excluded.definition, active = 1, updated_at = {now},
+    -- A deploy keeps next_run_at unless the timing changed (a missed tick stays due and
+    -- meets the misfire policy); a timing change moves it to the new first tick, unless the
+    -- old next_run_at was already missed: then that tick stays due (the misfire policy
+    -- applies to it and to the new timing's ticks up to now).
     next_run_at = CASE WHEN s.run_count = 0 AND s.last_run_at IS NULL AND excluded.run_immediately
                        THEN min(s.next_run_at, excluded.next_run_at)
+                       WHEN NOT s.active OR s.next_run_at IS NULL THEN :first_tick
+                       WHEN s.cron IS excluded.cron AND s.every IS excluded.every AND s.tz = excluded.tz
+                       THEN s.next_run_at
+                       WHEN s.next_run_at < {now} THEN s.next_run_at
                        ELSE :first_tick END
 WHERE s.definition IS NOT excluded.definition OR NOT s.active
 
@@ -302,10 +314,13 @@ ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}
 UPDATE rota_workers SET last_seen = {now}, state = :state WHERE id = :id
 
 -- name: list_workers
-SELECT id, host, pid, concurrency, queues, state, started_at, last_seen,
-       last_seen >= {now} - :stale_after AND state <> 'stopped'
+SELECT id, host, pid, concurrency, queues,
+       CASE WHEN state NOT IN ('stopped', 'lost') AND last_seen < {now} - :stale_after * 2
+            THEN 'lost' ELSE state END,
+       started_at, last_seen,
+       last_seen >= {now} - :stale_after AND state NOT IN ('stopped', 'lost')
 FROM rota_workers
-WHERE last_seen >= {now} - :stale_after * 10 OR state <> 'stopped'
+WHERE last_seen >= {now} - :stale_after * 10 OR state NOT IN ('stopped', 'lost')
 ORDER BY started_at
 
 -- name: lock_acquire
@@ -337,4 +352,21 @@ DELETE FROM rota_runs
 WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_status
              WHERE status = :status AND finished_at < {now} - :older_than
              ORDER BY id LIMIT :limit)
+RETURNING id
+
+-- ==========================================================================================
+-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
+-- ==========================================================================================
+
+-- name: retry_source
+SELECT key, backoff FROM rota_runs WHERE id = :id
+
+-- name: mark_lost_workers
+UPDATE rota_workers SET state = 'lost'
+WHERE state NOT IN ('stopped', 'lost') AND last_seen < {now} - :lost_after
+RETURNING id
+
+-- name: prune_workers
+DELETE FROM rota_workers
+WHERE state IN ('stopped', 'lost') AND last_seen < {now} - :older_than
 RETURNING id

@@ -363,7 +363,7 @@ UPDATE rota_workers SET last_seen = {now}, state = %(state)s WHERE id = %(id)s
 -- name: list_workers
 SELECT id, host, pid, concurrency, queues,
        CASE WHEN state NOT IN ('stopped', 'lost')
-                 AND last_seen < {now} - make_interval(secs => %(stale_after)s * 2)
+                 AND last_seen < {now} - make_interval(secs => %(stale_after)s * 1.5)
             THEN 'lost' ELSE state END,
        started_at, last_seen,
        last_seen >= {now} - make_interval(secs => %(stale_after)s) AND state NOT IN ('stopped', 'lost')

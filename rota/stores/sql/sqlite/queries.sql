@@ -315,7 +315,7 @@ UPDATE rota_workers SET last_seen = {now}, state = :state WHERE id = :id
 
 -- name: list_workers
 SELECT id, host, pid, concurrency, queues,
-       CASE WHEN state NOT IN ('stopped', 'lost') AND last_seen < {now} - :stale_after * 2
+       CASE WHEN state NOT IN ('stopped', 'lost') AND last_seen < {now} - :stale_after * 1.5
             THEN 'lost' ELSE state END,
        started_at, last_seen,
        last_seen >= {now} - :stale_after AND state NOT IN ('stopped', 'lost')

@@ -150,6 +150,13 @@ WITH lost AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
+locked AS (
+    -- as in finish_succeeded: the lost runs' schedules locked in name order first
+    SELECT s.name FROM rota_schedules s
+    WHERE s.name IN (SELECT r.schedule FROM rota_runs r JOIN lost ON lost.id = r.id)
+    ORDER BY s.name
+    FOR UPDATE OF s
+),
 decided AS (
     SELECT r.id, r.owner, r.lease_until, r.attempt, r.started_at,
            CASE WHEN r.cancel_requested THEN 'cancelled'
@@ -173,7 +180,7 @@ SET status = d.status, due_at = {now}, lease_until = NULL,
                         'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'lost', 'error', d.error))
                     ELSE r.attempts END
 FROM decided d
-WHERE r.id = d.id
+WHERE r.id = d.id AND (SELECT count(*) FROM locked) >= 0
 RETURNING r.id, r.task, r.status, d.owner, d.error::text
 
 -- name: poll_state

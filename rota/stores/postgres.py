@@ -219,6 +219,9 @@ class PostgresStore(SqlStore):
     def migrate(self, *, dry_run: bool = False) -> list[str]:
         migrations = load_migrations("postgres")
         with self._tx() as s:
+            # Another process may be migrating (or a migration may take long): wait for it.
+            s.q_text("SET LOCAL lock_timeout = 0")
+            s.q_text("SET LOCAL statement_timeout = 0")
             s.q_text("SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.rota_migrate'))")
             s.q_text(
                 "CREATE TABLE IF NOT EXISTS rota_migrations (version integer PRIMARY KEY, "

@@ -353,7 +353,7 @@ class PostgresStore(SqlStore):
         while True:
             try:
                 aconn = await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout))
+                    self.url, **_connect_kwargs(self.url, self.connect_timeout)
                 )
             except psycopg.Error:
                 await asyncio.sleep(delay)

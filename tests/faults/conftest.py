@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -16,7 +17,7 @@ import rota
 from rota.stores.base import NewRun
 
 from ..conftest import IN_CI, PG_URL, make_app
-from ..procs import WorkerProcs
+from ..procs import WorkerProcs, wait_until
 from .netns import Host, netns_problem
 from .proxy import FaultProxy
 
@@ -151,3 +152,13 @@ def hosts(tmp_path: Path, exec_log: Path) -> Iterator[Callable[[int, str], Host]
     yield factory
     for host in made:
         host.close()
+
+
+def settle_schedule(app: rota.App, name: str, timeout: float = 20) -> datetime:
+    """Let the workers catch up with the schedule's ticks due by now, remove it and wait for
+    its runs to end; returns the time up to which every tick must have a row."""
+    removed = datetime.now(UTC)
+    wait_until(lambda: (app.get_schedule(name).next_run_at or removed) > removed, timeout, f"{name} to catch up")
+    app.remove_schedule(name)
+    wait_until(lambda: all(r.is_final for r in app.list_runs(schedule=name, limit=10_000)), timeout, f"{name} to end")
+    return removed

@@ -76,7 +76,7 @@ def given_up(run: rota.Run) -> list[dict[str, Any]]:
 def check_nothing_lost(runs: dict[str, rota.Run], enqueued: list[str], leases_lost: bool) -> None:
     missing = [i for i in enqueued if i not in runs]
     assert not missing, f"enqueued runs vanished: {missing}"
-    active = {i: r.status for i, r in runs.items() if r.status not in FINAL and not (r.status == "pending")}
+    active = {i: r.status for i, r in runs.items() if r.status not in FINAL and r.status != "pending"}
     assert not active, f"runs neither final nor pending: {active}"
     if leases_lost:
         return

@@ -8,7 +8,6 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 import rota
 
 from ..procs import WorkerProcs, wait_until
-from .conftest import APP, all_final, enqueue_rec, starts
+from .conftest import APP, all_final, enqueue_rec, settle_schedule, starts
 from .invariants import check_invariants
 from .netns import Host
 from .proxy import FaultProxy
@@ -33,16 +32,6 @@ def started_by(exec_log: Path) -> dict[str, set[int]]:
         if event["event"] == "start":
             found.setdefault(event["run"], set()).add(event["pid"])
     return found
-
-
-def settle_schedule(app: rota.App, name: str, timeout: float = 20) -> datetime:
-    """Let the workers catch up with the schedule's ticks due by now, remove it and wait for
-    its runs to end; returns the time up to which every tick must have a row."""
-    removed = datetime.now(UTC)
-    wait_until(lambda: (app.get_schedule(name).next_run_at or removed) > removed, timeout, f"{name} to catch up")
-    app.remove_schedule(name)
-    wait_until(lambda: all(r.is_final for r in app.list_runs(schedule=name, limit=10_000)), timeout, f"{name} to end")
-    return removed
 
 
 def test_partitioned_host_is_fenced_and_its_runs_rescued_while_two_others_work(

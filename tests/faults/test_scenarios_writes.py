@@ -14,7 +14,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-
 from ..conftest import PG_URL, make_app, require
 from ..procs import WorkerProcs, wait_until
 from .conftest import APP, all_final, enqueue_rec, starts, terminate_backends

@@ -86,12 +86,9 @@ def test_host_frozen_mid_tick_does_not_stall_the_other_hosts(
     before = starts(exec_log)
     (late,) = enqueue_rec(pg_client, 1, start=500)
     enqueued_at = time.monotonic()
-    started = True
-    try:
-        wait_until(lambda: late in started_by(exec_log), 4, "the task enqueued during the freeze to start")
-    except AssertionError:
-        started = False
+    time.sleep(3.5)  # a window in which B and C must claim the task and tick a few times
     waited = time.monotonic() - enqueued_at
+    started = late in started_by(exec_log)
     ticked = starts(exec_log) - before
     proxy.restore()
     assert started, f"the other hosts stalled behind the frozen one ({ticked} execution(s) in {waited:.1f} s)"

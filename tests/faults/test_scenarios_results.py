@@ -34,7 +34,7 @@ def test_unencodable_outcomes_do_not_stop_the_worker_writing_others(
     ids = enqueue(client, "faults.weird", calls, max_attempts=1)
     procs = workers(db_url)
     procs.start(APP, concurrency=4, lease=2.0, poll=0.05)
-    wait_until(all_final(client, ids), 20, "every run, odd or plain, to end")
+    wait_until(all_final(client, ids), 12, "every run, odd or plain, to end")
     runs = check_invariants(client, exec_log, enqueued=ids, leases_lost=False)
     plain = [i for i, call in zip(ids, calls, strict=True) if call[0] == "plain"]
     assert {runs[i].status for i in plain} == {"succeeded"}

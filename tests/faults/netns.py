@@ -1,9 +1,9 @@
 """Hosts with their own network namespace and hostname, for partition scenarios (root only).
 
 Host n gets the namespace `rota-fsN<tag>`, a veth pair `rota-hN<tag>` (host side,
-10.213.7.(4n+1)/30) and `rota-nN<tag>` (inside, 10.213.7.(4n+2)/30), and a FaultProxy on the
-host-side address forwarding to PostgreSQL: its workers reach the database only through
-that proxy. Workers run as `ip netns exec NS unshare --uts sh -c 'hostname H; exec python
+10.213.7.(4b+1)/30) and `rota-nN<tag>` (inside, 10.213.7.(4b+2)/30) for a free block b of
+the private 10.213.7.0/24, and a FaultProxy on the host-side address forwarding to
+PostgreSQL: its workers reach the database only through that proxy. Workers run as `ip netns exec NS unshare --uts sh -c 'hostname H; exec python
 -m rota worker ...'`, so their worker ids name their host. `partition()` takes the host's
 veth link down (its packets go nowhere, its connections hang without a reset); `heal()`
 brings it up. Everything created is removed in `close()`, also after a failure.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -46,15 +47,27 @@ def ip(*args: str, netns: str | None = None) -> None:
         raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()}")
 
 
+def free_block() -> int:
+    """A /30 of SUBNET that no interface on the host side uses yet (so that two test runs
+    on one machine do not collide)."""
+    shown = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+    used = {int(word.split("/")[0].rsplit(".", 1)[1]) // 4 for word in shown.split() if word.startswith(f"{SUBNET}.")}
+    free = [block for block in range(64) if block not in used]
+    if not free:
+        raise RuntimeError(f"no free /30 left in {SUBNET}.0/24")
+    return random.choice(free)
+
+
 class Host:
     def __init__(self, n: int, upstream: tuple[str, int], log_dir: Path, url_template: str) -> None:
-        if not 0 <= n < 60:
-            raise ValueError(f"host number must be from 0 to 59, got {n!r}")
+        if not 0 <= n < 100:
+            raise ValueError(f"host number must be from 0 to 99, got {n!r}")
         tag = uuid.uuid4().hex[:4]
         self.n = n
         self.hostname = f"rota-host{n}"
         self.netns, self.outer, self.inner = f"rota-fs{n}{tag}", f"rota-h{n}{tag}", f"rota-n{n}{tag}"
-        self.outer_ip, self.inner_ip = f"{SUBNET}.{4 * n + 1}", f"{SUBNET}.{4 * n + 2}"
+        block = free_block()
+        self.outer_ip, self.inner_ip = f"{SUBNET}.{4 * block + 1}", f"{SUBNET}.{4 * block + 2}"
         self._made: list[str] = []
         self.proxy: FaultProxy | None = None
         self.procs = WorkerProcs(url_template, log_dir)

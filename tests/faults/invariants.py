@@ -88,6 +88,14 @@ def check_nothing_lost(runs: dict[str, rota.Run], enqueued: list[str], leases_lo
     assert not failed, f"runs failed as lost although no lease was taken away: {failed}"
 
 
+def attempt_lost(run: rota.Run, attempt: int) -> bool:
+    """Whether that attempt of the run lost its lease: recorded as lost or handed back in the
+    history, or the run's last attempt, rescued and failed as lost (no attempts left)."""
+    if any(a.get("attempt") == attempt for a in given_up(run)):
+        return True
+    return run.attempt == attempt and run.status == "failed" and (run.error or {}).get("type") == "WorkerLost"
+
+
 def check_executed_once(runs: dict[str, rota.Run], executions: Executions) -> None:
     twice = {
         i: (sorted(tokens), given_up(runs[i]))
@@ -103,12 +111,14 @@ def check_results_recorded(runs: dict[str, rota.Run], executions: Executions) ->
         run = runs.get(end["run"])
         if run is None:
             problems.append((end, "no such run"))
+        elif attempt_lost(run, end["attempt"]):
+            continue
         elif run.token == end["token"] and run.attempt == end["attempt"]:
             if "result" in end and (run.status != "succeeded" or run.result != end["result"]):
                 problems.append((end, f"stored {run.status} {run.result!r}"))
             elif run.status not in FINAL:
                 problems.append((end, f"the run is still {run.status}"))
-        elif not any(a.get("attempt") == end["attempt"] for a in given_up(run)):
+        else:
             problems.append((end, f"token moved on to {run.token} without losing attempt {end['attempt']}"))
     assert not problems, f"returned outcomes not recorded: {problems[:10]}"
 

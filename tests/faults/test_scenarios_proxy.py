@@ -5,7 +5,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+import psycopg
 import pytest
 
 from ..conftest import PG_URL, require
@@ -23,9 +25,19 @@ def query(url: str, timeout: float = 2.0) -> int:
     return int(row[0])
 
 
-def test_proxy_forwards_cuts_blackholes_holds_and_restores(proxies: Callable[..., FaultProxy]) -> None:
-    import psycopg
+def run_in_thread(conn: psycopg.Connection[Any], sql: str) -> threading.Event:
+    """Run `sql` on a thread; the event is set once it answered."""
+    answered = threading.Event()
 
+    def go() -> None:
+        conn.execute(sql)
+        answered.set()
+
+    threading.Thread(target=go, daemon=True).start()
+    return answered
+
+
+def test_proxy_forwards_cuts_blackholes_holds_and_restores(proxies: Callable[..., FaultProxy]) -> None:
     require("postgres")
     proxy = proxies()
     url = proxy.url(PG_URL)
@@ -50,8 +62,7 @@ def test_proxy_forwards_cuts_blackholes_holds_and_restores(proxies: Callable[...
     conn = psycopg.connect(url, autocommit=True)
     try:
         proxy.hold()
-        answered = threading.Event()
-        threading.Thread(target=lambda: (conn.execute("SELECT 1"), answered.set()), daemon=True).start()
+        answered = run_in_thread(conn, "SELECT 1")
         assert not answered.wait(1.0), "a held connection answered"
         proxy.restore()
         assert answered.wait(5), "the held query did not complete after restore"
@@ -62,10 +73,7 @@ def test_proxy_forwards_cuts_blackholes_holds_and_restores(proxies: Callable[...
     conn = psycopg.connect(url, autocommit=True)
     try:
         conn.execute("SELECT 1")  # no marker: forwarded
-        answered = threading.Event()
-        threading.Thread(
-            target=lambda: (conn.execute("SELECT 'rota-trigger-marker'"), answered.set()), daemon=True
-        ).start()
+        answered = run_in_thread(conn, "SELECT 'rota-trigger-marker'")
         assert proxy.triggered.wait(5)
         assert not answered.wait(0.5), "traffic flowed after the trigger"
         proxy.restore()

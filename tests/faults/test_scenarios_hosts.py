@@ -1,0 +1,99 @@
+"""Hosts that stop answering: one host partitioned (its own network namespace, veth down)
+while two others keep working; a host frozen mid-transaction (its traffic held right after
+it sent a tick's insert) while the others keep ticking and claiming."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import rota
+
+from ..procs import WorkerProcs, wait_until
+from .conftest import APP, all_final, enqueue_rec, settle_schedule, starts
+from .invariants import check_invariants
+from .netns import Host
+from .proxy import FaultProxy
+
+pytestmark = pytest.mark.postgres
+LEASE = 2.0
+
+
+def started_by(exec_log: Path) -> dict[str, set[int]]:
+    """Run id -> pids that started it."""
+    found: dict[str, set[int]] = {}
+    for line in exec_log.read_text().splitlines() if exec_log.exists() else []:
+        event = json.loads(line)
+        if event["event"] == "start":
+            found.setdefault(event["run"], set()).add(event["pid"])
+    return found
+
+
+def test_partitioned_host_is_fenced_and_its_runs_rescued_while_two_others_work(
+    pg_url: str, pg_client: rota.App, hosts: Callable[[int, str], Host], exec_log: Path
+) -> None:
+    trio = [hosts(n, pg_url) for n in range(3)]
+    name = f"part_{uuid.uuid4().hex[:6]}"
+    pg_client.add_schedule(name, "faults.rec", every=1, args=[0, 0.3], overlap="skip")
+    ids = enqueue_rec(pg_client, 36, seconds=1.0)
+    for host in trio:
+        host.start_worker(APP, concurrency=3, lease=LEASE)
+    victim = trio[0].procs.procs[0].pid
+    wait_until(lambda: any(victim in pids for pids in started_by(exec_log).values()), 30, "host 0 to start runs")
+    trio[0].partition()
+    partitioned = {run for run, pids in started_by(exec_log).items() if victim in pids}
+    time.sleep(LEASE * 3)
+    trio[0].heal()
+    wait_until(all_final(pg_client, ids), 60, "every run to end")
+    until = settle_schedule(pg_client, name)
+    runs = check_invariants(pg_client, exec_log, enqueued=ids, leases_lost=True, until=until)
+    assert {runs[i].status for i in ids} == {"succeeded"}
+    rescued = [r for r in runs.values() if any(a.get("worker", "").startswith("rota-host0:") for a in r.history)]
+    assert rescued, f"no run of the partitioned host was rescued (it had started {sorted(partitioned)})"
+    for run in rescued:
+        assert run.worker is not None and not run.worker.startswith("rota-host0:"), run
+
+
+@pytest.mark.xfail(reason="issue 10 defect 8", strict=False)
+def test_host_frozen_mid_tick_does_not_stall_the_other_hosts(
+    pg_url: str,
+    pg_client: rota.App,
+    proxies: Callable[..., FaultProxy],
+    workers: Callable[[str], WorkerProcs],
+    exec_log: Path,
+) -> None:
+    """Host A's traffic is held right after it sends the insert of a tick (its transaction
+    stays open, the row lock held). B and C keep ticking another schedule and start a task
+    enqueued meanwhile within a few polls, not after A is healed."""
+    proxy = proxies()
+    frozen = workers(proxy.url(pg_url))
+    others = workers(pg_url)
+    frozen.start(APP, concurrency=2, lease=LEASE, poll=0.1)
+    wait_until(lambda: "started" in frozen.output(0), 30, "host A to start")
+    stuck, ticking = f"frozen_{uuid.uuid4().hex[:6]}", f"ticking_{uuid.uuid4().hex[:6]}"
+    proxy.hold_after(stuck.encode())
+    pg_client.add_schedule(stuck, "faults.rec", every=1, args=[0])
+    assert proxy.triggered.wait(15), "host A never sent the tick's insert"
+    pg_client.add_schedule(ticking, "faults.rec", every=1, args=[1])
+    for _ in range(2):
+        others.start(APP, concurrency=2, lease=LEASE, poll=0.1)
+    wait_until(lambda: all("started" in out for out in others.outputs()), 30, "hosts B and C to start")
+    before = starts(exec_log)
+    (late,) = enqueue_rec(pg_client, 1, start=500)
+    enqueued_at = time.monotonic()
+    time.sleep(3.5)  # a window in which B and C must claim the task and tick a few times
+    waited = time.monotonic() - enqueued_at
+    started = late in started_by(exec_log)
+    ticked = starts(exec_log) - before
+    proxy.restore()
+    assert started, f"the other hosts stalled behind the frozen one ({ticked} execution(s) in {waited:.1f} s)"
+    assert ticked >= 3, f"the other hosts ran only {ticked} execution(s) in {waited:.1f} s while A was frozen"
+    wait_until(all_final(pg_client, [late]), 30, "the late task to end")
+    settle_schedule(pg_client, ticking)
+    until = settle_schedule(pg_client, stuck)
+    check_invariants(pg_client, exec_log, enqueued=[late], leases_lost=False, until=until)

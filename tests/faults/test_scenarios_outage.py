@@ -1,0 +1,77 @@
+"""Outages between workers and PostgreSQL, through a TCP proxy: the worker's own outage
+longer than the lease, and a database "restart" (every backend terminated, then new
+connections blackholed for a while). The server itself is never restarted: the machine is
+shared."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import rota
+
+from ..procs import WorkerProcs, wait_until
+from .conftest import APP, all_final, enqueue_rec, starts, terminate_backends
+from .invariants import check_invariants
+from .proxy import FaultProxy
+
+pytestmark = pytest.mark.postgres
+LEASE = 2.0
+
+
+@pytest.mark.xfail(reason="issue 10 defect 1", strict=False)
+def test_own_outage_longer_than_the_lease_keeps_the_workers_runs_and_results(
+    pg_url: str,
+    pg_client: rota.App,
+    proxies: Callable[..., FaultProxy],
+    workers: Callable[[str], WorkerProcs],
+    exec_log: Path,
+) -> None:
+    """One worker, cut off for 2.5 leases: 3 runs finish during the outage, 3 are still
+    running when it reconnects. It renews its own leases, writes the results, and nothing
+    runs twice or is marked lost."""
+    proxy = proxies()
+    procs = workers(proxy.url(pg_url))
+    ids = enqueue_rec(pg_client, 3, seconds=1.0) + enqueue_rec(pg_client, 3, seconds=LEASE * 2.5 + 6.0, start=3)
+    procs.start(APP, concurrency=8, lease=LEASE, poll=0.1)
+    wait_until(lambda: starts(exec_log) >= 6, 30, "the six runs to start")
+    proxy.cut()
+    time.sleep(LEASE * 2.5)
+    later = enqueue_rec(pg_client, 4, start=100)  # enqueued while the worker is away
+    proxy.restore()
+    wait_until(all_final(pg_client, ids + later), 30, "every run to end")
+    runs = check_invariants(pg_client, exec_log, enqueued=ids + later, leases_lost=False)
+    assert all(runs[i].status == "succeeded" and runs[i].attempt == 1 for i in ids + later)
+    assert procs.procs[0].poll() is None
+
+
+@pytest.mark.xfail(reason="issue 10 defect 1", strict=False)
+def test_database_restart_loses_no_run_to_missed_heartbeats(
+    pg_url: str,
+    pg_client: rota.App,
+    proxies: Callable[..., FaultProxy],
+    workers: Callable[[str], WorkerProcs],
+    exec_log: Path,
+) -> None:
+    """Two workers; every rota backend is terminated and new connections hang for 2.5 leases
+    (a server restart as the workers see it). Runs whose owners come back are kept, not
+    failed or re-run because nobody could heartbeat meanwhile."""
+    proxy = proxies()
+    name = f"rota_faults_{uuid.uuid4().hex[:8]}"
+    procs = workers(f"{proxy.url(pg_url)}&application_name={name}")
+    ids = enqueue_rec(pg_client, 30, seconds=0.8)
+    for _ in range(2):
+        procs.start(APP, concurrency=4, lease=LEASE, poll=0.1)
+    wait_until(lambda: starts(exec_log) >= 8, 30, "eight runs to start")
+    proxy.blackhole()
+    terminate_backends(name)
+    time.sleep(LEASE * 2.5)
+    proxy.restore()
+    wait_until(all_final(pg_client, ids), 60, "every run to end")
+    runs = check_invariants(pg_client, exec_log, enqueued=ids, leases_lost=False)
+    assert {runs[i].status for i in ids} == {"succeeded"}
+    assert all(p.poll() is None for p in procs.procs)

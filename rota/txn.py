@@ -6,8 +6,9 @@ the app's row and its run commit or roll back together. Accepted connections:
 - a `sqlite3.Connection` to the app's SQLite file;
 - a psycopg 3 `Connection` (or, through the async API, an `AsyncConnection`) to the app's
   PostgreSQL database, seeing rota's tables on its search_path;
-- a SQLAlchemy `Connection` or `Session` whose driver is one of the above (`rota[sqlalchemy]`;
-  a transaction is begun on it if none is, as SQLAlchemy's autobegin would).
+- a SQLAlchemy `Connection` or `Session` whose driver is one of the above, or (async API) an
+  `AsyncConnection`/`AsyncSession` over psycopg (`rota[sqlalchemy]`; a transaction is begun
+  on it if none is, as SQLAlchemy's autobegin would).
 
 A connection to another database is refused (ConfigurationError) before anything is written.
 Workers hear of a committed run at commit: PostgreSQL delivers the NOTIFY sent inside the
@@ -48,9 +49,11 @@ def insert_in(app: App, connection: object, runs: Sequence[NewRun]) -> list[tupl
 
 
 async def insert_in_async(app: App, connection: object, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
-    """`insert_in` for the async API: awaited on an AsyncConnection; a sync connection is
-    used directly (it blocks, as every other statement on it does)."""
-    raw = dbapi_connection(connection)
+    """`insert_in` for the async API: awaited on an AsyncConnection (psycopg's, or
+    SQLAlchemy's AsyncConnection/AsyncSession over psycopg); a sync connection is used
+    directly (it blocks, as every other statement on it does)."""
+    raw = await _from_sqlalchemy_async(connection)
+    raw = dbapi_connection(raw)
     if not is_async_psycopg(raw):
         return insert_in(app, connection, runs)
     store: Any = app._store
@@ -102,6 +105,28 @@ def _from_sqlalchemy(connection: object) -> Any:
         f"the SQLAlchemy connection uses the driver {type(raw).__module__}.{type(raw).__name__}; "
         "rota enqueues through sqlite3 (sqlite://) or psycopg 3 (postgresql+psycopg://)"
     )
+
+
+async def _from_sqlalchemy_async(connection: object) -> object:
+    """The psycopg AsyncConnection behind a SQLAlchemy AsyncSession/AsyncConnection (others
+    pass through unchanged)."""
+    if not type(connection).__module__.startswith("sqlalchemy.ext.asyncio"):
+        return connection
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+    if isinstance(connection, AsyncSession):
+        connection = await connection.connection()  # joins (or begins) the session's transaction
+    if not isinstance(connection, AsyncConnection):
+        raise ConfigurationError(f"cannot enqueue on {type(connection).__name__}: pass {_ACCEPTED}")
+    if not connection.in_transaction():
+        await connection.begin()
+    raw = (await connection.get_raw_connection()).driver_connection
+    if _psycopg_kind(raw) != "async":
+        raise ConfigurationError(
+            f"the SQLAlchemy async connection uses the driver {type(raw).__module__}.{type(raw).__name__}; "
+            "rota enqueues asynchronously through psycopg 3 (postgresql+psycopg://)"
+        )
+    return raw
 
 
 def _check_dialect(dialect: str, raw: object) -> None:

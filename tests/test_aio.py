@@ -157,3 +157,37 @@ def test_async_psycopg_connection_enqueues_in_its_transaction(
 
     assert asyncio.run(scenario()) == ("succeeded", ["kept@example.com"])
     assert len(app.list_runs()) == 2
+
+
+@pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+def test_sqlalchemy_async_session_enqueues_in_its_transaction(
+    app_factory: Callable[..., rota.App], db_url: str
+) -> None:
+    pytest.importorskip("sqlalchemy")
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    app = app_factory()
+
+    @app.task(name="welcome")
+    def welcome(email: str) -> None: ...
+
+    app.migrate()
+
+    async def scenario() -> None:
+        engine = create_async_engine(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
+        try:
+            async with AsyncSession(engine) as session:
+                await welcome.options(connection=session).enqueue_async("gone@example.com")
+                await session.rollback()
+            assert await app.list_runs_async() == []
+            async with AsyncSession(engine) as session:
+                await session.execute(text("SELECT 1"))
+                kept = await welcome.options(connection=session).enqueue_async("kept@example.com")
+                assert await app.list_runs_async() == []
+                await session.commit()
+            assert [r.id for r in await app.list_runs_async()] == [kept.id]
+        finally:
+            await engine.dispose()
+
+    asyncio.run(scenario())

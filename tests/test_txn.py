@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -187,3 +188,29 @@ def test_sqlalchemy_session_and_connection(app_factory: Callable[..., rota.App],
     finally:
         engine.dispose()
     assert signups(db_url) == ["kept@example.com"]
+
+
+@pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_dedup_key_across_open_transactions(app_factory: Callable[..., rota.App], db_url: str, outcome: str) -> None:
+    """A second transaction enqueueing the same key waits for the first: if it commits, the
+    second gets its run (created=False); if it rolls back, the second creates its own."""
+    app, welcome = welcome_app(app_factory)
+    result: list[rota.RunHandle] = []
+    with caller_connection(db_url) as first, caller_connection(db_url) as second:
+        mine = welcome.options(connection=first, key="k").enqueue("a")
+        waiter = threading.Thread(
+            target=lambda: result.append(welcome.options(connection=second, key="k").enqueue("a"))
+        )
+        waiter.start()
+        time.sleep(0.3)
+        assert not result  # blocked on the first transaction's uncommitted key
+        getattr(first, outcome)()
+        waiter.join(10)
+        second.commit()
+    (theirs,) = result
+    if outcome == "commit":
+        assert (theirs.id, theirs.created) == (mine.id, False)
+    else:
+        assert theirs.created and theirs.id != mine.id
+    assert [r.id for r in app.list_runs()] == [theirs.id]

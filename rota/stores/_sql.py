@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
 from ..models import PENDING, RUNNING, LockInfo, Run, ScheduleInfo, WorkerInfo
 from ..serialization import simple_error
+from ._steps import AsyncSession, InsertSteps, drive, drive_async
 from .base import (
     DueSchedule,
     Materialization,
@@ -39,34 +40,6 @@ class Session(Protocol):
     def q(self, name: str, /, **params: Any) -> list[Row]: ...
 
     def q_text(self, sql: str, /, **params: Any) -> list[Row]: ...
-
-
-class AsyncSession(Protocol):
-    """A Session over an async connection (psycopg.AsyncConnection)."""
-
-    async def q(self, name: str, /, **params: Any) -> list[Row]: ...
-
-
-InsertSteps = Generator[tuple[str, dict[str, Any]], list[Row], list[tuple[int, bool]]]
-
-
-def drive(s: Session, steps: InsertSteps) -> list[tuple[int, bool]]:
-    """Execute (query, params) steps on a session, sending each result back."""
-    try:
-        query, params = next(steps)
-        while True:
-            query, params = steps.send(s.q(query, **params))
-    except StopIteration as done:
-        return cast(list[tuple[int, bool]], done.value)
-
-
-async def drive_async(s: AsyncSession, steps: InsertSteps) -> list[tuple[int, bool]]:
-    try:
-        query, params = next(steps)
-        while True:
-            query, params = steps.send(await s.q(query, **params))
-    except StopIteration as done:
-        return cast(list[tuple[int, bool]], done.value)
 
 
 def _plain(runs: Sequence[NewRun]) -> bool:

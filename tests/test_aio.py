@@ -191,3 +191,28 @@ def test_sqlalchemy_async_session_enqueues_in_its_transaction(
             await engine.dispose()
 
     asyncio.run(scenario())
+
+
+def test_enqueue_async_on_a_sync_connection_joins_its_transaction(
+    app_factory: Callable[..., rota.App], db_url: str
+) -> None:
+    from .test_txn import caller_connection
+
+    app = app_factory()
+
+    @app.task(name="welcome")
+    def welcome(email: str) -> None: ...
+
+    app.migrate()
+
+    async def scenario() -> list[str]:
+        with caller_connection(db_url) as conn:
+            await welcome.options(connection=conn).enqueue_async("gone@example.com")
+            conn.rollback()
+            assert await app.list_runs_async() == []
+            ids = await welcome.enqueue_many_async([(("kept@example.com",), {})], connection=conn)
+            conn.commit()
+        return ids
+
+    ids = asyncio.run(scenario())
+    assert [r.id for r in app.list_runs()] == ids

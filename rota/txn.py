@@ -41,11 +41,11 @@ def insert_in(app: App, connection: object, runs: Sequence[NewRun]) -> list[tupl
             f"{type(connection).__name__} is an async connection: use `await ....enqueue_async(...)` "
             "or `await ....enqueue_many_async(...)` with it"
         )
-    store: Any = app._store
+    store = app._store
     _check_dialect(store.dialect, raw)
     with store.foreign_session(raw) as session:
         app.store  # noqa: B018 - the schema is up to date (a read once the tables exist)
-        return store.insert_runs_in(session, runs)  # type: ignore[no-any-return]
+        return store.insert_runs_in(session, runs)
 
 
 async def insert_in_async(app: App, connection: object, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
@@ -56,10 +56,10 @@ async def insert_in_async(app: App, connection: object, runs: Sequence[NewRun]) 
     raw = dbapi_connection(raw)
     if not is_async_psycopg(raw):
         return insert_in(app, connection, runs)
-    store: Any = app._store
+    store = app._store
     _check_dialect(store.dialect, raw)
     async with store.async_foreign_session(raw) as session:
-        return await store.insert_runs_in_async(session, runs)  # type: ignore[no-any-return]
+        return await store.insert_runs_in_async(session, runs)
 
 
 def dbapi_connection(connection: object) -> Any:

@@ -172,8 +172,8 @@ class SqlStore(Store, abc.ABC):
     bulk_in_foreign_tx = False
 
     def insert_runs_in(self, s: Session, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
-        """Insert runs in a caller's open transaction (see `rota.txn`): they commit or roll
-        back with it, and the wake-up NOTIFY (PostgreSQL) is delivered at its commit."""
+        # The NOTIFY is sent in the caller's transaction (delivered at its commit), not
+        # through the rate limiter, whose trailing NOTIFY could come before that commit.
         if not runs:
             return []
         if self.bulk_in_foreign_tx and _plain(runs):
@@ -185,7 +185,6 @@ class SqlStore(Store, abc.ABC):
         return results
 
     async def insert_runs_in_async(self, s: AsyncSession, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
-        """`insert_runs_in` over an async connection: the same steps, awaited."""
         if not runs:
             return []
         results = await drive_async(s, self._insert_steps(runs))

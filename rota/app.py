@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
 
 from . import timing
+from .aio import AsyncClient
 from .clock import Clock
 from .errors import (
     ConfigurationError,
@@ -147,7 +148,7 @@ def _seconds(what: str, value: object) -> timedelta:
     return timedelta(seconds=value)
 
 
-class App:
+class App(AsyncClient):
     """A rota application: tasks, schedules, and the database they live in.
 
     >>> app = rota.App()                         # ROTA_DATABASE_URL, else sqlite:///rota.db

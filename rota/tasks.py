@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
+Call = tuple[Sequence[Any], Mapping[str, Any]]
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 ISOLATIONS = ("none", "process")
 
@@ -277,22 +278,30 @@ class Task(Generic[P, R]):
         timeout: float | timedelta | None = None,
         retries: int | None = None,
         backoff: Backoff | float | None = None,
+        connection: object = None,
     ) -> TaskCall[P, R]:
-        """Per-enqueue options: when (delay or run_at), priority, queue, dedup key, limits."""
+        """Per-enqueue options: when (delay or run_at), priority, queue, dedup key, limits,
+        and `connection`: enqueue inside that connection's open transaction (`rota.txn`)."""
         opts = self.opts.merged(priority=priority, queue=queue, timeout=timeout, retries=retries, backoff=backoff)
-        return TaskCall(self, opts, when=_when(delay, run_at), key=_check_key(key))
+        return TaskCall(self, opts, when=_when(delay, run_at), key=_check_key(key), connection=connection)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
         return TaskCall(self, self.opts).enqueue(*args, **kwargs)
 
-    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[str]:
-        return TaskCall(self, self.opts).enqueue_many(calls)
+    def enqueue_many(self, calls: Iterable[Call], *, connection: object = None) -> list[str]:
+        return TaskCall(self, self.opts, connection=connection).enqueue_many(calls)
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+        return await TaskCall(self, self.opts).enqueue_async(*args, **kwargs)
+
+    async def enqueue_many_async(self, calls: Iterable[Call], *, connection: object = None) -> list[str]:
+        return await TaskCall(self, self.opts, connection=connection).enqueue_many_async(calls)
 
 
 class TaskCall(Generic[P, R]):
     """A task with per-enqueue options bound (returned by `Task.options`)."""
 
-    __slots__ = ("key", "opts", "task", "when")
+    __slots__ = ("connection", "key", "opts", "task", "when")
 
     def __init__(
         self,
@@ -300,11 +309,13 @@ class TaskCall(Generic[P, R]):
         opts: TaskOptions,
         when: datetime | float | None = None,
         key: str | None = None,
+        connection: object = None,
     ) -> None:
         self.task = task
         self.opts = opts
         self.when = when
         self.key = key
+        self.connection = connection
 
     def _new_run(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewRun:
         a, k = encode_arguments(self.task.name, args, kwargs)
@@ -322,13 +333,7 @@ class TaskCall(Generic[P, R]):
             backoff=_backoff_json(self.opts, self.task.opts),
         )
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
-        run = self._new_run(args, kwargs)
-        ((run_id, created),) = self.task.app.store.insert_runs([run])
-        return RunHandle(self.task.app, str(run_id), created)
-
-    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[str]:
-        """Enqueue many calls of this task in a few statements; ids in input order."""
+    def _new_runs(self, calls: Iterable[Call]) -> list[NewRun]:
         runs = []
         for i, call in enumerate(calls):
             if not (isinstance(call, (tuple, list)) and len(call) == 2):
@@ -339,11 +344,48 @@ class TaskCall(Generic[P, R]):
             runs.append(self._new_run(tuple(args), dict(kwargs)))
         if self.key is not None and len(runs) > 1:
             raise ConfigurationError("a dedup key applies to one run; enqueue keyed runs one at a time")
+        return runs
+
+    def _insert(self, runs: Sequence[NewRun], connection: object) -> list[tuple[int, bool]]:
+        if connection is None:
+            return self.task.app.store.insert_runs(runs)
+        from .txn import insert_in
+
+        return insert_in(self.task.app, connection, runs)
+
+    async def _insert_async(self, runs: Sequence[NewRun], connection: object) -> list[tuple[int, bool]]:
+        if connection is None:
+            return await asyncio.to_thread(self._insert, runs, None)
+        from .txn import insert_in_async
+
+        return await insert_in_async(self.task.app, connection, runs)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+        ((run_id, created),) = self._insert([self._new_run(args, kwargs)], self.connection)
+        return RunHandle(self.task.app, str(run_id), created)
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
+        """`enqueue` without blocking the event loop (see `rota.aio`)."""
+        ((run_id, created),) = await self._insert_async([self._new_run(args, kwargs)], self.connection)
+        return RunHandle(self.task.app, str(run_id), created)
+
+    def enqueue_many(self, calls: Iterable[Call], *, connection: object = None) -> list[str]:
+        """Enqueue many calls of this task in a few statements; ids in input order."""
+        runs, conn = self._new_runs(calls), connection if connection is not None else self.connection
         ids: list[str] = []
-        store = self.task.app.store
-        for start in range(0, len(runs), 5000):
-            ids.extend(str(run_id) for run_id, _ in store.insert_runs(runs[start : start + 5000]))
+        for start in range(0, len(runs), _BATCH):
+            ids.extend(str(run_id) for run_id, _ in self._insert(runs[start : start + _BATCH], conn))
         return ids
+
+    async def enqueue_many_async(self, calls: Iterable[Call], *, connection: object = None) -> list[str]:
+        runs, conn = self._new_runs(calls), connection if connection is not None else self.connection
+        ids: list[str] = []
+        for start in range(0, len(runs), _BATCH):
+            ids.extend(str(run_id) for run_id, _ in await self._insert_async(runs[start : start + _BATCH], conn))
+        return ids
+
+
+_BATCH = 5000
 
 
 def _backoff_json(opts: TaskOptions, task_opts: TaskOptions) -> str | None:

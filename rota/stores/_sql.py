@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
 from ..models import PENDING, RUNNING, LockInfo, Run, ScheduleInfo, WorkerInfo
 from ..serialization import simple_error
+from ._steps import AsyncSession, InsertSteps, drive, drive_async
 from .base import (
     DueSchedule,
     Materialization,
@@ -39,6 +40,13 @@ class Session(Protocol):
     def q(self, name: str, /, **params: Any) -> list[Row]: ...
 
     def q_text(self, sql: str, /, **params: Any) -> list[Row]: ...
+
+
+def _plain(runs: Sequence[NewRun]) -> bool:
+    """No keys, schedules or special status: the bulk insert path applies."""
+    return all(
+        r.key is None and r.schedule is None and r.retry_of is None and r.status == PENDING and not r.held for r in runs
+    )
 
 
 class _Abort(Exception):
@@ -150,32 +158,68 @@ class SqlStore(Store, abc.ABC):
     def insert_runs(self, runs: Sequence[NewRun], *, notify: bool = True) -> list[tuple[int, bool]]:
         if not runs:
             return []
-        plain = all(
-            r.key is None and r.schedule is None and r.retry_of is None and r.status == PENDING and not r.held
-            for r in runs
-        )
-        for _ in range(5):
-            with self._tx() as s:
-                if plain:
-                    results = [(run_id, True) for run_id in self._insert_plain(s, runs)]
-                else:
-                    maybe = [self._insert_one(s, r) for r in runs]
-                    if any(m is None for m in maybe):
-                        continue  # a keyed twin finished between insert and lookup: try again
-                    results = [m for m in maybe if m is not None]
-                if notify and any(c for _, c in results) and self._due_soon(runs):
-                    self._notify(s, "run")
-                return results
-        raise ConfigurationError("could not insert keyed runs: their twins kept finishing")  # pragma: no cover
+        with self._tx() as s:
+            if _plain(runs):
+                results = [(run_id, True) for run_id in self._insert_plain(s, runs)]
+            else:
+                results = drive(s, self._insert_steps(runs))
+            if notify and self._wakes(runs, results):
+                self._notify(s, "run")
+            return results
 
-    def _insert_one(self, s: Session, r: NewRun) -> tuple[int, bool] | None:
-        rows = s.q("insert_run", **self._run_params(r))
-        if rows:
-            return int(rows[0][0]), True
-        if r.key is not None:
-            existing = s.q("find_keyed", task=r.task, key=r.key)
-            return (int(existing[0][0]), False) if existing else None
-        raise ConfigurationError(f"run of {r.task} conflicts with an existing run")  # pragma: no cover
+    # Whether `_insert_plain` may run in a caller's transaction (it must not where it reads
+    # the next ids before inserting without holding the write lock: SQLite).
+    bulk_in_foreign_tx = False
+
+    def insert_runs_in(self, s: Session, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
+        # The NOTIFY is sent in the caller's transaction (delivered at its commit), not
+        # through the rate limiter, whose trailing NOTIFY could come before that commit.
+        if not runs:
+            return []
+        if self.bulk_in_foreign_tx and _plain(runs):
+            results = [(run_id, True) for run_id in self._insert_plain(s, runs)]
+        else:
+            results = drive(s, self._insert_steps(runs))
+        if self._wakes(runs, results):
+            s.q("notify", channel=NOTIFY_CHANNEL, payload="run")
+        return results
+
+    async def insert_runs_in_async(self, s: AsyncSession, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
+        if not runs:
+            return []
+        results = await drive_async(s, self._insert_steps(runs))
+        if self._wakes(runs, results):
+            await s.q("notify", channel=NOTIFY_CHANNEL, payload="run")
+        return results
+
+    def _wakes(self, runs: Sequence[NewRun], results: Sequence[tuple[int, bool]]) -> bool:
+        return any(created for _, created in results) and self._due_soon(runs)
+
+    def _insert_steps(self, runs: Sequence[NewRun]) -> InsertSteps:
+        """Insert runs one statement each, as (query, params) steps that a sync or an async
+        session executes (`drive`, `drive_async`): one logic for every kind of connection.
+        A keyed run whose task has a pending or running twin is not inserted; the twin's id
+        comes back with created=False. If the twin finishes between our conflicting insert
+        and the lookup, insert again (each statement sees fresh data under READ COMMITTED;
+        under SQLite's write lock it cannot happen)."""
+        results: list[tuple[int, bool]] = []
+        for r in runs:
+            for _ in range(5):
+                rows = yield "insert_run", self._run_params(r)
+                if rows:
+                    results.append((int(rows[0][0]), True))
+                    break
+                if r.key is None:
+                    raise ConfigurationError(f"run of {r.task} conflicts with an existing run")  # pragma: no cover
+                existing = yield "find_keyed", {"task": r.task, "key": r.key}
+                if existing:
+                    results.append((int(existing[0][0]), False))
+                    break
+            else:  # pragma: no cover - needs a twin finishing five times in a row
+                raise ConfigurationError(
+                    f"could not insert run of {r.task} with key {r.key!r}: its twins kept finishing"
+                )
+        return results
 
     # -- schedules -----------------------------------------------------------------------
     def _schedule_params(self, d: ScheduleDef, next_run_at: datetime | None) -> dict[str, Any]:

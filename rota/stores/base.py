@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ..clock import Clock
+from ..errors import ConfigurationError
 from ..models import LockInfo, Run, ScheduleInfo, WorkerInfo
 
 
@@ -213,6 +215,27 @@ class Store(abc.ABC):
         """Insert runs; return (id, created) per input in order. A run with a key whose task
         already has a pending or running run with that key is not inserted: that run's id is
         returned with created=False. Wakes idle workers when a run is due soon."""
+
+    # -- enqueue in a caller's transaction (rota.txn) -------------------------------------
+    def foreign_session(self, conn: Any) -> AbstractContextManager[Any]:
+        """A session on the caller's own driver connection, in whatever transaction it has
+        open: its commit or rollback decides. ConfigurationError, before anything is
+        written, unless the connection reaches this store's database and rota's tables."""
+        raise ConfigurationError(f"the {self.dialect} store cannot enqueue on a caller's connection")
+
+    def async_foreign_session(self, conn: Any) -> AbstractAsyncContextManager[Any]:
+        """`foreign_session` for an async driver connection."""
+        raise ConfigurationError(f"the {self.dialect} store cannot enqueue on an async connection")
+
+    def insert_runs_in(self, session: Any, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
+        """`insert_runs` in a foreign session: the runs (and the wake-up, delivered at commit
+        where the backend can) commit or roll back with the caller's transaction. Keys
+        deduplicate as in `insert_runs`, against the transaction's own runs too."""
+        raise ConfigurationError(f"the {self.dialect} store cannot enqueue on a caller's connection")
+
+    async def insert_runs_in_async(self, session: Any, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
+        """`insert_runs_in` in an async foreign session."""
+        raise ConfigurationError(f"the {self.dialect} store cannot enqueue on an async connection")
 
     # -- the worker's hot path -----------------------------------------------------------
     @abc.abstractmethod

@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -36,6 +36,7 @@ from .queries import load_migrations, load_queries
 
 try:
     import psycopg
+    import psycopg.rows
     import psycopg_pool
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ConfigurationError(
@@ -66,6 +67,29 @@ class _Session:
         return self.cur.fetchall() if self.cur.description is not None else []
 
 
+class _AsyncSession:
+    __slots__ = ("cur", "now", "queries")
+
+    def __init__(self, cur: psycopg.AsyncCursor[Any], queries: dict[str, str], now: datetime | None) -> None:
+        self.cur = cur
+        self.queries = queries
+        self.now = now
+
+    async def q(self, name: str, /, **params: Any) -> list[Row]:
+        params["now"] = self.now
+        await self.cur.execute(self.queries[name], params)
+        return await self.cur.fetchall() if self.cur.description is not None else []
+
+
+def _usable(status: Any) -> None:
+    if status == psycopg.pq.TransactionStatus.INERROR:
+        raise ConfigurationError(
+            "the connection's transaction has failed (a statement raised): roll it back before enqueueing"
+        )
+    if status == psycopg.pq.TransactionStatus.ACTIVE:
+        raise ConfigurationError("the connection is busy running a statement: enqueue between statements")
+
+
 class PostgresStore(SqlStore):
     dialect = "postgresql"
 
@@ -94,6 +118,7 @@ class PostgresStore(SqlStore):
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._pool_lock = threading.Lock()
         self._wakeups = _WakeupLimiter(self._send_wakeup)
+        self._own_identity: Row | None = None
 
     def _open(self) -> psycopg_pool.ConnectionPool[Any]:
         pool = self._pool
@@ -256,6 +281,58 @@ class PostgresStore(SqlStore):
                 copy.write_row((run_id, r.task, r.queue, r.priority, r.args, r.kwargs, when, when,
                                 r.max_attempts, r.timeout, r.backoff))  # fmt: skip
         return ids
+
+    # Plain runs may be COPYed in a caller's transaction: their ids come from the sequence.
+    bulk_in_foreign_tx = True
+
+    @contextmanager
+    def foreign_session(self, conn: psycopg.Connection[Any]) -> Iterator[_Session]:
+        """A session on a caller's connection, inside its open transaction (or autocommit,
+        if that is how it is used): its commit or rollback decides, and NOTIFY is delivered
+        at its commit. Refused unless it sees this store's rota tables."""
+        _usable(conn.info.transaction_status)
+        try:
+            with conn.cursor(row_factory=psycopg.rows.tuple_row) as cur:
+                session = _Session(cur, self.queries, self.clock.now() if self.clock is not None else None)
+                self._check_identity(session.q("store_identity")[0])
+                yield session
+        except psycopg.Error as exc:
+            raise DatabaseError(f"PostgreSQL (the caller's connection): {_reason(exc)}") from exc
+
+    @contextlib.asynccontextmanager
+    async def async_foreign_session(self, conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[_AsyncSession]:
+        """`foreign_session` for a psycopg AsyncConnection."""
+        _usable(conn.info.transaction_status)
+        identity = await asyncio.to_thread(self._identity)
+        try:
+            async with conn.cursor(row_factory=psycopg.rows.tuple_row) as cur:
+                session = _AsyncSession(cur, self.queries, self.clock.now() if self.clock is not None else None)
+                self._check_identity((await session.q("store_identity"))[0], identity)
+                yield session
+        except psycopg.Error as exc:
+            raise DatabaseError(f"PostgreSQL (the caller's connection): {_reason(exc)}") from exc
+
+    def _identity(self) -> Row:
+        """(database, oid of rota_runs, its schema) as the store's own connections see them."""
+        if self._own_identity is None:
+            with self._read() as s:
+                self._own_identity = tuple(s.q("store_identity")[0])
+        return self._own_identity
+
+    def _check_identity(self, theirs: Row, ours: Row | None = None) -> None:
+        ours = ours if ours is not None else self._identity()
+        if theirs[1] is None:
+            raise ConfigurationError(
+                f"the connection (database {theirs[0]!r}, search_path {theirs[2]}) does not see rota's "
+                f"tables, which live in database {ours[0]!r}, schema {ours[2]!r}: use a connection "
+                "to the app's database with that schema on its search_path"
+            )
+        if (theirs[0], theirs[1]) != (ours[0], ours[1]):
+            raise ConfigurationError(
+                f"the connection is to database {theirs[0]!r}, schema {theirs[2]!r}, but this app's "
+                f"store is database {ours[0]!r}, schema {ours[2]!r}: a run enqueued there would "
+                "never be seen by the app's workers"
+            )
 
     # -- the worker's hot path -----------------------------------------------------------
     def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:

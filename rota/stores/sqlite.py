@@ -51,7 +51,7 @@ def sqlite_path(url: str) -> str:
 class _Session:
     __slots__ = ("conn", "now", "queries", "wake")
 
-    def __init__(self, conn: sqlite3.Connection, queries: dict[str, str], now: float) -> None:
+    def __init__(self, conn: sqlite3.Connection | sqlite3.Cursor, queries: dict[str, str], now: float) -> None:
         self.conn = conn
         self.queries = queries
         self.now = now
@@ -244,6 +244,32 @@ class SQLiteStore(SqlStore):
             ),
         )
         return ids
+
+    @contextmanager
+    def foreign_session(self, conn: sqlite3.Connection) -> Iterator[_Session]:
+        """A session on a caller's connection, in whatever transaction it has open (its
+        commit or rollback decides). Refused unless it is on this store's file, migrated.
+        Workers notice the commit through PRAGMA data_version."""
+        cur = conn.cursor()
+        cur.row_factory = None
+        session = _Session(cur, self.queries, self._now())
+        try:
+            path, tables, _ = session.q("store_identity")[0]
+            if not path or not os.path.exists(path) or not os.path.samefile(path, self.path):
+                raise ConfigurationError(
+                    f"the connection is to the SQLite database {path or ':memory:'!r}, not to this app's "
+                    f"store {os.path.abspath(self.path)!r}: enqueue in a transaction of the store's own file"
+                )
+            if not tables:
+                raise ConfigurationError(
+                    f"the SQLite database {path!r} has no rota tables yet: call app.migrate() once at "
+                    "start-up (outside the transaction)"
+                )
+            yield session
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+        finally:
+            cur.close()
 
     # -- the worker's hot path -----------------------------------------------------------
     def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:

@@ -25,6 +25,13 @@ FROM STDIN
 -- name: next_run_ids
 SELECT nextval('rota_run_id_seq') FROM generate_series(1, %(n)s)
 
+-- name: store_identity
+-- Which database and rota tables a connection sees (enqueue in the caller's transaction
+-- compares it with the store's own): the table's oid differs between databases and schemas.
+SELECT current_database(), to_regclass('rota_runs')::oid::bigint,
+       coalesce((SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.oid = to_regclass('rota_runs')), current_setting('search_path'))
+
 -- name: find_keyed
 SELECT id FROM rota_runs
 WHERE task = %(task)s AND key = %(key)s AND status IN ('pending', 'running')

@@ -23,6 +23,12 @@ VALUES (:id, :task, :queue, :priority, :args, :kwargs, coalesce(:scheduled_for, 
 -- name: next_run_ids
 SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'rota_runs'), 0)
 
+-- name: store_identity
+-- Which database a caller's connection is on (enqueue in the caller's transaction checks it).
+SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'),
+       (SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'rota_runs'),
+       NULL
+
 -- name: find_keyed
 SELECT id FROM rota_runs
 WHERE task = :task AND key = :key AND status IN ('pending', 'running')

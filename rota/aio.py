@@ -1,0 +1,83 @@
+"""The async client: `await app.get_run_async(...)` and friends, for asyncio web apps.
+
+One implementation: each `*_async` method runs its sync twin in a worker thread
+(`asyncio.to_thread`), so the event loop never waits on the database. Enqueueing has its
+async twins on tasks (`enqueue_async`, `enqueue_many_async`); with `connection=` a psycopg
+AsyncConnection they are awaited on that connection, inside its transaction (`rota.txn`).
+`CLIENT_OPERATIONS` lists the operations that have both forms (a test keeps them in step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from .app import App
+    from .models import Run, ScheduleInfo, WorkerInfo
+    from .tasks import RunHandle
+
+CLIENT_OPERATIONS = (
+    "get_run",
+    "list_runs",
+    "cancel",
+    "retry",
+    "trigger",
+    "pause",
+    "resume",
+    "stats",
+    "get_schedule",
+    "list_schedules",
+    "list_workers",
+)
+TASK_OPERATIONS = ("enqueue", "enqueue_many")
+
+
+class AsyncClient:
+    """The async twins of App's client operations (mixed into App)."""
+
+    @property
+    def _sync(self) -> App:
+        return cast("App", self)
+
+    async def get_run_async(self, run_id: str | int) -> Run:
+        return await asyncio.to_thread(self._sync.get_run, run_id)
+
+    async def list_runs_async(
+        self,
+        status: str | None = None,
+        task: str | None = None,
+        schedule: str | None = None,
+        limit: int = 100,
+        *,
+        queue: str | None = None,
+        before: str | int | None = None,
+    ) -> list[Run]:
+        return await asyncio.to_thread(self._sync.list_runs, status, task, schedule, limit, queue=queue, before=before)
+
+    async def cancel_async(self, run_id: str | int, reason: str = "cancelled on request") -> Run:
+        return await asyncio.to_thread(self._sync.cancel, run_id, reason)
+
+    async def retry_async(self, run_id: str | int) -> RunHandle:
+        return await asyncio.to_thread(self._sync.retry, run_id)
+
+    async def trigger_async(self, name: str) -> RunHandle:
+        return await asyncio.to_thread(self._sync.trigger, name)
+
+    async def pause_async(self, name: str) -> ScheduleInfo:
+        return await asyncio.to_thread(self._sync.pause, name)
+
+    async def resume_async(self, name: str) -> ScheduleInfo:
+        return await asyncio.to_thread(self._sync.resume, name)
+
+    async def stats_async(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self._sync.stats)
+
+    async def get_schedule_async(self, name: str) -> ScheduleInfo:
+        return await asyncio.to_thread(self._sync.get_schedule, name)
+
+    async def list_schedules_async(self, *, include_inactive: bool = False) -> list[ScheduleInfo]:
+        return await asyncio.to_thread(self._sync.list_schedules, include_inactive=include_inactive)
+
+    async def list_workers_async(self, *, stale_after: float | None = None) -> list[WorkerInfo]:
+        return await asyncio.to_thread(self._sync.list_workers, stale_after=stale_after)

@@ -23,6 +23,7 @@ from .errors import (
     TriggerRefused,
     WaitTimeout,
 )
+from .events import Event
 from .locks import Lease
 from .models import (
     CANCELLED,
@@ -58,6 +59,7 @@ __all__ = [
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailable",
+    "Event",
     "FakeClock",
     "Lease",
     "LockInfo",

@@ -380,7 +380,7 @@ class App:
                 raise
             self.schedules[spec.name] = spec
             if notify_on is not None:
-                self.events.notify_on[spec.name] = notify_on
+                self.events.set_notify_on(spec.name, notify_on)
             return task
 
         return decorate

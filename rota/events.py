@@ -118,7 +118,10 @@ class _Hook:
     timeout: float | None
     label: str
     is_async: bool
+    notifier: Notifier | None = None
     queue: asyncio.Queue[Event] | None = field(default=None, repr=False)
+    # Sync hooks get their own threads: one that hangs can only starve itself.
+    pool: DaemonPool = field(default_factory=lambda: DaemonPool(4, "rota-hook"), repr=False)
 
 
 def check_events(names: Sequence[str], what: str = "event") -> frozenset[str]:
@@ -158,7 +161,7 @@ class Events:
         self.timeouts = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: asyncio.Queue[_Raw] | None = None
-        self._threads = DaemonPool(8, "rota-hook")
+        self._threads = DaemonPool(4, "rota-events")  # reading records
 
     # -- registering ---------------------------------------------------------------------
     def on(
@@ -189,15 +192,31 @@ class Events:
                 await notifier.deliver(event)
 
         # No time limit here: a notifier bounds each attempt itself (timeout x retries).
-        self._add(_Hook(notify, frozenset(EVENTS), None, repr(notifier), True))
+        self._add(_Hook(notify, frozenset(), None, repr(notifier), True, notifier))
+
+    def set_notify_on(self, schedule: str, words: Sequence[str]) -> None:
+        """Which events notifiers send for the runs of `schedule` (see rota.notify)."""
+        with self._lock:
+            self.notify_on[schedule] = check_notify_on(words)
+            self._refresh()
 
     def _add(self, hook: _Hook) -> None:
         with self._lock:
             self.hooks.append(hook)
-            self._wanted = self._wanted | hook.names
+            self._refresh()
             loop = self._loop
         if loop is not None:
             loop.call_soon_threadsafe(self._start_consumer, hook)
+
+    def _refresh(self) -> None:
+        """Recompute which events anyone listens to (under the lock). A notifier listens to
+        its own events and those any schedule's notify_on selects: events nobody wants are
+        not even emitted, so a notifier for failures costs nothing per successful run."""
+        selected = {name for words in self.notify_on.values() for word in words for name in NOTIFY_ON[word]}
+        for hook in self.hooks:
+            if hook.notifier is not None:
+                hook.names = frozenset(getattr(hook.notifier, "events", EVENTS)) | selected
+        self._wanted = frozenset().union(*(hook.names for hook in self.hooks))
 
     def wants(self, name: str) -> bool:
         return name in self._wanted
@@ -329,7 +348,7 @@ class Events:
             if hook.is_async:
                 await asyncio.wait_for(hook.fn(event), hook.timeout)
             else:
-                await asyncio.wait_for(self._in_thread(hook.fn, event), hook.timeout)
+                await asyncio.wait_for(self._in_thread(hook.fn, event, pool=hook.pool), hook.timeout)
         except TimeoutError:
             self.timeouts += 1
             log.error(
@@ -343,7 +362,7 @@ class Events:
             self.failures += 1
             log.exception("hook %s for %s (run %s) raised", hook.label, event.name, event.run_id)
 
-    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _in_thread(self, fn: Callable[..., T], *args: Any, pool: DaemonPool | None = None) -> T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
 
@@ -365,7 +384,7 @@ class Events:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, *outcome)
 
-        self._threads.submit(call)
+        (pool or self._threads).submit(call)
         return await future
 
     def _done(self, n: int) -> None:

@@ -169,3 +169,15 @@ def test_email_is_sent_through_smtp(db_url: str) -> None:
     text = message.get_payload()
     assert f"run_id: {handle.id}" in text and "disk full" in text and "status: failed" in text
     app.close()
+
+
+def test_a_failure_notifier_costs_nothing_per_successful_run(tmp_path: Any) -> None:
+    app = make_app(f"sqlite:///{tmp_path}/rota.db", notifiers=[rota.notify.Webhook("http://127.0.0.1:9/x")])
+    assert app.events.wants("run_failed") and not app.events.wants("run_succeeded")
+
+    @app.schedule(every=60, name="nightly", notify_on=("success",))
+    def nightly() -> None:
+        pass
+
+    assert app.events.wants("run_succeeded") and not app.events.wants("run_retrying")
+    app.close()

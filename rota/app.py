@@ -346,7 +346,7 @@ class App:
         **task_options: Any,
     ) -> Callable[[Callable[..., Any]], Task[..., Any]]:
         """Declare a recurring job in code (upserted at worker start): `cron=` or `every=`."""
-        notify_on = check_notify_on(task_options.pop("notify_on")) if "notify_on" in task_options else None
+        notify_on = check_notify_on(task_options.pop("notify_on", None))  # fails here, at the decorator
 
         def decorate(fn: Callable[..., Any]) -> Task[..., Any]:
             registered = False
@@ -379,8 +379,7 @@ class App:
                     del self.tasks[task.name]
                 raise
             self.schedules[spec.name] = spec
-            if notify_on is not None:
-                self.events.set_notify_on(spec.name, notify_on)
+            self.events.set_notify_on(spec.name, notify_on)
             return task
 
         return decorate

@@ -133,8 +133,10 @@ def check_events(names: Sequence[str], what: str = "event") -> frozenset[str]:
     return frozenset(names)
 
 
-def check_notify_on(value: object) -> tuple[str, ...]:
-    """A schedule's notify_on=: a tuple of words from NOTIFY_ON."""
+def check_notify_on(value: object) -> tuple[str, ...] | None:
+    """A schedule's notify_on=: a tuple of words from NOTIFY_ON (None: not given)."""
+    if value is None:
+        return None
     if isinstance(value, str) or not isinstance(value, (tuple, list, set, frozenset)):
         raise ConfigurationError(
             f"notify_on must be a tuple of {', '.join(NOTIFY_ON)}, e.g. ('failure',), got {value!r}"
@@ -194,10 +196,15 @@ class Events:
         # No time limit here: a notifier bounds each attempt itself (timeout x retries).
         self._add(_Hook(notify, frozenset(), None, repr(notifier), True, notifier))
 
-    def set_notify_on(self, schedule: str, words: Sequence[str]) -> None:
-        """Which events notifiers send for the runs of `schedule` (see rota.notify)."""
+    def set_notify_on(self, schedule: str, words: Sequence[str] | None) -> None:
+        """Which events notifiers send for the runs of `schedule` (see rota.notify); None:
+        their own `events=`."""
+        checked = check_notify_on(words)
         with self._lock:
-            self.notify_on[schedule] = check_notify_on(words)
+            if checked is None:
+                self.notify_on.pop(schedule, None)
+            else:
+                self.notify_on[schedule] = checked
             self._refresh()
 
     def _add(self, hook: _Hook) -> None:

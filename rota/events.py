@@ -334,6 +334,11 @@ class Events:
             except Exception as exc:
                 log.warning("%s: could not read its record (%s); hooks get the event without it", raw.name, exc)
                 event = self._bare(raw)
+            stored = _contradiction(event)
+            if stored is not None:
+                log.warning("%s of run %s not delivered: the run is stored as %s", event.name, event.run_id, stored)
+                self._done(1)
+                continue
             targets = [h for h in self.hooks if raw.name in h.names and h.queue is not None]
             with self._lock:
                 self._pending += len(targets)
@@ -424,6 +429,18 @@ class Events:
         run_id = run.id if run is not None else (str(raw.run_id) if raw.run_id is not None else None)
         name = raw.schedule if raw.schedule is not None else (run.schedule if run is not None else None)
         return Event(raw.name, raw.time, raw.worker_id, run_id, name, raw.detail, run, schedule)
+
+
+_FINAL_EVENTS = {"run_succeeded": "succeeded", "run_failed": "failed", "run_cancelled": "cancelled"}
+
+
+def _contradiction(event: Event) -> str | None:
+    """The stored status when it contradicts a final outcome (final statuses never change:
+    the worker could not tell whether its write landed); never fire for what did not happen."""
+    expected = _FINAL_EVENTS.get(event.name)
+    if expected is None or event.run is None or event.run.status == expected:
+        return None
+    return event.run.status
 
 
 def _skipped_run(app: App, schedule: str, tick: datetime) -> Run | None:

@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -84,7 +84,7 @@ def test_each_outcome_fires_once_with_the_stored_run(app_factory: Any) -> None:
 
 
 def test_rescue_fires_in_the_rescuing_worker(db_url: str) -> None:
-    clock = rota.FakeClock()
+    clock = rota.FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
     app = make_app(db_url, clock=clock)
     seen = record_all(app)
 
@@ -120,7 +120,7 @@ def test_rescue_fires_in_the_rescuing_worker(db_url: str) -> None:
 
 
 def test_misfire_fires_schedule_misfired_once_and_run_skipped_per_tick(db_url: str) -> None:
-    clock = rota.FakeClock()
+    clock = rota.FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
     app = make_app(db_url, clock=clock)
     seen = record_all(app)
 
@@ -213,4 +213,43 @@ def test_a_full_backlog_drops_with_a_counted_warning(tmp_path: Any, caplog: Any)
     release.set()
     assert app.events.drain(5)
     assert got == ["worker_started"]
+    app.close()
+
+
+def test_two_workers_fire_each_outcome_once(app_factory: Any) -> None:
+    app = app_factory()
+    seen = record_all(app)
+
+    @app.task(name="work")
+    def work(i: int) -> int:
+        time.sleep(0.005)
+        return i
+
+    first, second = start_worker(app, concurrency=3), start_worker(app, concurrency=3)
+    handles = [work.enqueue(i) for i in range(40)]
+    for handle in handles:
+        assert handle.wait(20).status == "succeeded"
+    first.stop(wait=True, timeout=10)
+    second.stop(wait=True, timeout=10)
+    assert app.events.drain(5)
+    succeeded = Counter(e.run_id for e in seen if e.name == "run_succeeded")
+    assert succeeded == Counter({h.id: 1 for h in handles})
+    by_run = {e.run_id: e for e in seen if e.name == "run_succeeded"}
+    assert all(by_run[h.id].worker_id == app.get_run(h.id).worker for h in handles)
+    assert Counter(e.name for e in seen if e.name.startswith("worker_")) == {"worker_started": 2, "worker_stopped": 2}
+
+
+def test_an_outcome_the_store_contradicts_is_not_delivered(tmp_path: Any) -> None:
+    app = make_app(f"sqlite:///{tmp_path}/rota.db")
+    seen = record_all(app)
+
+    @app.task(name="t")
+    def t() -> None:
+        pass
+
+    handle = t.enqueue()  # still pending: a "succeeded" event for it is false
+    app.events.emit("run_succeeded", "w1", run_id=int(handle.id))
+    app.events.emit("run_retrying", "w1", run_id=int(handle.id))
+    assert app.events.drain(5)
+    assert [e.name for e in seen] == ["run_retrying"]
     app.close()

@@ -6,7 +6,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from email import message_from_bytes
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -94,7 +94,7 @@ def test_webhook_gives_up_after_its_retries(db_url: str, http_server: Hooked, ca
 
 
 def test_schedule_notify_on_selects_events_for_its_runs(db_url: str, http_server: Hooked) -> None:
-    clock = rota.FakeClock()
+    clock = rota.FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
     app = make_app(db_url, clock=clock)
     app.add_notifier(rota.notify.Webhook(http_server.url, backoff=0.01))  # default: failures only
 

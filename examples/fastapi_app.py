@@ -74,7 +74,7 @@ def signup(email: str, fail_after_enqueue: bool = False) -> dict[str, Any]:
     with closing(connect()) as conn, conn:  # one transaction: commit on success, roll back on error
         sql = f"INSERT INTO users (email) VALUES ({placeholder()}) RETURNING id"
         user_id = conn.execute(sql, (email,)).fetchone()[0]
-        handle = send_welcome.options(connection=conn).enqueue(user_id)  # type: ignore[call-arg]
+        handle = send_welcome.options(connection=conn).enqueue(user_id)
         if fail_after_enqueue:
             raise HTTPException(status_code=409, detail="signup refused; nothing was written")
     return {"user_id": user_id, "run_id": handle.id}

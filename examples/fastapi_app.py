@@ -53,6 +53,7 @@ def create_tables() -> None:
 
 @asynccontextmanager
 async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    await asyncio.to_thread(app.migrate)  # rota's tables exist before any request enqueues in a transaction
     await asyncio.to_thread(create_tables)
     worker = None
     if os.environ.get("EMBEDDED_WORKER", "1") == "1":

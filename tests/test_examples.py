@@ -116,6 +116,7 @@ def test_django_management_command_runs_a_worker(db_url: str) -> None:
 def test_django_view_enqueues_inside_transaction_atomic(db_url: str) -> None:
     pytest.importorskip("django")
     manage(db_url, "migrate", "-v", "0")
+    assert manage(db_url, "rota_migrate").startswith("rota: applied 0001")
     script = "\n".join(
         [
             "from django.test import Client",

@@ -2,7 +2,9 @@
 
 DATABASE_URL: sqlite:///path/db.sqlite3 or postgresql://user@host/db (psycopg 3 backend).
 rota uses the same URL, so a run enqueued with Django's connection commits with the
-request's rows (see shop/views.py).
+request's rows (see shop/views.py). Deploy with
+`python manage.py migrate && python manage.py rota_migrate` (rota's tables must exist before
+a transaction enqueues), then run workers with `python manage.py rota_worker`.
 """
 
 from __future__ import annotations

@@ -408,6 +408,11 @@ class App:
         **task_options: Any,
     ) -> ScheduleInfo:
         """Create a schedule stored in the database; every running worker picks it up."""
+        if "notify_on" in task_options:
+            raise ConfigurationError(
+                "notify_on is for schedules declared in code (@app.schedule); for a stored schedule, "
+                f"give a notifier schedules=[{name!r}] and the events= to send"
+            )
         task_name, base = self._task_ref(task)
         spec = build_schedule(
             name,

@@ -24,6 +24,7 @@ from .errors import (
     TriggerRefused,
     WaitTimeout,
 )
+from .events import Event
 from .locks import Lease
 from .models import (
     CANCELLED,
@@ -60,6 +61,7 @@ __all__ = [
     "DatabaseError",
     "DatabaseTransient",
     "DatabaseUnavailable",
+    "Event",
     "FakeClock",
     "Lease",
     "LockInfo",

@@ -25,6 +25,7 @@ from .errors import (
     TaskNotFound,
     did_you_mean,
 )
+from .events import Event, Events, Notifier, check_notify_on
 from .models import FINAL_STATUSES, STATUSES, LockInfo, Run, ScheduleInfo, WorkerInfo
 from .serialization import encode_arguments
 from .stores import open_store, redact
@@ -170,6 +171,7 @@ class App(AsyncClient):
         prune_interval: float = 300.0,
         pool_size: int | None = None,
         store_options: Mapping[str, Any] | None = None,
+        notifiers: Sequence[Notifier] | None = None,
     ) -> None:
         self.database_url = database_url or os.environ.get("ROTA_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.name = check_name("app", name)
@@ -195,6 +197,9 @@ class App(AsyncClient):
         self._lock = threading.Lock()
         self._workers: list[Worker] = []
         self._locks: Any = None
+        self.events = Events(self)  # hooks and notifiers (rota.events)
+        for notifier in notifiers or ():
+            self.add_notifier(notifier)
 
     def __repr__(self) -> str:
         return f"<rota.App {self.name} {self.database_label}>"
@@ -242,7 +247,8 @@ class App(AsyncClient):
         store.sync_schedules(self.name, defs, first)
 
     def close(self) -> None:
-        """Release held locks and close every connection."""
+        """Deliver queued hook events (briefly), release held locks, close every connection."""
+        self.events.close()
         if self._locks is not None:
             self._locks.close()  # releases this process's locks, stops the renewer thread
         self._store.close()
@@ -252,6 +258,15 @@ class App(AsyncClient):
         """Remember a worker of this process (stats() reports it)."""
         if worker not in self._workers:
             self._workers.append(worker)
+
+    # -- event hooks and notifiers ---------------------------------------------------------
+    def on(self, *events: str, timeout: float | None = 10.0) -> Callable[[Callable[[Event], R]], Callable[[Event], R]]:
+        """`@app.on("run_failed", ...)`: call a sync or async function with each such Event."""
+        return self.events.on(*events, timeout=timeout)
+
+    def add_notifier(self, notifier: Notifier) -> None:
+        """Send events to a notifier (rota.notify.Webhook, rota.notify.Email)."""
+        self.events.add_notifier(notifier)
 
     # -- declaring tasks and schedules ---------------------------------------------------
     @overload
@@ -334,6 +349,7 @@ class App(AsyncClient):
         **task_options: Any,
     ) -> Callable[[Callable[..., Any]], Task[..., Any]]:
         """Declare a recurring job in code (upserted at worker start): `cron=` or `every=`."""
+        notify_on = check_notify_on(task_options.pop("notify_on", None))  # fails here, at the decorator
 
         def decorate(fn: Callable[..., Any]) -> Task[..., Any]:
             registered = False
@@ -366,6 +382,7 @@ class App(AsyncClient):
                     del self.tasks[task.name]
                 raise
             self.schedules[spec.name] = spec
+            self.events.set_notify_on(spec.name, notify_on)
             return task
 
         return decorate
@@ -394,6 +411,11 @@ class App(AsyncClient):
         **task_options: Any,
     ) -> ScheduleInfo:
         """Create a schedule stored in the database; every running worker picks it up."""
+        if "notify_on" in task_options:
+            raise ConfigurationError(
+                "notify_on is for schedules declared in code (@app.schedule); for a stored schedule, "
+                f"give a notifier schedules=[{name!r}] and the events= to send"
+            )
         task_name, base = self._task_ref(task)
         spec = build_schedule(
             name,

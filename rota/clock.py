@@ -32,8 +32,13 @@ class FakeClock:
         with self._lock:
             return self._now
 
-    def advance(self, by: timedelta | float) -> datetime:
-        delta = by if isinstance(by, timedelta) else timedelta(seconds=by)
+    def advance(self, by: timedelta | float = 0.0, **units: float) -> datetime:
+        """Move forward by a timedelta or seconds, or by units: `advance(minutes=5)`
+        (weeks, days, hours, minutes, seconds, milliseconds). Returns the new time."""
+        unknown = sorted(set(units) - {"weeks", "days", "hours", "minutes", "seconds", "milliseconds"})
+        if unknown:
+            raise ValueError(f"unknown unit {unknown[0]!r}; use weeks, days, hours, minutes, seconds or milliseconds")
+        delta = (by if isinstance(by, timedelta) else timedelta(seconds=by)) + timedelta(**units)
         with self._lock:
             self._now += delta
             return self._now

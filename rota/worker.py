@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import timing
 from .errors import Cancelled, ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
+from .events import OUTCOME_EVENTS
 from .executor import DaemonPool, handler_path, run_in_child
 from .serialization import encode_error, encode_result, error_payload, simple_error
 from .stores.base import Claimed, DueSchedule, Materialization, Outcome, Store
@@ -325,6 +326,7 @@ class Worker:
                     return False
         await self._warn_about_schedules()
         self.state = "running"
+        self._emit("worker_started")
         log.info(
             "worker %s started: concurrency %d, queues %s, lease %.1f s, %d task(s), %d schedule(s), database %s",
             self.id,
@@ -406,6 +408,9 @@ class Worker:
                 r.message,
                 r.status,
             )
+            self._emit("run_rescued", run_id=r.id, detail=r.message)
+            if r.status in OUTCOME_EVENTS:
+                self._emit(OUTCOME_EVENTS[r.status], run_id=r.id, detail=r.message)
         state = await self._db(self.store.poll_state, self.queues)
         self._set_due(state.now, state.next_run_due, state.next_schedule_due)
         if state.next_schedule_due is not None and state.next_schedule_due <= state.now:
@@ -464,6 +469,7 @@ class Worker:
                 continue
             if await self._db(self.store.materialize, due, plan):
                 self.counters.ticks += len(plan.run)
+                self._emit_misfires(due, plan)
                 woke = woke or bool(plan.run)
                 more = more or plan.next_run_at <= now
             else:
@@ -816,7 +822,9 @@ class Worker:
         if self._outage.ok():
             await self._after_outage()
         for o in batch:
-            if o.id not in written:
+            if o.id in written:
+                self._emit(OUTCOME_EVENTS[o.status], run_id=o.id)
+            else:
                 self.counters.stale_writes += 1
                 log.warning(
                     "run %s: outcome %r discarded: token %s no longer holds the run (its lease was lost and it was rescued)",
@@ -970,6 +978,8 @@ class Worker:
         with contextlib.suppress(DatabaseError):
             await self._db(self.store.worker_seen, self.id, "stopped")
         log.info("worker %s stopped", self.id)
+        self._emit("worker_stopped")
+        await asyncio.to_thread(self.app.events.drain, 5.0)  # hooks hear it before the process exits
 
     async def _drain(self) -> None:
         deadline = time.monotonic() + self.shutdown_timeout
@@ -1039,6 +1049,19 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 self._loop.remove_signal_handler(sig)
+
+    def _emit(self, name: str, **fields: Any) -> None:
+        """Hand an event to the app's hooks (rota.events): cheap, never blocks."""
+        self.app.events.emit(name, self.id, **fields)
+
+    def _emit_misfires(self, due: DueSchedule, plan: Materialization) -> None:
+        if not (plan.skipped or plan.skipped_more):
+            return
+        count = len(plan.skipped) + plan.skipped_more
+        reason = plan.skipped[0][1] if plan.skipped else "missed ticks"
+        self._emit("schedule_misfired", schedule=due.name, detail=f"{count} tick(s) skipped: {reason}")
+        for tick, why in plan.skipped:
+            self._emit("run_skipped", schedule=due.name, tick=tick, detail=why)
 
     def observe(self, callback: Callable[[str, Claimed, float], None]) -> None:
         """Call `callback(event, claim, unix_time)` on the loop when a run starts ('started')

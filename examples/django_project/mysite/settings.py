@@ -1,0 +1,42 @@
+"""Settings of the example project: Django and rota share one database.
+
+DATABASE_URL: sqlite:///path/db.sqlite3 or postgresql://user@host/db (psycopg 3 backend).
+rota uses the same URL, so a run enqueued with Django's connection commits with the
+request's rows (see shop/views.py). Deploy with
+`python manage.py migrate && python manage.py rota_migrate` (rota's tables must exist before
+a transaction enqueues), then run workers with `python manage.py rota_worker`.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import parse_qs, urlsplit
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "sqlite:///db.sqlite3")
+ROTA_DATABASE_URL = DATABASE_URL  # one database: transactional enqueue needs it
+
+
+def django_database(url: str) -> dict[str, object]:
+    if url.startswith("sqlite:///"):
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": url.removeprefix("sqlite:///")}
+    parts = urlsplit(url)
+    options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": parts.path.lstrip("/"),
+        "USER": parts.username or "",
+        "PASSWORD": parts.password or "",
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "OPTIONS": options,
+    }
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-not-secret")
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+INSTALLED_APPS = ["shop"]
+ROOT_URLCONF = "mysite.urls"
+DATABASES = {"default": django_database(DATABASE_URL)}
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,0 +1,126 @@
+"""Helpers for testing code that uses rota: run what is due inline, check what was enqueued,
+call a handler directly. The pytest plugin (rota.testing.plugin, loaded automatically when
+rota is installed) adds the fixtures `rota_app`, `rota_clock` and `rota_bind`.
+
+    def test_signup_sends_welcome(app):
+        signup("a@b.c")
+        run = rota.testing.assert_enqueued(app, send_welcome, "a@b.c")
+        rota.testing.run_pending(app)
+        assert app.get_run(run.id).status == "succeeded"
+
+Use a `rota.FakeClock` (`App(..., clock=clock)`) to move time for delayed runs, retries
+and schedules: `clock.advance(hours=1); run_pending(app)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from ..app import App
+from ..clock import FakeClock
+from ..models import Run
+from ..serialization import encode_arguments, encode_result
+from ..stores import open_store
+from ..tasks import RunContext, Task
+
+__all__ = [
+    "FakeClock",
+    "assert_enqueued",
+    "assert_not_enqueued",
+    "bind",
+    "call",
+    "fake_context",
+    "run_pending",
+]
+
+
+def run_pending(app: App, *, concurrency: int = 1) -> int:
+    """Execute every run that is due now (materializing due schedule ticks first) in this
+    process, until nothing is due; return how many ran. Runs due later (delays, retry
+    backoff) stay pending until the clock reaches them."""
+    worker = app.worker(concurrency=concurrency, install_signal_handlers=False, flush_interval=0)
+    return asyncio.run(worker.run_until_idle())
+
+
+def assert_enqueued(app: App, task: Task[..., Any] | str, *args: Any, **kwargs: Any) -> Run:
+    """The pending run of `task` called with exactly these arguments, or AssertionError
+    listing the pending runs of that task."""
+    name = task if isinstance(task, str) else task.name
+    pending = app.list_runs(status="pending", task=name, limit=1000)
+    for run in pending:
+        if run.args == list(args) and run.kwargs == kwargs:
+            return run
+    seen = "\n".join(f"  run {r.id}: args={r.args} kwargs={r.kwargs}" for r in pending) or "  (none)"
+    raise AssertionError(
+        f"no pending run of {name} with args={list(args)} kwargs={kwargs}; pending runs of {name}:\n{seen}"
+    )
+
+
+def assert_not_enqueued(app: App, task: Task[..., Any] | str, *args: Any, **kwargs: Any) -> None:
+    """No pending run of `task` with exactly these arguments; with no arguments given, no
+    pending run of `task` at all. AssertionError lists the offending runs."""
+    name = task if isinstance(task, str) else task.name
+    pending = app.list_runs(status="pending", task=name, limit=1000)
+    if args or kwargs:
+        pending = [r for r in pending if r.args == list(args) and r.kwargs == kwargs]
+    if pending:
+        seen = "\n".join(f"  run {r.id}: args={r.args} kwargs={r.kwargs}" for r in pending)
+        which = f" with args={list(args)} kwargs={kwargs}" if args or kwargs else ""
+        raise AssertionError(f"expected no pending run of {name}{which}, found:\n{seen}")
+
+
+def fake_context(
+    task: Task[..., Any] | str,
+    *,
+    run_id: str = "1",
+    attempt: int = 1,
+    max_attempts: int | None = None,
+    token: int = 1,
+    scheduled_for: datetime | None = None,
+    schedule: str | None = None,
+    cancelled: bool = False,
+) -> RunContext:
+    """A RunContext as a worker would pass it (for handlers declared with pass_context=True)."""
+    name = task if isinstance(task, str) else task.name
+    if max_attempts is None:
+        max_attempts = task.opts.retries + 1 if isinstance(task, Task) else attempt
+    cancel = threading.Event()
+    if cancelled:
+        cancel.set()
+    when = scheduled_for or datetime.now(UTC)
+    return RunContext(run_id, name, attempt, max_attempts, token, when, schedule, cancel)
+
+
+def call(task: Task[..., Any], *args: Any, context: RunContext | None = None, **kwargs: Any) -> Any:
+    """Run one task's handler here, as a worker would: arguments and result go through JSON
+    (a value the queue could not carry fails the same way), a handler with pass_context=True
+    gets `context` (default: `fake_context(task)`), an async handler is awaited."""
+    args_text, kwargs_text = encode_arguments(task.name, args, kwargs)
+    decoded_args, decoded_kwargs = json.loads(args_text), json.loads(kwargs_text)
+    if task.opts.pass_context:
+        decoded_args.insert(0, context or fake_context(task))
+    result = task.fn(*decoded_args, **decoded_kwargs)
+    if task.is_async:
+        result = asyncio.run(result)
+    return json.loads(encode_result(task.name, result))
+
+
+@contextlib.contextmanager
+def bind(app: App, database_url: str, clock: FakeClock | None = None) -> Iterator[App]:
+    """Point an existing App (with its tasks, schedules and hooks) at another database and
+    clock for the duration, e.g. a temporary SQLite file in a test; restored afterwards."""
+    saved = (app.database_url, app.clock, app._store, app._ready)
+    app.events.close()
+    app.database_url, app.clock = database_url, clock
+    app._store, app._ready = open_store(database_url, clock, **app._store_options), False
+    try:
+        yield app
+    finally:
+        app.close()
+        app.database_url, app.clock, app._store, app._ready = saved

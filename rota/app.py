@@ -7,14 +7,13 @@ import hashlib
 import json
 import logging
 import math
-import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
 
-from . import timing
+from . import config, timing
 from .clock import Clock
 from .errors import (
     ConfigurationError,
@@ -26,7 +25,7 @@ from .errors import (
 )
 from .models import FINAL_STATUSES, STATUSES, LockInfo, Run, ScheduleInfo, WorkerInfo
 from .serialization import encode_arguments
-from .stores import open_store, redact
+from .stores import open_store
 from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store
 from .tasks import Backoff, RunContext, RunHandle, Task, TaskOptions, check_int
 
@@ -159,33 +158,47 @@ class App:
         database_url: str | None = None,
         *,
         name: str = "default",
-        concurrency: int = 5,
-        lease: float = 30.0,
-        poll_interval: float = 1.0,
-        shutdown_timeout: float = 30.0,
+        concurrency: int | None = None,
+        lease: float | None = None,
+        poll_interval: float | None = None,
+        shutdown_timeout: float | None = None,
         clock: Clock | None = None,
         locks_url: str | None = None,
         retention: Mapping[str, timedelta] | None = DEFAULT_RETENTION,
-        prune_interval: float = 300.0,
+        prune_interval: float | None = None,
         pool_size: int | None = None,
     ) -> None:
-        self.database_url = database_url or os.environ.get("ROTA_DATABASE_URL") or DEFAULT_DATABASE_URL
+        # Arguments left None (retention: left at its default) come from ROTA_* variables, else
+        # defaults: rota.config holds the table; setting_sources says where each came from.
+        cfg, self.setting_sources = config.resolve(
+            database_url=database_url or None,
+            concurrency=concurrency,
+            lease=lease,
+            poll_interval=poll_interval,
+            shutdown_timeout=shutdown_timeout,
+            locks_url=locks_url,
+            prune_interval=prune_interval,
+            pool_size=pool_size,
+            retention=None if retention is DEFAULT_RETENTION else (retention or {}),
+        )
+        self.database_url: str = cfg["database_url"]
         self.name = check_name("app", name)
-        self.concurrency = concurrency
-        self.lease = lease
-        self.poll_interval = poll_interval
-        self.shutdown_timeout = shutdown_timeout
+        self.concurrency: int = cfg["concurrency"]
+        self.lease: float = cfg["lease"]
+        self.poll_interval: float = cfg["poll_interval"]
+        self.shutdown_timeout: float = cfg["shutdown_timeout"]
         self.clock = clock
-        self.locks_url = locks_url or os.environ.get("ROTA_LOCKS_URL") or None
+        self.locks_url: str | None = cfg["locks_url"]
         if self.locks_url is not None:
             from .locks import parse_locks_url
 
             parse_locks_url(self.locks_url)  # a bad URL fails here, not at the first lock
-        self.retention = _check_retention(retention)
-        self.prune_interval = prune_interval
+        self.retention = _check_retention(cfg["retention"])
+        self.prune_interval: float = cfg["prune_interval"]
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, ScheduleSpec] = {}
-        self._store_options: dict[str, Any] = {"pool_size": pool_size} if pool_size is not None else {}
+        pool = cfg["pool_size"] if pool_size is not None or not self.database_url.startswith("sqlite") else None
+        self._store_options: dict[str, Any] = {"pool_size": pool} if pool is not None else {}
         # Construct now so that a bad URL fails here, naming itself; connect on first use.
         self._store: Store = open_store(self.database_url, clock, **self._store_options)
         self._ready = False
@@ -198,7 +211,7 @@ class App:
 
     @property
     def database_label(self) -> str:
-        return redact(self.database_url)
+        return config.redact_url(self.database_url)
 
     # -- the store -----------------------------------------------------------------------
     @property
@@ -628,9 +641,10 @@ class App:
         **options: Any,
     ) -> None:
         """Run a worker on the running event loop until stopped."""
+        options.setdefault("metrics_port", config.value("metrics_port"))  # ROTA_METRICS_PORT
         worker = self.worker(
             concurrency=concurrency,
-            queues=list(queues) if queues else None,
+            queues=list(queues) if queues else config.value("queues"),  # else ROTA_QUEUES
             shutdown_timeout=shutdown_timeout,
             **options,
         )

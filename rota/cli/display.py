@@ -44,7 +44,7 @@ def duration(value: timedelta | float | None) -> str | None:
         return "-" + (duration(-seconds) or "")
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
-    if seconds < 10:
+    if seconds < 10 and seconds != int(seconds):
         return f"{seconds:.1f} s"
     if seconds < 60:
         return f"{seconds:.0f} s"
@@ -86,21 +86,22 @@ class Column:
     flexible: bool = False  # free text: cut with an ellipsis instead of dropped first
 
 
-def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
-    """Indexes of the columns to show at `width`: all that fit, dropping lowest `keep` first."""
+def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> dict[int, int]:
+    """{column index: width} of the columns to show at `width`: all that fit, dropping the
+    lowest `keep` first; the flexible column gets what is left (at least _FLEX_MIN)."""
     widths = [max([len(c.header)] + [len(row[i]) for row in rows]) for i, c in enumerate(columns)]
     shown = list(range(len(columns)))
 
     def needed(indexes: list[int]) -> int:
-        return sum(min(widths[i], _FLEX_MIN) if columns[i].flexible else widths[i] for i in indexes) + _GAP * len(
-            indexes
-        )
+        cells = sum(min(widths[i], _FLEX_MIN) if columns[i].flexible else widths[i] for i in indexes)
+        return cells + _GAP * (len(indexes) - 1)
 
     for i in sorted(shown, key=lambda i: columns[i].keep):
         if needed(shown) <= width or len(shown) == 1:
             break
         shown.remove(i)
-    return shown
+    spare = width - needed(shown)
+    return {i: min(widths[i], _FLEX_MIN + spare) if columns[i].flexible else widths[i] for i in shown}
 
 
 def table(columns: Sequence[Column], rows: Sequence[Sequence[Any]], console: Console | None = None) -> None:
@@ -109,9 +110,8 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[Any]], console: Con
     cells = [["-" if v is None else clean(v, newlines=False) for v in row] for row in rows]
     shown = fit(columns, cells, console.width)
     out = Table(box=box.SIMPLE_HEAD, header_style="bold", show_edge=False, pad_edge=False)
-    for i in shown:
-        flexible = columns[i].flexible
-        out.add_column(columns[i].header, no_wrap=True, overflow="ellipsis" if flexible else "fold", ratio=None)
+    for i, width in shown.items():
+        out.add_column(columns[i].header, no_wrap=True, overflow="ellipsis", width=width)
     for row in cells:
         out.add_row(*(Text(row[i]) for i in shown))
     console.print(out)

@@ -20,8 +20,7 @@ Event names (stable; operators alert on them):
   another instance that wrote it first (schedule).
 - database_unavailable, database_back: one line each per outage (error, duration).
 - poll_summary: debug, once per poll: rescued, dispatched, locked_out, skipped_at_capacity.
-- Non-worker events: config_invalid (a bad setting stopped a start), dashboard_started,
-  metrics_started.
+- flag_ignored: a `rota` flag lost to a value the App was given in code (argument > flag).
 
 Both formatters take passwords out of URLs in the message (rota.config.redact_text).
 """
@@ -53,9 +52,7 @@ EVENTS = (
     "database_unavailable",
     "database_back",
     "poll_summary",
-    "config_invalid",
-    "dashboard_started",
-    "metrics_started",
+    "flag_ignored",
 )
 FIELDS = ("run_id", "task", "schedule", "attempt", "worker", "duration", "error")
 _RESERVED = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "event", "fields"}

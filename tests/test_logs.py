@@ -69,6 +69,15 @@ def test_text_format_redacts_too() -> None:
     assert "u:***@db" in stream.getvalue() and "s3cret" not in stream.getvalue()
 
 
+def test_a_flag_that_loses_to_an_argument_is_logged(captured: io.StringIO, tmp_path: Path) -> None:
+    from rota import App
+    from rota.cli.running import _flag_or_app
+
+    assert _flag_or_app(App(f"sqlite:///{tmp_path}/x.db", concurrency=2), "concurrency", 9) is None
+    (line,) = lines(captured)
+    assert line["event"] == "flag_ignored" and line["message"].startswith("--concurrency 9 ignored")
+
+
 def test_every_documented_event_is_in_the_module_doc() -> None:
     assert logs.__doc__ is not None
     assert all(event in logs.__doc__ for event in logs.EVENTS)
@@ -92,10 +101,15 @@ def test_worker_json_logs_and_settings_from_the_environment(tmp_path: Path) -> N
     """A real `rota worker`: ROTA_CONCURRENCY/ROTA_QUEUES apply, -c beats ROTA_CONCURRENCY,
     and with ROTA_LOG_FORMAT=json every stderr line is a JSON object."""
     url = f"sqlite:///{tmp_path}/rota.db"
-    env = {**os.environ, "ROTA_CONCURRENCY": "7", "ROTA_QUEUES": "mail,reports", "ROTA_LOG_FORMAT": "json"}
-    env |= {"ROTA_DATABASE_URL": url, "PYTHONUNBUFFERED": "1", "ROTA_TEST_POLL": "0.05"}
-    cmd = [sys.executable, "-m", "rota", "worker", "tests.apps.basic:app", "--shutdown-timeout", "1"]
-    procs = [subprocess.Popen(cmd + extra, cwd=ROOT, env=env, stderr=subprocess.PIPE) for extra in ([], ["-c", "3"])]
+    env = {**os.environ, "ROTA_CONCURRENCY": "7", "ROTA_QUEUES": "mail,reports", "ROTA_DATABASE_URL": url}
+    env |= {"PYTHONUNBUFFERED": "1", "ROTA_TEST_POLL": "0.05"}
+    env.pop("ROTA_LOG_FORMAT", None)
+    worker = ["worker", "tests.apps.basic:app", "--shutdown-timeout", "1"]
+    runs = [
+        (["-m", "rota", *worker], {**env, "ROTA_LOG_FORMAT": "json"}),  # the variable
+        (["-m", "rota", "--log-format", "json", *worker, "-c", "3"], env),  # the group's flag; -c over variable
+    ]
+    procs = [subprocess.Popen([sys.executable, *a], cwd=ROOT, env=e, stderr=subprocess.PIPE) for a, e in runs]
     try:
         workers = _wait_for_workers(url, 2)
     finally:

@@ -21,6 +21,7 @@ import click
 from .. import config, logs
 from ..app import App
 from ..errors import RotaError
+from ..logs import log_event
 from .display import clean
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -119,7 +120,7 @@ def apply_database_flag(ctx: click.Context, app: App) -> None:
     if flag is None or flag == app.database_url:
         return
     if app.setting_sources.get("database_url") == "argument":
-        log.warning("--database-url ignored: %s passes its database URL in code", app)
+        log_event(log, logging.WARNING, "flag_ignored", f"--database-url ignored: {app} passes its URL in code")
         return
     from ..stores import open_store
 
@@ -142,12 +143,17 @@ def log_options(fn: F) -> F:
     return click.option("--log-level", type=click.Choice(config.LOG_LEVELS), help=config.help_line("log_level"))(fn)
 
 
-def setup_logging(level: str | None, fmt: str | None, *, default_level: str = "warning", verbose: int = 0) -> None:
-    """Flag > ROTA_LOG_* variable > `default_level` (-v: info, -vv: debug)."""
-    env_level = config.from_env("log_level") if os.environ.get("ROTA_LOG_LEVEL") else None
+def setup_logging(
+    ctx: click.Context, level: str | None = None, fmt: str | None = None, default: str = "warning"
+) -> None:
+    """Flag (here, else before the command) > ROTA_LOG_* variable > -v/-vv > `default`."""
+    root = ctx.find_root().obj
+    level, fmt = level or root.get("log_level"), fmt or root.get("log_format")
+    verbose = root.get("verbose", 0)
     if verbose:
-        default_level = "info" if verbose == 1 else "debug"
-    logs.configure(level or env_level or default_level, fmt or config.from_env("log_format"))
+        default = "info" if verbose == 1 else "debug"
+    env_level = config.from_env("log_level") if os.environ.get("ROTA_LOG_LEVEL") else None
+    logs.configure(level or env_level or default, fmt or config.from_env("log_format"))
 
 
 @click.group(cls=RotaGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -166,9 +172,9 @@ def main(
     """
     ctx.ensure_object(dict)
     ctx.obj["database_url"] = database_url
-    ctx.obj["verbose"] = verbose
+    ctx.obj.update(verbose=verbose, log_level=log_level, log_format=log_format)
     try:
-        setup_logging(log_level, log_format, verbose=verbose)
+        setup_logging(ctx)
     except RotaError as exc:
         _say(error_text(exc))
         sys.exit(1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import math
 import socket
 from typing import Any
@@ -12,8 +13,18 @@ import click
 
 from .. import config
 from ..app import App
-from .base import apply_database_flag, handle_errors, json_option, load_app, log, log_options, main, print_json
-from .base import setup_logging as _setup_logging
+from ..logs import log_event
+from .base import (
+    apply_database_flag,
+    handle_errors,
+    json_option,
+    load_app,
+    log,
+    log_options,
+    main,
+    print_json,
+    setup_logging,
+)
 
 MAX_DELAY = 100 * 365 * 86400  # seconds: a hundred years
 PORT = click.IntRange(1, 65535)
@@ -45,9 +56,9 @@ def _flag_or_app(app: App, name: str, flag: Any) -> Any:
     if flag is None:
         return None
     if app.setting_sources.get(name) == "argument" and getattr(app, name) != flag:
-        log.warning(
-            "--%s %s ignored: the App sets %s=%r in code", name.replace("_", "-"), flag, name, getattr(app, name)
-        )
+        flag_name, value = "--" + name.replace("_", "-"), getattr(app, name)
+        message = f"{flag_name} {flag} ignored: the App sets {name}={value!r} in code"
+        log_event(log, logging.WARNING, "flag_ignored", message, setting=name)
         return None
     return flag
 
@@ -77,8 +88,7 @@ def worker(ctx: click.Context, /, app_path: str, **flags: Any) -> None:
             )
     queues = check_queues(flags["queues"]) or config.value("queues")
     metrics_port = config.value("metrics_port", flags["metrics_port"])
-    root = ctx.find_root().obj
-    _setup_logging(flags["log_level"], flags["log_format"], default_level="info", verbose=root["verbose"])
+    setup_logging(ctx, flags["log_level"], flags["log_format"], default="info")
     if metrics_port is not None:
         check_port(metrics_port, "0.0.0.0", "--metrics-port")
     app = load_app(app_path)
@@ -159,6 +169,7 @@ def enqueue(ctx: click.Context, /, app_path: str, task: str, args_json: str, kwa
 @handle_errors
 def dashboard(ctx: click.Context, app_path: str, host: str | None, port: int | None, token: str | None) -> None:
     """Serve the web dashboard, JSON API and /metrics for APP (needs rota[web])."""
+    setup_logging(ctx, default="info")
     host = config.value("dashboard_host", host)
     port = config.value("dashboard_port", port)
     token = config.value("dashboard_token", token)

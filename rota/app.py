@@ -189,6 +189,7 @@ class App:
         self.shutdown_timeout: float = cfg["shutdown_timeout"]
         self.clock = clock
         self.locks_url: str | None = cfg["locks_url"]
+        config.remember_secrets(self.database_url, self.locks_url)  # log lines and errors redact them
         if self.locks_url is not None:
             from .locks import parse_locks_url
 

@@ -231,10 +231,20 @@ def redact_url(url: str) -> str:
     return redact_text(url)
 
 
+_KNOWN: set[str] = set()
+
+
+def remember_secrets(*urls: str | None) -> None:
+    """Remember the passwords of these URLs (every App does, for its database and locks URLs):
+    redact_text() then removes them wherever they appear, e.g. in a driver's message."""
+    _KNOWN.update(pw for url in urls if url for pw in _passwords(url))
+
+
 def redact_text(text: str, *urls: str | None) -> str:
     """`text` without passwords: every URL userinfo password, every password=... pair, and the
-    literal passwords of `urls` wherever they appear (drivers echo them in odd forms)."""
-    secrets = [pw for url in urls if url for pw in _passwords(url)]
+    literal passwords of `urls` and of remember_secrets() wherever they appear (drivers echo
+    them in odd forms)."""
+    secrets = [pw for url in urls if url for pw in _passwords(url)] + list(_KNOWN)
     text = _USERINFO.sub(lambda m: f"{m['pre']}:***@", text)
     text = _PARAM.sub(lambda m: f"{m['key']}***", text)
     for secret in sorted(set(secrets), key=len, reverse=True):

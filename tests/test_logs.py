@@ -59,6 +59,14 @@ def test_json_lines_redact_passwords_and_carry_the_traceback(captured: io.String
     assert "s3cret" not in json.dumps(line) and "other" not in json.dumps(line)
 
 
+def test_an_apps_password_is_redacted_wherever_a_driver_echoes_it(captured: io.StringIO, tmp_path: Path) -> None:
+    from rota import App
+
+    App("postgresql://u:Zq7-secret@127.0.0.1:1/db")  # remembers its password; connects on first use
+    logging.getLogger("rota").warning('invalid dsn: missing "=" after "Zq7-secret" in connection info')
+    assert "Zq7-secret" not in captured.getvalue() and "***" in captured.getvalue()
+
+
 def test_text_format_redacts_too() -> None:
     stream = io.StringIO()
     logs.configure("info", "text", stream=stream)

@@ -38,12 +38,7 @@ R = TypeVar("R")
 log = logging.getLogger("rota")
 
 DEFAULT_DATABASE_URL = "sqlite:///rota.db"
-DEFAULT_RETENTION: dict[str, timedelta] = {
-    "succeeded": timedelta(days=7),
-    "skipped": timedelta(days=7),
-    "cancelled": timedelta(days=30),
-    "failed": timedelta(days=30),
-}
+DEFAULT_RETENTION: dict[str, timedelta] = dict(config.DEFAULT_RETENTION)  # a sentinel too: "not given"
 
 
 @dataclass(frozen=True)

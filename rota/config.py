@@ -139,7 +139,7 @@ def _s(name: str, parse: Callable[[str], Any], default: Any, help: str, shown: s
     return Setting(name, "ROTA_" + name.upper(), parse, default, help, shown, secret)
 
 
-_DEFAULT_RETENTION = {
+DEFAULT_RETENTION = {
     "succeeded": timedelta(days=7),
     "skipped": timedelta(days=7),
     "cancelled": timedelta(days=30),
@@ -159,7 +159,7 @@ SETTINGS: dict[str, Setting] = {
         _s(
             "retention",
             _retention,
-            _DEFAULT_RETENTION,
+            DEFAULT_RETENTION,
             "History kept per final status: none, or e.g. succeeded=7d,failed=30d",
             "succeeded=7d,skipped=7d,cancelled=30d,failed=30d",
         ),

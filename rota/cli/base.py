@@ -63,7 +63,7 @@ def _argv_urls() -> list[str]:
 
 
 def error_text(exc: BaseException) -> str:
-    """The message and its first cause (one line: drivers' messages run over several)."""
+    """The message and the first line of each cause, as one line (drivers write several)."""
     message = " ".join(str(exc).split())
     cause = exc.__cause__
     while cause is not None:
@@ -75,7 +75,7 @@ def error_text(exc: BaseException) -> str:
 
 
 def handle_errors(fn: F) -> F:
-    """Turn RotaError (and ValueError from a flag's value) into one `error:` line."""
+    """Turn a RotaError into one `error:` line and exit status 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

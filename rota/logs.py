@@ -101,11 +101,25 @@ class TextFormatter(logging.Formatter):
         return redact_text(super().format(record))
 
 
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to `stream`, or to whatever sys.stderr is at the time of each record (so that a
+    replaced and closed stderr, as in click's test runner, is never written to)."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        super().__init__(stream or sys.stderr)
+        self.follow_stderr = stream is None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.follow_stderr:
+            self.stream = sys.stderr
+        super().emit(record)
+
+
 def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = None) -> None:
     """Send the `rota` loggers (and the root logger) to `stream` (stderr) in `fmt` at `level`."""
     if level not in LOG_LEVELS or fmt not in LOG_FORMATS:
         raise ValueError(f"log level {level!r} / format {fmt!r}: valid {LOG_LEVELS} / {LOG_FORMATS}")
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = _Handler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "_rota", False)]:

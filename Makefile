@@ -1,5 +1,6 @@
 # Two set-up commands for a fresh machine (each creates .venv and installs what it needs):
-#   make demo   runs a worker on a SQLite file with example tasks and schedules
+#   make demo   runs a worker on a SQLite file with example tasks and schedules, and serves
+#               the dashboard on http://127.0.0.1:$(DEMO_PORT)/ (loopback only)
 #   make test   runs ruff, mypy and the whole test suite (PostgreSQL/Redis suites skip
 #               with one line saying how to enable them when those servers are absent)
 PYTHON ?= python3
@@ -15,8 +16,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+DEMO_PORT ?= 8000
 demo: $(STAMP)
-	$(BIN)/rota demo
+	$(BIN)/rota demo --port $(DEMO_PORT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check rota tests bench

@@ -7,14 +7,13 @@ import hashlib
 import json
 import logging
 import math
-import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
 
-from . import timing
+from . import config, timing
 from .aio import AsyncClient
 from .clock import Clock
 from .errors import (
@@ -28,7 +27,7 @@ from .errors import (
 from .events import Event, Events, Notifier, check_notify_on
 from .models import FINAL_STATUSES, STATUSES, LockInfo, Run, ScheduleInfo, WorkerInfo
 from .serialization import encode_arguments
-from .stores import open_store, redact
+from .stores import open_store
 from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store
 from .tasks import Backoff, RunContext, RunHandle, Task, TaskOptions, check_int
 
@@ -41,12 +40,7 @@ R = TypeVar("R")
 log = logging.getLogger("rota")
 
 DEFAULT_DATABASE_URL = "sqlite:///rota.db"
-DEFAULT_RETENTION: dict[str, timedelta] = {
-    "succeeded": timedelta(days=7),
-    "skipped": timedelta(days=7),
-    "cancelled": timedelta(days=30),
-    "failed": timedelta(days=30),
-}
+DEFAULT_RETENTION: dict[str, timedelta] = dict(config.DEFAULT_RETENTION)  # a sentinel too: "not given"
 
 
 @dataclass(frozen=True)
@@ -161,35 +155,50 @@ class App(AsyncClient):
         database_url: str | None = None,
         *,
         name: str = "default",
-        concurrency: int = 5,
-        lease: float = 30.0,
-        poll_interval: float = 1.0,
-        shutdown_timeout: float = 30.0,
+        concurrency: int | None = None,
+        lease: float | None = None,
+        poll_interval: float | None = None,
+        shutdown_timeout: float | None = None,
         clock: Clock | None = None,
         locks_url: str | None = None,
         retention: Mapping[str, timedelta] | None = DEFAULT_RETENTION,
-        prune_interval: float = 300.0,
+        prune_interval: float | None = None,
         pool_size: int | None = None,
         store_options: Mapping[str, Any] | None = None,
         notifiers: Sequence[Notifier] | None = None,
     ) -> None:
-        self.database_url = database_url or os.environ.get("ROTA_DATABASE_URL") or DEFAULT_DATABASE_URL
+        # Arguments left None (retention: left at its default) come from ROTA_* variables, else
+        # defaults: rota.config holds the table; setting_sources says where each came from.
+        cfg, self.setting_sources = config.resolve(
+            database_url=database_url or None,
+            concurrency=concurrency,
+            lease=lease,
+            poll_interval=poll_interval,
+            shutdown_timeout=shutdown_timeout,
+            locks_url=locks_url,
+            prune_interval=prune_interval,
+            pool_size=pool_size,
+            retention=None if retention is DEFAULT_RETENTION else (retention or {}),
+        )
+        self.database_url: str = cfg["database_url"]
         self.name = check_name("app", name)
-        self.concurrency = concurrency
-        self.lease = lease
-        self.poll_interval = poll_interval
-        self.shutdown_timeout = shutdown_timeout
+        self.concurrency: int = cfg["concurrency"]
+        self.lease: float = cfg["lease"]
+        self.poll_interval: float = cfg["poll_interval"]
+        self.shutdown_timeout: float = cfg["shutdown_timeout"]
         self.clock = clock
-        self.locks_url = locks_url or os.environ.get("ROTA_LOCKS_URL") or None
+        self.locks_url: str | None = cfg["locks_url"]
+        config.remember_secrets(self.database_url, self.locks_url)  # log lines and errors redact them
         if self.locks_url is not None:
             from .locks import parse_locks_url
 
             parse_locks_url(self.locks_url)  # a bad URL fails here, not at the first lock
-        self.retention = _check_retention(retention)
-        self.prune_interval = prune_interval
+        self.retention = _check_retention(cfg["retention"])
+        self.prune_interval: float = cfg["prune_interval"]
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, ScheduleSpec] = {}
-        self._store_options: dict[str, Any] = {"pool_size": pool_size} if pool_size is not None else {}
+        pool = cfg["pool_size"] if pool_size is not None or not self.database_url.startswith("sqlite") else None
+        self._store_options: dict[str, Any] = {"pool_size": pool} if pool is not None else {}
         self._store_options.update(store_options or {})  # e.g. PostgreSQL lock_timeout=...
         # Construct now so that a bad URL fails here, naming itself; connect on first use.
         self._store: Store = open_store(self.database_url, clock, **self._store_options)
@@ -206,7 +215,7 @@ class App(AsyncClient):
 
     @property
     def database_label(self) -> str:
-        return redact(self.database_url)
+        return config.redact_url(self.database_url)
 
     # -- the store -----------------------------------------------------------------------
     @property
@@ -648,9 +657,10 @@ class App(AsyncClient):
         **options: Any,
     ) -> None:
         """Run a worker on the running event loop until stopped."""
+        options.setdefault("metrics_port", config.value("metrics_port"))  # ROTA_METRICS_PORT
         worker = self.worker(
             concurrency=concurrency,
-            queues=list(queues) if queues else None,
+            queues=list(queues) if queues else config.value("queues"),  # else ROTA_QUEUES
             shutdown_timeout=shutdown_timeout,
             **options,
         )

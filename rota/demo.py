@@ -4,13 +4,17 @@ each run as it starts and ends. Everything here is ordinary rota usage."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import shutil
+import sys
 import threading
 import time
 from datetime import timedelta
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from .app import App
 from .stores.base import Claimed
@@ -73,11 +77,43 @@ def _printer(event: str, claim: Claimed, at: float) -> None:
     )
 
 
-def run_demo(database_url: str, seconds: float | None = None) -> None:
+def rota_command() -> str:
+    """How to call `rota` from here: `rota` if it is on the PATH, else this interpreter's."""
+    found = shutil.which("rota")
+    if found and os.path.dirname(found) == os.path.dirname(sys.executable):
+        return "rota"
+    local = os.path.join(os.path.dirname(sys.executable), "rota")
+    if os.path.exists(local):
+        return os.path.relpath(local) if not os.path.relpath(local).startswith("..") else local
+    return f"{sys.executable} -m rota"
+
+
+def serve_dashboard(app: App, port: int) -> str | None:
+    """The dashboard on http://127.0.0.1:port/ in a daemon thread; its URL, or None if
+    rota[web] is not installed."""
+    try:
+        import uvicorn
+
+        from .web import create_app
+    except ImportError:
+        return None
+    config = uvicorn.Config(create_app(app), host="127.0.0.1", port=port, access_log=False, log_level="warning")
+    server = uvicorn.Server(config)
+    threading.Thread(target=server.run, name="rota-demo-dashboard", daemon=True).start()
+    return f"http://127.0.0.1:{port}/"
+
+
+def run_demo(database_url: str, seconds: float | None = None, dashboard_port: int | None = 8000) -> None:
     app = build_demo_app(database_url)
     send_welcome, flaky, fetch = app.demo_tasks  # type: ignore[attr-defined]
     console.print(f"[bold]rota demo[/] on {app.database_label}: 3 tasks, 3 schedules. Ctrl-C stops (drains first).")
-    console.print("Try in another terminal: [bold]rota --database-url " + app.database_url + " runs[/]\n")
+    url = serve_dashboard(app, dashboard_port) if dashboard_port is not None else None
+    if url:
+        console.print(f"Dashboard: [bold]{url}[/]", highlight=False)
+    elif dashboard_port is not None:
+        console.print("No dashboard: install rota[web] (pip install 'rota[web]') to see the runs in a browser.")
+    hint = f"{rota_command()} --database-url {app.database_label} runs"
+    console.print(Text("Try in another terminal: ") + Text(hint, style="bold") + Text("\n"))
     worker = app.worker(concurrency=4, install_signal_handlers=True)
     worker.observe(_printer)
     stop = threading.Event()

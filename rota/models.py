@@ -61,6 +61,7 @@ class Run:
     history: list[dict[str, Any]] = field(default_factory=list)
     retry_of: str | None = None
     held: bool = False
+    corrupt: str | None = None  # why a stored row could not be decoded (shown, not raised)
 
     @property
     def is_final(self) -> bool:
@@ -115,7 +116,7 @@ class Run:
             "error": self.error,
             "attempts": self.attempts,
             "retry_of": self.retry_of,
-        }
+        } | ({"corrupt": self.corrupt} if self.corrupt else {})
 
 
 @dataclass(frozen=True, slots=True)

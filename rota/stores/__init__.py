@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..clock import Clock
+from ..config import redact_url
 from ..errors import ConfigurationError
 from .base import Store
 
@@ -15,15 +15,16 @@ SCHEMES = {"sqlite": "sqlite", "postgresql": "postgres", "postgres": "postgres"}
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages and logs (also `scheme://:password@host`)."""
-    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+    """The URL without its password (userinfo or ?password=), for messages and logs."""
+    return redact_url(url)
 
 
 def open_store(url: str, clock: Clock | None = None, **options: Any) -> Store:
     """A store for `url`: sqlite:///path/to/file.db or postgresql://user@host:port/dbname."""
     if not isinstance(url, str) or "://" not in url:
+        shown = redact(url) if isinstance(url, str) else url
         raise ConfigurationError(
-            f"invalid database URL {url!r}: use sqlite:///path/to/file.db or postgresql://user@host:5432/dbname"
+            f"invalid database URL {shown!r}: use sqlite:///path/to/file.db or postgresql://user@host:5432/dbname"
         )
     scheme = url.split("://", 1)[0].lower()
     scheme = scheme.split("+", 1)[0]  # tolerate postgresql+psycopg:// from SQLAlchemy habits
@@ -39,7 +40,7 @@ def open_store(url: str, clock: Clock | None = None, **options: Any) -> Store:
 
         return PostgresStore(url.replace("+psycopg", "", 1), clock, **options)
     raise ConfigurationError(
-        f"unsupported database URL scheme {scheme!r} in {url!r}: rota stores runs in SQLite "
+        f"unsupported database URL scheme {scheme!r} in {redact(url)!r}: rota stores runs in SQLite "
         "(sqlite:///path/to/file.db) or PostgreSQL (postgresql://user@host:5432/dbname)"
     )
 

@@ -11,7 +11,7 @@ import abc
 import json
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
@@ -499,6 +499,57 @@ class SqlStore(Store, abc.ABC):
 
     # -- inspection and control ----------------------------------------------------------
     def _run_from_row(self, r: Row) -> Run:
+        try:
+            return self._decode_run(r)
+        except (ValueError, OverflowError, OSError, TypeError, AssertionError) as exc:
+            return self._corrupt_run(r, exc)
+
+    def _corrupt_run(self, r: Row, exc: Exception) -> Run:
+        """A row that does not decode (a time past year 9999, arguments that are not JSON) is
+        returned with `corrupt` saying why and its unreadable fields emptied, so that one bad
+        row does not break every listing."""
+
+        def dt(value: Any) -> datetime:
+            try:
+                return self._dt(value) or datetime.max.replace(tzinfo=UTC)
+            except (ValueError, OverflowError, OSError, TypeError):
+                return datetime.max.replace(tzinfo=UTC)
+
+        def js(value: Any, empty: Any) -> Any:
+            try:
+                return json.loads(value) if value is not None else empty
+            except (ValueError, TypeError):
+                return empty
+
+        max_time = datetime.max.replace(tzinfo=UTC)
+        return Run(
+            id=str(r[0]),
+            task=str(r[1]),
+            status=str(r[2]),
+            queue=str(r[3]),
+            priority=0,
+            args=js(r[5], []),
+            kwargs=js(r[6], {}),
+            key=None,
+            schedule=r[8],
+            scheduled_for=dt(r[9]),
+            due_at=dt(r[10]),
+            attempt=r[11] if isinstance(r[11], int) else 0,
+            max_attempts=r[12] if isinstance(r[12], int) else 0,
+            timeout=None,
+            worker=r[14],
+            token=None,
+            lease_until=None,
+            cancel_requested=False,
+            created_at=dt(r[18]) if r[18] is not None else max_time,
+            started_at=None,
+            finished_at=None,
+            result=None,
+            error=None,
+            corrupt=f"stored row does not decode ({type(exc).__name__}: {exc})",
+        )
+
+    def _decode_run(self, r: Row) -> Run:
         scheduled_for = self._dt(r[9])
         due_at = self._dt(r[10])
         created_at = self._dt(r[18])

@@ -1,0 +1,13 @@
+"""The `rota` command: run workers, inspect and steer runs and schedules.
+
+`base` holds the group and its error handling, `display` the tables and time formats; the
+commands live in `running` (worker, enqueue, dashboard, demo), `inspect` (read-only) and
+`steer` (trigger, pause, resume, cancel, retry).
+"""
+
+from __future__ import annotations
+
+from . import inspect, running, steer
+from .base import load_app, main
+
+__all__ = ["inspect", "load_app", "main", "running", "steer"]

@@ -1,0 +1,180 @@
+"""The `rota` group, its global options, loading APP, and errors as one line.
+
+Every error a person can cause (a bad flag, a bad ROTA_* variable, an unknown run) ends the
+command with one line on stderr, `error: ...`, exit status 1 (2 for usage errors), no
+traceback, and no password: messages go through rota.config.redact_text.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+from .. import config, logs
+from ..app import App
+from ..errors import RotaError
+from ..logs import log_event
+from .display import clean
+
+F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("rota.cli")
+
+
+class RotaGroup(click.Group):
+    """A click group whose errors are one line (`error: ...`) with passwords redacted."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:  # type: ignore[override]
+        extra.pop("standalone_mode", None)
+        try:
+            result = super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            _say("aborted")
+            sys.exit(1)
+        except click.ClickException as exc:
+            _say(exc.format_message())
+            sys.exit(exc.exit_code)
+        except RotaError as exc:
+            _say(error_text(exc))
+            sys.exit(1)
+        if isinstance(result, int) and result:  # ctx.exit(code) under standalone_mode=False
+            sys.exit(result)
+        return result
+
+
+def _say(message: str) -> None:
+    secrets = [os.environ.get("ROTA_DATABASE_URL"), os.environ.get("ROTA_LOCKS_URL")]
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.find_root().obj:
+        secrets.append(ctx.find_root().obj.get("database_url"))
+    text = clean(config.redact_text(message, *secrets, *_argv_urls()), newlines=False)
+    click.echo(f"error: {text}", err=True)
+
+
+def _argv_urls() -> list[str]:
+    return [a for a in sys.argv if "://" in a or "password" in a.lower()]
+
+
+def error_text(exc: BaseException) -> str:
+    """The message and the first line of each cause, as one line (drivers write several)."""
+    message = " ".join(str(exc).split())
+    cause = exc.__cause__
+    while cause is not None:
+        first = " ".join(str(cause).strip().splitlines()[:1])
+        if first and first not in message:
+            message += f" (caused by: {first})"
+        cause = cause.__cause__
+    return message
+
+
+def handle_errors(fn: F) -> F:
+    """Turn a RotaError into one `error:` line and exit status 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except RotaError as exc:
+            _say(error_text(exc))
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def load_app(target: str) -> App:
+    """Import `module:attribute` (the current directory is on the path, as with uvicorn)."""
+    if ":" not in target:
+        raise click.BadParameter(f"{target!r} is not module:attribute, e.g. myproject.jobs:app", param_hint="APP")
+    module_name, _, attr = target.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import module {module_name!r}: {exc}", param_hint="APP") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise click.BadParameter(f"module {module_name!r} has no attribute {attr!r}", param_hint="APP")
+    if not isinstance(obj, App):
+        raise click.BadParameter(f"{target} is a {type(obj).__name__}, not a rota.App", param_hint="APP")
+    return obj
+
+
+def database_app(ctx: click.Context) -> App:
+    """An App for commands that only touch the database (no tasks)."""
+    return App(ctx.find_root().obj["database_url"])
+
+
+def apply_database_flag(ctx: click.Context, app: App) -> None:
+    """--database-url applies to an APP unless its code passed a URL (argument > flag)."""
+    flag = ctx.find_root().obj["database_url"]
+    if flag is None or flag == app.database_url:
+        return
+    if app.setting_sources.get("database_url") == "argument":
+        log_event(log, logging.WARNING, "flag_ignored", f"--database-url ignored: {app} passes its URL in code")
+        return
+    from ..stores import open_store
+
+    app.database_url = flag
+    app._store = open_store(app.database_url, app.clock, **app._store_options)
+    app._ready = False
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (field names as in the docs).")
+utc_option = click.option("--utc", is_flag=True, help="Show absolute times in UTC (default: local time).")
+
+
+def log_options(fn: F) -> F:
+    """--log-level and --log-format (ROTA_LOG_LEVEL, ROTA_LOG_FORMAT)."""
+    fn = click.option("--log-format", type=click.Choice(config.LOG_FORMATS), help=config.help_line("log_format"))(fn)
+    return click.option("--log-level", type=click.Choice(config.LOG_LEVELS), help=config.help_line("log_level"))(fn)
+
+
+def setup_logging(
+    ctx: click.Context, level: str | None = None, fmt: str | None = None, default: str = "warning"
+) -> None:
+    """Flag (here, else before the command) > ROTA_LOG_* variable > -v/-vv > `default`."""
+    root = ctx.find_root().obj
+    level, fmt = level or root.get("log_level"), fmt or root.get("log_format")
+    verbose = root.get("verbose", 0)
+    if verbose:
+        default = "info" if verbose == 1 else "debug"
+    env_level = config.from_env("log_level") if os.environ.get("ROTA_LOG_LEVEL") else None
+    logs.configure(level or env_level or default, fmt or config.from_env("log_format"))
+
+
+@click.group(cls=RotaGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--database-url", default=None, help=config.help_line("database_url"))
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@log_options
+@click.version_option(package_name="rota")
+@click.pass_context
+def main(
+    ctx: click.Context, database_url: str | None, verbose: int, log_level: str | None, log_format: str | None
+) -> None:
+    """rota: a job scheduler and task queue backed by your database.
+
+    Commands that run code take APP as `module:attribute` (like uvicorn); commands that only
+    read or change the database need no APP. Tables for people, --json for scripts.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["database_url"] = database_url
+    ctx.obj.update(verbose=verbose, log_level=log_level, log_format=log_format)
+    try:
+        setup_logging(ctx)
+    except RotaError as exc:
+        _say(error_text(exc))
+        sys.exit(1)

@@ -1,0 +1,275 @@
+"""Commands that read the database: migrate, schedules, runs, run, workers, locks, status,
+and explain (which reads nothing)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from .. import timing
+from ..app import App
+from ..models import STATUSES, Run, ScheduleInfo, WorkerInfo, iso
+from .base import database_app, handle_errors, json_option, main, print_json, utc_option
+from .display import Column, clean, duration, table, when
+
+MAX_EXPLAIN = 1000
+MAX_LIMIT = 10000
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Only list what would be applied.")
+@click.pass_context
+@handle_errors
+def migrate(ctx: click.Context, dry_run: bool) -> None:
+    """Apply pending schema migrations."""
+    app = database_app(ctx)
+    applied = app.migrate(dry_run=dry_run)
+    current, latest = app._store.schema_version()
+    verb = "would apply" if dry_run else "applied"
+    click.echo(f"{verb}: {', '.join(applied)}" if applied else f"schema is up to date (version {current} of {latest})")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _times(utc: bool, *headers: str) -> list[str]:
+    return [f"{h} (UTC)" if utc else h for h in headers]
+
+
+SCHEDULE_COLUMNS = (
+    ("name", 100),
+    ("task", 50),
+    ("when", 85),
+    ("tz", 30),
+    ("overlap", 20),
+    ("state", 80),
+    ("next run", 90),
+    ("last run", 60),
+    ("last", 70),
+    ("runs/ok/fail/skip", 40),
+)
+
+
+def _schedule_row(s: ScheduleInfo, now: datetime, utc: bool) -> tuple[Any, ...]:
+    every = f"every {duration(s.every)}" if s.every is not None else None
+    state = "paused" if s.paused else ("active" if s.active else "removed")
+    counts = f"{s.run_count}/{s.success_count}/{s.failure_count}/{s.skip_count}"
+    next_run, last_run = when(s.next_run_at, now, utc=utc), when(s.last_run_at, now, utc=utc)
+    return (s.name, s.task, s.cron or every, s.tz, s.overlap, state, next_run, last_run, s.last_status, counts)
+
+
+@main.command()
+@json_option
+@utc_option
+@click.option("--all", "include_inactive", is_flag=True, help="Include removed (inactive) schedules.")
+@click.pass_context
+@handle_errors
+def schedules(ctx: click.Context, as_json: bool, utc: bool, include_inactive: bool) -> None:
+    """List schedules with next/last run and counters."""
+    items = database_app(ctx).list_schedules(include_inactive=include_inactive)
+    if as_json:
+        print_json([s.to_json() for s in items])
+        return
+    now = _now()
+    headers = [h for h, _ in SCHEDULE_COLUMNS[:6]] + _times(utc, "next run", "last run") + ["last", "runs/ok/fail/skip"]
+    columns = [Column(h, keep) for h, (_, keep) in zip(headers, SCHEDULE_COLUMNS, strict=True)]
+    table(columns, [_schedule_row(s, now, utc) for s in items])
+
+
+RUN_COLUMNS = (
+    ("id", 100, False),
+    ("task", 95, False),
+    ("schedule", 50, False),
+    ("status", 90, False),
+    ("try", 40, False),
+    ("scheduled", 70, False),
+    ("started", 30, False),
+    ("took", 60, False),
+    ("worker", 20, False),
+    ("result / error", 80, True),
+)
+
+
+def _run_row(r: Run, now: datetime, utc: bool) -> tuple[Any, ...]:
+    status = "corrupt" if r.corrupt else r.status
+    scheduled, started = when(r.scheduled_for, now, utc=utc), when(r.started_at, now, utc=utc)
+    attempt = f"{r.attempt}/{r.max_attempts}"
+    return (r.id, r.task, r.schedule, status, attempt, scheduled, started, duration(r.duration), r.worker, _summary(r))
+
+
+def _summary(run: Run) -> str | None:
+    if run.corrupt:
+        return run.corrupt
+    if run.error:
+        return f"{run.error.get('type')}: {run.error.get('message')}"[:200]
+    if run.result is not None:
+        return json.dumps(run.result)[:200]
+    return None
+
+
+@main.command()
+@click.option("--status", type=click.Choice(STATUSES), default=None)
+@click.option("--task", default=None)
+@click.option("--schedule", default=None)
+@click.option("--queue", default=None)
+@click.option("--limit", type=click.IntRange(1, MAX_LIMIT), default=50, show_default=True)
+@json_option
+@utc_option
+@click.pass_context
+@handle_errors
+def runs(ctx: click.Context, /, limit: int, as_json: bool, utc: bool, **flt: Any) -> None:
+    """List runs, newest first."""
+    items = database_app(ctx).list_runs(limit=limit, **flt)
+    if as_json:
+        print_json([r.to_json() for r in items])
+        return
+    now = _now()
+    headers = [h for h, _, _ in RUN_COLUMNS]
+    headers[5:7] = _times(utc, "scheduled", "started")
+    columns = [Column(h, keep, flex) for h, (_, keep, flex) in zip(headers, RUN_COLUMNS, strict=True)]
+    table(columns, [_run_row(r, now, utc) for r in items])
+
+
+RUN_FIELDS = (
+    *("id", "task", "schedule", "status", "attempt", "max_attempts", "queue", "priority", "key", "args"),
+    *("kwargs", "scheduled_for", "started_at", "finished_at", "worker", "token", "result", "corrupt"),
+)
+
+
+@main.command("run")
+@click.argument("run_id")
+@json_option
+@click.pass_context
+@handle_errors
+def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show one run, with every attempt and its error."""
+    run = database_app(ctx).get_run(run_id)
+    data = run.to_json()
+    if as_json:
+        print_json(data)
+        return
+    for field in RUN_FIELDS:
+        value = data.get(field)
+        if value is not None:
+            shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else value
+            click.echo(f"{field:>14}: {clean(shown, newlines=False)}")
+    for attempt in run.attempts:
+        took = _took(attempt.get("started_at"), attempt.get("finished_at"))
+        click.echo(
+            f"\nattempt {attempt['attempt']} on {clean(attempt['worker'])}: {attempt['status']} "
+            f"({attempt['started_at']} .. {attempt['finished_at']}{took})"
+        )
+        error = attempt.get("error")
+        if error:
+            click.echo(clean(f"  {error.get('type')}: {error.get('message')}"))
+            if error.get("traceback"):
+                click.echo(clean("  " + str(error["traceback"]).rstrip().replace("\n", "\n  ")))
+
+
+def _took(started: str | None, finished: str | None) -> str:
+    try:
+        if started and finished:
+            spent = datetime.fromisoformat(finished) - datetime.fromisoformat(started)
+            return f", took {duration(spent)}"
+    except ValueError:
+        pass
+    return ""
+
+
+@main.command()
+@json_option
+@utc_option
+@click.option("--locks-url", default=None, help="Redis URL when locks live in Redis. [env ROTA_LOCKS_URL]")
+@click.pass_context
+@handle_errors
+def locks(ctx: click.Context, as_json: bool, utc: bool, locks_url: str | None) -> None:
+    """List named locks: holder, token, expiry."""
+    app = App(ctx.find_root().obj["database_url"], locks_url=locks_url)
+    items = app.list_locks()
+    if as_json:
+        print_json([i.to_json() for i in items])
+        return
+    now = _now()
+    columns = [Column("name", 100), Column("held", 90), Column("owner", 50), Column("token", 40)]
+    columns.append(Column(_times(utc, "expires")[0], 80))
+    table(columns, [(i.name, i.held, i.owner, i.token, when(i.expires_at, now, utc=utc)) for i in items])
+
+
+@main.command()
+@json_option
+@utc_option
+@click.pass_context
+@handle_errors
+def workers(ctx: click.Context, as_json: bool, utc: bool) -> None:
+    """List workers seen recently."""
+    items = database_app(ctx).list_workers()
+    if as_json:
+        print_json([w.to_json() for w in items])
+        return
+    now = _now()
+    headers = ["worker", "state", "alive", "concurrency", "queues", *_times(utc, "started", "last seen")]
+    columns = [Column(h, keep) for h, keep in zip(headers, (100, 90, 80, 50, 40, 30, 70), strict=True)]
+    rows = [
+        (w.id, w.state, "yes" if w.alive else "no", w.concurrency, ",".join(w.queues or ["all"]), *_two(w, now, utc))
+        for w in items
+    ]
+    table(columns, rows)
+
+
+def _two(w: WorkerInfo, now: datetime, utc: bool) -> tuple[str | None, str | None]:
+    return when(w.started_at, now, utc=utc), when(w.last_seen, now, utc=utc)
+
+
+@main.command()
+@json_option
+@click.pass_context
+@handle_errors
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Counts by status, live workers and capacity, schema version."""
+    app = database_app(ctx)
+    stats = app.stats()
+    current, latest = app.store.schema_version()
+    stats["schema_version"] = current
+    if as_json:
+        print_json(stats)
+        return
+    click.echo(f"database: {stats['database']} (schema {current}/{latest})")
+    click.echo(f"workers:  {stats['workers']} alive, capacity {stats['capacity']}")
+    click.echo("runs:     " + ", ".join(f"{k} {v}" for k, v in stats["runs"].items()))
+
+
+def _after(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        start = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO time such as 2026-03-29T00:00 or 2026-03-29T00:00:00+01:00", param_hint="--after"
+        ) from None
+    return start
+
+
+@main.command()
+@click.argument("cron")
+@click.option("--tz", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("--count", type=click.IntRange(1, MAX_EXPLAIN), default=5, show_default=True)
+@click.option("--after", default=None, help="Start after this ISO time (default now).")
+@json_option
+@handle_errors
+def explain(cron: str, tz: str, count: int, after: str | None, as_json: bool) -> None:
+    """Print the next fire times of CRON, in local time and UTC, with DST notes."""
+    times = timing.explain(cron, tz, after=_after(after), count=count)
+    if as_json:
+        print_json([{"local": t.local.isoformat(), "utc": iso(t.utc.astimezone(UTC)), "note": t.note} for t in times])
+        return
+    trigger = timing.make_trigger(cron=cron, tz=tz)
+    click.echo(f"{trigger.description}:")
+    for t in times:
+        click.echo(
+            f"  {t.local.strftime('%a %Y-%m-%d %H:%M %Z'):<26} {iso(t.utc)}" + (f"   # {t.note}" if t.note else "")
+        )

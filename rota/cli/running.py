@@ -1,0 +1,204 @@
+"""Commands that run code of an APP: worker, enqueue, dashboard, demo."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import math
+import socket
+from typing import Any
+
+import click
+
+from .. import config
+from ..app import App
+from ..logs import log_event
+from .base import (
+    apply_database_flag,
+    handle_errors,
+    json_option,
+    load_app,
+    log,
+    log_options,
+    main,
+    print_json,
+    setup_logging,
+)
+
+MAX_DELAY = 100 * 365 * 86400  # seconds: a hundred years
+PORT = click.IntRange(1, 65535)
+
+
+def check_port(port: int, host: str, flag: str) -> None:
+    """Fail before anything starts if `port` on `host` is taken (or not bindable)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound ({exc.strerror})"
+            raise click.BadParameter(f"port {port} on {host} {why}: choose another", param_hint=flag) from None
+
+
+def check_queues(queues: tuple[str, ...]) -> list[str] | None:
+    if not queues:
+        return None
+    try:
+        return config.SETTINGS["queues"].parse(",".join(queues))  # type: ignore[no-any-return]
+    except ValueError as exc:
+        bad = ", ".join(repr(q) for q in queues if not config._QUEUE.match(q))
+        raise click.BadParameter(f"invalid queue name(s) {bad}: expected {exc}", param_hint="--queue") from None
+
+
+def _flag_or_app(app: App, name: str, flag: Any) -> Any:
+    """argument > flag > variable > default: a value the App got in code wins over the flag."""
+    if flag is None:
+        return None
+    if app.setting_sources.get(name) == "argument" and getattr(app, name) != flag:
+        flag_name, value = "--" + name.replace("_", "-"), getattr(app, name)
+        message = f"{flag_name} {flag} ignored: the App sets {name}={value!r} in code"
+        log_event(log, logging.WARNING, "flag_ignored", message, setting=name)
+        return None
+    return flag
+
+
+@main.command(epilog=config.epilog())
+@click.argument("app_path", metavar="APP")
+@click.option("-c", "--concurrency", type=click.IntRange(1, 10000), help=config.help_line("concurrency"))
+@click.option(
+    "-q", "--queue", "queues", multiple=True, help="Only this queue (repeatable). [env ROTA_QUEUES; default all]"
+)
+@click.option("--lease", type=float, help=config.help_line("lease"))
+@click.option("--poll-interval", type=float, help=config.help_line("poll_interval"))
+@click.option("--shutdown-timeout", type=float, help=config.help_line("shutdown_timeout"))
+@click.option("--metrics-port", type=PORT, help=config.help_line("metrics_port"))
+@log_options
+@click.pass_context
+@handle_errors
+def worker(ctx: click.Context, /, app_path: str, **flags: Any) -> None:
+    """Run a worker for APP until SIGTERM/SIGINT (then drain and hand back)."""
+    for name in ("lease", "poll_interval", "shutdown_timeout"):
+        value = flags[name]
+        if value is not None and not (
+            math.isfinite(value) and value >= 0 and (value > 0 or name == "shutdown_timeout")
+        ):
+            raise click.BadParameter(
+                f"{value} is not a positive number of seconds", param_hint=f"--{name.replace('_', '-')}"
+            )
+    queues = check_queues(flags["queues"]) or config.value("queues")
+    metrics_port = config.value("metrics_port", flags["metrics_port"])
+    setup_logging(ctx, flags["log_level"], flags["log_format"], default="info")
+    if metrics_port is not None:
+        check_port(metrics_port, "0.0.0.0", "--metrics-port")
+    app = load_app(app_path)
+    apply_database_flag(ctx, app)
+    app.run_worker(
+        concurrency=_flag_or_app(app, "concurrency", flags["concurrency"]),
+        queues=queues,
+        shutdown_timeout=_flag_or_app(app, "shutdown_timeout", flags["shutdown_timeout"]),
+        lease=_flag_or_app(app, "lease", flags["lease"]),
+        poll_interval=_flag_or_app(app, "poll_interval", flags["poll_interval"]),
+        metrics_port=metrics_port,
+    )
+
+
+def parse_arguments(args_json: str, kwargs_json: str) -> tuple[list[Any], dict[str, Any]]:
+    """--args/--kwargs as JSON, refusing what the database could not store."""
+    values: list[Any] = []
+    for flag, raw, kind in (("--args", args_json, list), ("--kwargs", kwargs_json, dict)):
+        try:
+            raw.encode("utf-8")
+            value = json.loads(raw)
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint=flag) from None
+        except UnicodeEncodeError:
+            raise click.BadParameter("contains a lone surrogate (not valid UTF-8 text)", param_hint=flag) from None
+        if not isinstance(value, kind):
+            raise click.BadParameter(f"must be a JSON {'array' if kind is list else 'object'}", param_hint=flag)
+        values.append(value)
+    args: list[Any] = values[0]
+    kwargs: dict[str, Any] = values[1]
+    return args, kwargs
+
+
+def check_delay(delay: float | None) -> float | None:
+    if delay is not None and not (math.isfinite(delay) and 0 <= delay <= MAX_DELAY):
+        raise click.BadParameter(
+            f"{delay!r} is not between 0 and {MAX_DELAY} seconds (100 years)", param_hint="--delay"
+        )
+    return delay
+
+
+@main.command()
+@click.argument("app_path", metavar="APP")
+@click.argument("task")
+@click.option("--args", "args_json", default="[]", help="Positional arguments as a JSON array.")
+@click.option("--kwargs", "kwargs_json", default="{}", help="Keyword arguments as a JSON object.")
+@click.option("--delay", type=float, default=None, help="Run after this many seconds.")
+@click.option("--priority", type=int, default=None)
+@click.option("--queue", default=None)
+@click.option("--key", default=None, help="Deduplication key.")
+@json_option
+@click.pass_context
+@handle_errors
+def enqueue(ctx: click.Context, /, app_path: str, task: str, args_json: str, kwargs_json: str, **opts: Any) -> None:
+    """Enqueue one run of TASK (a registered task name of APP)."""
+    args, kwargs = parse_arguments(args_json, kwargs_json)
+    delay = check_delay(opts["delay"])
+    if opts["queue"] is not None:
+        check_queues((opts["queue"],))
+    app = load_app(app_path)
+    apply_database_flag(ctx, app)
+    key = opts["key"]
+    call = app.get_task(task).options(delay=delay, priority=opts["priority"], queue=opts["queue"], key=key)
+    handle = call.enqueue(*args, **kwargs)
+    if opts["as_json"]:
+        print_json({"id": handle.id, "created": handle.created})
+    else:
+        click.echo(handle.id if handle.created else f"{handle.id} (already pending with key {key!r})")
+
+
+@main.command()
+@click.argument("app_path", metavar="APP")
+@click.option("--host", default=None, help=config.help_line("dashboard_host"))
+@click.option("--port", type=PORT, default=None, help=config.help_line("dashboard_port"))
+@click.option("--token", default=None, help=config.help_line("dashboard_token") + " Needed beyond loopback.")
+@click.pass_context
+@handle_errors
+def dashboard(ctx: click.Context, app_path: str, host: str | None, port: int | None, token: str | None) -> None:
+    """Serve the web dashboard, JSON API and /metrics for APP (needs rota[web])."""
+    setup_logging(ctx, default="info")
+    host = config.value("dashboard_host", host)
+    port = config.value("dashboard_port", port)
+    token = config.value("dashboard_token", token)
+    assert host is not None and port is not None
+    try:
+        from .. import web
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if token or web.is_loopback(host):  # else web.serve refuses first, naming the missing token
+        check_port(port, host, "--port")
+    app = load_app(app_path)
+    apply_database_flag(ctx, app)
+    try:
+        web.serve(app, host=host, port=port, token=token or None)
+    finally:
+        app.close()
+
+
+@main.command()
+@click.option("--database", default=None, help="Where the demo keeps its runs.", show_default="sqlite:///rota-demo.db")
+@click.option("--seconds", type=click.FloatRange(0, min_open=True), default=None, help="Stop after this long.")
+@click.option("--port", type=PORT, default=8000, show_default=True, help="Dashboard port on 127.0.0.1.")
+@click.option("--no-dashboard", is_flag=True, help="Only the worker, no dashboard.")
+@handle_errors
+def demo(database: str | None, seconds: float | None, port: int, no_dashboard: bool) -> None:
+    """Run the demo: a worker on a SQLite file with example tasks and schedules, and the
+    dashboard on http://127.0.0.1:PORT/ (if rota[web] is installed)."""
+    from ..demo import run_demo
+
+    if not no_dashboard:
+        check_port(port, "127.0.0.1", "--port")
+    run_demo(database or "sqlite:///rota-demo.db", seconds, dashboard_port=None if no_dashboard else port)

@@ -1,0 +1,78 @@
+"""Commands that change runs and schedules: trigger, pause, resume, cancel, retry."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import click
+
+from .base import database_app, handle_errors, json_option, main, print_json
+from .display import when
+
+
+@main.command()
+@click.argument("name")
+@json_option
+@click.pass_context
+@handle_errors
+def trigger(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Run schedule NAME now (honouring its overlap policy)."""
+    handle = database_app(ctx).trigger(name)
+    run = handle.refresh()
+    if as_json:
+        print_json(run.to_json())
+    else:
+        note = " (waiting behind the active run)" if run.held else ""
+        click.echo(f"run {run.id} {run.status}{note}")
+
+
+@main.command()
+@click.argument("name")
+@click.pass_context
+@handle_errors
+def pause(ctx: click.Context, name: str) -> None:
+    """Pause schedule NAME (no new ticks until resumed)."""
+    database_app(ctx).pause(name)
+    click.echo(f"paused {name}")
+
+
+@main.command()
+@click.argument("name")
+@click.pass_context
+@handle_errors
+def resume(ctx: click.Context, name: str) -> None:
+    """Resume schedule NAME from its next tick (missed ticks do not run)."""
+    info = database_app(ctx).resume(name)
+    click.echo(f"resumed {name}; next run {when(info.next_run_at, datetime.now(UTC)) or '-'}")
+
+
+@main.command()
+@click.argument("run_id")
+@json_option
+@click.pass_context
+@handle_errors
+def cancel(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Cancel a run (pending: at once; running: asked to stop)."""
+    app = database_app(ctx)
+    before = app.get_run(run_id)
+    run = app.cancel(run_id)
+    if as_json:
+        print_json(run.to_json())
+    elif before.is_final:
+        click.echo(f"run {run.id} already {before.status}: nothing to cancel")
+    elif run.status == "cancelled":
+        click.echo(f"run {run.id} cancelled")
+    elif run.status == "running":
+        click.echo(f"run {run.id} is running: asked to stop (its worker cancels it; its timeout stops it otherwise)")
+    else:
+        click.echo(f"run {run.id} finished as {run.status} before it could be cancelled")
+
+
+@main.command()
+@click.argument("run_id")
+@click.pass_context
+@handle_errors
+def retry(ctx: click.Context, run_id: str) -> None:
+    """Run a finished run again (a new run; history stays)."""
+    handle = database_app(ctx).retry(run_id)
+    click.echo(f"run {handle.id} enqueued (retry of {run_id})")

@@ -1,0 +1,264 @@
+"""Settings: one table of every App, worker and dashboard setting and its ROTA_* variable.
+
+Precedence is argument > flag > variable > default: a value passed in code (`App(...)`)
+wins, then a `rota` command-line flag, then the environment, then the default below.
+`App.__init__` resolves the arguments it was not given through `value()`; the `rota`
+commands render `help_line()` into their --help and the README table comes from
+`markdown_table()`. A bad variable stops the start with one line naming the variable, the
+value and what is valid.
+
+Also here: `redact_url()` and `redact_text()`, which take passwords out of URLs (userinfo
+and `?password=`) and out of any text that echoes one (driver messages), for every place
+that shows a database or locks URL.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import unquote
+
+from .errors import ConfigurationError
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+FINAL = ("succeeded", "failed", "cancelled", "skipped")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+
+
+class _Invalid(ValueError):
+    """A parser's complaint: what is valid (the caller adds variable name and value)."""
+
+
+def _int(low: int, high: int | None = None) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            raise _Invalid(f"a whole number from {low}" + (f" to {high}" if high is not None else ""))
+        return value
+
+    return parse
+
+
+def _seconds(low: float, *, allow_zero: bool = False) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            value = math.nan
+        ok = math.isfinite(value) and (value >= low if allow_zero else value > low) and value <= 86400 * 365
+        if not ok:
+            floor = f">= {low:g}" if allow_zero else f"> {low:g}"
+            raise _Invalid(f"a number of seconds {floor} and at most one year")
+        return value
+
+    return parse
+
+
+def parse_duration(raw: str) -> timedelta:
+    """`90`, `90s`, `15m`, `12h`, `7d` (a plain number is seconds)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", raw)
+    if not match or float(match[1]) <= 0:
+        raise _Invalid("a positive duration such as 90s, 15m, 12h or 7d")
+    seconds = float(match[1]) * _UNITS[match[2] or "s"]
+    if seconds > 86400 * 36500:
+        raise _Invalid("a positive duration of at most 36500d")
+    return timedelta(seconds=seconds)
+
+
+def _retention(raw: str) -> dict[str, timedelta]:
+    valid = "'none' or status=duration pairs such as succeeded=7d,failed=30d (statuses: " + ", ".join(FINAL) + ")"
+    if raw.strip().lower() in ("none", "off", "keep"):
+        return {}
+    result = {}
+    for item in raw.split(","):
+        status, eq, keep = item.partition("=")
+        status = status.strip()
+        if not eq or status not in FINAL:
+            raise _Invalid(valid)
+        try:
+            result[status] = parse_duration(keep)
+        except _Invalid:
+            raise _Invalid(valid) from None
+    return result
+
+
+def _queues(raw: str) -> list[str] | None:
+    names = [q.strip() for q in raw.split(",") if q.strip()]
+    if not names or not all(_QUEUE.match(q) for q in names):
+        raise _Invalid("comma-separated queue names of 1-100 letters, digits, '_', '-', '.' or ':'")
+    return names
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in options:
+            raise _Invalid("one of " + ", ".join(options))
+        return value
+
+    return parse
+
+
+def _url(example: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if "://" not in raw:
+            raise _Invalid(f"a URL such as {example}")
+        return raw.strip()
+
+    return parse
+
+
+def _text(raw: str) -> str:
+    if not raw.strip():
+        raise _Invalid("a non-empty string")
+    return raw.strip()
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    env: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    shown_default: str
+    secret: bool = False
+
+
+def _s(name: str, parse: Callable[[str], Any], default: Any, help: str, shown: str, secret: bool = False) -> Setting:
+    return Setting(name, "ROTA_" + name.upper(), parse, default, help, shown, secret)
+
+
+DEFAULT_RETENTION = {
+    "succeeded": timedelta(days=7),
+    "skipped": timedelta(days=7),
+    "cancelled": timedelta(days=30),
+    "failed": timedelta(days=30),
+}
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in (
+        _s("database_url", _url("sqlite:///rota.db"), "sqlite:///rota.db", "Database URL", "sqlite:///rota.db"),
+        _s("locks_url", _url("redis://host:6379/0"), None, "Redis URL for named locks", "the run store"),
+        _s("concurrency", _int(1, 10000), 5, "Runs a worker executes at a time", "5"),
+        _s("queues", _queues, None, "Queues a worker serves (comma-separated)", "all"),
+        _s("lease", _seconds(0), 30.0, "Lease seconds (heartbeat every third)", "30"),
+        _s("poll_interval", _seconds(0), 1.0, "Seconds between polls", "1"),
+        _s("shutdown_timeout", _seconds(0, allow_zero=True), 30.0, "Seconds to drain on SIGTERM", "30"),
+        _s(
+            "retention",
+            _retention,
+            DEFAULT_RETENTION,
+            "History kept per final status: none, or e.g. succeeded=7d,failed=30d",
+            "succeeded=7d,skipped=7d,cancelled=30d,failed=30d",
+        ),
+        _s("prune_interval", _seconds(0), 300.0, "Seconds between pruning passes", "300"),
+        _s("pool_size", _int(1, 1000), None, "PostgreSQL connections per process (PostgreSQL only)", "10"),
+        _s("metrics_port", _int(1, 65535), None, "Serve the worker's Prometheus /metrics on this port", "off"),
+        _s("log_level", _choice(LOG_LEVELS), "info", "Log level: " + ", ".join(LOG_LEVELS), "info"),
+        _s("log_format", _choice(LOG_FORMATS), "text", "Log format: text, or json (one object per line)", "text"),
+        _s("dashboard_host", _text, "127.0.0.1", "Address the dashboard binds", "127.0.0.1"),
+        _s("dashboard_port", _int(1, 65535), 8000, "Port the dashboard listens on", "8000"),
+        _s("dashboard_token", _text, None, "Bearer token the dashboard requires", "none", secret=True),
+    )
+}
+
+
+def value(name: str, argument: Any = None, environ: Mapping[str, str] | None = None) -> Any:
+    """`argument` if given, else the parsed ROTA_* variable, else the default."""
+    if argument is not None:
+        return argument
+    return from_env(name, environ)
+
+
+def from_env(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The setting's variable parsed (ConfigurationError, one line, if invalid), else its default."""
+    setting = SETTINGS[name]
+    raw = (os.environ if environ is None else environ).get(setting.env)
+    if raw is None or raw == "":
+        return setting.default
+    try:
+        return setting.parse(raw)
+    except _Invalid as exc:
+        shown = "***" if setting.secret else redact_url(raw)
+        raise ConfigurationError(f"{setting.env}={shown!r} is not valid: expected {exc}") from None
+
+
+def source(name: str, argument: Any = None, environ: Mapping[str, str] | None = None) -> str:
+    """Where the value comes from: argument, environment or default."""
+    if argument is not None:
+        return "argument"
+    raw = (os.environ if environ is None else environ).get(SETTINGS[name].env)
+    return "environment" if raw else "default"
+
+
+def help_line(name: str) -> str:
+    """The help text of a setting for a CLI flag: help, variable and default."""
+    s = SETTINGS[name]
+    return f"{s.help} [env {s.env}; default {s.shown_default}]"
+
+
+def epilog() -> str:
+    """Every variable, one a line, for `rota worker --help` (\b keeps click from rewrapping)."""
+    lines = [f"  {s.env:<22} {s.help} (default {s.shown_default})" for s in SETTINGS.values()]
+    return "\b\nEnvironment (argument in code > flag > variable > default):\n" + "\n".join(lines)
+
+
+def markdown_table() -> str:
+    rows = ["| Variable | Setting | Default |", "|---|---|---|"]
+    rows += [f"| `{s.env}` | {s.help} | `{s.shown_default}` |" for s in SETTINGS.values()]
+    return "\n".join(rows)
+
+
+# -- redaction -------------------------------------------------------------------------------
+_USERINFO = re.compile(r"(?P<pre>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s'\"]*):(?P<pw>[^@\s'\"]*)@")
+_PARAM = re.compile(r"(?i)(?P<key>\b(?:password|passwd|pwd|sslpassword)\s*=\s*)(?P<pw>'[^']*'|[^&\s'\"]+)")
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password (in the userinfo or a ?password= parameter) replaced by ***."""
+    return redact_text(url)
+
+
+_KNOWN: set[str] = set()
+
+
+def remember_secrets(*urls: str | None) -> None:
+    """Remember the passwords of these URLs (every App does, for its database and locks URLs):
+    redact_text() then removes them wherever they appear, e.g. in a driver's message."""
+    _KNOWN.update(pw for url in urls if url for pw in _passwords(url))
+
+
+def redact_text(text: str, *urls: str | None) -> str:
+    """`text` without passwords: every URL userinfo password, every password=... pair, and the
+    literal passwords of `urls` and of remember_secrets() wherever they appear (drivers echo
+    them in odd forms)."""
+    secrets = [pw for url in urls if url for pw in _passwords(url)] + list(_KNOWN)
+    text = _USERINFO.sub(lambda m: f"{m['pre']}:***@", text)
+    text = _PARAM.sub(lambda m: f"{m['key']}***", text)
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        if len(secret) >= 3:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _passwords(url: str) -> list[str]:
+    found = [m["pw"] for m in _USERINFO.finditer(url)] + [m["pw"].strip("'") for m in _PARAM.finditer(url)]
+    return [p for q in found if q for p in {q, unquote(q)}]
+
+
+def resolve(**arguments: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each named setting's value (argument, else variable, else default) and its source."""
+    values = {name: value(name, arg) for name, arg in arguments.items()}
+    return values, {name: source(name, arg) for name, arg in arguments.items()}

@@ -1,0 +1,133 @@
+"""Logging: plain text or one JSON object per line, with stable event names.
+
+`configure(level, fmt)` sets up the `rota` loggers (the `rota` command calls it from
+--log-level/--log-format or ROTA_LOG_LEVEL/ROTA_LOG_FORMAT). `log_event(logger, level,
+event, message, **fields)` logs `message` with `event` and `fields` attached, so that the
+JSON formatter writes them as keys:
+
+    {"ts": "2026-11-30T18:02:11.103Z", "level": "info", "logger": "rota.worker",
+     "event": "run_succeeded", "message": "run 42 demo.fetch succeeded in 0.21 s",
+     "run_id": "42", "task": "demo.fetch", "attempt": 1, "worker": "host:123:ab", "duration": 0.21}
+
+Event names (stable; operators alert on them):
+
+- worker_started, worker_stopping, worker_stopped: a worker's life (fields: worker, and
+  concurrency/queues at start).
+- run_claimed, run_succeeded, run_failed, run_retrying, run_rescued, run_cancelled,
+  run_timed_out: run transitions (run_id, task, schedule, attempt, worker, duration, error).
+- lease_lost: a worker lost a run's lease (run_id, worker).
+- tick_materialized, tick_locked_out: a schedule tick written by this instance, or lost to
+  another instance that wrote it first (schedule).
+- database_unavailable, database_back: one line each per outage (error, duration).
+- poll_summary: debug, once per poll: rescued, dispatched, locked_out, skipped_at_capacity.
+- flag_ignored: a `rota` flag lost to a value the App was given in code (argument > flag).
+
+Both formatters take passwords out of URLs in the message (rota.config.redact_text).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from .config import LOG_FORMATS, LOG_LEVELS, redact_text
+
+EVENTS = (
+    "worker_started",
+    "worker_stopping",
+    "worker_stopped",
+    "run_claimed",
+    "run_succeeded",
+    "run_failed",
+    "run_retrying",
+    "run_rescued",
+    "run_cancelled",
+    "run_timed_out",
+    "lease_lost",
+    "tick_materialized",
+    "tick_locked_out",
+    "database_unavailable",
+    "database_back",
+    "poll_summary",
+    "flag_ignored",
+)
+FIELDS = ("run_id", "task", "schedule", "attempt", "worker", "duration", "error")
+_RESERVED = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "event", "fields"}
+
+
+def log_event(logger: logging.Logger, level: int, event: str, message: str, **fields: Any) -> None:
+    """Log `message` with a stable `event` name and structured `fields` (JSON keys)."""
+    if logger.isEnabledFor(level):
+        logger.log(level, message, extra={"event": event, "fields": fields}, stacklevel=2)
+
+
+def _record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """`fields` from log_event, plus plain `extra` keys that are not LogRecord attributes."""
+    fields: dict[str, Any] = dict(getattr(record, "fields", None) or {})
+    for key, value in vars(record).items():
+        if key not in _RESERVED and not key.startswith("_"):
+            fields.setdefault(key, value)
+    return fields
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, event, message, then the fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": getattr(record, "event", None) or "log",
+            "message": redact_text(record.getMessage()),
+        }
+        for key, value in _record_fields(record).items():
+            data.setdefault(key, redact_text(value) if isinstance(value, str) else value)
+        if record.exc_info:
+            data.setdefault("error", redact_text(self.formatException(record.exc_info)))
+        return json.dumps(data, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """`time level logger: message`, passwords taken out."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to `stream`, or to whatever sys.stderr is at the time of each record (so that a
+    replaced and closed stderr, as in click's test runner, is never written to)."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        super().__init__(stream or sys.stderr)
+        self.follow_stderr = stream is None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.follow_stderr:
+            self.stream = sys.stderr
+        super().emit(record)
+
+
+def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = None) -> None:
+    """Send the `rota` loggers (and the root logger) to `stream` (stderr) in `fmt` at `level`."""
+    if level not in LOG_LEVELS or fmt not in LOG_FORMATS:
+        raise ValueError(f"log level {level!r} / format {fmt!r}: valid {LOG_LEVELS} / {LOG_FORMATS}")
+    handler = _Handler(stream)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, "_rota", False)]:
+        root.removeHandler(old)
+    handler._rota = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("rota").setLevel(getattr(logging, level.upper()))
+
+
+__all__ = ["EVENTS", "FIELDS", "JsonFormatter", "TextFormatter", "configure", "log_event"]

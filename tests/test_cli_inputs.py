@@ -1,0 +1,173 @@
+"""Bad input to `rota`: one `error:` line before anything starts, no traceback, no password;
+and text from the database printed without markup or terminal escapes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import rota.testing
+from rota.cli import main
+
+from .conftest import make_app
+
+BASIC = "tests.apps.basic:app"
+
+
+def cli(*args: str, env: dict[str, str | None] | None = None) -> tuple[int, str]:
+    result = CliRunner(env={"COLUMNS": "140", **(env or {})}).invoke(main, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.output
+
+
+def one_error_line(code: int, out: str, *needles: str) -> None:
+    assert code in (1, 2), out
+    assert out.startswith("error: ") and out.count("\n") == 1, out
+    assert "Traceback" not in out
+    for needle in needles:
+        assert needle in out, out
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/rota.db"
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("enqueue", BASIC, "noop", "--delay", "1e300"), ("--delay", "1e+300", "100 years")),
+        (("enqueue", BASIC, "noop", "--delay", "nan"), ("--delay", "nan")),
+        (("enqueue", BASIC, "noop", "--args", '["\\ud800"]'), ("--args", "lone surrogate")),
+        (("enqueue", BASIC, "noop", "--args", '["\udcff"]'), ("--args", "lone surrogate")),
+        (("enqueue", BASIC, "noop", "--args", "[1"), ("--args", "not JSON")),
+        (("enqueue", BASIC, "noop", "--kwargs", "[]"), ("--kwargs", "JSON object")),
+        (("enqueue", BASIC, "noop", "--queue", "bad queue!"), ("'bad queue!'",)),
+        (("worker", BASIC, "--metrics-port", "99999"), ("--metrics-port", "99999", "1<=x<=65535")),
+        (("worker", BASIC, "-q", "mail", "-q", "bad queue!"), ("--queue", "'bad queue!'", "letters, digits")),
+        (("worker", BASIC, "--lease", "inf"), ("--lease", "inf")),
+        (("worker", BASIC, "-c", "0"), ("--concurrency", "0")),
+        (("dashboard", BASIC, "--port", "99999"), ("--port", "99999")),
+        (("explain", "* * * * *", "--count", "100000000"), ("--count", "100000000", "1<=x<=1000")),
+        (("explain", "* * * * *", "--after", "notadate"), ("--after", "'notadate'", "ISO time")),
+        (("runs", "--limit", "0"), ("--limit",)),
+        (("run", "abc"), ("no run with id 'abc'",)),
+    ],
+)
+def test_bad_flags_are_one_line(url: str, args: tuple[str, ...], needles: tuple[str, ...]) -> None:
+    code, out = cli("--database-url", url, *args)
+    one_error_line(code, out, *needles)
+
+
+def test_a_busy_metrics_or_dashboard_port_is_refused_before_start(url: str, busy_port: int) -> None:
+    code, out = cli("--database-url", url, "worker", BASIC, "--metrics-port", str(busy_port))
+    one_error_line(code, out, f"port {busy_port}", "in use")
+    code, out = cli(
+        "--database-url", url, "dashboard", BASIC, "--host", "0.0.0.0", "--port", str(busy_port), "--token", "t"
+    )
+    one_error_line(code, out, f"port {busy_port}", "in use")
+    code, out = cli("--database-url", url, "worker", BASIC, env={"ROTA_METRICS_PORT": str(busy_port)})
+    one_error_line(code, out, "in use")
+    code, out = cli("--database-url", url, "dashboard", BASIC, env={"ROTA_DASHBOARD_PORT": "0"})
+    one_error_line(code, out, "ROTA_DASHBOARD_PORT='0' is not valid")
+
+
+@pytest.mark.parametrize(
+    ("env", "name"),
+    [
+        ({"ROTA_QUEUES": "a b"}, "ROTA_QUEUES"),
+        ({"ROTA_METRICS_PORT": "http"}, "ROTA_METRICS_PORT"),
+        ({"ROTA_LOG_FORMAT": "xml"}, "ROTA_LOG_FORMAT"),
+    ],
+)
+def test_bad_worker_variables_are_one_line(url: str, env: dict[str, str | None], name: str) -> None:
+    code, out = cli("--database-url", url, "worker", BASIC, env=env)
+    one_error_line(code, out, f"{name}=")
+
+
+def test_passwords_never_printed() -> None:
+    for bad in (
+        "postgresq://u:hunter2@localhost/db?password=hunter3",
+        "postgresql://u:hunter2@127.0.0.1:1/db?password=hunter3",
+    ):
+        code, out = cli("--database-url", bad, "runs")
+        one_error_line(code, out)
+        assert "hunter2" not in out and "hunter3" not in out
+    code, out = cli("runs", env={"ROTA_DATABASE_URL": "postgresql://u:hunter2@127.0.0.1:1/db"})
+    one_error_line(code, out, "u:***@127.0.0.1")
+    assert "hunter2" not in out
+
+
+def test_markup_and_escapes_from_the_database_are_shown_as_text(db_url: str) -> None:
+    app = make_app(db_url)
+
+    @app.task(name="nasty")
+    def nasty() -> None:
+        raise ValueError("[/] [bold red]not markup[/] \x1b[31mred\x1b[0m \x1b]0;title\x07 bell\x07")
+
+    run = nasty.enqueue()
+    rota.testing.run_pending(app)
+    for args in (("runs",), ("runs", "--status", "failed"), ("run", run.id)):
+        code, out = cli("--database-url", db_url, *args)
+        assert code == 0, out
+        assert "[/] [bold red]not markup[/]" in out and "\x1b" not in out and "\x07" not in out
+        assert "red" in out and "bell" in out
+    app.close()
+
+
+def _corrupt(url: str, sql: str) -> None:
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute(sql)
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql)  # type: ignore[arg-type]
+
+
+def test_a_corrupt_row_is_shown_and_the_rest_listed(db_url: str) -> None:
+    app = make_app(db_url)
+    task = app.task(name="t")(lambda x: x)
+    good, bad = task.options(delay=60).enqueue(1), task.options(delay=60).enqueue(2)
+    _corrupt(db_url, f"UPDATE rota_runs SET args = '[not json' WHERE id = {bad.id}")
+    code, out = cli("--database-url", db_url, "runs")
+    assert code == 0 and "corrupt" in out and good.id in out, out
+    code, out = cli("--database-url", db_url, "runs", "--json")
+    assert code == 0 and "not valid" not in out
+    listed = {r["id"]: r for r in json.loads(out)}
+    assert set(listed) == {good.id, bad.id} and "corrupt" in listed[bad.id] and "corrupt" not in listed[good.id]
+    code, out = cli("--database-url", db_url, "run", bad.id)
+    assert code == 0 and "corrupt" in out
+    code, out = cli("--database-url", db_url, "cancel", bad.id)
+    assert code == 0 and f"run {bad.id} cancelled" in out
+    app.close()
+
+
+def test_a_far_future_row_is_shown_not_a_crash(tmp_path: Path) -> None:
+    """SQLite stores times as numbers; a row written past year 9999 (by an older rota or by
+    hand) is listed as corrupt. PostgreSQL refuses such a time at enqueue (the store)."""
+    url = f"sqlite:///{tmp_path}/rota.db"
+    app = make_app(url)
+    handle = app.task(name="t")(lambda: None).options(delay=60).enqueue()
+    _corrupt(url, f"UPDATE rota_runs SET scheduled_for = 1e12, due_at = 1e12 WHERE id = {handle.id}")
+    for args in (("runs",), ("run", handle.id), ("cancel", handle.id), ("runs", "--json")):
+        code, out = cli("--database-url", url, *args)
+        assert code == 0 and "Traceback" not in out, out
+    code, out = cli("--database-url", url, "runs")
+    assert "corrupt" in out
+    app.close()

@@ -1,0 +1,162 @@
+"""Settings from ROTA_* variables: precedence, every bad variable, redaction of passwords."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+import rota
+from rota import config
+from rota.cli.running import _flag_or_app
+from rota.errors import ConfigurationError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BAD = {
+    "database_url": "rota.db",
+    "locks_url": "localhost:6379",
+    "concurrency": "0",
+    "queues": "bad queue!",
+    "lease": "-1",
+    "poll_interval": "nan",
+    "shutdown_timeout": "-2",
+    "retention": "forever",
+    "prune_interval": "0",
+    "pool_size": "many",
+    "metrics_port": "99999",
+    "log_level": "loud",
+    "log_format": "xml",
+    "dashboard_host": " ",
+    "dashboard_port": "0",
+    "dashboard_token": " ",
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for setting in config.SETTINGS.values():
+        monkeypatch.delenv(setting.env, raising=False)
+
+
+def test_every_setting_has_a_bad_value_case() -> None:
+    assert set(BAD) == set(config.SETTINGS)
+    assert all(s.env == "ROTA_" + s.name.upper() for s in config.SETTINGS.values())
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_bad_variable_is_one_line_naming_variable_value_and_what_is_valid(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setting = config.SETTINGS[name]
+    monkeypatch.setenv(setting.env, BAD[name])
+    with pytest.raises(ConfigurationError) as info:
+        config.from_env(name)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{setting.env}=")
+    assert "is not valid: expected " in message
+    shown = "***" if setting.secret else BAD[name]
+    assert repr(shown) in message
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "parsed"),
+    [
+        ("concurrency", "7", 7),
+        ("queues", "mail, reports", ["mail", "reports"]),
+        ("lease", "2.5", 2.5),
+        ("shutdown_timeout", "0", 0.0),
+        ("retention", "failed=90d,succeeded=12h", {"failed": timedelta(days=90), "succeeded": timedelta(hours=12)}),
+        ("retention", "none", {}),
+        ("metrics_port", "9100", 9100),
+        ("log_level", "DEBUG", "debug"),
+        ("log_format", "json", "json"),
+        ("dashboard_port", "8080", 8080),
+    ],
+)
+def test_good_variables_parse(name: str, raw: str, parsed: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(config.SETTINGS[name].env, raw)
+    assert config.from_env(name) == parsed
+
+
+def test_app_precedence_argument_over_variable_over_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"sqlite:///{tmp_path}/rota.db"
+    app = rota.App(url)
+    assert (app.concurrency, app.lease, app.poll_interval, app.shutdown_timeout) == (5, 30.0, 1.0, 30.0)
+    assert app.retention["failed"] == timedelta(days=30) and app.setting_sources["concurrency"] == "default"
+    for env, raw in {
+        "ROTA_CONCURRENCY": "7",
+        "ROTA_LEASE": "12",
+        "ROTA_POLL_INTERVAL": "0.5",
+        "ROTA_SHUTDOWN_TIMEOUT": "3",
+        "ROTA_RETENTION": "failed=2d",
+        "ROTA_PRUNE_INTERVAL": "60",
+        "ROTA_POOL_SIZE": "3",  # PostgreSQL only: ignored (not an error) on SQLite
+    }.items():
+        monkeypatch.setenv(env, raw)
+    app = rota.App(url)
+    assert (app.concurrency, app.lease, app.poll_interval, app.shutdown_timeout) == (7, 12.0, 0.5, 3.0)
+    assert app.retention == {"failed": timedelta(days=2)} and app.prune_interval == 60.0
+    assert app.setting_sources["concurrency"] == "environment"
+    app = rota.App(url, concurrency=2, lease=9, retention=None)
+    assert (app.concurrency, app.lease, app.poll_interval, app.retention) == (2, 9, 0.5, {})
+    assert app.setting_sources["concurrency"] == "argument"
+    monkeypatch.setenv("ROTA_DATABASE_URL", f"sqlite:///{tmp_path}/env.db")
+    assert rota.App().database_url.endswith("env.db") and rota.App(url).database_url == url
+
+
+def test_a_bad_variable_stops_the_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROTA_CONCURRENCY", "seven")
+    with pytest.raises(ConfigurationError, match=r"^ROTA_CONCURRENCY='seven' is not valid: expected a whole number"):
+        rota.App(f"sqlite:///{tmp_path}/rota.db")
+    assert rota.App(f"sqlite:///{tmp_path}/rota.db", concurrency=3).concurrency == 3  # not read when given
+
+
+def test_argument_beats_flag_beats_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROTA_CONCURRENCY", "7")
+    url = f"sqlite:///{tmp_path}/rota.db"
+    assert _flag_or_app(rota.App(url), "concurrency", 9) == 9  # flag over variable
+    assert _flag_or_app(rota.App(url), "concurrency", None) is None  # the App's (variable) stands
+    assert _flag_or_app(rota.App(url, concurrency=2), "concurrency", 9) is None  # argument over flag
+
+
+def test_readme_lists_every_variable() -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [s.env for s in config.SETTINGS.values() if f"`{s.env}`" not in readme]
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("postgresql://u:s3cret@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgresql://:s3cret@h/db", "postgresql://:***@h/db"),
+        ("postgresql://u@h/db?password=s3cret&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
+        ("postgresql://u@h/db?sslmode=require&PASSWORD=s3cret", "postgresql://u@h/db?sslmode=require&PASSWORD=***"),
+        ("redis://:s3cret@h:6379/0", "redis://:***@h:6379/0"),
+        ("sqlite:///rota.db", "sqlite:///rota.db"),
+        ("host=h password='s 3cret' dbname=x", "host=h password=*** dbname=x"),
+    ],
+)
+def test_redact_url(text: str, expected: str) -> None:
+    assert config.redact_url(text) == expected
+
+
+def test_redact_text_removes_a_known_password_wherever_a_driver_echoes_it() -> None:
+    url = "postgresql://u:p%40ss@h/db"
+    message = 'missing "=" after "p@ss" in connection info string; also p%40ss'
+    assert "p@ss" not in config.redact_text(message, url) and "p%40ss" not in config.redact_text(message, url)
+
+
+def test_database_label_and_stats_are_redacted(pg_url: str) -> None:
+    url = pg_url.replace("postgres@", "postgres:hunter2@", 1) + "&password=hunter3"  # trust auth ignores them
+    app = rota.App(url, retention=None)
+    try:
+        shown = f"{app.database_label} {app!r} {app.stats()}"
+        assert "hunter2" not in shown and "hunter3" not in shown and "postgres:***@" in shown
+    finally:
+        app.close()
+    with pytest.raises(ConfigurationError) as info:
+        rota.App("postgresq://user:hunter2@localhost/db?password=hunter3")
+    assert "hunter2" not in str(info.value) and "hunter3" not in str(info.value)

@@ -33,7 +33,6 @@ RUN_FIELDS = {
     "started_at",
     "finished_at",
     "worker",
-    "result",
     "error",
 }
 SCHEDULE_FIELDS = {"name", "task", "cron", "every", "tz", "overlap", "paused", "next_run_at", "last_run_at", "last_status",
@@ -67,7 +66,7 @@ def filled(app: rota.App) -> rota.App:
 
 @pytest.fixture
 def client(filled: rota.App) -> Iterator[TestClient]:
-    with TestClient(create_app(filled)) as c:
+    with TestClient(create_app(filled), base_url="http://localhost") as c:
         yield c
 
 
@@ -97,8 +96,15 @@ def test_reads_have_the_cli_shapes(client: TestClient, filled: rota.App) -> None
 
     runs = get(client, "/api/runs")
     assert [r["task"] for r in runs] == ["bad", "ok"]
-    assert all(set(r) >= RUN_FIELDS for r in runs)
-    assert runs == [r.to_json() for r in filled.list_runs(limit=50)]
+    assert all(set(r) >= RUN_FIELDS | {"args_preview", "result_preview", "corrupt", "truncated"} for r in runs)
+    for summary, full in zip(runs, filled.list_runs(limit=50), strict=True):
+        record = full.to_json()
+        assert {k: v for k, v in summary.items() if k in record and k != "error"} == {
+            k: v for k, v in record.items() if k in summary and k != "error"
+        }
+        assert get(client, f"/api/runs/{full.id}") == {**record, "corrupt": [], "raw": {}}
+    assert runs[0]["error"] == {"type": "ValueError", "message": f"bad input {XSS}"}
+    assert runs[1]["result_preview"] == '{"fine":true}' and runs[1]["args_preview"] == "[1]"
 
     detail = get(client, f"/api/runs/{runs[0]['id']}")
     assert detail["error"]["type"] == "ValueError" and "Traceback" in detail["error"]["traceback"]
@@ -222,7 +228,7 @@ def test_actions_from_another_site_are_refused(client: TestClient) -> None:
     for headers in ({"origin": "https://evil.example"}, {"sec-fetch-site": "cross-site"}):
         response = client.post("/api/schedules/reports/daily/pause", headers=headers)
         assert response.status_code == 403 and response.json() == {"error": "cross-site request refused"}
-    same = {"origin": "http://testserver", "sec-fetch-site": "same-origin"}
+    same = {"origin": "http://localhost", "sec-fetch-site": "same-origin"}
     assert client.post("/api/schedules/reports/daily/pause", headers=same).status_code == 200
     assert (
         client.get("/api/stats", headers={"sec-fetch-site": "cross-site"}).status_code == 200
@@ -348,6 +354,7 @@ def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Pat
         "api/runs?limit=50",
         "api/timeline?minutes=60",
         "api/workers",
+        "api/locks",
         f"api/runs/{bad}",
     ]
     responses = {p: {"status": 200, "body": get(client, "/" + p)} for p in paths}
@@ -367,6 +374,7 @@ def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Pat
     assert "reports/daily" in parts["schedules"] and "every 1h" in parts["schedules"]
     assert parts["runs"].count("<tr") == 2 and 'class="tl-bar succeeded"' in parts["timeline"]
     assert "No workers seen recently." in parts["workers"] or "<tr>" in parts["workers"]
+    assert "No named locks." in parts["locks"]
     assert "attempt 1" in parts["detail"] and "retry" in parts["detail"]
 
 
@@ -374,7 +382,9 @@ def test_user_data_in_the_api_stays_inert(client: TestClient) -> None:
     raw = client.get("/api/runs?task=bad").text
     assert "<script>" not in raw and "\\u003cscript\\u003e" in raw
     (run,) = json.loads(raw)
-    assert run["args"] == [XSS]
+    assert json.loads(run["args_preview"]) == [XSS]
+    detail = client.get(f"/api/runs/{run['id']}").text
+    assert "<script>" not in detail and json.loads(detail)["args"] == [XSS]
 
 
 # -- /metrics ---------------------------------------------------------------------------------

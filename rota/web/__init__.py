@@ -112,6 +112,9 @@ def _allowed_hosts(token: str | None, hosts: Sequence[str] | None) -> list[str] 
     return None if "*" in hosts else list(hosts)
 
 
+SIGNOUT = '<form class="signout" method="post" action="logout"><button type="submit">sign out</button></form>'
+
+
 @cache
 def _page_source() -> str:
     return resources.files(__package__).joinpath("dashboard.html").read_text(encoding="utf-8")
@@ -124,7 +127,8 @@ async def page(request: Request) -> Response:
         f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
         "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     )
-    html = _page_source().replace("__NONCE__", nonce)
+    signed = request.app.state.sessions is not None
+    html = _page_source().replace("__NONCE__", nonce).replace("__SIGNOUT__", SIGNOUT if signed else "")
     return HTMLResponse(html, headers={"content-security-policy": csp})
 
 

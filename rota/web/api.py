@@ -193,7 +193,7 @@ async def run(request: Request) -> Response:
     store = await _call(lambda: _app(request).store)
     rows = await _call(store.run_rows, "web_run_detail", run_id=run_id)
     if not rows:
-        raise RunNotFound(f"no run with id {run_id}")
+        raise RunNotFound(f"no run with id '{run_id}'")
     return SafeJSONResponse(records.detail(tuple(rows[0])))
 
 
@@ -282,13 +282,13 @@ async def trigger(request: Request) -> Response:
 
 
 async def cancel(request: Request) -> Response:
-    cancelled = await _call(_app(request).cancel, _run_id(request))
+    cancelled = await _call(_app(request).cancel, str(_run_id(request)))
     return SafeJSONResponse(cancelled.to_json())
 
 
 async def retry(request: Request) -> Response:
     app = _app(request)
-    original = await _call(app.get_run, _run_id(request))
+    original = await _call(app.get_run, str(_run_id(request)))
     if not original.is_final:
         return error_response(
             f"run {original.id} is still {original.status}; wait for it or cancel it before retrying",

@@ -276,7 +276,7 @@ def normalize_hosts(hosts: Iterable[str]) -> frozenset[str]:
 
 LOGIN_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>rota: sign in</title>
+<title>rota: sign in</title><link rel="icon" href="data:,">
 <style>
 body{font:15px/1.5 system-ui,sans-serif;display:grid;place-items:center;min-height:90vh;margin:0;
 background:#fafafa;color:#1d1d1f}
@@ -304,7 +304,7 @@ def login_page(message: str | None, status: int = 401, headers: dict[str, str] |
         status_code=status,
         headers={
             **(headers or {}),
-            "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+            "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; "
             "frame-ancestors 'none'; base-uri 'none'",
             "www-authenticate": "Bearer",
         },

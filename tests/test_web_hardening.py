@@ -290,3 +290,27 @@ def test_openapi_describes_every_api_route(filled: rota.App) -> None:
     assert served == document() and served["openapi"] == "3.1.0"
     routes = {route.path.replace(":path", "") for route in api.routes()}  # type: ignore[attr-defined]
     assert routes == set(served["paths"])
+
+
+def test_a_real_server_refuses_a_200_mb_sign_in_at_once(filled: rota.App) -> None:
+    """Through uvicorn on a socket: the 413 comes back after the headers, while the client
+    has sent almost none of the 200 MB it announced."""
+    import socket
+
+    from tests.browser.conftest import Served
+
+    served = Served(create_app(filled, token=TOKEN))
+    try:
+        with socket.create_connection(("127.0.0.1", served.port), timeout=10) as conn:
+            head = (
+                "POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+                "Content-Length: 200000000\r\n\r\n"
+            )
+            conn.sendall(head.encode() + b"token=" + b"x" * 65536)
+            answer = ""
+            while "}" not in answer and (chunk := conn.recv(4096)):
+                answer += chunk.decode(errors="replace")
+        assert answer.startswith("HTTP/1.1 413 "), answer
+        assert "request body too large" in answer
+    finally:
+        served.stop()

@@ -6,16 +6,19 @@ Routes (JSON unless said otherwise; records shaped as the CLI's `--json`):
 
     GET  /                      the dashboard page (HTML; renders from the API in the browser)
     GET  /healthz               {"status": "ok"}, never needs the token
+    POST /login, /logout        sign in with the token (a form field), sign out
+    GET  /api/openapi.json      the OpenAPI 3.1 description of the API below
     GET  /metrics               Prometheus text (rota.web.metrics)
     GET  /api/stats             counts by status, live workers, capacity
     GET  /api/schedules[?all=1]             GET /api/schedules/{name}
-    GET  /api/runs?status=&task=&schedule=&queue=&limit=&before=     GET /api/runs/{id}
+    GET  /api/runs?status=&task=&schedule=&queue=&limit=&before=  (summaries)  GET /api/runs/{id}
     GET  /api/workers           GET /api/locks
     GET  /api/timeline?minutes=60           runs that started/finished in the window
     POST /api/schedules/{name}/pause|resume|trigger
     POST /api/runs/{id}/cancel|retry
 
-Auth (token argument, else ROTA_DASHBOARD_TOKEN) is described in rota.web.auth.
+Auth (token argument, else ROTA_DASHBOARD_TOKEN), allowed hosts and the body limit are
+described in rota.web.auth; sessions and the sign-in throttle in rota.web.sessions.
 """
 
 from __future__ import annotations
@@ -150,9 +153,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def serve(app: App, *, host: str = "127.0.0.1", port: int = 8000, token: str | None = None) -> None:
+def serve(
+    app: App,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    token: str | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+) -> None:
     """Run the dashboard with uvicorn until interrupted. Without a token it only binds to a
-    loopback address, and only answers requests addressed to a loopback name."""
+    loopback address, and only answers requests addressed to a loopback name (or to
+    `allowed_hosts`, which otherwise defaults as in create_app)."""
     import uvicorn
 
     token = resolve_token(token)
@@ -163,7 +174,7 @@ def serve(app: App, *, host: str = "127.0.0.1", port: int = 8000, token: str | N
             f"export {TOKEN_ENV}=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')) or pass "
             "--token, or bind to 127.0.0.1"
         )
-    allowed = None if token else (*LOOPBACK_NAMES, host)
+    allowed = allowed_hosts if allowed_hosts is not None else None if token else (*LOOPBACK_NAMES, host)
     web = create_app(app, token=token, allowed_hosts=allowed)
     shown = f"[{host}]" if ":" in host else host
     how = "sign in with the token" if token else "no token: loopback only"

@@ -31,7 +31,7 @@ from ..errors import (
     TriggerRefused,
     did_you_mean,
 )
-from ..models import STATUSES, iso
+from ..models import FINAL_STATUSES, STATUSES, iso
 from ..stores.base import RunFilter
 from . import records
 
@@ -189,12 +189,16 @@ async def runs(request: Request) -> Response:
 
 
 async def run(request: Request) -> Response:
-    run_id = _run_id(request)
+    return SafeJSONResponse(await _detail(request, _run_id(request)))
+
+
+async def _detail(request: Request, run_id: int) -> dict[str, Any]:
+    """The whole run as rota.web.records.detail reads it (tolerant of damaged values)."""
     store = await _call(lambda: _app(request).store)
     rows = await _call(store.run_rows, "web_run_detail", run_id=run_id)
     if not rows:
         raise RunNotFound(f"no run with id '{run_id}'")
-    return SafeJSONResponse(records.detail(tuple(rows[0])))
+    return records.detail(tuple(rows[0]))
 
 
 async def workers(request: Request) -> Response:
@@ -275,28 +279,32 @@ async def resume(request: Request) -> Response:
 
 
 async def trigger(request: Request) -> Response:
-    app = _app(request)
-    handle = await _call(app.trigger, _name(request))
-    created = await _call(handle.refresh)
-    return SafeJSONResponse(created.to_json(), status_code=201)
+    handle = await _call(_app(request).trigger, _name(request))
+    return SafeJSONResponse(await _detail(request, int(handle.id)), status_code=201)
 
 
 async def cancel(request: Request) -> Response:
-    cancelled = await _call(_app(request).cancel, str(_run_id(request)))
-    return SafeJSONResponse(cancelled.to_json())
+    """Through the store (not App.cancel, which reads the run back as a Run): a damaged row
+    can still be cancelled, and the answer is the tolerant detail record."""
+    run_id = _run_id(request)
+    store = await _call(lambda: _app(request).store)
+    if await _call(store.cancel, run_id, "cancelled on request") is None:
+        raise RunNotFound(f"no run with id '{run_id}'")
+    return SafeJSONResponse(await _detail(request, run_id))
 
 
 async def retry(request: Request) -> Response:
-    app = _app(request)
-    original = await _call(app.get_run, str(_run_id(request)))
-    if not original.is_final:
-        return error_response(
-            f"run {original.id} is still {original.status}; wait for it or cancel it before retrying",
-            409,
-        )
-    handle = await _call(app.retry, original.id)
-    created = await _call(handle.refresh)
-    return SafeJSONResponse(created.to_json(), status_code=201)
+    run_id = _run_id(request)
+    original = await _detail(request, run_id)
+    if original["status"] not in FINAL_STATUSES:
+        message = f"run {run_id} is still {original['status']}; wait for it or cancel it before retrying"
+        return error_response(message, 409)
+    unreadable = [name for name in ("args", "kwargs") if name in original["corrupt"]]
+    if unreadable:
+        message = f"run {run_id} cannot be retried: its stored {' and '.join(unreadable)} are not valid JSON"
+        return error_response(message, 409)
+    handle = await _call(_app(request).retry, str(run_id))
+    return SafeJSONResponse(await _detail(request, int(handle.id)), status_code=201)
 
 
 def routes() -> list[BaseRoute]:

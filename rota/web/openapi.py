@@ -102,7 +102,8 @@ SCHEMAS: dict[str, Any] = {
             "skip_count": INT,
             "args": {"type": "array"},
             "kwargs": {"type": "object"},
-        }
+        },
+        {"plan_error": _null("string")},
     ),
     "Worker": _obj(
         {
@@ -116,7 +117,7 @@ SCHEMAS: dict[str, Any] = {
             "last_seen": TIME,
             "alive": BOOL,
         },
-        {"stuck": ANY},
+        {"stuck": {"type": "integer", "minimum": 0}},
     ),
     "Lock": _obj(
         {
@@ -218,6 +219,7 @@ def _array(name: str) -> dict[str, Any]:
 
 
 def _paths() -> dict[str, Any]:
+    """Every API route (a test checks the list against the router)."""
     schedule_action = _op(
         "", _json(_ref("Schedule"), "The schedule after the action"), params=[SCHEDULE], errors=("404",)
     )
@@ -244,6 +246,12 @@ def _paths() -> dict[str, Any]:
                 errors=("404", "409"),
             )
         },
+        **_run_paths(),
+    }
+
+
+def _run_paths() -> dict[str, Any]:
+    return {
         "/api/runs": {"get": _op("Run summaries, newest first", _json(_array("RunSummary"), "Runs"), params=RUN_QUERY)},
         "/api/runs/{id}": {
             "get": _op("A run with every attempt", _json(_ref("Run"), "The run"), params=[RUN_ID], errors=("404",))

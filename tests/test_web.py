@@ -343,10 +343,8 @@ def test_page_script_only_writes_text(client: TestClient) -> None:
     assert script.count("el(") > 40  # ... and the page is built with it
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run the page's script")
-def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Path) -> None:
-    """The page's own script, run on the API's real answers: markup in arguments, errors and
-    tracebacks ends up as text, and every section is drawn."""
+def render_page(client: TestClient, tmp_path: Path, tweak: Any = None) -> dict[str, str]:
+    """The page's own script, run under Node on the API's real answers (changed by `tweak`)."""
     bad = get(client, "/api/runs?task=bad")[0]["id"]
     paths = [
         "api/stats",
@@ -358,6 +356,8 @@ def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Pat
         f"api/runs/{bad}",
     ]
     responses = {p: {"status": 200, "body": get(client, "/" + p)} for p in paths}
+    if tweak is not None:
+        tweak(responses)
     (tmp_path / "responses.json").write_text(json.dumps(responses))
     html = client.get("/").text
     script = html.split("<script nonce=", 1)[1].split(">", 1)[1].split("</script>", 1)[0]
@@ -366,7 +366,14 @@ def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Pat
         ["node", str(Path(__file__).with_name("dashboard_dom.js")), str(tmp_path / "page.js"), str(tmp_path / "responses.json"), bad],
         capture_output=True, text=True, timeout=30, check=True,
     ).stdout  # fmt: skip
-    parts = json.loads(out)
+    parts: dict[str, str] = json.loads(out)
+    return parts
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run the page's script")
+def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Path) -> None:
+    """Markup in arguments, errors and tracebacks ends up as text, and every section is drawn."""
+    parts = render_page(client, tmp_path)
     drawn = "".join(parts.values())
     assert "<script" not in drawn and "&lt;script&gt;alert('x')&lt;/script&gt;" in parts["detail"]
     assert "bad input &lt;script&gt;" in parts["runs"] and "Traceback" in parts["detail"]
@@ -376,6 +383,23 @@ def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Pat
     assert "No workers seen recently." in parts["workers"] or "<tr>" in parts["workers"]
     assert "No named locks." in parts["locks"]
     assert "attempt 1" in parts["detail"] and "retry" in parts["detail"]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run the page's script")
+def test_page_shows_stuck_handlers_and_plan_errors(client: TestClient, tmp_path: Path) -> None:
+    """Fields other branches add (WorkerInfo.stuck, ScheduleInfo.plan_error) are drawn when
+    the API has them, and their absence draws a dash, not 'undefined'."""
+
+    def tweak(responses: dict[str, Any]) -> None:
+        worker = {"id": "w1", "host": "h", "pid": 1, "concurrency": 4, "queues": None, "state": "running",
+                  "started_at": "2026-01-01T00:00:00Z", "last_seen": "2026-01-01T00:00:00Z", "alive": True}  # fmt: skip
+        responses["api/workers"]["body"] = [{**worker, "stuck": 2}, {**worker, "id": "w2"}]
+        responses["api/schedules"]["body"][0]["plan_error"] = f"unknown time zone {XSS}"
+
+    parts = render_page(client, tmp_path, tweak)
+    assert '<span class="badge stuck">stuck</span> 2' in parts["workers"] and "undefined" not in parts["workers"]
+    assert parts["workers"].count('<span class="muted">–</span>') == 1
+    assert "cannot plan" in parts["schedules"] and "unknown time zone &lt;script&gt;" in parts["schedules"]
 
 
 def test_user_data_in_the_api_stays_inert(client: TestClient) -> None:

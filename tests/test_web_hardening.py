@@ -80,6 +80,34 @@ def test_corrupt_json_and_far_future_dates_are_shown_not_fatal(filled: rota.App)
     assert client.get("/api/stats").status_code == 200
 
 
+def test_a_damaged_run_can_be_cancelled_but_not_retried(filled: rota.App) -> None:
+    later = filled.get_task("ok").options(delay=3600).enqueue(1)
+    done = filled.list_runs(status="succeeded")[0]
+    for run_id in (later.id, done.id):
+        raw_sql(filled, "UPDATE rota_runs SET kwargs = '{' WHERE id = :id", id=int(run_id))
+    client = TestClient(create_app(filled), base_url=LOCAL)
+    cancelled = client.post(f"/api/runs/{later.id}/cancel")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert cancelled.json()["corrupt"] == ["kwargs"]
+    refused = client.post(f"/api/runs/{done.id}/retry")
+    assert refused.status_code == 409
+    assert refused.json()["error"] == f"run {done.id} cannot be retried: its stored kwargs are not valid JSON"
+
+
+def test_listings_and_the_timeline_never_decode_whole_runs(filled: rota.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The list and the timeline read their own columns (web_* queries), not Run records."""
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a whole-run read")
+
+    monkeypatch.setattr(type(filled.store), "list_runs", refuse)
+    monkeypatch.setattr(type(filled.store), "get_run", refuse)
+    client = TestClient(create_app(filled), base_url=LOCAL)
+    assert len(client.get("/api/runs").json()) == 3
+    assert len(client.get("/api/timeline").json()["runs"]) == 3
+    assert client.get("/api/runs/1").json()["id"] == "1"
+
+
 def test_lists_are_summaries_and_the_detail_is_whole(filled: rota.App) -> None:
     big = filled.get_task("ok").enqueue("x" * 1_000_000)
     client = TestClient(create_app(filled), base_url=LOCAL)

@@ -260,6 +260,7 @@ class Guard:
             return login_page(f"Too many wrong tokens. Try again in {seconds} s.", 429, {"retry-after": str(seconds)})
         if self.credentials.token_ok(given):
             self.throttle.succeeded(client)
+            log.info("dashboard sign-in from %s", client)
             return self.credentials.signed_in(request)
         failures = self.throttle.failed(client)
         log.warning("dashboard sign-in failed from %s (%d in a row)", client, failures)

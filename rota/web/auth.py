@@ -228,8 +228,18 @@ class Guard:
             return self.credentials.signed_out(request) if request.method == "POST" else None
         if path == "/" and "token" in request.query_params:
             return self.attempt(request, request.query_params["token"])
+        bearer = "authorization" in request.headers
+        if bearer and (wait := self.throttle.wait(client_of(request))) > 0:
+            seconds = math.ceil(wait)
+            return error_response(
+                f"too many wrong tokens: try again in {seconds} s", 429, {"retry-after": str(seconds)}
+            )
         if self.credentials.request_ok(request):
+            if bearer:
+                self.throttle.succeeded(client_of(request))
             return None
+        if bearer:
+            self.failed(request)
         if path == "/":
             return login_page(None)
         return error_response(
@@ -262,9 +272,13 @@ class Guard:
             self.throttle.succeeded(client)
             log.info("dashboard sign-in from %s", client)
             return self.credentials.signed_in(request)
+        self.failed(request)
+        return login_page("That token is not right.")
+
+    def failed(self, request: Request) -> None:
+        client = client_of(request)
         failures = self.throttle.failed(client)
         log.warning("dashboard sign-in failed from %s (%d in a row)", client, failures)
-        return login_page("That token is not right.")
 
 
 def normalize_hosts(hosts: Iterable[str]) -> frozenset[str]:

@@ -38,9 +38,10 @@ def chromium() -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(chromium: Any) -> Iterator[Any]:
+def page(chromium: Any, serve: Any) -> Iterator[Any]:
     """A fresh browser context per test; console errors (a CSP violation, a script error)
-    fail the test."""
+    fail the test. It needs `serve` so that it closes before the servers stop (a refresh in
+    between would fail to connect)."""
     context = chromium.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     problems: list[str] = []

@@ -339,7 +339,7 @@ def test_a_real_server_refuses_a_200_mb_sign_in_at_once(filled: rota.App) -> Non
     has sent almost none of the 200 MB it announced."""
     import socket
 
-    from tests.browser.conftest import Served
+    from tests.browser.served import Served
 
     served = Served(create_app(filled, token=TOKEN))
     try:

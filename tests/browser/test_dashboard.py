@@ -54,6 +54,12 @@ def row(page: Any, table: str, text: str) -> Any:
     return page.locator(f"#{table} tr", has_text=text)
 
 
+def run_row(page: Any, run_id: str) -> Any:
+    """The runs table's row of `run_id` (its first cell is exactly the id)."""
+    first_cell = page.locator("td:first-child", has_text=re.compile(rf"^{run_id}$"))
+    return page.locator("#runs tr.click").filter(has=first_cell)
+
+
 def test_overview_and_actions_by_clicking(
     filled: dict[str, Any], page: Any, serve: Any, artifacts: Path, db_url: str
 ) -> None:
@@ -65,8 +71,7 @@ def test_overview_and_actions_by_clicking(
     page.locator("#runs tr.click").nth(3).wait_for()
     assert page.locator("#runs tr.click").count() == 4
     assert "nightly-report" in page.locator("#locks").inner_text()
-    corrupt = row(page, "runs", "corrupt").first
-    assert re.search(rf"^{filled['corrupt']}\b", corrupt.inner_text())
+    assert "corrupt" in run_row(page, filled["corrupt"]).inner_text()
     assert "bad input <b>not bold</b>" in page.locator("#runs").inner_text()  # markup shown as text
     store = "postgres" if db_url.startswith("postgres") else "sqlite"
     shot = artifacts / f"dashboard-overview-{store}.png"
@@ -87,7 +92,7 @@ def test_overview_and_actions_by_clicking(
     assert triggered.status == "pending"
 
     page.on("dialog", lambda dialog: dialog.accept())
-    row(page, "runs", f"{filled['later']}").filter(has_text="pending").first.click()
+    run_row(page, filled["later"]).click()
     detail = page.locator("#detail")
     detail.get_by_text(f"Run {filled['later']}").wait_for()
     assert page.url.endswith(f"#run/{filled['later']}")

@@ -41,7 +41,9 @@ global.document = {
   createTextNode: (data) => new Text(data),
   addEventListener() {},
 };
-global.location = { reload() {} };
+global.location = { reload() {}, hash: "", pathname: "/", search: "" };
+global.history = { replaceState(state, title, url) { global.location.hash = url.startsWith("#") ? url : ""; } };
+global.window = { addEventListener() {} };
 global.confirm = () => true;
 global.setInterval = () => 0;
 global.fetch = async (path) => {
@@ -55,6 +57,6 @@ const page = new Function(fs.readFileSync(script, "utf8") + "\n;return { openRun
   while (page.state.busy) await new Promise((resolve) => setTimeout(resolve, 5));
   await page.openRun(runId);
   const parts = {};
-  for (const id of ["stats", "schedules", "runs", "timeline", "workers", "detail", "problem", "toast"]) parts[id] = byId[id] ? byId[id].html : "";
+  for (const id of ["stats", "schedules", "runs", "timeline", "workers", "locks", "detail", "problem", "toast"]) parts[id] = byId[id] ? byId[id].html : "";
   process.stdout.write(JSON.stringify(parts));
 })();

@@ -33,7 +33,6 @@ RUN_FIELDS = {
     "started_at",
     "finished_at",
     "worker",
-    "result",
     "error",
 }
 SCHEDULE_FIELDS = {"name", "task", "cron", "every", "tz", "overlap", "paused", "next_run_at", "last_run_at", "last_status",
@@ -67,7 +66,7 @@ def filled(app: rota.App) -> rota.App:
 
 @pytest.fixture
 def client(filled: rota.App) -> Iterator[TestClient]:
-    with TestClient(create_app(filled)) as c:
+    with TestClient(create_app(filled), base_url="http://localhost") as c:
         yield c
 
 
@@ -97,8 +96,15 @@ def test_reads_have_the_cli_shapes(client: TestClient, filled: rota.App) -> None
 
     runs = get(client, "/api/runs")
     assert [r["task"] for r in runs] == ["bad", "ok"]
-    assert all(set(r) >= RUN_FIELDS for r in runs)
-    assert runs == [r.to_json() for r in filled.list_runs(limit=50)]
+    assert all(set(r) >= RUN_FIELDS | {"args_preview", "result_preview", "corrupt", "truncated"} for r in runs)
+    for summary, full in zip(runs, filled.list_runs(limit=50), strict=True):
+        record = full.to_json()
+        assert {k: v for k, v in summary.items() if k in record and k != "error"} == {
+            k: v for k, v in record.items() if k in summary and k != "error"
+        }
+        assert get(client, f"/api/runs/{full.id}") == {**record, "corrupt": [], "raw": {}}
+    assert runs[0]["error"] == {"type": "ValueError", "message": f"bad input {XSS}"}
+    assert runs[1]["result_preview"] == '{"fine":true}' and runs[1]["args_preview"] == "[1]"
 
     detail = get(client, f"/api/runs/{runs[0]['id']}")
     assert detail["error"]["type"] == "ValueError" and "Traceback" in detail["error"]["traceback"]
@@ -222,7 +228,7 @@ def test_actions_from_another_site_are_refused(client: TestClient) -> None:
     for headers in ({"origin": "https://evil.example"}, {"sec-fetch-site": "cross-site"}):
         response = client.post("/api/schedules/reports/daily/pause", headers=headers)
         assert response.status_code == 403 and response.json() == {"error": "cross-site request refused"}
-    same = {"origin": "http://testserver", "sec-fetch-site": "same-origin"}
+    same = {"origin": "http://localhost", "sec-fetch-site": "same-origin"}
     assert client.post("/api/schedules/reports/daily/pause", headers=same).status_code == 200
     assert (
         client.get("/api/stats", headers={"sec-fetch-site": "cross-site"}).status_code == 200
@@ -337,10 +343,8 @@ def test_page_script_only_writes_text(client: TestClient) -> None:
     assert script.count("el(") > 40  # ... and the page is built with it
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run the page's script")
-def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Path) -> None:
-    """The page's own script, run on the API's real answers: markup in arguments, errors and
-    tracebacks ends up as text, and every section is drawn."""
+def render_page(client: TestClient, tmp_path: Path, tweak: Any = None) -> dict[str, str]:
+    """The page's own script, run under Node on the API's real answers (changed by `tweak`)."""
     bad = get(client, "/api/runs?task=bad")[0]["id"]
     paths = [
         "api/stats",
@@ -348,9 +352,12 @@ def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Pat
         "api/runs?limit=50",
         "api/timeline?minutes=60",
         "api/workers",
+        "api/locks",
         f"api/runs/{bad}",
     ]
     responses = {p: {"status": 200, "body": get(client, "/" + p)} for p in paths}
+    if tweak is not None:
+        tweak(responses)
     (tmp_path / "responses.json").write_text(json.dumps(responses))
     html = client.get("/").text
     script = html.split("<script nonce=", 1)[1].split(">", 1)[1].split("</script>", 1)[0]
@@ -359,7 +366,14 @@ def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Pat
         ["node", str(Path(__file__).with_name("dashboard_dom.js")), str(tmp_path / "page.js"), str(tmp_path / "responses.json"), bad],
         capture_output=True, text=True, timeout=30, check=True,
     ).stdout  # fmt: skip
-    parts = json.loads(out)
+    parts: dict[str, str] = json.loads(out)
+    return parts
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run the page's script")
+def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Path) -> None:
+    """Markup in arguments, errors and tracebacks ends up as text, and every section is drawn."""
+    parts = render_page(client, tmp_path)
     drawn = "".join(parts.values())
     assert "<script" not in drawn and "&lt;script&gt;alert('x')&lt;/script&gt;" in parts["detail"]
     assert "bad input &lt;script&gt;" in parts["runs"] and "Traceback" in parts["detail"]
@@ -367,14 +381,34 @@ def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Pat
     assert "reports/daily" in parts["schedules"] and "every 1h" in parts["schedules"]
     assert parts["runs"].count("<tr") == 2 and 'class="tl-bar succeeded"' in parts["timeline"]
     assert "No workers seen recently." in parts["workers"] or "<tr>" in parts["workers"]
+    assert "No named locks." in parts["locks"]
     assert "attempt 1" in parts["detail"] and "retry" in parts["detail"]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run the page's script")
+def test_page_shows_stuck_handlers_and_plan_errors(client: TestClient, tmp_path: Path) -> None:
+    """Fields other branches add (WorkerInfo.stuck, ScheduleInfo.plan_error) are drawn when
+    the API has them, and their absence draws a dash, not 'undefined'."""
+
+    def tweak(responses: dict[str, Any]) -> None:
+        worker = {"id": "w1", "host": "h", "pid": 1, "concurrency": 4, "queues": None, "state": "running",
+                  "started_at": "2026-01-01T00:00:00Z", "last_seen": "2026-01-01T00:00:00Z", "alive": True}  # fmt: skip
+        responses["api/workers"]["body"] = [{**worker, "stuck": 2}, {**worker, "id": "w2"}]
+        responses["api/schedules"]["body"][0]["plan_error"] = f"unknown time zone {XSS}"
+
+    parts = render_page(client, tmp_path, tweak)
+    assert '<span class="badge stuck">stuck</span> 2' in parts["workers"] and "undefined" not in parts["workers"]
+    assert parts["workers"].count('<span class="muted">–</span>') == 1
+    assert "cannot plan" in parts["schedules"] and "unknown time zone &lt;script&gt;" in parts["schedules"]
 
 
 def test_user_data_in_the_api_stays_inert(client: TestClient) -> None:
     raw = client.get("/api/runs?task=bad").text
     assert "<script>" not in raw and "\\u003cscript\\u003e" in raw
     (run,) = json.loads(raw)
-    assert run["args"] == [XSS]
+    assert json.loads(run["args_preview"]) == [XSS]
+    detail = client.get(f"/api/runs/{run['id']}").text
+    assert "<script>" not in detail and json.loads(detail)["args"] == [XSS]
 
 
 # -- /metrics ---------------------------------------------------------------------------------

@@ -591,6 +591,12 @@ class SqlStore(Store, abc.ABC):
         suffix, params = self._runs_where(flt)
         return [self._run_from_row(r) for r in self._select("run_columns", suffix, **params)]
 
+    def run_rows(self, query: str, flt: RunFilter | None = None, run_id: int | None = None, **params: Any) -> list[Row]:
+        if run_id is not None:
+            return self._select(query, f" WHERE id = {self._p('id')}", id=run_id, **params)
+        suffix, where = self._runs_where(flt or RunFilter())
+        return self._select(query, suffix, **where, **params)
+
     def count_by_status(self) -> dict[str, int]:
         with self._read() as s:
             return {status: int(n) for status, n in s.q("count_by_status")}

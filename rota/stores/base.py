@@ -335,6 +335,11 @@ class Store(abc.ABC):
     def count_by_status(self) -> dict[str, int]: ...
 
     @abc.abstractmethod
+    def run_rows(self, query: str, flt: RunFilter | None = None, run_id: int | None = None, **params: Any) -> list[Any]:
+        """Raw rows of a `web_*` named query over rota_runs (decoded by rota.web, which shows
+        an undecodable value as corrupt): filtered and ordered as `list_runs`, or one id."""
+
+    @abc.abstractmethod
     def cancel(self, run_id: int, reason: str) -> str | None:
         """Pending -> cancelled at once; running -> cancel requested (the owner stops it).
         Returns the status after the call, None if no such run."""

@@ -6,16 +6,19 @@ Routes (JSON unless said otherwise; records shaped as the CLI's `--json`):
 
     GET  /                      the dashboard page (HTML; renders from the API in the browser)
     GET  /healthz               {"status": "ok"}, never needs the token
+    POST /login, /logout        sign in with the token (a form field), sign out
+    GET  /api/openapi.json      the OpenAPI 3.1 description of the API below
     GET  /metrics               Prometheus text (rota.web.metrics)
     GET  /api/stats             counts by status, live workers, capacity
     GET  /api/schedules[?all=1]             GET /api/schedules/{name}
-    GET  /api/runs?status=&task=&schedule=&queue=&limit=&before=     GET /api/runs/{id}
+    GET  /api/runs?status=&task=&schedule=&queue=&limit=&before=  (summaries)  GET /api/runs/{id}
     GET  /api/workers           GET /api/locks
     GET  /api/timeline?minutes=60           runs that started/finished in the window
     POST /api/schedules/{name}/pause|resume|trigger
     POST /api/runs/{id}/cancel|retry
 
-Auth (token argument, else ROTA_DASHBOARD_TOKEN) is described in rota.web.auth.
+Auth (token argument, else ROTA_DASHBOARD_TOKEN), allowed hosts and the body limit are
+described in rota.web.auth; sessions and the sign-in throttle in rota.web.sessions.
 """
 
 from __future__ import annotations
@@ -38,28 +41,55 @@ except ImportError as exc:  # pragma: no cover - depends on extras
 
 from ..app import App
 from ..errors import ConfigurationError, RotaError
-from . import api
-from .auth import TOKEN_ENV, Guard, resolve_token
+from . import api, openapi
+from .auth import LOGIN_BODY_LIMIT, MAX_BODY, TOKEN_ENV, Guard, resolve_token
 from .metrics import make_registry, metrics
+from .sessions import SESSION_TTL, LoginThrottle, Sessions
 
 __all__ = ["create_app", "is_loopback", "serve"]
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
-def create_app(app: App, *, token: str | None = None, allowed_hosts: Sequence[str] | None = None) -> Starlette:
-    """An ASGI app serving the dashboard for `app`. `token` (else ROTA_DASHBOARD_TOKEN) guards
-    every route but /healthz; `allowed_hosts` restricts the Host header (None: any)."""
+def create_app(
+    app: App,
+    *,
+    token: str | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+    max_body: int = MAX_BODY,
+    session_ttl: float = SESSION_TTL,
+) -> Starlette:
+    """An ASGI app serving the dashboard for `app`.
+
+    `token` (else ROTA_DASHBOARD_TOKEN) guards every route but /healthz; a browser signs in
+    for `session_ttl` seconds. `allowed_hosts` are the Host names answered: by default the
+    loopback names without a token and any name with one; `["*"]` answers any name.
+    Request bodies over `max_body` bytes are refused (413)."""
+    token = resolve_token(token)
+    hosts = _allowed_hosts(token, allowed_hosts)
+    if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < LOGIN_BODY_LIMIT:
+        raise ConfigurationError(f"max_body must be an integer of at least {LOGIN_BODY_LIMIT} bytes, got {max_body!r}")
+    if (
+        isinstance(session_ttl, bool)
+        or not isinstance(session_ttl, (int, float))
+        or not 60 <= session_ttl <= 366 * 86400
+    ):
+        raise ConfigurationError(f"session_ttl must be from 60 to {366 * 86400} seconds, got {session_ttl!r}")
+    sessions = Sessions(token, ttl=session_ttl) if token is not None else None
+    throttle = LoginThrottle()
     routes = [
         Route("/", page),
         Route("/healthz", healthz),
         Route("/login", signed_in, methods=["GET", "POST"]),
+        Route("/logout", signed_in, methods=["GET", "POST"]),
         Route("/metrics", metrics),
+        Route("/api/openapi.json", openapi.describe),
         *api.routes(),
     ]
+    guard = Middleware(Guard, token=token, allowed_hosts=hosts, max_body=max_body, sessions=sessions, throttle=throttle)
     web = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, token=resolve_token(token), allowed_hosts=allowed_hosts)],
+        middleware=[guard],
         exception_handlers={
             RotaError: api.rota_error,
             HTTPException: api.http_error,
@@ -68,7 +98,24 @@ def create_app(app: App, *, token: str | None = None, allowed_hosts: Sequence[st
     )
     web.state.rota = app
     web.state.registry = make_registry(app)
+    web.state.sessions = sessions
+    web.state.throttle = throttle
     return web
+
+
+def _allowed_hosts(token: str | None, hosts: Sequence[str] | None) -> list[str] | None:
+    """None answers any Host; bad entries are refused here, not at the first request."""
+    if hosts is None:
+        return None if token is not None else list(LOOPBACK_NAMES)
+    if isinstance(hosts, str):
+        raise ConfigurationError(f"allowed_hosts must be a list of host names, got the string {hosts!r}")
+    for host in hosts:
+        if not isinstance(host, str) or not host.strip() or any(c in host for c in "/ @\x00"):
+            raise ConfigurationError(f"allowed_hosts entries must be host names like 'localhost', got {host!r}")
+    return None if "*" in hosts else list(hosts)
+
+
+SIGNOUT = '<form class="signout" method="post" action="logout"><button type="submit">sign out</button></form>'
 
 
 @cache
@@ -83,7 +130,8 @@ async def page(request: Request) -> Response:
         f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
         "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     )
-    html = _page_source().replace("__NONCE__", nonce)
+    signed = request.app.state.sessions is not None
+    html = _page_source().replace("__NONCE__", nonce).replace("__SIGNOUT__", SIGNOUT if signed else "")
     return HTMLResponse(html, headers={"content-security-policy": csp})
 
 
@@ -92,7 +140,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def signed_in(request: Request) -> Response:
-    """/login without a token configured (with one, rota.web.auth answers it)."""
+    """/login and /logout without a token configured (with one, rota.web.auth answers them)."""
     return RedirectResponse("./", status_code=303)
 
 
@@ -105,9 +153,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def serve(app: App, *, host: str = "127.0.0.1", port: int = 8000, token: str | None = None) -> None:
+def serve(
+    app: App,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    token: str | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+) -> None:
     """Run the dashboard with uvicorn until interrupted. Without a token it only binds to a
-    loopback address, and only answers requests addressed to a loopback name."""
+    loopback address, and only answers requests addressed to a loopback name (or to
+    `allowed_hosts`, which otherwise defaults as in create_app)."""
     import uvicorn
 
     token = resolve_token(token)
@@ -118,7 +174,7 @@ def serve(app: App, *, host: str = "127.0.0.1", port: int = 8000, token: str | N
             f"export {TOKEN_ENV}=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')) or pass "
             "--token, or bind to 127.0.0.1"
         )
-    allowed = None if token else (*LOOPBACK_NAMES, host)
+    allowed = allowed_hosts if allowed_hosts is not None else None if token else (*LOOPBACK_NAMES, host)
     web = create_app(app, token=token, allowed_hosts=allowed)
     shown = f"[{host}]" if ":" in host else host
     how = "sign in with the token" if token else "no token: loopback only"

@@ -1,25 +1,30 @@
-"""Who may use the dashboard: a bearer token, a same-origin rule for actions, allowed hosts.
+"""Who may use the dashboard: a bearer token or a session, a same-origin rule for actions,
+allowed hosts, a limit on request bodies.
 
-- With a token, every path except `/healthz` needs `Authorization: Bearer <token>` or the
+- With a token, every path except `/healthz` needs `Authorization: Bearer <token>` or a
   session cookie. A browser gets the cookie by signing in on the page (a form that POSTs
   the token to `/login`) or by opening `/?token=<token>` once, which redirects to `/` at
-  once. The cookie holds an HMAC of the token, never the token; it is HttpOnly and
-  SameSite=Lax. Tokens are compared with `hmac.compare_digest`.
+  once; `POST /logout` ends the session. The cookie is signed, expires and never holds the
+  token (rota.web.sessions); it is HttpOnly and SameSite=Lax. Failed sign-ins are logged and
+  throttled per client (429 with Retry-After). Tokens are compared with `hmac.compare_digest`.
 - Actions (any method but GET/HEAD/OPTIONS) from another site are refused (403) whatever the
   credentials: browsers say where a request comes from (Sec-Fetch-Site, else Origin); a
   request that says nothing (curl, scripts) is not from a browser page and passes.
-- `allowed_hosts` refuses other Host headers (403): `rota dashboard` sets it to the loopback
-  names when it runs without a token, so a web page cannot reach the open dashboard through
-  DNS rebinding.
+- `allowed_hosts` refuses other Host headers (403). Without a token the default is the
+  loopback names, so a web page cannot reach an open dashboard through DNS rebinding.
+- A request body larger than `max_body` bytes is refused with 413 before it is read (from
+  its Content-Length) or as soon as it grows past the limit (chunked); `/login` reads at most
+  LOGIN_BODY_LIMIT bytes.
 - Every response carries nosniff, no-referrer, no-store and DENY framing headers.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
+import logging
+import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from urllib.parse import parse_qs, urlsplit
 
 from starlette.datastructures import MutableHeaders
@@ -29,16 +34,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ConfigurationError
 from .api import error_response
+from .sessions import LoginThrottle, Sessions
 
 TOKEN_ENV = "ROTA_DASHBOARD_TOKEN"
 COOKIE = "rota_dashboard"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+MAX_BODY = 64 * 1024  # bytes; the API's actions take no body, the sign-in form a few bytes
+LOGIN_BODY_LIMIT = 4096
 _HEADERS = {
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",
     "x-frame-options": "DENY",
     "cache-control": "no-store",
 }
+log = logging.getLogger("rota.web")
 
 
 def resolve_token(token: str | None) -> str | None:
@@ -50,34 +59,47 @@ def resolve_token(token: str | None) -> str | None:
     return token
 
 
+class BodyTooLarge(Exception):
+    pass
+
+
 class Credentials:
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, sessions: Sessions) -> None:
         self._token = token.encode()
-        self.cookie = hmac.new(self._token, b"rota dashboard session", hashlib.sha256).hexdigest()
+        self.sessions = sessions
 
     def token_ok(self, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(given.encode(), self._token)
+        return given is not None and hmac.compare_digest(given.encode(errors="replace"), self._token)
 
     def request_ok(self, request: Request) -> bool:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and self.token_ok(given.strip()):
             return True
-        cookie = request.cookies.get(COOKIE)
-        return cookie is not None and hmac.compare_digest(cookie.encode(), self.cookie.encode())
+        return self.sessions.valid(request.cookies.get(COOKIE))
 
     def signed_in(self, request: Request) -> Response:
-        """Redirect to the page (relative: works under a mount) with the session cookie set."""
+        """Redirect to the page (relative: works under a mount) with a new session cookie."""
         response = RedirectResponse("./", status_code=303)
         response.set_cookie(
             COOKIE,
-            self.cookie,
-            max_age=7 * 24 * 3600,
-            path=(request.scope.get("root_path") or "") + "/",
+            self.sessions.issue(),
+            max_age=int(self.sessions.ttl),
+            path=_cookie_path(request),
             httponly=True,
             samesite="lax",
             secure=request.url.scheme == "https",
         )
         return response
+
+    def signed_out(self, request: Request) -> Response:
+        self.sessions.revoke(request.cookies.get(COOKIE))
+        response = RedirectResponse("./", status_code=303)
+        response.delete_cookie(COOKIE, path=_cookie_path(request), httponly=True, samesite="lax")
+        return response
+
+
+def _cookie_path(request: Request) -> str:
+    return (request.scope.get("root_path") or "") + "/"
 
 
 def route_path(scope: Scope) -> str:
@@ -107,39 +129,94 @@ def host_name(host_header: str) -> str:
     return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 
+def client_of(request: Request) -> str:
+    return request.client.host if request.client is not None else "unknown"
+
+
+def declared_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
 class Guard:
     """ASGI middleware enforcing the rules in this module's docstring."""
 
-    def __init__(self, app: ASGIApp, *, token: str | None, allowed_hosts: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        allowed_hosts: Iterable[str] | None = None,
+        max_body: int = MAX_BODY,
+        sessions: Sessions | None = None,
+        throttle: LoginThrottle | None = None,
+    ) -> None:
         self.app = app
-        self.credentials = Credentials(token) if token is not None else None
-        self.allowed_hosts = _normalize_hosts(allowed_hosts) if allowed_hosts is not None else None
+        self.credentials = Credentials(token, sessions or Sessions(token)) if token is not None else None
+        self.allowed_hosts = normalize_hosts(allowed_hosts) if allowed_hosts is not None else None
+        self.max_body = max_body
+        self.throttle = throttle or LoginThrottle()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = False
 
         async def send_with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = MutableHeaders(scope=message)
                 for name, value in _HEADERS.items():
                     headers.setdefault(name, value)
             await send(message)
 
-        request = Request(scope, receive)
-        refusal = await self.refusal(request)
-        if refusal is not None:
-            await refusal(scope, receive, send_with_headers)
-        else:
-            await self.app(scope, receive, send_with_headers)
+        limited = self.limited(receive)
+        request = Request(scope, limited)
+        try:
+            refusal = await self.refusal(request)
+            if refusal is not None:
+                await refusal(scope, limited, send_with_headers)
+            else:
+                await self.app(scope, limited, send_with_headers)
+        except BodyTooLarge:
+            if not started:
+                await self.too_large()(scope, receive, send_with_headers)
+
+    def too_large(self) -> Response:
+        return error_response(f"request body too large: at most {self.max_body} bytes", 413, {"connection": "close"})
+
+    def limited(self, receive: Receive) -> Receive:
+        """`receive`, raising BodyTooLarge once the body passes max_body bytes."""
+        seen = 0
+
+        async def receive_limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    raise BodyTooLarge
+            return message
+
+        return receive_limited
 
     async def refusal(self, request: Request) -> Response | None:
         """A response that ends the request here, or None to let it through."""
         if self.allowed_hosts is not None:
             host = host_name(request.headers.get("host", ""))
             if host not in self.allowed_hosts:
-                return error_response(f"host {host!r} is not allowed here; open the dashboard on localhost", 403)
+                shown = ", ".join(sorted(self.allowed_hosts))
+                return error_response(f"host {host!r} is not allowed here; open the dashboard as one of: {shown}", 403)
+        length = declared_length(request.scope)
+        if length is not None and length > self.max_body:
+            return self.too_large()
         if request.method not in SAFE_METHODS and cross_site(request):
             return error_response("cross-site request refused", 403)
         path = route_path(request.scope)
@@ -147,12 +224,22 @@ class Guard:
             return None
         if path == "/login":
             return await self.login(request)
+        if path == "/logout":
+            return self.credentials.signed_out(request) if request.method == "POST" else None
         if path == "/" and "token" in request.query_params:
-            if self.credentials.token_ok(request.query_params["token"]):
-                return self.credentials.signed_in(request)
-            return login_page("That token is not right.")
+            return self.attempt(request, request.query_params["token"])
+        bearer = "authorization" in request.headers
+        if bearer and (wait := self.throttle.wait(client_of(request))) > 0:
+            seconds = math.ceil(wait)
+            return error_response(
+                f"too many wrong tokens: try again in {seconds} s", 429, {"retry-after": str(seconds)}
+            )
         if self.credentials.request_ok(request):
+            if bearer:
+                self.throttle.succeeded(client_of(request))
             return None
+        if bearer:
+            self.failed(request)
         if path == "/":
             return login_page(None)
         return error_response(
@@ -165,13 +252,36 @@ class Guard:
         assert self.credentials is not None
         if request.method != "POST":
             return RedirectResponse("./", status_code=303)
-        form = parse_qs((await request.body()).decode(errors="replace"))
-        if self.credentials.token_ok((form.get("token") or [""])[0]):
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > LOGIN_BODY_LIMIT:
+                return error_response(f"sign-in form too large: at most {LOGIN_BODY_LIMIT} bytes", 413)
+        form = parse_qs(body.decode(errors="replace"))
+        return self.attempt(request, (form.get("token") or [""])[0])
+
+    def attempt(self, request: Request, given: str) -> Response:
+        """A sign-in attempt: throttled per client, logged when it fails."""
+        assert self.credentials is not None
+        client = client_of(request)
+        wait = self.throttle.wait(client)
+        if wait > 0:
+            seconds = math.ceil(wait)
+            return login_page(f"Too many wrong tokens. Try again in {seconds} s.", 429, {"retry-after": str(seconds)})
+        if self.credentials.token_ok(given):
+            self.throttle.succeeded(client)
+            log.info("dashboard sign-in from %s", client)
             return self.credentials.signed_in(request)
+        self.failed(request)
         return login_page("That token is not right.")
 
+    def failed(self, request: Request) -> None:
+        client = client_of(request)
+        failures = self.throttle.failed(client)
+        log.warning("dashboard sign-in failed from %s (%d in a row)", client, failures)
 
-def _normalize_hosts(hosts: Iterable[str]) -> frozenset[str]:
+
+def normalize_hosts(hosts: Iterable[str]) -> frozenset[str]:
     result = set()
     for host in hosts:
         host = host.strip().lower()
@@ -181,7 +291,7 @@ def _normalize_hosts(hosts: Iterable[str]) -> frozenset[str]:
 
 LOGIN_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>rota: sign in</title>
+<title>rota: sign in</title><link rel="icon" href="data:,">
 <style>
 body{font:15px/1.5 system-ui,sans-serif;display:grid;place-items:center;min-height:90vh;margin:0;
 background:#fafafa;color:#1d1d1f}
@@ -201,14 +311,15 @@ __MESSAGE__
 """
 
 
-def login_page(message: str | None) -> Response:
-    """401 with a sign-in form. `message` is one of this module's constants, never user input."""
+def login_page(message: str | None, status: int = 401, headers: dict[str, str] | None = None) -> Response:
+    """A sign-in form. `message` is made here from constants and numbers, never user input."""
     note = f'<span class="bad">{message}</span>' if message else ""
     return HTMLResponse(
         LOGIN_PAGE.replace("__MESSAGE__", note),
-        status_code=401,
+        status_code=status,
         headers={
-            "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+            **(headers or {}),
+            "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; "
             "frame-ancestors 'none'; base-uri 'none'",
             "www-authenticate": "Bearer",
         },

@@ -421,8 +421,7 @@ WITH doomed AS (
 DELETE FROM rota_runs r USING doomed WHERE r.id = doomed.id
 RETURNING r.id
 
--- ==========================================================================================
--- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
+-- ===================================================================================-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
 -- ==========================================================================================
 
 -- name: retry_source
@@ -437,3 +436,31 @@ RETURNING id
 DELETE FROM rota_workers
 WHERE state IN ('stopped', 'lost') AND last_seen < {now} - make_interval(secs => %(older_than)s)
 RETURNING id
+=======
+-- >>> dashboard reads (rota.web) ------------------------------------------------------
+-- Times as epoch seconds and JSON as text: rota.web decodes them and shows a value it
+-- cannot decode (a date past year 9999, corrupt JSON) as corrupt instead of failing.
+-- The store appends the WHERE/ORDER/LIMIT of a RunFilter or of one id.
+
+-- name: web_run_summaries
+SELECT id, task, status, queue, priority, key, schedule, extract(epoch FROM scheduled_for)::float8,
+       attempt, max_attempts, owner, token, extract(epoch FROM lease_until)::float8, cancel_requested,
+       extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)::float8,
+       extract(epoch FROM finished_at)::float8, retry_of,
+       substr(args, 1, %(preview)s), length(args), substr(kwargs, 1, %(preview)s), length(kwargs),
+       substr(result, 1, %(preview)s), length(result), substr(error, 1, %(error_prefix)s), length(error)
+FROM rota_runs
+
+-- name: web_run_detail
+SELECT id, task, status, queue, priority, key, schedule, extract(epoch FROM scheduled_for)::float8,
+       attempt, max_attempts, owner, token, extract(epoch FROM lease_until)::float8, cancel_requested,
+       extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)::float8,
+       extract(epoch FROM finished_at)::float8, retry_of,
+       args, kwargs, result, error, attempts::text
+FROM rota_runs
+
+-- name: web_timeline
+SELECT id, task, schedule, status, attempt, extract(epoch FROM scheduled_for)::float8,
+       extract(epoch FROM started_at)::float8, extract(epoch FROM finished_at)::float8, owner
+FROM rota_runs
+-- <<< dashboard reads (rota.web) ------------------------------------------------------

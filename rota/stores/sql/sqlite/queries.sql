@@ -360,8 +360,7 @@ WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_status
              ORDER BY id LIMIT :limit)
 RETURNING id
 
--- ==========================================================================================
--- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
+-- ===================================================================================-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
 -- ==========================================================================================
 
 -- name: retry_source
@@ -376,3 +375,26 @@ RETURNING id
 DELETE FROM rota_workers
 WHERE state IN ('stopped', 'lost') AND last_seen < {now} - :older_than
 RETURNING id
+=======
+-- >>> dashboard reads (rota.web) ------------------------------------------------------
+-- Times as epoch seconds and JSON as text: rota.web decodes them and shows a value it
+-- cannot decode (a date past year 9999, corrupt JSON) as corrupt instead of failing.
+-- The store appends the WHERE/ORDER/LIMIT of a RunFilter or of one id.
+
+-- name: web_run_summaries
+SELECT id, task, status, queue, priority, key, schedule, scheduled_for, attempt, max_attempts,
+       owner, token, lease_until, cancel_requested, created_at, started_at, finished_at, retry_of,
+       substr(args, 1, :preview), length(args), substr(kwargs, 1, :preview), length(kwargs),
+       substr(result, 1, :preview), length(result), substr(error, 1, :error_prefix), length(error)
+FROM rota_runs
+
+-- name: web_run_detail
+SELECT id, task, status, queue, priority, key, schedule, scheduled_for, attempt, max_attempts,
+       owner, token, lease_until, cancel_requested, created_at, started_at, finished_at, retry_of,
+       args, kwargs, result, error, attempts
+FROM rota_runs
+
+-- name: web_timeline
+SELECT id, task, schedule, status, attempt, scheduled_for, started_at, finished_at, owner
+FROM rota_runs
+-- <<< dashboard reads (rota.web) ------------------------------------------------------

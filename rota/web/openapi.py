@@ -1,0 +1,295 @@
+"""The OpenAPI 3.1 description of the JSON API, served at `/api/openapi.json`.
+
+Written by hand next to the handlers (rota.web.api); tests/test_web_contract.py checks the
+API against it (schemathesis), so a change to one without the other fails there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..models import STATUSES
+
+
+def _null(kind: str | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(kind, dict):
+        return {"anyOf": [kind, {"type": "null"}]}
+    return {"type": [kind, "null"]}
+
+
+def _obj(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"type": "object", "required": sorted(required), "properties": {**required, **(optional or {})}}
+
+
+STR, INT, BOOL, NUM = {"type": "string"}, {"type": "integer"}, {"type": "boolean"}, {"type": "number"}
+TIME = {"type": "string", "format": "date-time"}
+ID = {"type": "string", "pattern": "^[1-9][0-9]*$"}
+STATUS = {"type": "string", "enum": list(STATUSES)}
+ANY: dict[str, Any] = {}
+FIELDS = {"type": "array", "items": STR}
+
+ERROR = _obj({"error": STR})
+STORED_ERROR = _null(_obj({"type": STR, "message": STR}, {"traceback": _null("string")}))
+RUN_COMMON = {
+    "id": ID,
+    "task": STR,
+    "status": STATUS,
+    "queue": STR,
+    "priority": INT,
+    "key": _null("string"),
+    "schedule": _null("string"),
+    "scheduled_for": _null(TIME),
+    "attempt": INT,
+    "max_attempts": INT,
+    "worker": _null("string"),
+    "token": _null("integer"),
+    "lease_until": _null(TIME),
+    "cancel_requested": BOOL,
+    "created_at": _null(TIME),
+    "started_at": _null(TIME),
+    "finished_at": _null(TIME),
+    "retry_of": _null(ID),
+    "corrupt": FIELDS,
+}
+ATTEMPT = {
+    "type": "object",
+    "properties": {"attempt": INT, "worker": _null("string"), "status": STR, "error": ANY},
+}
+SCHEMAS: dict[str, Any] = {
+    "Error": ERROR,
+    "RunSummary": _obj(
+        {
+            **RUN_COMMON,
+            "args_preview": STR,
+            "kwargs_preview": STR,
+            "result_preview": _null("string"),
+            "error": STORED_ERROR,
+            "truncated": FIELDS,
+        }
+    ),
+    "Run": _obj(
+        {
+            **RUN_COMMON,
+            "args": ANY,
+            "kwargs": ANY,
+            "result": ANY,
+            "error": ANY,
+            "attempts": {"type": "array", "items": ATTEMPT},
+            "raw": {"type": "object", "additionalProperties": STR},
+        }
+    ),
+    "Schedule": _obj(
+        {
+            "name": STR,
+            "task": STR,
+            "cron": _null("string"),
+            "every": _null("number"),
+            "tz": STR,
+            "overlap": STR,
+            "misfire": STR,
+            "paused": BOOL,
+            "active": BOOL,
+            "source": STR,
+            "next_run_at": _null(TIME),
+            "last_run_at": _null(TIME),
+            "last_status": _null("string"),
+            "run_count": INT,
+            "success_count": INT,
+            "failure_count": INT,
+            "skip_count": INT,
+            "args": {"type": "array"},
+            "kwargs": {"type": "object"},
+        },
+        {"plan_error": _null("string")},
+    ),
+    "Worker": _obj(
+        {
+            "id": STR,
+            "host": STR,
+            "pid": INT,
+            "concurrency": INT,
+            "queues": _null({"type": "array", "items": STR}),
+            "state": STR,
+            "started_at": TIME,
+            "last_seen": TIME,
+            "alive": BOOL,
+        },
+        {"stuck": {"type": "integer", "minimum": 0}},
+    ),
+    "Lock": _obj(
+        {
+            "name": STR,
+            "owner": _null("string"),
+            "token": INT,
+            "acquired_at": _null(TIME),
+            "expires_at": _null(TIME),
+            "held": BOOL,
+        }
+    ),
+    "Stats": _obj(
+        {
+            "runs": {"type": "object", "additionalProperties": INT},
+            "running": INT,
+            "pending": INT,
+            "workers": INT,
+            "capacity": INT,
+            "database": STR,
+        }
+    ),
+    "TimelineEntry": _obj(
+        {
+            "id": ID,
+            "task": STR,
+            "schedule": _null("string"),
+            "status": STATUS,
+            "attempt": INT,
+            "scheduled_for": _null(TIME),
+            "started_at": _null(TIME),
+            "finished_at": _null(TIME),
+            "worker": _null("string"),
+        }
+    ),
+    "Timeline": _obj(
+        {
+            "since": TIME,
+            "until": TIME,
+            "minutes": INT,
+            "truncated": BOOL,
+            "runs": {"type": "array", "items": {"$ref": "#/components/schemas/TimelineEntry"}},
+        }
+    ),
+}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+ERRORS = {
+    "400": _json(_ref("Error"), "Bad input; the message names the value and what is valid"),
+    "401": _json(_ref("Error"), "A token is needed"),
+    "403": _json(_ref("Error"), "Host not allowed, or a cross-site action"),
+    "503": _json(_ref("Error"), "The database is unreachable"),
+}
+
+
+def _op(
+    summary: str,
+    ok: dict[str, Any],
+    *,
+    status: str = "200",
+    params: list[dict[str, Any]] | None = None,
+    errors: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    responses = {status: ok, **ERRORS}
+    for code in errors:
+        responses[code] = _json(_ref("Error"), {"404": "Not found", "409": "The state refuses the action"}[code])
+    return {"summary": summary, "parameters": params or [], "responses": responses}
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+RUN_ID = _path("id", {"type": "string"})
+SCHEDULE = _path("name", {"type": "string", "minLength": 1})
+RUN_QUERY = [
+    _query("status", STATUS, "only runs in this status"),
+    _query("task", STR, "only runs of this task"),
+    _query("schedule", STR, "only runs of this schedule"),
+    _query("queue", STR, "only runs on this queue"),
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}, "how many (newest first)"),
+    _query("before", {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}, "only runs with a smaller id (paging)"),
+]
+
+
+def _array(name: str) -> dict[str, Any]:
+    return {"type": "array", "items": _ref(name)}
+
+
+def _paths() -> dict[str, Any]:
+    """Every API route (a test checks the list against the router)."""
+    schedule_action = _op(
+        "", _json(_ref("Schedule"), "The schedule after the action"), params=[SCHEDULE], errors=("404",)
+    )
+    return {
+        "/api/stats": {"get": _op("Counts by status, live workers and capacity", _json(_ref("Stats"), "Stats"))},
+        "/api/schedules": {
+            "get": _op(
+                "Active schedules (all with all=1)",
+                _json(_array("Schedule"), "Schedules"),
+                params=[_query("all", {"type": "boolean"}, "include removed schedules")],
+            )
+        },
+        "/api/schedules/{name}": {
+            "get": _op("One schedule", _json(_ref("Schedule"), "The schedule"), params=[SCHEDULE], errors=("404",))
+        },
+        "/api/schedules/{name}/pause": {"post": {**schedule_action, "summary": "Pause a schedule"}},
+        "/api/schedules/{name}/resume": {"post": {**schedule_action, "summary": "Resume a schedule"}},
+        "/api/schedules/{name}/trigger": {
+            "post": _op(
+                "Run a schedule now",
+                _json(_ref("Run"), "The new run"),
+                status="201",
+                params=[SCHEDULE],
+                errors=("404", "409"),
+            )
+        },
+        **_run_paths(),
+    }
+
+
+def _run_paths() -> dict[str, Any]:
+    return {
+        "/api/runs": {"get": _op("Run summaries, newest first", _json(_array("RunSummary"), "Runs"), params=RUN_QUERY)},
+        "/api/runs/{id}": {
+            "get": _op("A run with every attempt", _json(_ref("Run"), "The run"), params=[RUN_ID], errors=("404",))
+        },
+        "/api/runs/{id}/cancel": {
+            "post": _op("Cancel a run", _json(_ref("Run"), "The run"), params=[RUN_ID], errors=("404", "409"))
+        },
+        "/api/runs/{id}/retry": {
+            "post": _op(
+                "Retry a finished run",
+                _json(_ref("Run"), "The new run"),
+                status="201",
+                params=[RUN_ID],
+                errors=("404", "409"),
+            )
+        },
+        "/api/workers": {"get": _op("Workers seen recently", _json(_array("Worker"), "Workers"))},
+        "/api/locks": {"get": _op("Named locks", _json(_array("Lock"), "Locks"))},
+        "/api/timeline": {
+            "get": _op(
+                "Runs that started or finished in the window",
+                _json(_ref("Timeline"), "Timeline"),
+                params=[_query("minutes", {"type": "integer", "minimum": 1, "maximum": 1440}, "window")],
+            )
+        },
+    }
+
+
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "rota dashboard API", "version": "1"},
+        "servers": [{"url": "/"}],
+        "security": [{}, {"bearer": []}],
+        "components": {"schemas": SCHEMAS, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "paths": _paths(),
+    }
+
+
+async def describe(request: Request) -> Response:
+    return JSONResponse(document())

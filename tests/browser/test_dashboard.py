@@ -1,0 +1,142 @@
+"""The dashboard in a real browser (Debian's Chromium through Playwright): the overview on a
+database with runs, schedule and run actions by clicking, a run's detail with its attempts,
+signing in and out with a token. A screenshot of the overview is saved under tests/artifacts/."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rota
+import rota.testing
+from rota.web import create_app
+
+from .conftest import in_thread
+
+TOKEN = "browser-s3cret"
+
+
+@pytest.fixture(autouse=True)
+def _no_env_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ROTA_DASHBOARD_TOKEN", raising=False)
+
+
+@pytest.fixture
+def filled(app: rota.App) -> dict[str, Any]:
+    """A schedule, a succeeded and a failed run, a run due in an hour, a corrupt row, a lock."""
+
+    @app.task(name="ok")
+    def ok(x: Any = None) -> dict[str, Any]:
+        return {"x": x}
+
+    @app.task(name="bad", retries=1, backoff=0)
+    def bad(x: Any = None) -> None:
+        raise ValueError(f"bad input {x}")
+
+    app.add_schedule("reports/daily", "ok", every=3600)
+    ok.enqueue(1)
+    failed = bad.enqueue("<b>not bold</b>")
+    later = ok.options(delay=3600).enqueue(2)
+    in_thread(lambda: rota.testing.run_pending(app))
+    corrupt = ok.enqueue(3)
+    store: Any = app.store
+    with store._tx() as s:
+        s.q_text(f"UPDATE rota_runs SET args = '[3,' WHERE id = {store._p('id')}", id=int(corrupt.id))
+    lease = app.try_lock("nightly-report", ttl=300)
+    assert lease is not None
+    return {"app": app, "failed": failed.id, "later": later.id, "corrupt": corrupt.id}
+
+
+def row(page: Any, table: str, text: str) -> Any:
+    return page.locator(f"#{table} tr", has_text=text)
+
+
+def run_row(page: Any, run_id: str) -> Any:
+    """The runs table's row of `run_id` (its first cell is exactly the id)."""
+    first_cell = page.locator("td:first-child", has_text=re.compile(rf"^{run_id}$"))
+    return page.locator("#runs tr.click").filter(has=first_cell)
+
+
+def test_overview_and_actions_by_clicking(
+    filled: dict[str, Any], page: Any, serve: Any, artifacts: Path, db_url: str
+) -> None:
+    app: rota.App = filled["app"]
+    served = serve(create_app(app))
+    page.goto(served.url)
+    schedule = row(page, "schedules", "reports/daily")
+    schedule.wait_for()
+    page.locator("#runs tr.click").nth(3).wait_for()
+    assert page.locator("#runs tr.click").count() == 4
+    assert "nightly-report" in page.locator("#locks").inner_text()
+    assert "corrupt" in run_row(page, filled["corrupt"]).inner_text()
+    assert "bad input <b>not bold</b>" in page.locator("#runs").inner_text()  # markup shown as text
+    store = "postgres" if db_url.startswith("postgres") else "sqlite"
+    shot = artifacts / f"dashboard-overview-{store}.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    print(f"screenshot: {shot}")
+
+    schedule.get_by_role("button", name="pause").click()
+    schedule.locator(".badge.paused").wait_for()
+    assert app.get_schedule("reports/daily").paused
+    schedule.get_by_role("button", name="resume").click()
+    schedule.locator(".badge.active").wait_for()
+    assert not app.get_schedule("reports/daily").paused
+
+    schedule.get_by_role("button", name="trigger").click()
+    page.locator("#toast", has_text=re.compile(r"run \d+ pending")).wait_for()
+    (triggered,) = app.list_runs(schedule="reports/daily")
+    assert triggered.status == "pending"
+
+    page.on("dialog", lambda dialog: dialog.accept())
+    run_row(page, filled["later"]).click()
+    detail = page.locator("#detail")
+    detail.get_by_text(f"Run {filled['later']}").wait_for()
+    assert page.url.endswith(f"#run/{filled['later']}")
+    detail.get_by_role("button", name="cancel").click()
+    detail.locator(".badge.cancelled").first.wait_for()
+    assert app.get_run(filled["later"]).status == "cancelled"
+
+
+def test_a_runs_detail_has_every_attempt_and_retries(filled: dict[str, Any], page: Any, serve: Any) -> None:
+    app: rota.App = filled["app"]
+    served = serve(create_app(app))
+    failed = filled["failed"]
+    page.goto(f"{served.url}#run/{failed}")  # the detail has its own address
+    detail = page.locator("#detail")
+    detail.get_by_text(f"Run {failed}").wait_for()
+    attempts = detail.locator(".attempt")
+    assert attempts.count() == 2  # retries=1: both failures are listed
+    assert "attempt 1" in attempts.nth(0).inner_text() and "attempt 2" in attempts.nth(1).inner_text()
+    assert "ValueError" in detail.inner_text() and "Traceback" in detail.inner_text()
+    detail.get_by_role("button", name="retry").click()
+    toast = page.locator("#toast", has_text=re.compile(r"retry enqueued as run \d+"))
+    toast.wait_for()
+    new_id = re.search(r"run (\d+)", toast.inner_text()).group(1)  # type: ignore[union-attr]
+    assert app.get_run(new_id).retry_of == failed
+
+    page.goto(f"{served.url}#run/{filled['corrupt']}")
+    detail.get_by_text("args as stored").wait_for()
+    assert "[3," in detail.inner_text()
+
+
+def test_sign_in_with_a_token_and_sign_out(filled: dict[str, Any], page: Any, serve: Any) -> None:
+    served = serve(create_app(filled["app"], token=TOKEN))
+    page.goto(served.url)
+    page.get_by_label("Token").fill("not-the-token")
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_text("That token is not right.").wait_for()
+
+    page.get_by_label("Token").fill(TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    row(page, "schedules", "reports/daily").wait_for()
+    (cookie,) = page.context.cookies()
+    assert cookie["httpOnly"] and TOKEN not in cookie["value"]
+
+    page.get_by_role("button", name="sign out").click()
+    page.get_by_label("Token").wait_for()
+    assert page.context.cookies() == []
+    assert page.goto(served.url + "api/stats").status == 401

@@ -27,7 +27,7 @@ from .errors import (
 from .models import FINAL_STATUSES, STATUSES, LockInfo, Run, ScheduleInfo, WorkerInfo
 from .serialization import encode_arguments
 from .stores import open_store, redact
-from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store
+from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store, run_stats
 from .tasks import Backoff, RunContext, RunHandle, Task, TaskOptions, check_int
 
 if TYPE_CHECKING:
@@ -509,12 +509,12 @@ class App:
     def stats(self) -> dict[str, Any]:
         """Counts by status, live workers and their capacity, this process's worker ids."""
         store = self.store
-        counts = {status: 0 for status in STATUSES}
-        counts.update(store.count_by_status())
+        runs = run_stats(store.run_counts())
+        counts = runs["runs"]
         workers = [w for w in self.list_workers() if w.alive]
         local = [w for w in self._workers if w.state in ("running", "draining")]
         return {
-            "runs": counts,
+            **runs,
             "running": counts["running"],
             "pending": counts["pending"],
             "workers": len(workers),

@@ -61,6 +61,9 @@ class Run:
     history: list[dict[str, Any]] = field(default_factory=list)
     retry_of: str | None = None
     held: bool = False
+    # The stored fields that are not valid JSON (a row written by hand or damaged); they read
+    # as [] / {} / None here and as null in to_json(), with a "corrupt" note.
+    corrupt: tuple[str, ...] = ()
 
     @property
     def is_final(self) -> bool:
@@ -115,7 +118,14 @@ class Run:
             "error": self.error,
             "attempts": self.attempts,
             "retry_of": self.retry_of,
+            **self._corrupt_json(),
         }
+
+    def _corrupt_json(self) -> dict[str, Any]:
+        if not self.corrupt:
+            return {}
+        note = f"stored {', '.join(self.corrupt)} not valid JSON"
+        return {"corrupt": note, **dict.fromkeys(self.corrupt)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +156,9 @@ class ScheduleInfo:
     success_count: int
     failure_count: int
     skip_count: int
+    # Why the last worker could not plan it (unknown zone, bad cron); it is not due until an
+    # update, a resume or a changed code definition gives it a next fire time again.
+    plan_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -166,6 +179,7 @@ class ScheduleInfo:
             "success_count": self.success_count,
             "failure_count": self.failure_count,
             "skip_count": self.skip_count,
+            "plan_error": self.plan_error,
             "args": self.args,
             "kwargs": self.kwargs,
         }

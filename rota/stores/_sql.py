@@ -21,9 +21,11 @@ from .base import (
     DueSchedule,
     Materialization,
     NewRun,
+    RunCounts,
     RunFilter,
     ScheduleDef,
     Store,
+    run_stats,
 )
 
 Row = tuple[Any, ...]
@@ -381,6 +383,9 @@ class SqlStore(Store, abc.ABC):
                 return run_id, "started"
             return run_id, "replacing" if due.overlap == "replace" else "queued"
 
+    def mark_plan_error(self, due: DueSchedule, error: str) -> bool:
+        return bool(self._one("mark_plan_error", name=due.name, old=self._ts(due.next_run_at), error=error))
+
     def get_schedule(self, name: str) -> ScheduleInfo | None:
         rows = self._select("schedule_columns", f" WHERE name = {self._p('name')}", name=name)
         return self._schedule_from_row(rows[0]) if rows else None
@@ -424,8 +429,8 @@ class SqlStore(Store, abc.ABC):
             cron=r[2],
             every=timedelta(seconds=r[3]) if r[3] is not None else None,
             tz=r[4],
-            args=json.loads(r[5]),
-            kwargs=json.loads(r[6]),
+            args=_loads(r[5], [], "args", []),
+            kwargs=_loads(r[6], {}, "kwargs", []),
             overlap=r[7],
             misfire=r[8],
             misfire_grace=timedelta(seconds=r[9]),
@@ -443,6 +448,7 @@ class SqlStore(Store, abc.ABC):
             success_count=r[21],
             failure_count=r[22],
             skip_count=r[23],
+            plan_error=r[28],
         )
 
     # -- inspection and control ----------------------------------------------------------
@@ -451,14 +457,15 @@ class SqlStore(Store, abc.ABC):
         due_at = self._dt(r[10])
         created_at = self._dt(r[18])
         assert scheduled_for is not None and due_at is not None and created_at is not None
+        corrupt: list[str] = []
         return Run(
             id=str(r[0]),
             task=r[1],
             status=r[2],
             queue=r[3],
             priority=r[4],
-            args=json.loads(r[5]),
-            kwargs=json.loads(r[6]),
+            args=_loads(r[5], [], "args", corrupt),
+            kwargs=_loads(r[6], {}, "kwargs", corrupt),
             key=r[7],
             schedule=r[8],
             scheduled_for=scheduled_for,
@@ -473,11 +480,12 @@ class SqlStore(Store, abc.ABC):
             created_at=created_at,
             started_at=self._dt(r[19]),
             finished_at=self._dt(r[20]),
-            result=json.loads(r[21]) if r[21] is not None else None,
-            error=json.loads(r[22]) if r[22] is not None else None,
-            history=json.loads(r[23]) if r[23] else [],
+            result=_loads(r[21], None, "result", corrupt),
+            error=_loads(r[22], None, "error", corrupt),
+            history=_loads(r[23] or "[]", [], "attempts", corrupt),
             retry_of=str(r[24]) if r[24] is not None else None,
             held=bool(r[25]),
+            corrupt=tuple(corrupt),
         )
 
     def get_run(self, run_id: int) -> Run | None:
@@ -571,9 +579,25 @@ class SqlStore(Store, abc.ABC):
     def prune(self, status: str, older_than: float, limit: int) -> int:
         return len(self._one("prune", status=status, older_than=older_than, limit=limit))
 
+    def run_counts(self) -> RunCounts:
+        """Exact counts from a trigger-kept table (SQLite); PostgreSQL overrides this."""
+        with self._read() as s:
+            return RunCounts({status: int(n) for status, n in s.q("run_counts")}, frozenset())
+
     def stats(self) -> dict[str, Any]:
-        counts = self.count_by_status()
-        return {"runs": counts}
+        return run_stats(self.run_counts())
+
+
+def _loads(text: str | None, fallback: Any, field: str, corrupt: list[str]) -> Any:
+    """Decode a stored JSON field; a damaged one reads as `fallback` and is named in `corrupt`
+    (one bad row must not break every listing)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        corrupt.append(field)
+        return fallback
 
 
 def _iso(value: datetime) -> str:

@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from ..clock import Clock
-from ..models import LockInfo, Run, ScheduleInfo, WorkerInfo
+from ..models import STATUSES, LockInfo, Run, ScheduleInfo, WorkerInfo
 
 
 @dataclass(slots=True)
@@ -179,6 +179,26 @@ class RunFilter:
     before_id: int | None = None
 
 
+@dataclass(slots=True)
+class RunCounts:
+    """Runs by status; `estimated` names the statuses whose figure is an estimate (from the
+    database's planner statistics on a big table) rather than an exact count."""
+
+    counts: dict[str, int]
+    estimated: frozenset[str]
+
+
+def run_stats(counts: RunCounts) -> dict[str, Any]:
+    """The stats() shape of run counts: every status, and whether the figures are exact."""
+    runs = dict.fromkeys(STATUSES, 0)
+    runs.update(counts.counts)
+    return {
+        "runs": runs,
+        "runs_counted": "estimated" if counts.estimated else "exact",
+        "runs_estimated": sorted(counts.estimated),
+    }
+
+
 class Store(abc.ABC):
     """Atomic operations over one database. Thread-safe; one instance per App."""
 
@@ -282,6 +302,12 @@ class Store(abc.ABC):
         (run id, 'started' | 'queued' | 'replacing'); TriggerRefused under overlap=skip."""
 
     @abc.abstractmethod
+    def mark_plan_error(self, due: DueSchedule, error: str) -> bool:
+        """Record why `due` cannot be planned and stop it being due (next_run_at NULL), if its
+        next_run_at is still `due.next_run_at`. Any later write giving it a next_run_at
+        (update, resume, changed code definition) clears the error."""
+
+    @abc.abstractmethod
     def get_schedule(self, name: str) -> ScheduleInfo | None: ...
 
     @abc.abstractmethod
@@ -299,7 +325,13 @@ class Store(abc.ABC):
         """Newest first."""
 
     @abc.abstractmethod
-    def count_by_status(self) -> dict[str, int]: ...
+    def count_by_status(self) -> dict[str, int]:
+        """Exact counts of runs by status (statuses with no run left out)."""
+
+    @abc.abstractmethod
+    def run_counts(self) -> RunCounts:
+        """Counts by status without scanning a big runs table: exact where the store keeps
+        them cheaply, else estimates, named in `RunCounts.estimated`."""
 
     @abc.abstractmethod
     def cancel(self, run_id: int, reason: str) -> str | None:
@@ -342,4 +374,5 @@ class Store(abc.ABC):
         seconds ago; return how many."""
 
     @abc.abstractmethod
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, Any]:
+        """`run_stats(self.run_counts())` and a redacted database label."""

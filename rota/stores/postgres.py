@@ -23,10 +23,11 @@ from typing import Any
 
 from ..clock import Clock
 from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
+from ..models import FINAL_STATUSES, PENDING, RUNNING
 from . import redact
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
-from .base import Claimed, NewRun, Outcome, PollState, Rescued
-from .queries import load_migrations, load_queries
+from .base import Claimed, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
+from .queries import latest_version, load_migrations, load_queries
 
 try:
     import psycopg
@@ -38,6 +39,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 log = logging.getLogger("rota.store")
 _NOW = "coalesce(%(now)s::timestamptz, now())"
+# Below this many rows (the planner's estimate) run counts are exact; above, final statuses
+# are estimated from statistics, so `rota status` and /metrics never scan a big table.
+EXACT_COUNT_LIMIT = 100_000
 
 
 class _Session:
@@ -75,6 +79,7 @@ class PostgresStore(SqlStore):
         self.queries = load_queries("postgres", _NOW)
         self.connect_timeout = connect_timeout
         self.pool_size = pool_size
+        self.exact_count_limit = EXACT_COUNT_LIMIT
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._pool_lock = threading.Lock()
         self._wakeups = _WakeupLimiter(self._send_wakeup)
@@ -185,7 +190,7 @@ class PostgresStore(SqlStore):
 
     # -- migrations ----------------------------------------------------------------------
     def schema_version(self) -> tuple[int, int]:
-        latest = len(load_migrations("postgres"))
+        latest = latest_version(load_migrations("postgres"))
         with self._read() as s:
             if not s.q_text("SELECT to_regclass('rota_migrations')")[0][0]:
                 return 0, latest
@@ -200,14 +205,14 @@ class PostgresStore(SqlStore):
                 "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
             )
             current = int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0])
-            if current > len(migrations):
+            if current > latest_version(migrations):
                 raise SchemaVersionError(
                     f"the database at {redact(self.url)} has rota schema version {current}, newer "
-                    f"than the {len(migrations)} this version of rota knows: upgrade rota on this "
+                    f"than the {latest_version(migrations)} this version of rota knows: upgrade rota on this "
                     "host (never run older code against a migrated database)"
                 )
             applied = []
-            for m in migrations[current:]:
+            for m in [m for m in migrations if m.version > current]:
                 applied.append(f"{m.version:04d}_{m.name}")
                 if not dry_run:
                     s.cur.execute(m.sql.encode())
@@ -289,7 +294,22 @@ class PostgresStore(SqlStore):
         return PollState(now, self._dt(row[1]), self._dt(row[2]))
 
     def stats(self) -> dict[str, Any]:
-        return {"runs": self.count_by_status(), "database": redact(self.url)}
+        return {**run_stats(self.run_counts()), "database": redact(self.url)}
+
+    def run_counts(self) -> RunCounts:
+        """Exact on a table the planner thinks smaller than `exact_count_limit` rows (or has
+        not analyzed yet); else pending and running counted exactly through the status index
+        (they are the few active runs) and the final statuses estimated from statistics."""
+        with self._read() as s:
+            rows = s.q("run_counts")
+            total = int(rows[0][1]) if rows and rows[0][1] is not None else -1
+            estimates = {str(status): int(n) for status, n in rows[1:]}
+            if total < self.exact_count_limit or not estimates:
+                return RunCounts({status: int(n) for status, n in s.q("count_by_status")}, frozenset())
+            counts = {status: estimates.get(status, 0) for status in FINAL_STATUSES}
+            for status in (PENDING, RUNNING):
+                counts[status] = int(s.q("count_status", status=status)[0][0])
+        return RunCounts(counts, frozenset(FINAL_STATUSES))
 
     # -- wake-ups ------------------------------------------------------------------------
     async def listen(self, on_payload: Callable[[str], None]) -> None:

@@ -26,8 +26,8 @@ from urllib.parse import parse_qs, unquote, urlparse
 from ..clock import Clock
 from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
-from .base import Claimed, NewRun, Outcome, PollState, Rescued
-from .queries import load_migrations, load_queries
+from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
+from .queries import latest_version, load_migrations, load_queries
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -182,7 +182,7 @@ class SQLiteStore(SqlStore):
 
     # -- migrations ----------------------------------------------------------------------
     def schema_version(self) -> tuple[int, int]:
-        latest = len(load_migrations("sqlite"))
+        latest = latest_version(load_migrations("sqlite"))
         with self._read() as s:
             exists = s.q_text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rota_migrations'")
             if not exists:
@@ -197,9 +197,9 @@ class SQLiteStore(SqlStore):
                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
             )
             current = int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0])
-            _check_not_newer(current, len(migrations), self.path)
+            _check_not_newer(current, latest_version(migrations), self.path)
             applied = []
-            for m in migrations[current:]:
+            for m in [m for m in migrations if m.version > current]:
                 applied.append(f"{m.version:04d}_{m.name}")
                 if dry_run:
                     continue
@@ -354,7 +354,7 @@ class SQLiteStore(SqlStore):
         return PollState(now, self._dt(row[1]), self._dt(row[2]))
 
     def stats(self) -> dict[str, Any]:
-        return {"runs": self.count_by_status(), "database": f"sqlite:///{self.path}"}
+        return {**run_stats(self.run_counts()), "database": f"sqlite:///{self.path}"}
 
 
 def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:

@@ -302,7 +302,7 @@ SELECT name FROM rota_schedules WHERE name = %(schedule)s FOR UPDATE
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue, priority,
        max_attempts, timeout, source, active, paused, next_run_at, last_run_at, last_status,
        run_count, success_count, failure_count, skip_count, run_immediately, backoff, app,
-       definition
+       definition, plan_error
 FROM rota_schedules
 
 -- name: run_columns
@@ -371,3 +371,36 @@ WITH doomed AS (
 )
 DELETE FROM rota_runs r USING doomed WHERE r.id = doomed.id
 RETURNING r.id
+
+
+-- ==== operate-store (issue 14): planning errors, cheap run counts ==========================
+
+-- name: mark_plan_error
+-- A schedule this worker cannot plan: keep the error, stop it being due (compare-and-set on
+-- the next_run_at the worker saw, so a concurrent update wins).
+UPDATE rota_schedules SET plan_error = %(error)s, next_run_at = NULL, updated_at = {now}
+WHERE name = %(name)s AND next_run_at = %(old)s AND active
+RETURNING name
+
+-- name: run_counts
+-- The planner's view of rota_runs: a first row (NULL, estimated rows now: reltuples scaled
+-- by the table's current size, as the planner does), then (status, estimated rows) from the
+-- status column's most-common-values statistics. No scan of the table.
+WITH rel AS (
+    SELECT c.oid, c.relnamespace,
+           CASE WHEN c.relpages > 0
+                THEN c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::float8)
+                ELSE c.reltuples END AS total
+    FROM pg_class c WHERE c.oid = 'rota_runs'::regclass
+)
+SELECT NULL::text, round(total)::bigint FROM rel
+UNION ALL
+SELECT v.status, round(v.freq * rel.total)::bigint
+FROM rel
+JOIN pg_namespace n ON n.oid = rel.relnamespace
+JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = 'rota_runs' AND s.attname = 'status'
+CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(status, freq)
+
+-- name: count_status
+-- Exact, through the (status, id) index: cheap for the few active runs.
+SELECT count(*) FROM rota_runs WHERE status = %(status)s

@@ -273,7 +273,7 @@ SELECT name FROM rota_schedules WHERE name = :schedule
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue, priority,
        max_attempts, timeout, source, active, paused, next_run_at, last_run_at, last_status,
        run_count, success_count, failure_count, skip_count, run_immediately, backoff, app,
-       definition
+       definition, plan_error
 FROM rota_schedules
 
 -- name: run_columns
@@ -283,7 +283,8 @@ SELECT id, task, status, queue, priority, args, kwargs, key, schedule, scheduled
 FROM rota_runs
 
 -- name: count_by_status
-SELECT status, count(*) FROM rota_runs GROUP BY status
+-- Kept by triggers (migration 0004): no scan of rota_runs.
+SELECT status, n FROM rota_run_counts WHERE n <> 0
 
 -- name: cancel_pending
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
@@ -338,3 +339,20 @@ WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_status
              WHERE status = :status AND finished_at < {now} - :older_than
              ORDER BY id LIMIT :limit)
 RETURNING id
+
+
+-- ==== operate-store (issue 14): planning errors, cheap run counts ==========================
+
+-- name: mark_plan_error
+-- A schedule this worker cannot plan: keep the error, stop it being due (compare-and-set on
+-- the next_run_at the worker saw, so a concurrent update wins).
+UPDATE rota_schedules SET plan_error = :error, next_run_at = NULL, updated_at = {now}
+WHERE name = :name AND next_run_at = :old AND active
+RETURNING name
+
+-- name: run_counts
+-- Exact, kept by triggers (0004). PostgreSQL answers the same name with estimates.
+SELECT status, n FROM rota_run_counts
+
+-- name: count_status
+SELECT n FROM rota_run_counts WHERE status = :status

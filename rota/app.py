@@ -450,7 +450,8 @@ class App:
             kwargs=changes.get("kwargs", json.loads(current.kwargs)),
             options=options,
         )
-        next_run_at = spec.trigger.next_after(store.now()) if timing_changed else None
+        replan = timing_changed or info.plan_error is not None  # an error left it without a next time
+        next_run_at = spec.trigger.next_after(store.now()) if replan else None
         store.update_schedule(spec.to_def(source="api", app=None), next_run_at)
         return self.get_schedule(name)
 

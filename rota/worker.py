@@ -460,7 +460,8 @@ class Worker:
         batch = await self._db(self.store.due_schedules, limit)
         for due in batch:
             plan = self._plan(due, now)
-            if plan is None:
+            if isinstance(plan, str):  # cannot be planned: record why, so it stops being due
+                await self._db(self.store.mark_plan_error, due, plan)
                 continue
             if await self._db(self.store.materialize, due, plan):
                 self.counters.ticks += len(plan.run)
@@ -470,7 +471,7 @@ class Worker:
                 self.counters.locked_out += 1
         return woke, more or len(batch) >= limit
 
-    def _plan(self, due: DueSchedule, now: datetime) -> Materialization | None:
+    def _plan(self, due: DueSchedule, now: datetime) -> Materialization | str:
         try:
             trigger = self._trigger(due)
             plan = timing.plan_ticks(
@@ -488,7 +489,7 @@ class Worker:
                     due.name,
                     exc,
                 )
-            return None
+            return str(exc)
         return Materialization(plan.run, plan.skipped, plan.skipped_more, plan.next_run_at)
 
     def _trigger(self, due: DueSchedule) -> timing.Trigger:

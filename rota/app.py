@@ -25,10 +25,10 @@ from .errors import (
     did_you_mean,
 )
 from .models import FINAL_STATUSES, STATUSES, LockInfo, Run, ScheduleInfo, WorkerInfo
-from .serialization import encode_arguments
+from .serialization import check_text, encode_arguments
 from .stores import open_store, redact
 from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store, run_stats
-from .tasks import Backoff, RunContext, RunHandle, Task, TaskOptions, check_int
+from .tasks import Backoff, RunContext, RunHandle, Task, TaskOptions, check_int, check_queue
 
 if TYPE_CHECKING:
     from .locks import AsyncLockContext, Lease, LockContext
@@ -107,6 +107,7 @@ def build_schedule(
     """Validate a schedule's parts (clear errors naming the bad value) and assemble it."""
     check_name("schedule", name)
     trigger = timing.make_trigger(cron=cron, every=every, tz=tz)
+    _check_every(trigger)
     grace = misfire_grace if isinstance(misfire_grace, timedelta) else _seconds("misfire_grace", misfire_grace)
     if grace < timedelta(0):
         raise ConfigurationError(f"misfire_grace must be >= 0, got {misfire_grace!r}")
@@ -138,7 +139,29 @@ def build_schedule(
 def check_name(what: str, name: object) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise ConfigurationError(f"{what} name must be a non-empty string of at most 200 characters, got {name!r}")
-    return name
+    return check_text(f"{what} name", name)
+
+
+def _filter(what: str, value: str | None) -> str | None:
+    """A name used to look something up: a NUL or lone surrogate cannot match anything stored."""
+    return check_text(what, value) if isinstance(value, str) else value
+
+
+# The shortest and longest `every=` of a schedule. Each tick is a row and a transaction on
+# every poll that finds it due: below a second, a loop inside one long-running task is the
+# right tool. Past ten years, use cron (and the grid would leave the range of dates).
+MIN_EVERY = timedelta(seconds=1)
+MAX_EVERY = timedelta(days=3650)
+
+
+def _check_every(trigger: timing.Trigger) -> None:
+    every = getattr(trigger, "every", None)
+    if every is not None and not MIN_EVERY <= every <= MAX_EVERY:
+        raise ConfigurationError(
+            f"every={every.total_seconds():g} seconds is out of range: a schedule fires at most once a "
+            f"second and at least every {MAX_EVERY.days} days (every= from {MIN_EVERY.total_seconds():g} "
+            f"to {MAX_EVERY.total_seconds():.0f} seconds); for sub-second work loop inside one task"
+        )
 
 
 def _seconds(what: str, value: object) -> timedelta:
@@ -412,6 +435,7 @@ class App:
 
     def update_schedule(self, name: str, **changes: Any) -> ScheduleInfo:
         """Change a stored schedule; a new cron/every/tz recomputes its next fire time."""
+        _filter("schedule name", name)
         store = self.store
         current = store.get_schedule_def(name)
         if current is None or (info := store.get_schedule(name)) is None or not info.active:
@@ -456,6 +480,7 @@ class App:
         return self.get_schedule(name)
 
     def remove_schedule(self, name: str) -> None:
+        _filter("schedule name", name)
         """Deactivate a schedule: it stops firing, its pending runs are cancelled, history stays."""
         self.store.remove_schedule(name)
 
@@ -491,6 +516,7 @@ class App:
                 f"unknown status {status!r}{did_you_mean(status, STATUSES)}; valid: {', '.join(STATUSES)}"
             )
         check_int("limit", limit, low=1, high=100_000)
+        task, schedule, queue = _filter("task", task), _filter("schedule", schedule), _filter("queue", queue)
         flt = RunFilter(status, task, schedule, queue, limit, _run_id(before) if before is not None else None)
         return self.store.list_runs(flt)
 
@@ -498,6 +524,7 @@ class App:
         return self.store.list_schedules(include_inactive)
 
     def get_schedule(self, name: str) -> ScheduleInfo:
+        _filter("schedule name", name)
         info = self.store.get_schedule(name)
         if info is None:
             known = [s.name for s in self.store.list_schedules(True)]
@@ -528,6 +555,7 @@ class App:
 
     # -- control -------------------------------------------------------------------------
     def pause(self, name: str) -> ScheduleInfo:
+        _filter("schedule name", name)
         self.store.set_paused(name, True, None)
         return self.get_schedule(name)
 
@@ -544,6 +572,7 @@ class App:
     def trigger(self, name: str) -> RunHandle:
         """Run a schedule now, honouring its overlap policy (TriggerRefused under 'skip'
         while a run is active; queued behind it under 'queue'; replacing it under 'replace')."""
+        _filter("schedule name", name)
         store = self.store
         sdef = store.get_schedule_def(name)
         info = store.get_schedule(name)
@@ -607,6 +636,8 @@ class App:
         """A Worker for this app (see Worker for options); run it with `await w.run()`."""
         from .worker import Worker
 
+        for queue in options.get("queues") or ():
+            check_queue(queue)
         return Worker(self, **options)
 
     def run_worker(
@@ -711,8 +742,8 @@ def _run_id(run_id: object) -> int:
         value = int(str(run_id))
     except ValueError:
         raise RunNotFound(f"no run with id {run_id!r}: run ids are integers") from None
-    if value < 1:
-        raise RunNotFound(f"no run with id {run_id!r}: run ids are positive integers")
+    if not 1 <= value <= 2**63 - 1:
+        raise RunNotFound(f"no run with id {run_id!r}: run ids are integers from 1 to {2**63 - 1}")
     return value
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -77,7 +78,7 @@ class SQLiteStore(SqlStore):
             raise ConfigurationError(
                 f"invalid synchronous={self.synchronous!r} in {url!r}; valid values are {', '.join(_SYNCHRONOUS)}"
             )
-        self.busy_timeout = float(options.pop("busy_timeout", "30"))
+        self.busy_timeout = _busy_timeout(options.pop("busy_timeout", "30"), url)
         if options:
             raise ConfigurationError(
                 f"unknown SQLite URL option(s) {sorted(options)} in {url!r}; valid: synchronous, busy_timeout"
@@ -355,6 +356,20 @@ class SQLiteStore(SqlStore):
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": f"sqlite:///{self.path}"}
+
+
+def _busy_timeout(text: str, url: str) -> float:
+    """`?busy_timeout=` seconds a writer waits for the write lock: 0 to 3600."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 3600:
+        raise ConfigurationError(
+            f"invalid busy_timeout={text!r} in {url!r}: give the seconds a writer waits for the "
+            "write lock, a number from 0 to 3600 (default 30)"
+        )
+    return value
 
 
 def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:

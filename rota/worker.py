@@ -96,6 +96,17 @@ class _Active:
         return self._cancel
 
 
+class CorruptArguments(ValueError):
+    """A claimed run's stored args/kwargs are not valid JSON (a damaged or hand-written row)."""
+
+
+def _decode_arguments(c: Claimed) -> tuple[Any, Any]:
+    try:
+        return json.loads(c.args), json.loads(c.kwargs)
+    except ValueError as exc:
+        raise CorruptArguments(f"stored arguments are not valid JSON ({exc}); run {c.id} is not retried") from None
+
+
 @dataclass(slots=True)
 class WorkerCounters:
     """Totals since start; the per-poll log line and /metrics read these."""
@@ -634,8 +645,7 @@ class Worker:
         """On a pool thread: decode arguments, call the handler, encode its result."""
         c = active.claim
         try:
-            args = json.loads(c.args)
-            kwargs = json.loads(c.kwargs)
+            args, kwargs = _decode_arguments(c)
             if task.opts.pass_context:
                 result = task.fn(self._context(active), *args, **kwargs)
             else:
@@ -648,8 +658,7 @@ class Worker:
         c = active.claim
         outcome: tuple[str, Any]
         try:
-            args = json.loads(c.args)
-            kwargs = json.loads(c.kwargs)
+            args, kwargs = _decode_arguments(c)
             if task.opts.pass_context:
                 args.insert(0, self._context(active))
             async with asyncio.timeout(c.timeout) as scope:
@@ -668,6 +677,7 @@ class Worker:
     def _call_in_child(self, active: _Active, task: Task[Any, Any]) -> tuple[str, Any]:
         c = active.claim
         try:
+            _decode_arguments(c)
             module, qualname = handler_path(task.fn)
         except ValueError as exc:
             return "error", exc
@@ -782,6 +792,8 @@ class Worker:
             return simple_error("ChildCrashed", f"the isolated process of run {c.id} died with exit code {value}"), True
         if kind == "child_error":
             return json.dumps(value), True
+        if isinstance(value, CorruptArguments):  # retrying cannot repair the stored row
+            return simple_error("CorruptArguments", str(value)), False
         if isinstance(value, BaseException):
             return encode_error(value), True
         return json.dumps(error_payload(RuntimeError(str(value)))), True

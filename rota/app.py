@@ -250,12 +250,15 @@ class App:
         """Apply pending migrations; return their names (dry_run: only list them)."""
         applied = self._store.migrate(dry_run=dry_run)
         if not dry_run:
+            self._store.check_writable()  # the workers' writes, as this user
             self._ready = True
         return applied
 
     def prepare(self) -> None:
-        """What a worker does at start: connect, migrate, upsert code schedules."""
+        """What a worker does at start: connect, migrate, check it may write (PermissionDenied
+        naming the privilege and table if not), upsert code schedules."""
         store = self.store
+        store.check_writable()
         now = store.now()
         defs = [spec.to_def(source="code", app=self.name) for spec in self.schedules.values()]
         first = {spec.name: spec.trigger.next_after(now) for spec in self.schedules.values()}

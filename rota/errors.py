@@ -54,6 +54,10 @@ class DatabaseUnavailable(DatabaseError):
     """The database could not be reached (connection refused, reset, or timed out)."""
 
 
+class PermissionDenied(DatabaseError):
+    """The database user may not do a write rota needs (checked when a worker or migrate starts)."""
+
+
 class SchemaVersionError(DatabaseError):
     """The database schema is newer than this version of rota understands."""
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import abc
 import json
+import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
+from ..errors import ConfigurationError, DatabaseError, PermissionDenied, ScheduleNotFound, TriggerRefused
 from ..models import PENDING, RUNNING, LockInfo, Run, ScheduleInfo, WorkerInfo
 from ..serialization import simple_error
 from .base import (
@@ -41,6 +42,14 @@ class Session(Protocol):
     def q(self, name: str, /, **params: Any) -> list[Row]: ...
 
     def q_text(self, sql: str, /, **params: Any) -> list[Row]: ...
+
+
+# The write probe: (table, what it checks, query); see `check_writable`.
+_TABLES = (("rota_runs", "run"), ("rota_schedules", "schedule"), ("rota_workers", "worker"), ("rota_locks", "lock"))
+_PROBES = (
+    *((table, op.upper(), f"probe_{op}_{kind}") for table, kind in _TABLES for op in ("insert", "update", "delete")),
+    ("the run id sequence", "USAGE", "probe_sequences"),
+)
 
 
 class _Abort(Exception):
@@ -74,6 +83,24 @@ class SqlStore(Store, abc.ABC):
     @abc.abstractmethod
     def _notify(self, s: Session, payload: str) -> None:
         """Wake idle workers (at commit)."""
+
+    # -- the permission probe -------------------------------------------------------------
+    def check_writable(self) -> None:
+        missing = self._select("probe_privileges")
+        if missing:
+            raise PermissionDenied(_missing_privileges(missing))
+        probe = f"rota.permission-probe.{uuid.uuid4().hex}"
+        step = ("", "", "")
+        try:
+            with self._tx() as s:
+                for step in _PROBES:
+                    s.q(step[2], probe=probe)
+                raise _Abort  # roll everything back
+        except _Abort:
+            return
+        except DatabaseError as exc:
+            table, op, _ = step
+            raise PermissionDenied(f"cannot {op} {table}, which rota needs: {exc}") from exc
 
     # -- shared helpers ------------------------------------------------------------------
     def _one(self, query: str, /, **params: Any) -> list[Row]:
@@ -586,6 +613,17 @@ class SqlStore(Store, abc.ABC):
 
     def stats(self) -> dict[str, Any]:
         return run_stats(self.run_counts())
+
+
+def _missing_privileges(rows: Sequence[Row]) -> str:
+    role, schema = rows[0][0], rows[0][1]
+    missing = ", ".join(f"{priv} on {obj}" for _, _, obj, priv in rows)
+    return (
+        f"database role {role!r} lacks {missing} (schema {schema!r}): a worker needs SELECT, INSERT, "
+        "UPDATE and DELETE on every rota table and USAGE on its sequences. Grant them, e.g. "
+        f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"; '
+        f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA "{schema}" TO "{role}"'
+    )
 
 
 def _loads(text: str | None, fallback: Any, field: str, corrupt: list[str]) -> Any:

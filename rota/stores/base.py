@@ -216,6 +216,12 @@ class Store(abc.ABC):
         return their names. Raises SchemaVersionError if the database is newer than this code."""
 
     @abc.abstractmethod
+    def check_writable(self) -> None:
+        """Check that every kind of write rota does is allowed (privileges, then each write
+        inside a transaction that is rolled back); PermissionDenied naming the missing
+        privilege and the table otherwise. Workers and `migrate` call it at start."""
+
+    @abc.abstractmethod
     def schema_version(self) -> tuple[int, int]:
         """(version applied in the database, latest version this code knows)."""
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..clock import Clock
-from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
+from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable, PermissionDenied, SchemaVersionError
 from ..models import FINAL_STATUSES, PENDING, RUNNING
 from . import redact
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
@@ -200,10 +200,13 @@ class PostgresStore(SqlStore):
         migrations = load_migrations("postgres")
         with self._tx() as s:
             s.q_text("SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.rota_migrate'))")
-            s.q_text(
-                "CREATE TABLE IF NOT EXISTS rota_migrations (version integer PRIMARY KEY, "
-                "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-            )
+            if not s.q_text("SELECT to_regclass('rota_migrations')")[0][0]:
+                if not dry_run:
+                    _check_can_migrate(s, migrations)  # a clear message before the first CREATE
+                s.q_text(
+                    "CREATE TABLE IF NOT EXISTS rota_migrations (version integer PRIMARY KEY, "
+                    "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+                )
             current = int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0])
             if current > latest_version(migrations):
                 raise SchemaVersionError(
@@ -211,8 +214,11 @@ class PostgresStore(SqlStore):
                     f"than the {latest_version(migrations)} this version of rota knows: upgrade rota on this "
                     "host (never run older code against a migrated database)"
                 )
+            pending = [m for m in migrations if m.version > current]
+            if pending and not dry_run:
+                _check_can_migrate(s, pending)
             applied = []
-            for m in [m for m in migrations if m.version > current]:
+            for m in pending:
                 applied.append(f"{m.version:04d}_{m.name}")
                 if not dry_run:
                     s.cur.execute(m.sql.encode())
@@ -377,6 +383,17 @@ class _WakeupLimiter:
             self._armed = False
             self._last = time.monotonic()
         self.send()
+
+
+def _check_can_migrate(s: _Session, pending: Sequence[Any]) -> None:
+    can, role, schema = s.q("probe_can_migrate")[0]
+    if not can:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
+        raise PermissionDenied(
+            f"database role {role!r} lacks CREATE on schema {schema!r}, needed to apply migrations "
+            f"{names}: run `rota migrate` as the schema's owner, or GRANT CREATE ON SCHEMA "
+            f'"{schema}" TO "{role}"'
+        )
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:

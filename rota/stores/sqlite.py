@@ -15,7 +15,9 @@ import contextlib
 import json
 import math
 import os
+import pwd
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -25,7 +27,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from ..clock import Clock
-from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
+from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable, PermissionDenied, SchemaVersionError
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from .queries import latest_version, load_migrations, load_queries
@@ -181,6 +183,27 @@ class SQLiteStore(SqlStore):
     def _notify(self, s: Any, payload: str) -> None:
         s.wake.append(payload)  # delivered to this process's workers after COMMIT
 
+    # -- the permission probe -------------------------------------------------------------
+    def check_writable(self) -> None:
+        self._check_file()
+        super().check_writable()
+
+    def _check_file(self) -> None:
+        """Say plainly when the file or its directory is read-only for this user."""
+        directory = os.path.dirname(os.path.abspath(self.path))
+        user = _user()
+        if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
+            mode = stat.filemode(os.stat(self.path).st_mode)
+            raise PermissionDenied(
+                f"cannot write the SQLite database {self.path!r}: the file is read-only for {user} "
+                f"(mode {mode}); a worker and `rota migrate` must write it: make it writable (chmod u+w)"
+            )
+        if not os.access(directory, os.W_OK):
+            raise PermissionDenied(
+                f"cannot write in {directory!r}, the directory of the SQLite database {self.path!r}, as "
+                f"{user}: SQLite creates its journal files (-wal, -shm) there; make it writable"
+            )
+
     # -- migrations ----------------------------------------------------------------------
     def schema_version(self) -> tuple[int, int]:
         latest = latest_version(load_migrations("sqlite"))
@@ -192,6 +215,8 @@ class SQLiteStore(SqlStore):
 
     def migrate(self, *, dry_run: bool = False) -> list[str]:
         migrations = load_migrations("sqlite")
+        if not dry_run:
+            self._check_file()
         with self._tx() as s:
             s.q_text(
                 "CREATE TABLE IF NOT EXISTS rota_migrations "
@@ -356,6 +381,13 @@ class SQLiteStore(SqlStore):
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": f"sqlite:///{self.path}"}
+
+
+def _user() -> str:
+    try:
+        return f"user {pwd.getpwuid(os.geteuid()).pw_name!r}"
+    except (KeyError, AttributeError):  # pragma: no cover - no passwd entry / not POSIX
+        return "this user"
 
 
 def _busy_timeout(text: str, url: str) -> float:

@@ -76,3 +76,17 @@ def test_a_big_postgres_table_estimates_final_statuses_and_counts_active_runs_ex
         assert stats["runs_estimated"] == ["cancelled", "failed", "skipped", "succeeded"]
     finally:
         app.close()
+
+
+def test_api_stats_and_metrics_carry_the_counts_and_how_they_were_counted(app: rota.App) -> None:
+    from starlette.testclient import TestClient
+
+    from rota.web import create_app
+
+    app.task(name="t")(lambda: None).enqueue()
+    with TestClient(create_app(app)) as client:
+        stats = client.get("/api/stats").json()
+        metrics = client.get("/metrics").text
+    assert stats["runs"]["pending"] == 1
+    assert stats["runs_counted"] == "exact" and stats["runs_estimated"] == []
+    assert 'rota_runs{status="pending"} 1.0' in metrics

@@ -619,6 +619,10 @@ class App:
         run = self.get_run(run_id)
         if run.status not in FINAL_STATUSES:
             raise ConfigurationError(f"run {run.id} is still {run.status}; wait for it or cancel it before retrying")
+        if {"args", "kwargs"} & set(run.corrupt):
+            raise ConfigurationError(
+                f"run {run.id} cannot be retried: its stored arguments are not valid JSON; enqueue a new run instead"
+            )
         args, kwargs = encode_arguments(run.task, run.args, run.kwargs)
         new = NewRun(
             task=run.task,

@@ -172,6 +172,10 @@ def test_a_row_with_bad_json_is_listed_as_corrupt_and_the_rest_still_list(app: r
     assert data["corrupt"] == "stored args not valid JSON" and data["args"] is None
     assert "corrupt" not in app.get_run(good.id).to_json()
     assert app.cancel(bad.id).status == "cancelled"
+    with pytest.raises(
+        rota.ConfigurationError, match=rf"run {bad.id} cannot be retried: its stored arguments are not valid JSON"
+    ):
+        app.retry(bad.id)
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])

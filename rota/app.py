@@ -26,10 +26,10 @@ from .errors import (
 )
 from .events import Event, Events, Notifier, check_notify_on
 from .models import FINAL_STATUSES, STATUSES, LockInfo, Run, ScheduleInfo, WorkerInfo
-from .serialization import encode_arguments
+from .serialization import check_text, encode_arguments
 from .stores import open_store
-from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store
-from .tasks import Backoff, RunContext, RunHandle, Task, TaskOptions, check_int
+from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store, run_stats
+from .tasks import Backoff, RunContext, RunHandle, Task, TaskOptions, check_int, check_queue
 
 if TYPE_CHECKING:
     from .locks import AsyncLockContext, Lease, LockContext
@@ -103,6 +103,7 @@ def build_schedule(
     """Validate a schedule's parts (clear errors naming the bad value) and assemble it."""
     check_name("schedule", name)
     trigger = timing.make_trigger(cron=cron, every=every, tz=tz)
+    _check_every(trigger)
     grace = misfire_grace if isinstance(misfire_grace, timedelta) else _seconds("misfire_grace", misfire_grace)
     if grace < timedelta(0):
         raise ConfigurationError(f"misfire_grace must be >= 0, got {misfire_grace!r}")
@@ -134,7 +135,29 @@ def build_schedule(
 def check_name(what: str, name: object) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise ConfigurationError(f"{what} name must be a non-empty string of at most 200 characters, got {name!r}")
-    return name
+    return check_text(f"{what} name", name)
+
+
+def _filter(what: str, value: str | None) -> str | None:
+    """A name used to look something up: a NUL or lone surrogate cannot match anything stored."""
+    return check_text(what, value) if isinstance(value, str) else value
+
+
+# The shortest and longest `every=` of a schedule. Each tick is a row and a transaction on
+# every poll that finds it due: below a second, a loop inside one long-running task is the
+# right tool. Past ten years, use cron (and the grid would leave the range of dates).
+MIN_EVERY = timedelta(seconds=1)
+MAX_EVERY = timedelta(days=3650)
+
+
+def _check_every(trigger: timing.Trigger) -> None:
+    every = getattr(trigger, "every", None)
+    if every is not None and not MIN_EVERY <= every <= MAX_EVERY:
+        raise ConfigurationError(
+            f"every={every.total_seconds():g} seconds is out of range: a schedule fires at most once a "
+            f"second and at least every {MAX_EVERY.days} days (every= from {MIN_EVERY.total_seconds():g} "
+            f"to {MAX_EVERY.total_seconds():.0f} seconds); for sub-second work loop inside one task"
+        )
 
 
 def _seconds(what: str, value: object) -> timedelta:
@@ -244,12 +267,15 @@ class App(AsyncClient):
         """Apply pending migrations; return their names (dry_run: only list them)."""
         applied = self._store.migrate(dry_run=dry_run)
         if not dry_run:
+            self._store.check_writable()  # the workers' writes, as this user
             self._ready = True
         return applied
 
     def prepare(self) -> None:
-        """What a worker does at start: connect, migrate, upsert code schedules."""
+        """What a worker does at start: connect, migrate, check it may write (PermissionDenied
+        naming the privilege and table if not), upsert code schedules."""
         store = self.store
+        store.check_writable()
         now = store.now()
         defs = [spec.to_def(source="code", app=self.name) for spec in self.schedules.values()]
         first = {spec.name: spec.trigger.next_after(now) for spec in self.schedules.values()}
@@ -446,6 +472,7 @@ class App(AsyncClient):
 
     def update_schedule(self, name: str, **changes: Any) -> ScheduleInfo:
         """Change a stored schedule; a new cron/every/tz recomputes its next fire time."""
+        _filter("schedule name", name)
         store = self.store
         current = store.get_schedule_def(name)
         if current is None or (info := store.get_schedule(name)) is None or not info.active:
@@ -484,11 +511,13 @@ class App(AsyncClient):
             kwargs=changes.get("kwargs", json.loads(current.kwargs)),
             options=options,
         )
-        next_run_at = spec.trigger.next_after(store.now()) if timing_changed else None
+        replan = timing_changed or info.plan_error is not None  # an error left it without a next time
+        next_run_at = spec.trigger.next_after(store.now()) if replan else None
         store.update_schedule(spec.to_def(source="api", app=None), next_run_at)
         return self.get_schedule(name)
 
     def remove_schedule(self, name: str) -> None:
+        _filter("schedule name", name)
         """Deactivate a schedule: it stops firing, its pending runs are cancelled, history stays."""
         self.store.remove_schedule(name)
 
@@ -524,6 +553,7 @@ class App(AsyncClient):
                 f"unknown status {status!r}{did_you_mean(status, STATUSES)}; valid: {', '.join(STATUSES)}"
             )
         check_int("limit", limit, low=1, high=100_000)
+        task, schedule, queue = _filter("task", task), _filter("schedule", schedule), _filter("queue", queue)
         flt = RunFilter(status, task, schedule, queue, limit, _run_id(before) if before is not None else None)
         return self.store.list_runs(flt)
 
@@ -531,6 +561,7 @@ class App(AsyncClient):
         return self.store.list_schedules(include_inactive)
 
     def get_schedule(self, name: str) -> ScheduleInfo:
+        _filter("schedule name", name)
         info = self.store.get_schedule(name)
         if info is None:
             known = [s.name for s in self.store.list_schedules(True)]
@@ -543,12 +574,12 @@ class App(AsyncClient):
     def stats(self) -> dict[str, Any]:
         """Counts by status, live workers and their capacity, this process's worker ids."""
         store = self.store
-        counts = {status: 0 for status in STATUSES}
-        counts.update(store.count_by_status())
+        runs = run_stats(store.run_counts())
+        counts = runs["runs"]
         workers = [w for w in self.list_workers() if w.alive]
         local = [w for w in self._workers if w.state in ("running", "draining")]
         return {
-            "runs": counts,
+            **runs,
             "running": counts["running"],
             "pending": counts["pending"],
             "workers": len(workers),
@@ -561,6 +592,7 @@ class App(AsyncClient):
 
     # -- control -------------------------------------------------------------------------
     def pause(self, name: str) -> ScheduleInfo:
+        _filter("schedule name", name)
         self.store.set_paused(name, True, None)
         return self.get_schedule(name)
 
@@ -577,6 +609,7 @@ class App(AsyncClient):
     def trigger(self, name: str) -> RunHandle:
         """Run a schedule now, honouring its overlap policy (TriggerRefused under 'skip'
         while a run is active; queued behind it under 'queue'; replacing it under 'replace')."""
+        _filter("schedule name", name)
         store = self.store
         sdef = store.get_schedule_def(name)
         info = store.get_schedule(name)
@@ -605,6 +638,10 @@ class App(AsyncClient):
         run = self.get_run(run_id)
         if run.status not in FINAL_STATUSES:
             raise ConfigurationError(f"run {run.id} is still {run.status}; wait for it or cancel it before retrying")
+        if {"args", "kwargs"} & set(run.corrupt):
+            raise ConfigurationError(
+                f"run {run.id} cannot be retried: its stored arguments are not valid JSON; enqueue a new run instead"
+            )
         args, kwargs = encode_arguments(run.task, run.args, run.kwargs)
         key, backoff = self.store.retry_source(int(run.id)) or (run.key, None)
         sdef = self.store.get_schedule_def(run.schedule) if run.schedule is not None else None
@@ -635,6 +672,8 @@ class App(AsyncClient):
         """A Worker for this app (see Worker for options); run it with `await w.run()`."""
         from .worker import Worker
 
+        for queue in options.get("queues") or ():
+            check_queue(queue)
         return Worker(self, **options)
 
     def run_worker(
@@ -740,8 +779,8 @@ def _run_id(run_id: object) -> int:
         value = int(str(run_id))
     except ValueError:
         raise RunNotFound(f"no run with id {run_id!r}: run ids are integers") from None
-    if value < 1:
-        raise RunNotFound(f"no run with id {run_id!r}: run ids are positive integers")
+    if not 1 <= value <= 2**63 - 1:
+        raise RunNotFound(f"no run with id {run_id!r}: run ids are integers from 1 to {2**63 - 1}")
     return value
 
 

@@ -60,6 +60,10 @@ class DatabaseTransient(DatabaseError):
     SQLite's 'database is locked' after its busy timeout, a connection reset."""
 
 
+class PermissionDenied(DatabaseError):
+    """The database user may not do a write rota needs (checked when a worker or migrate starts)."""
+
+
 class SchemaVersionError(DatabaseError):
     """The database schema is newer than this version of rota understands."""
 

@@ -30,7 +30,7 @@ import uuid
 import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, urlencode, urlparse
 
 from .errors import ConfigurationError, DatabaseUnavailable, LockLost, LockUnavailable
 from .models import LockInfo
@@ -81,6 +81,11 @@ def parse_locks_url(url: object) -> tuple[str, str]:
         raise ConfigurationError(
             f"invalid prefix {prefix!r} in the Redis locks URL: use 1-100 letters, digits, '_', "
             "'.', ':', '/', '@' or '-', starting with a letter or digit"
+        )
+    db = urlparse(base).path.strip("/") if not url.lower().startswith("unix://") else ""
+    if db and not db.isdigit():
+        raise ConfigurationError(
+            f"invalid database {db!r} in the Redis locks URL {redact(url)!r}: use a number, e.g. redis://host:6379/0"
         )
     if not prefixes:
         return url, prefix

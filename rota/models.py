@@ -21,6 +21,8 @@ CANCELLED: Final = "cancelled"
 
 STATUSES: Final = (PENDING, RUNNING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)
 FINAL_STATUSES: Final = frozenset({SUCCEEDED, FAILED, SKIPPED, CANCELLED})
+# A run's fields stored as JSON (named in Run.corrupt when they do not decode).
+JSON_FIELDS: Final = frozenset({"args", "kwargs", "result", "error", "attempts"})
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -61,7 +63,10 @@ class Run:
     history: list[dict[str, Any]] = field(default_factory=list)
     retry_of: str | None = None
     held: bool = False
-    corrupt: str | None = None  # why a stored row could not be decoded (shown, not raised)
+    # The stored fields that could not be decoded (a row written by hand, by an older rota, or
+    # damaged): JSON that is not valid, a time past year 9999. They read as [] / {} / None (a
+    # time as datetime.max) here and as null in to_json(), with a "corrupt" note saying why.
+    corrupt: tuple[str, ...] = ()
 
     @property
     def is_final(self) -> bool:
@@ -116,7 +121,25 @@ class Run:
             "error": self.error,
             "attempts": self.attempts,
             "retry_of": self.retry_of,
-        } | ({"corrupt": self.corrupt} if self.corrupt else {})
+        } | self._corrupt_json()
+
+    @property
+    def corrupt_reason(self) -> str | None:
+        """Why this row is shown as corrupt (None if it decoded whole), e.g. 'stored args not
+        valid JSON; stored scheduled_for not a valid time'."""
+        if not self.corrupt:
+            return None
+        json_fields = [f for f in self.corrupt if f in JSON_FIELDS]
+        time_fields = [f for f in self.corrupt if f not in JSON_FIELDS]
+        parts = [f"stored {', '.join(json_fields)} not valid JSON"] if json_fields else []
+        parts += [f"stored {', '.join(time_fields)} not a valid time"] if time_fields else []
+        return "; ".join(parts)
+
+    def _corrupt_json(self) -> dict[str, Any]:
+        if not self.corrupt:
+            return {}
+        shown = {"scheduled_for", "created_at", "started_at", "finished_at", "lease_until", *JSON_FIELDS}
+        return {"corrupt": self.corrupt_reason, **dict.fromkeys(f for f in self.corrupt if f in shown)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +170,9 @@ class ScheduleInfo:
     success_count: int
     failure_count: int
     skip_count: int
+    # Why the last worker could not plan it (unknown zone, bad cron); it is not due until an
+    # update, a resume or a changed code definition gives it a next fire time again.
+    plan_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -167,6 +193,7 @@ class ScheduleInfo:
             "success_count": self.success_count,
             "failure_count": self.failure_count,
             "skip_count": self.skip_count,
+            "plan_error": self.plan_error,
             "args": self.args,
             "kwargs": self.kwargs,
         }

@@ -1,14 +1,22 @@
 """Named locks over Redis: `SET NX PX` inside Lua scripts, a fencing counter per name.
 
-Keys: `rota:lock:<name>` holds "<owner> <token>" with a PX expiry (Redis's clock decides);
-`rota:fence:<name>` is the counter that only grows, so tokens increase across holders even
-after the lock key expires. `?prefix=NAME` on the URL replaces `rota` (apps sharing a Redis). Renew and release compare the stored value first, atomically.
+Keys: `{rota:lock:<name>}` holds "<owner> <token>" with a PX expiry (Redis's clock decides);
+`{rota:lock:<name>}:fence` is the counter that only grows, so tokens increase across holders
+even after the lock key expires. The braces are a hash tag: both keys of a lock hash to one
+slot, so the Lua scripts that touch both work on Redis Cluster. `?prefix=NAME` on the URL
+replaces `rota` (apps sharing a Redis). Renew and release compare the stored value first,
+atomically.
+
+Before the hash tags the counter was `rota:fence:<name>`; acquire starts above that old value
+(read once per name), so tokens keep growing across the upgrade. Upgrade every process that
+takes a given lock at once: old and new code use different lock keys.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlparse, urlunparse
 
 from .errors import ConfigurationError, DatabaseUnavailable
 from .locks import parse_locks_url
@@ -23,6 +31,11 @@ except ImportError as exc:  # pragma: no cover - depends on installed extras
 _ACQUIRE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local token = redis.call('INCR', KEYS[2])
+local floor = tonumber(ARGV[3])
+if token <= floor then
+  token = floor + 1
+  redis.call('SET', KEYS[2], token)
+end
 redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. token, 'NX', 'PX', ARGV[2])
 return token
 """
@@ -47,24 +60,50 @@ class RedisLocks:
         client_url, url_prefix = parse_locks_url(url)
         self.url = redact(url)  # for messages
         self.prefix = prefix or url_prefix
+        self._client_url = client_url
         self.client = redis.Redis.from_url(
             client_url, socket_connect_timeout=3, socket_timeout=5, decode_responses=True
         )
         self._acquire = self.client.register_script(_ACQUIRE)
         self._renew = self.client.register_script(_RENEW)
         self._release = self.client.register_script(_RELEASE)
+        self._floors: dict[str, int] = {}  # name -> the pre-hash-tag fence counter's value
 
     def _keys(self, name: str) -> tuple[str, str]:
-        return f"{self.prefix}:lock:{name}", f"{self.prefix}:fence:{name}"
+        tag = f"{{{self.prefix}:lock:{name}}}"
+        return tag, f"{tag}:fence"
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise DatabaseUnavailable(f"cannot reach Redis at {self.url}: {exc}") from exc
+        except redis.ResponseError as exc:
+            if "DB index is out of range" in str(exc):
+                raise ConfigurationError(self._bad_db()) from None
+            raise
+
+    def _bad_db(self) -> str:
+        db = self.client.connection_pool.connection_kwargs.get("db")
+        try:
+            parts = urlparse(self._client_url)
+            other = redis.Redis.from_url(urlunparse(parts._replace(path="/0")), socket_connect_timeout=3)
+            count = int(str(other.config_get("databases")["databases"]))
+            valid = f"this server has databases 0 to {count - 1}"
+        except (redis.RedisError, KeyError, ValueError):
+            valid = "see the server's `databases` setting (16 by default: 0 to 15)"
+        return f"the Redis locks URL {self.url} names database {db}, which does not exist: {valid}"
+
+    def _floor(self, name: str) -> int:
+        floor = self._floors.get(name)
+        if floor is None:
+            legacy = self._call(self.client.get, f"{self.prefix}:fence:{name}")
+            floor = self._floors[name] = int(legacy or 0)
+        return floor
 
     def acquire(self, name: str, owner: str, ttl: float) -> int | None:
-        token = self._call(self._acquire, keys=list(self._keys(name)), args=[owner, max(1, int(ttl * 1000))])
+        args = [owner, max(1, int(ttl * 1000)), self._floor(name)]
+        token = self._call(self._acquire, keys=list(self._keys(name)), args=args)
         return int(token) if token is not None else None
 
     def renew(self, name: str, owner: str, token: int, ttl: float) -> bool:
@@ -77,9 +116,10 @@ class RedisLocks:
 
     def list(self) -> list[LockInfo]:
         result = []
-        start = f"{self.prefix}:fence:"
-        for fence_key in self._call(lambda: list(self.client.scan_iter(match=f"{start}*", count=500))):
-            name = fence_key[len(start) :]
+        start, end = f"{{{self.prefix}:lock:", "}:fence"
+        pattern = f"{start}*{end}"  # the prefix has no glob characters
+        for fence_key in self._call(lambda: list(self.client.scan_iter(match=pattern, count=500))):
+            name = fence_key[len(start) : -len(end)]
             lock_key, _ = self._keys(name)
             pipe = self.client.pipeline()
             pipe.get(lock_key)

@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import SerializationError
+from .errors import ConfigurationError, SerializationError
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 encode = _encoder.encode
@@ -53,10 +53,54 @@ def encode_arguments(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) 
     for name, arg in kwargs.items():
         if type(arg) not in _SCALARS:
             _check(arg, f"argument {name!r} of {task}()")
-    return _encoder.encode(list(args)), _encoder.encode(dict(kwargs))
+    encoded = _encoder.encode(list(args)), _encoder.encode(dict(kwargs))
+    if not (encoded[0].isascii() and encoded[1].isascii()):
+        _check_utf8(task, args, kwargs)
+    return encoded
+
+
+def _check_utf8(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Name the argument holding a lone surrogate (text that is not UTF-8: no store keeps it)."""
+    try:
+        for i, arg in enumerate(args):
+            _walk_text(arg, f"argument {i} of {task}()")
+        for name, arg in kwargs.items():
+            _walk_text(name, f"an argument name of {task}()")
+            _walk_text(arg, f"argument {name!r} of {task}()")
+    except ConfigurationError as exc:
+        raise SerializationError(str(exc)) from None
+
+
+def _walk_text(value: Any, where: str) -> None:
+    if isinstance(value, str):
+        if not value.isascii():
+            check_text(where, value, nul=False)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _walk_text(item, f"{where}[{i}]")
+    elif isinstance(value, dict):
+        for k, item in value.items():
+            _walk_text(k, f"a key of {where}")
+            _walk_text(item, f"{where}[{k!r}]")
 
 
 _SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def check_text(what: str, value: str, *, nul: bool = True) -> str:
+    """Refuse text no store can hold: a NUL (PostgreSQL text cannot) or a lone surrogate
+    (not UTF-8). Both stores refuse the same, so an app moves between them unchanged."""
+    if nul and "\x00" in value:
+        raise ConfigurationError(f"{what} {value!r:.80} contains a NUL character (\\x00), which cannot be stored")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            raise ConfigurationError(
+                f"{what} {value!r:.80} contains a lone surrogate {value[exc.start]!r} at {exc.start}, "
+                "which is not valid UTF-8 and cannot be stored"
+            ) from None
+    return value
 
 
 def encode_result(task: str, value: Any) -> str:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .errors import Cancelled, ConfigurationError, WaitTimeout
 from .models import Run
-from .serialization import encode_arguments
+from .serialization import check_text, encode_arguments
 from .stores.base import NewRun
 
 if TYPE_CHECKING:
@@ -27,6 +27,10 @@ R = TypeVar("R")
 
 Call = tuple[Sequence[Any], Mapping[str, Any]]
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+# The latest time a run may be due: every store and every display (in any zone) can hold it.
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+# The longest retry delay: a backoff past it is a typo, and its due time must stay readable.
+MAX_BACKOFF = 366 * 86400.0
 ISOLATIONS = ("none", "process")
 
 
@@ -45,8 +49,10 @@ class Backoff:
     def __post_init__(self) -> None:
         for name in ("base", "max"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-                raise ConfigurationError(f"backoff {name} must be a number of seconds >= 0, got {value!r}")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= MAX_BACKOFF:
+                raise ConfigurationError(
+                    f"backoff {name} must be a number of seconds from 0 to {MAX_BACKOFF:.0f} (366 days), got {value!r}"
+                )
         if not isinstance(self.factor, (int, float)) or isinstance(self.factor, bool) or not 1 <= self.factor <= 100:
             raise ConfigurationError(f"backoff factor must be between 1 and 100, got {self.factor!r}")
         if not isinstance(self.jitter, (int, float)) or isinstance(self.jitter, bool) or not 0 <= self.jitter <= 1:
@@ -122,7 +128,10 @@ class TaskOptions:
 
 def check_queue(queue: object) -> str:
     if not isinstance(queue, str) or not _QUEUE_NAME.match(queue):
-        raise ConfigurationError(f"invalid queue name {queue!r}: use 1-100 letters, digits, '_', '-', '.' or ':'")
+        raise ConfigurationError(
+            f"invalid queue name {queue!r}: use 1-100 letters, digits, '_', '-', '.' or ':' "
+            f"(the pattern {_QUEUE_NAME.pattern})"
+        )
     return queue
 
 
@@ -409,6 +418,7 @@ def _when(delay: timedelta | float | None, run_at: datetime | None) -> datetime 
             or seconds < 0
         ):
             raise ConfigurationError(f"delay must be a non-negative number of seconds or a timedelta, got {delay!r}")
+        _check_latest("delay", delay, seconds)
         return float(seconds)
     if run_at is not None:
         if not isinstance(run_at, datetime):
@@ -417,8 +427,28 @@ def _when(delay: timedelta | float | None, run_at: datetime | None) -> datetime 
             raise ConfigurationError(
                 f"run_at {run_at.isoformat()} has no time zone; pass an aware datetime, e.g. datetime(..., tzinfo=ZoneInfo('Europe/Berlin'))"
             )
-        return run_at.astimezone(UTC)
+        try:
+            when = run_at.astimezone(UTC)
+        except OverflowError:
+            raise ConfigurationError(f"run_at {run_at.isoformat()} is out of range") from None
+        if when >= LATEST:
+            raise ConfigurationError(
+                f"run_at {run_at.isoformat()} is too far ahead: runs must be due before {_LATEST_TEXT}"
+            )
+        return when
     return None
+
+
+_LATEST_TEXT = LATEST.isoformat().replace("+00:00", "Z")
+
+
+def _check_latest(what: str, shown: object, seconds: float) -> None:
+    """Refuse a delay that puts the run past LATEST (judged on this host's clock)."""
+    if seconds >= (LATEST - datetime.now(UTC)).total_seconds():
+        raise ConfigurationError(
+            f"{what} {shown!r} is too far ahead: runs must be due before {_LATEST_TEXT} "
+            f"(at most about {(LATEST - datetime.now(UTC)).total_seconds():.3g} seconds from now)"
+        )
 
 
 def _check_key(key: object) -> str | None:
@@ -426,4 +456,4 @@ def _check_key(key: object) -> str | None:
         return None
     if not isinstance(key, str) or not key or len(key) > 500:
         raise ConfigurationError(f"key must be a non-empty string of at most 500 characters, got {key!r:.80}")
-    return key
+    return check_text("key", key)

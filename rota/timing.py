@@ -98,7 +98,16 @@ def resolve_zone(name: str) -> ZoneInfo:
     """The IANA zone called `name`, or a ConfigurationError naming it (with a suggestion)."""
     if not isinstance(name, str):
         raise ConfigurationError(f"time zone must be a string such as 'UTC', got {name!r}")
+    if name in _NOT_IANA or name.startswith(("posix/", "right/", "/")) or "\x00" in name:
+        raise ConfigurationError(
+            f"time zone {name!r} is not an IANA zone name: it means different things on different "
+            "hosts; use an IANA name such as 'UTC' or 'Europe/Berlin'"
+        )
     return _load_zone(name)
+
+
+# Files in a tz database that are not zones: the host's own setting, build artefacts.
+_NOT_IANA = frozenset({"localtime", "posixrules", "Factory"})
 
 
 @functools.lru_cache(maxsize=512)

@@ -97,6 +97,17 @@ class _Active:
         return self._cancel
 
 
+class CorruptArguments(ValueError):
+    """A claimed run's stored args/kwargs are not valid JSON (a damaged or hand-written row)."""
+
+
+def _decode_arguments(c: Claimed) -> tuple[Any, Any]:
+    try:
+        return json.loads(c.args), json.loads(c.kwargs)
+    except ValueError as exc:
+        raise CorruptArguments(f"stored arguments are not valid JSON ({exc}); run {c.id} is not retried") from None
+
+
 @dataclass(slots=True)
 class WorkerCounters:
     """Totals since start; the per-poll log line and /metrics read these."""
@@ -465,7 +476,8 @@ class Worker:
         batch = await self._db(self.store.due_schedules, limit)
         for due in batch:
             plan = self._plan(due, now)
-            if plan is None:
+            if isinstance(plan, str):  # cannot be planned: record why, so it stops being due
+                await self._db(self.store.mark_plan_error, due, plan)
                 continue
             if await self._db(self.store.materialize, due, plan):
                 self.counters.ticks += len(plan.run)
@@ -476,7 +488,7 @@ class Worker:
                 self.counters.locked_out += 1
         return woke, more or len(batch) >= limit
 
-    def _plan(self, due: DueSchedule, now: datetime) -> Materialization | None:
+    def _plan(self, due: DueSchedule, now: datetime) -> Materialization | str:
         try:
             trigger = self._trigger(due)
             plan = timing.plan_ticks(
@@ -494,7 +506,7 @@ class Worker:
                     due.name,
                     exc,
                 )
-            return None
+            return str(exc)
         return Materialization(plan.run, plan.skipped, plan.skipped_more, plan.next_run_at)
 
     def _trigger(self, due: DueSchedule) -> timing.Trigger:
@@ -639,8 +651,7 @@ class Worker:
         """On a pool thread: decode arguments, call the handler, encode its result."""
         c = active.claim
         try:
-            args = json.loads(c.args)
-            kwargs = json.loads(c.kwargs)
+            args, kwargs = _decode_arguments(c)
             if task.opts.pass_context:
                 result = task.fn(self._context(active), *args, **kwargs)
             else:
@@ -653,8 +664,7 @@ class Worker:
         c = active.claim
         outcome: tuple[str, Any]
         try:
-            args = json.loads(c.args)
-            kwargs = json.loads(c.kwargs)
+            args, kwargs = _decode_arguments(c)
             if task.opts.pass_context:
                 args.insert(0, self._context(active))
             async with asyncio.timeout(c.timeout) as scope:
@@ -673,6 +683,7 @@ class Worker:
     def _call_in_child(self, active: _Active, task: Task[Any, Any]) -> tuple[str, Any]:
         c = active.claim
         try:
+            _decode_arguments(c)
             module, qualname = handler_path(task.fn)
         except ValueError as exc:
             return "error", exc
@@ -787,6 +798,8 @@ class Worker:
             return simple_error("ChildCrashed", f"the isolated process of run {c.id} died with exit code {value}"), True
         if kind == "child_error":
             return json.dumps(value), True
+        if isinstance(value, CorruptArguments):  # retrying cannot repair the stored row
+            return simple_error("CorruptArguments", str(value)), False
         if isinstance(value, BaseException):
             return encode_error(value), True
         return json.dumps(error_payload(RuntimeError(str(value)))), True

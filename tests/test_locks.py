@@ -135,7 +135,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         finally:
             b.cleanup()
             client = redis.Redis.from_url(REDIS_URL)
-            keys = list(client.scan_iter(match=f"{prefix}:*"))
+            keys = [*client.scan_iter(match=f"{prefix}:*"), *client.scan_iter(match=f"{{{prefix}:*")]
             if keys:
                 client.delete(*keys)
             client.close()

@@ -103,7 +103,7 @@ def _run_row(r: Run, now: datetime, utc: bool) -> tuple[Any, ...]:
 
 def _summary(run: Run) -> str | None:
     if run.corrupt:
-        return run.corrupt
+        return run.corrupt_reason
     if run.error:
         return f"{run.error.get('type')}: {run.error.get('message')}"[:200]
     if run.result is not None:

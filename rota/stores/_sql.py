@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import abc
 import json
+import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
+from ..errors import ConfigurationError, DatabaseError, PermissionDenied, ScheduleNotFound, TriggerRefused
 from ..models import PENDING, RUNNING, LockInfo, Run, ScheduleInfo, WorkerInfo
 from ..serialization import simple_error
 from ._steps import AsyncSession, InsertSteps, drive, drive_async
@@ -22,9 +23,11 @@ from .base import (
     DueSchedule,
     Materialization,
     NewRun,
+    RunCounts,
     RunFilter,
     ScheduleDef,
     Store,
+    run_stats,
 )
 
 Row = tuple[Any, ...]
@@ -47,6 +50,14 @@ def _plain(runs: Sequence[NewRun]) -> bool:
     return all(
         r.key is None and r.schedule is None and r.retry_of is None and r.status == PENDING and not r.held for r in runs
     )
+
+
+# The write probe: (table, what it checks, query); see `check_writable`.
+_TABLES = (("rota_runs", "run"), ("rota_schedules", "schedule"), ("rota_workers", "worker"), ("rota_locks", "lock"))
+_PROBES = (
+    *((table, op.upper(), f"probe_{op}_{kind}") for table, kind in _TABLES for op in ("insert", "update", "delete")),
+    ("the run id sequence", "USAGE", "probe_sequences"),
+)
 
 
 class _Abort(Exception):
@@ -80,6 +91,24 @@ class SqlStore(Store, abc.ABC):
     @abc.abstractmethod
     def _notify(self, s: Session, payload: str) -> None:
         """Wake idle workers (at commit)."""
+
+    # -- the permission probe -------------------------------------------------------------
+    def check_writable(self) -> None:
+        missing = self._select("probe_privileges")
+        if missing:
+            raise PermissionDenied(_missing_privileges(missing))
+        probe = f"rota.permission-probe.{uuid.uuid4().hex}"
+        step = ("", "", "")
+        try:
+            with self._tx() as s:
+                for step in _PROBES:
+                    s.q(step[2], probe=probe)
+                raise _Abort  # roll everything back
+        except _Abort:
+            return
+        except DatabaseError as exc:
+            table, op, _ = step
+            raise PermissionDenied(f"cannot {op} {table}, which rota needs: {exc}") from exc
 
     # -- shared helpers ------------------------------------------------------------------
     def _one(self, query: str, /, **params: Any) -> list[Row]:
@@ -433,6 +462,9 @@ class SqlStore(Store, abc.ABC):
             rows = s.q("retry_source", id=run_id)
         return (rows[0][0], rows[0][1]) if rows else None
 
+    def mark_plan_error(self, due: DueSchedule, error: str) -> bool:
+        return bool(self._one("mark_plan_error", name=due.name, old=self._ts(due.next_run_at), error=error))
+
     def get_schedule(self, name: str) -> ScheduleInfo | None:
         rows = self._select("schedule_columns", f" WHERE name = {self._p('name')}", name=name)
         return self._schedule_from_row(rows[0]) if rows else None
@@ -476,8 +508,8 @@ class SqlStore(Store, abc.ABC):
             cron=r[2],
             every=timedelta(seconds=r[3]) if r[3] is not None else None,
             tz=r[4],
-            args=json.loads(r[5]),
-            kwargs=json.loads(r[6]),
+            args=_loads(r[5], [], "args", []),
+            kwargs=_loads(r[6], {}, "kwargs", []),
             overlap=r[7],
             misfire=r[8],
             misfire_grace=timedelta(seconds=r[9]),
@@ -495,92 +527,54 @@ class SqlStore(Store, abc.ABC):
             success_count=r[21],
             failure_count=r[22],
             skip_count=r[23],
+            plan_error=r[28],
         )
 
     # -- inspection and control ----------------------------------------------------------
     def _run_from_row(self, r: Row) -> Run:
-        try:
-            return self._decode_run(r)
-        except (ValueError, OverflowError, OSError, TypeError, AssertionError) as exc:
-            return self._corrupt_run(r, exc)
+        """One decoding path for every run read: a field that does not decode (JSON that is not
+        valid, a time past year 9999) is named in `Run.corrupt` and read as empty, so that one
+        bad row does not break every listing."""
+        corrupt: list[str] = []
 
-    def _corrupt_run(self, r: Row, exc: Exception) -> Run:
-        """A row that does not decode (a time past year 9999, arguments that are not JSON) is
-        returned with `corrupt` saying why and its unreadable fields emptied, so that one bad
-        row does not break every listing."""
-
-        def dt(value: Any) -> datetime:
+        def when(i: int, field: str) -> datetime | None:
             try:
-                return self._dt(value) or datetime.max.replace(tzinfo=UTC)
+                return self._dt(r[i])
             except (ValueError, OverflowError, OSError, TypeError):
+                corrupt.append(field)
                 return datetime.max.replace(tzinfo=UTC)
 
-        def js(value: Any, empty: Any) -> Any:
-            try:
-                return json.loads(value) if value is not None else empty
-            except (ValueError, TypeError):
-                return empty
+        def required(i: int, field: str) -> datetime:
+            return when(i, field) or datetime.max.replace(tzinfo=UTC)
 
-        max_time = datetime.max.replace(tzinfo=UTC)
-        return Run(
-            id=str(r[0]),
-            task=str(r[1]),
-            status=str(r[2]),
-            queue=str(r[3]),
-            priority=0,
-            args=js(r[5], []),
-            kwargs=js(r[6], {}),
-            key=None,
-            schedule=r[8],
-            scheduled_for=dt(r[9]),
-            due_at=dt(r[10]),
-            attempt=r[11] if isinstance(r[11], int) else 0,
-            max_attempts=r[12] if isinstance(r[12], int) else 0,
-            timeout=None,
-            worker=r[14],
-            token=None,
-            lease_until=None,
-            cancel_requested=False,
-            created_at=dt(r[18]) if r[18] is not None else max_time,
-            started_at=None,
-            finished_at=None,
-            result=None,
-            error=None,
-            corrupt=f"stored row does not decode ({type(exc).__name__}: {exc})",
-        )
-
-    def _decode_run(self, r: Row) -> Run:
-        scheduled_for = self._dt(r[9])
-        due_at = self._dt(r[10])
-        created_at = self._dt(r[18])
-        assert scheduled_for is not None and due_at is not None and created_at is not None
         return Run(
             id=str(r[0]),
             task=r[1],
             status=r[2],
             queue=r[3],
             priority=r[4],
-            args=json.loads(r[5]),
-            kwargs=json.loads(r[6]),
+            args=_loads(r[5], [], "args", corrupt),
+            kwargs=_loads(r[6], {}, "kwargs", corrupt),
             key=r[7],
             schedule=r[8],
-            scheduled_for=scheduled_for,
-            due_at=due_at,
+            scheduled_for=required(9, "scheduled_for"),
+            due_at=required(10, "due_at"),
             attempt=r[11],
             max_attempts=r[12],
             timeout=r[13],
             worker=r[14],
             token=r[15],
-            lease_until=self._dt(r[16]),
+            lease_until=when(16, "lease_until"),
             cancel_requested=bool(r[17]),
-            created_at=created_at,
-            started_at=self._dt(r[19]),
-            finished_at=self._dt(r[20]),
-            result=json.loads(r[21]) if r[21] is not None else None,
-            error=json.loads(r[22]) if r[22] is not None else None,
-            history=json.loads(r[23]) if r[23] else [],
+            created_at=required(18, "created_at"),
+            started_at=when(19, "started_at"),
+            finished_at=when(20, "finished_at"),
+            result=_loads(r[21], None, "result", corrupt),
+            error=_loads(r[22], None, "error", corrupt),
+            history=_loads(r[23] or "[]", [], "attempts", corrupt),
             retry_of=str(r[24]) if r[24] is not None else None,
             held=bool(r[25]),
+            corrupt=tuple(corrupt),
         )
 
     def get_run(self, run_id: int) -> Run | None:
@@ -685,9 +679,36 @@ class SqlStore(Store, abc.ABC):
     def prune(self, status: str, older_than: float, limit: int) -> int:
         return len(self._one("prune", status=status, older_than=older_than, limit=limit))
 
+    def run_counts(self) -> RunCounts:
+        """Exact counts from a trigger-kept table (SQLite); PostgreSQL overrides this."""
+        with self._read() as s:
+            return RunCounts({status: int(n) for status, n in s.q("run_counts")}, frozenset())
+
     def stats(self) -> dict[str, Any]:
-        counts = self.count_by_status()
-        return {"runs": counts}
+        return run_stats(self.run_counts())
+
+
+def _missing_privileges(rows: Sequence[Row]) -> str:
+    role, schema = rows[0][0], rows[0][1]
+    missing = ", ".join(f"{priv} on {obj}" for _, _, obj, priv in rows)
+    return (
+        f"database role {role!r} lacks {missing} (schema {schema!r}): a worker needs SELECT, INSERT, "
+        "UPDATE and DELETE on every rota table and USAGE on its sequences. Grant them, e.g. "
+        f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"; '
+        f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA "{schema}" TO "{role}"'
+    )
+
+
+def _loads(text: str | None, fallback: Any, field: str, corrupt: list[str]) -> Any:
+    """Decode a stored JSON field; a damaged one reads as `fallback` and is named in `corrupt`
+    (one bad row must not break every listing)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        corrupt.append(field)
+        return fallback
 
 
 def _iso(value: datetime) -> str:

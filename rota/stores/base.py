@@ -34,7 +34,7 @@ from typing import Any
 
 from ..clock import Clock
 from ..errors import ConfigurationError
-from ..models import LockInfo, Run, ScheduleInfo, WorkerInfo
+from ..models import STATUSES, LockInfo, Run, ScheduleInfo, WorkerInfo
 
 
 @dataclass(slots=True)
@@ -181,6 +181,26 @@ class RunFilter:
     before_id: int | None = None
 
 
+@dataclass(slots=True)
+class RunCounts:
+    """Runs by status; `estimated` names the statuses whose figure is an estimate (from the
+    database's planner statistics on a big table) rather than an exact count."""
+
+    counts: dict[str, int]
+    estimated: frozenset[str]
+
+
+def run_stats(counts: RunCounts) -> dict[str, Any]:
+    """The stats() shape of run counts: every status, and whether the figures are exact."""
+    runs = dict.fromkeys(STATUSES, 0)
+    runs.update(counts.counts)
+    return {
+        "runs": runs,
+        "runs_counted": "estimated" if counts.estimated else "exact",
+        "runs_estimated": sorted(counts.estimated),
+    }
+
+
 class Store(abc.ABC):
     """Atomic operations over one database. Thread-safe; one instance per App."""
 
@@ -196,6 +216,12 @@ class Store(abc.ABC):
     def migrate(self, *, dry_run: bool = False) -> list[str]:
         """Apply pending migrations (under a lock, so concurrent starters don't race) and
         return their names. Raises SchemaVersionError if the database is newer than this code."""
+
+    @abc.abstractmethod
+    def check_writable(self) -> None:
+        """Check that every kind of write rota does is allowed (privileges, then each write
+        inside a transaction that is rolled back); PermissionDenied naming the missing
+        privilege and the table otherwise. Workers and `migrate` call it at start."""
 
     @abc.abstractmethod
     def schema_version(self) -> tuple[int, int]:
@@ -315,6 +341,12 @@ class Store(abc.ABC):
         workers not seen for `older_than` seconds. Returns how many were deleted."""
 
     @abc.abstractmethod
+    def mark_plan_error(self, due: DueSchedule, error: str) -> bool:
+        """Record why `due` cannot be planned and stop it being due (next_run_at NULL), if its
+        next_run_at is still `due.next_run_at`. Any later write giving it a next_run_at
+        (update, resume, changed code definition) clears the error."""
+
+    @abc.abstractmethod
     def get_schedule(self, name: str) -> ScheduleInfo | None: ...
 
     @abc.abstractmethod
@@ -332,7 +364,13 @@ class Store(abc.ABC):
         """Newest first."""
 
     @abc.abstractmethod
-    def count_by_status(self) -> dict[str, int]: ...
+    def count_by_status(self) -> dict[str, int]:
+        """Exact counts of runs by status (statuses with no run left out)."""
+
+    @abc.abstractmethod
+    def run_counts(self) -> RunCounts:
+        """Counts by status without scanning a big runs table: exact where the store keeps
+        them cheaply, else estimates, named in `RunCounts.estimated`."""
 
     @abc.abstractmethod
     def run_rows(self, query: str, flt: RunFilter | None = None, run_id: int | None = None, **params: Any) -> list[Any]:
@@ -380,4 +418,5 @@ class Store(abc.ABC):
         seconds ago; return how many."""
 
     @abc.abstractmethod
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, Any]:
+        """`run_stats(self.run_counts())` and a redacted database label."""

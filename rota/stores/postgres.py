@@ -27,12 +27,14 @@ from ..errors import (
     DatabaseError,
     DatabaseTransient,
     DatabaseUnavailable,
+    PermissionDenied,
     SchemaVersionError,
 )
+from ..models import FINAL_STATUSES, PENDING, RUNNING
 from . import redact
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
-from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued
-from .queries import load_migrations, load_queries
+from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
+from .queries import latest_version, load_migrations, load_queries
 
 try:
     import psycopg
@@ -47,6 +49,9 @@ log = logging.getLogger("rota.store")
 T = TypeVar("T")
 _ATTEMPTS = 4  # a statement that deadlocks this often in a row is reported (transient)
 _NOW = "coalesce(%(now)s::timestamptz, now())"
+# Below this many rows (the planner's estimate) run counts are exact; above, final statuses
+# are estimated from statistics, so `rota status` and /metrics never scan a big table.
+EXACT_COUNT_LIMIT = 100_000
 
 
 class _Session:
@@ -115,6 +120,7 @@ class PostgresStore(SqlStore):
         self.queries = load_queries("postgres", _NOW)
         self.connect_timeout = connect_timeout
         self.pool_size = pool_size
+        self.exact_count_limit = EXACT_COUNT_LIMIT
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._pool_lock = threading.Lock()
         self._wakeups = _WakeupLimiter(self._send_wakeup)
@@ -235,7 +241,7 @@ class PostgresStore(SqlStore):
 
     # -- migrations ----------------------------------------------------------------------
     def schema_version(self) -> tuple[int, int]:
-        latest = len(load_migrations("postgres"))
+        latest = latest_version(load_migrations("postgres"))
         with self._read() as s:
             if not s.q_text("SELECT to_regclass('rota_migrations')")[0][0]:
                 return 0, latest
@@ -248,19 +254,25 @@ class PostgresStore(SqlStore):
             s.q_text("SET LOCAL lock_timeout = 0")
             s.q_text("SET LOCAL statement_timeout = 0")
             s.q_text("SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.rota_migrate'))")
-            s.q_text(
-                "CREATE TABLE IF NOT EXISTS rota_migrations (version integer PRIMARY KEY, "
-                "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-            )
+            if not s.q_text("SELECT to_regclass('rota_migrations')")[0][0]:
+                if not dry_run:
+                    _check_can_migrate(s, migrations)  # a clear message before the first CREATE
+                s.q_text(
+                    "CREATE TABLE IF NOT EXISTS rota_migrations (version integer PRIMARY KEY, "
+                    "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+                )
             current = int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0])
-            if current > len(migrations):
+            if current > latest_version(migrations):
                 raise SchemaVersionError(
                     f"the database at {redact(self.url)} has rota schema version {current}, newer "
-                    f"than the {len(migrations)} this version of rota knows: upgrade rota on this "
+                    f"than the {latest_version(migrations)} this version of rota knows: upgrade rota on this "
                     "host (never run older code against a migrated database)"
                 )
+            pending = [m for m in migrations if m.version > current]
+            if pending and not dry_run:
+                _check_can_migrate(s, pending)
             applied = []
-            for m in migrations[current:]:
+            for m in pending:
                 applied.append(f"{m.version:04d}_{m.name}")
                 if not dry_run:
                     s.cur.execute(m.sql.encode())
@@ -421,7 +433,22 @@ class PostgresStore(SqlStore):
         return PollState(now, self._dt(row[1]), self._dt(row[2]))
 
     def stats(self) -> dict[str, Any]:
-        return {"runs": self.count_by_status(), "database": redact(self.url)}
+        return {**run_stats(self.run_counts()), "database": redact(self.url)}
+
+    def run_counts(self) -> RunCounts:
+        """Exact on a table the planner thinks smaller than `exact_count_limit` rows (or has
+        not analyzed yet); else pending and running counted exactly through the status index
+        (they are the few active runs) and the final statuses estimated from statistics."""
+        with self._read() as s:
+            rows = s.q("run_counts")
+            total = int(rows[0][1]) if rows and rows[0][1] is not None else -1
+            estimates = {str(status): int(n) for status, n in rows[1:]}
+            if total < self.exact_count_limit or not estimates:
+                return RunCounts({status: int(n) for status, n in s.q("count_by_status")}, frozenset())
+            counts = {status: estimates.get(status, 0) for status in FINAL_STATUSES}
+            for status in (PENDING, RUNNING):
+                counts[status] = int(s.q("count_status", status=status)[0][0])
+        return RunCounts(counts, frozenset(FINAL_STATUSES))
 
     # -- wake-ups ------------------------------------------------------------------------
     async def listen(self, on_payload: Callable[[str], None]) -> None:
@@ -541,6 +568,17 @@ def _session_settings(**seconds: float | None) -> dict[str, str]:
             raise ConfigurationError(f"{option} must be a number of seconds >= 0 or None, got {value!r}")
         settings[name] = f"'{round(value * 1000)}ms'"
     return settings
+
+
+def _check_can_migrate(s: _Session, pending: Sequence[Any]) -> None:
+    can, role, schema = s.q("probe_can_migrate")[0]
+    if not can:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
+        raise PermissionDenied(
+            f"database role {role!r} lacks CREATE on schema {schema!r}, needed to apply migrations "
+            f"{names}: run `rota migrate` as the schema's owner, or GRANT CREATE ON SCHEMA "
+            f'"{schema}" TO "{role}"'
+        )
 
 
 def _reason(exc: BaseException) -> str:

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import pwd
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -24,10 +27,17 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from ..clock import Clock
-from ..errors import ConfigurationError, DatabaseError, DatabaseTransient, DatabaseUnavailable, SchemaVersionError
+from ..errors import (
+    ConfigurationError,
+    DatabaseError,
+    DatabaseTransient,
+    DatabaseUnavailable,
+    PermissionDenied,
+    SchemaVersionError,
+)
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
-from .base import Claimed, NewRun, Outcome, PollState, Rescued
-from .queries import load_migrations, load_queries
+from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
+from .queries import latest_version, load_migrations, load_queries
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -77,7 +87,7 @@ class SQLiteStore(SqlStore):
             raise ConfigurationError(
                 f"invalid synchronous={self.synchronous!r} in {url!r}; valid values are {', '.join(_SYNCHRONOUS)}"
             )
-        self.busy_timeout = float(options.pop("busy_timeout", "30"))
+        self.busy_timeout = _busy_timeout(options.pop("busy_timeout", "30"), url)
         if options:
             raise ConfigurationError(
                 f"unknown SQLite URL option(s) {sorted(options)} in {url!r}; valid: synchronous, busy_timeout"
@@ -185,9 +195,30 @@ class SQLiteStore(SqlStore):
     def _notify(self, s: Any, payload: str) -> None:
         s.wake.append(payload)  # delivered to this process's workers after COMMIT
 
+    # -- the permission probe -------------------------------------------------------------
+    def check_writable(self) -> None:
+        self._check_file()
+        super().check_writable()
+
+    def _check_file(self) -> None:
+        """Say plainly when the file or its directory is read-only for this user."""
+        directory = os.path.dirname(os.path.abspath(self.path))
+        user = _user()
+        if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
+            mode = stat.filemode(os.stat(self.path).st_mode)
+            raise PermissionDenied(
+                f"cannot write the SQLite database {self.path!r}: the file is read-only for {user} "
+                f"(mode {mode}); a worker and `rota migrate` must write it: make it writable (chmod u+w)"
+            )
+        if not os.access(directory, os.W_OK):
+            raise PermissionDenied(
+                f"cannot write in {directory!r}, the directory of the SQLite database {self.path!r}, as "
+                f"{user}: SQLite creates its journal files (-wal, -shm) there; make it writable"
+            )
+
     # -- migrations ----------------------------------------------------------------------
     def schema_version(self) -> tuple[int, int]:
-        latest = len(load_migrations("sqlite"))
+        latest = latest_version(load_migrations("sqlite"))
         with self._read() as s:
             exists = s.q_text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rota_migrations'")
             if not exists:
@@ -196,15 +227,17 @@ class SQLiteStore(SqlStore):
 
     def migrate(self, *, dry_run: bool = False) -> list[str]:
         migrations = load_migrations("sqlite")
+        if not dry_run:
+            self._check_file()
         with self._tx() as s:
             s.q_text(
                 "CREATE TABLE IF NOT EXISTS rota_migrations "
                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
             )
             current = int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0])
-            _check_not_newer(current, len(migrations), self.path)
+            _check_not_newer(current, latest_version(migrations), self.path)
             applied = []
-            for m in migrations[current:]:
+            for m in [m for m in migrations if m.version > current]:
                 applied.append(f"{m.version:04d}_{m.name}")
                 if dry_run:
                     continue
@@ -385,7 +418,28 @@ class SQLiteStore(SqlStore):
         return PollState(now, self._dt(row[1]), self._dt(row[2]))
 
     def stats(self) -> dict[str, Any]:
-        return {"runs": self.count_by_status(), "database": f"sqlite:///{self.path}"}
+        return {**run_stats(self.run_counts()), "database": f"sqlite:///{self.path}"}
+
+
+def _user() -> str:
+    try:
+        return f"user {pwd.getpwuid(os.geteuid()).pw_name!r}"
+    except (KeyError, AttributeError):  # pragma: no cover - no passwd entry / not POSIX
+        return "this user"
+
+
+def _busy_timeout(text: str, url: str) -> float:
+    """`?busy_timeout=` seconds a writer waits for the write lock: 0 to 3600."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 3600:
+        raise ConfigurationError(
+            f"invalid busy_timeout={text!r} in {url!r}: give the seconds a writer waits for the "
+            "write lock, a number from 0 to 3600 (default 30)"
+        )
+    return value
 
 
 def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:

@@ -346,7 +346,7 @@ SELECT name FROM rota_schedules WHERE name = %(schedule)s FOR UPDATE
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue, priority,
        max_attempts, timeout, source, active, paused, next_run_at, last_run_at, last_status,
        run_count, success_count, failure_count, skip_count, run_immediately, backoff, app,
-       definition
+       definition, plan_error
 FROM rota_schedules
 
 -- name: run_columns
@@ -421,7 +421,8 @@ WITH doomed AS (
 DELETE FROM rota_runs r USING doomed WHERE r.id = doomed.id
 RETURNING r.id
 
--- ===================================================================================-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
+-- ==========================================================================================
+-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
 -- ==========================================================================================
 
 -- name: retry_source
@@ -436,7 +437,7 @@ RETURNING id
 DELETE FROM rota_workers
 WHERE state IN ('stopped', 'lost') AND last_seen < {now} - make_interval(secs => %(older_than)s)
 RETURNING id
-=======
+
 -- >>> dashboard reads (rota.web) ------------------------------------------------------
 -- Times as epoch seconds and JSON as text: rota.web decodes them and shows a value it
 -- cannot decode (a date past year 9999, corrupt JSON) as corrupt instead of failing.
@@ -464,3 +465,96 @@ SELECT id, task, schedule, status, attempt, extract(epoch FROM scheduled_for)::f
        extract(epoch FROM started_at)::float8, extract(epoch FROM finished_at)::float8, owner
 FROM rota_runs
 -- <<< dashboard reads (rota.web) ------------------------------------------------------
+
+-- ==== operate-store (issue 14): planning errors, cheap run counts ==========================
+
+-- name: mark_plan_error
+-- A schedule this worker cannot plan: keep the error, stop it being due (compare-and-set on
+-- the next_run_at the worker saw, so a concurrent update wins).
+UPDATE rota_schedules SET plan_error = %(error)s, next_run_at = NULL, updated_at = {now}
+WHERE name = %(name)s AND next_run_at = %(old)s AND active
+RETURNING name
+
+-- name: run_counts
+-- The planner's view of rota_runs: a first row (NULL, estimated rows now: reltuples scaled
+-- by the table's current size, as the planner does), then (status, estimated rows) from the
+-- status column's most-common-values statistics. No scan of the table.
+WITH rel AS (
+    SELECT c.oid, c.relnamespace,
+           CASE WHEN c.relpages > 0
+                THEN c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::float8)
+                ELSE c.reltuples END AS total
+    FROM pg_class c WHERE c.oid = 'rota_runs'::regclass
+)
+SELECT NULL::text, round(total)::bigint FROM rel
+UNION ALL
+SELECT v.status, round(v.freq * rel.total)::bigint
+FROM rel
+JOIN pg_namespace n ON n.oid = rel.relnamespace
+JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = 'rota_runs' AND s.attname = 'status'
+CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(status, freq)
+
+-- name: count_status
+-- Exact, through the (status, id) index: cheap for the few active runs.
+SELECT count(*) FROM rota_runs WHERE status = %(status)s
+
+-- name: probe_privileges
+-- The privileges a worker needs that the current role lacks: (role, schema, object, privilege).
+SELECT current_user, current_schema(), x.obj, x.priv
+FROM (VALUES ('rota_runs'), ('rota_schedules'), ('rota_workers'), ('rota_locks')) AS t(obj)
+CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
+WHERE NOT has_table_privilege(x.obj, x.priv)
+UNION ALL
+SELECT current_user, current_schema(), 'rota_migrations', 'SELECT'
+WHERE NOT has_table_privilege('rota_migrations', 'SELECT')
+UNION ALL
+SELECT current_user, current_schema(), q.seq, 'USAGE'
+FROM (VALUES ('rota_run_id_seq'), ('rota_token_seq')) AS q(seq)
+WHERE NOT has_sequence_privilege(q.seq, 'USAGE')
+
+-- name: probe_can_migrate
+SELECT has_schema_privilege(current_schema(), 'CREATE'), current_user, current_schema()
+
+-- The write probe (a worker's start, `rota migrate`): each kind of write on each table, in one
+-- transaction that is rolled back. Catches what privileges do not show: a read-only
+-- transaction or replica, row security, a read-only file.
+
+-- name: probe_insert_run
+INSERT INTO rota_runs (id, task, scheduled_for, due_at) VALUES (-1, %(probe)s, {now}, {now})
+
+-- name: probe_update_run
+UPDATE rota_runs SET status = 'cancelled' WHERE id = -1
+
+-- name: probe_delete_run
+DELETE FROM rota_runs WHERE id = -1
+
+-- name: probe_insert_schedule
+INSERT INTO rota_schedules (name, task, every, definition) VALUES (%(probe)s, %(probe)s, 60, '')
+
+-- name: probe_update_schedule
+UPDATE rota_schedules SET paused = true WHERE name = %(probe)s
+
+-- name: probe_delete_schedule
+DELETE FROM rota_schedules WHERE name = %(probe)s
+
+-- name: probe_insert_worker
+INSERT INTO rota_workers (id, host, pid, concurrency) VALUES (%(probe)s, '', 0, 1)
+
+-- name: probe_update_worker
+UPDATE rota_workers SET state = 'stopped' WHERE id = %(probe)s
+
+-- name: probe_delete_worker
+DELETE FROM rota_workers WHERE id = %(probe)s
+
+-- name: probe_insert_lock
+INSERT INTO rota_locks (name, token) VALUES (%(probe)s, 1)
+
+-- name: probe_update_lock
+UPDATE rota_locks SET token = 2 WHERE name = %(probe)s
+
+-- name: probe_delete_lock
+DELETE FROM rota_locks WHERE name = %(probe)s
+
+-- name: probe_sequences
+-- Takes one run id (ids have gaps anyway); the token sequence is left alone.
+SELECT nextval('rota_run_id_seq')

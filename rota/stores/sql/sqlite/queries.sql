@@ -291,7 +291,7 @@ SELECT name FROM rota_schedules WHERE name = :schedule
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue, priority,
        max_attempts, timeout, source, active, paused, next_run_at, last_run_at, last_status,
        run_count, success_count, failure_count, skip_count, run_immediately, backoff, app,
-       definition
+       definition, plan_error
 FROM rota_schedules
 
 -- name: run_columns
@@ -301,7 +301,8 @@ SELECT id, task, status, queue, priority, args, kwargs, key, schedule, scheduled
 FROM rota_runs
 
 -- name: count_by_status
-SELECT status, count(*) FROM rota_runs GROUP BY status
+-- Kept by triggers (migration 0004): no scan of rota_runs.
+SELECT status, n FROM rota_run_counts WHERE n <> 0
 
 -- name: cancel_pending
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
@@ -360,7 +361,8 @@ WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_status
              ORDER BY id LIMIT :limit)
 RETURNING id
 
--- ===================================================================================-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
+-- ==========================================================================================
+-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
 -- ==========================================================================================
 
 -- name: retry_source
@@ -375,7 +377,7 @@ RETURNING id
 DELETE FROM rota_workers
 WHERE state IN ('stopped', 'lost') AND last_seen < {now} - :older_than
 RETURNING id
-=======
+
 -- >>> dashboard reads (rota.web) ------------------------------------------------------
 -- Times as epoch seconds and JSON as text: rota.web decodes them and shows a value it
 -- cannot decode (a date past year 9999, corrupt JSON) as corrupt instead of failing.
@@ -398,3 +400,70 @@ FROM rota_runs
 SELECT id, task, schedule, status, attempt, scheduled_for, started_at, finished_at, owner
 FROM rota_runs
 -- <<< dashboard reads (rota.web) ------------------------------------------------------
+
+-- ==== operate-store (issue 14): planning errors, cheap run counts ==========================
+
+-- name: mark_plan_error
+-- A schedule this worker cannot plan: keep the error, stop it being due (compare-and-set on
+-- the next_run_at the worker saw, so a concurrent update wins).
+UPDATE rota_schedules SET plan_error = :error, next_run_at = NULL, updated_at = {now}
+WHERE name = :name AND next_run_at = :old AND active
+RETURNING name
+
+-- name: run_counts
+-- Exact, kept by triggers (0004). PostgreSQL answers the same name with estimates.
+SELECT status, n FROM rota_run_counts
+
+-- name: count_status
+SELECT n FROM rota_run_counts WHERE status = :status
+
+-- name: probe_privileges
+-- SQLite has no roles: file permissions decide (checked before the write probe).
+SELECT NULL, NULL, NULL, NULL WHERE 0
+
+-- name: probe_can_migrate
+SELECT 1, NULL, NULL
+
+-- The write probe (a worker's start, `rota migrate`): each kind of write on each table, in one
+-- transaction that is rolled back. Catches what privileges do not show: a read-only
+-- transaction or replica, row security, a read-only file.
+
+-- name: probe_insert_run
+INSERT INTO rota_runs (id, task, scheduled_for, due_at, created_at) VALUES (-1, :probe, {now}, {now}, {now})
+
+-- name: probe_update_run
+UPDATE rota_runs SET status = 'cancelled' WHERE id = -1
+
+-- name: probe_delete_run
+DELETE FROM rota_runs WHERE id = -1
+
+-- name: probe_insert_schedule
+INSERT INTO rota_schedules (name, task, every, definition, created_at, updated_at)
+VALUES (:probe, :probe, 60, '', {now}, {now})
+
+-- name: probe_update_schedule
+UPDATE rota_schedules SET paused = 1 WHERE name = :probe
+
+-- name: probe_delete_schedule
+DELETE FROM rota_schedules WHERE name = :probe
+
+-- name: probe_insert_worker
+INSERT INTO rota_workers (id, host, pid, concurrency, started_at, last_seen) VALUES (:probe, '', 0, 1, {now}, {now})
+
+-- name: probe_update_worker
+UPDATE rota_workers SET state = 'stopped' WHERE id = :probe
+
+-- name: probe_delete_worker
+DELETE FROM rota_workers WHERE id = :probe
+
+-- name: probe_insert_lock
+INSERT INTO rota_locks (name, token) VALUES (:probe, 1)
+
+-- name: probe_update_lock
+UPDATE rota_locks SET token = 2 WHERE name = :probe
+
+-- name: probe_delete_lock
+DELETE FROM rota_locks WHERE name = :probe
+
+-- name: probe_sequences
+UPDATE rota_counters SET value = value WHERE name = 'token'

@@ -1,0 +1,204 @@
+"""Bad input is refused at enqueue or decoration with the argument's name (issue 14 item 5);
+a damaged stored row does not break listings. Every store refuses the same."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+import rota
+from rota.stores import open_store
+
+
+def _task(app: rota.App) -> Any:
+    return app.task(name="t")(lambda *a, **k: None)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"delay": 1e12}, r"delay 1000000000000.0 is too far ahead: runs must be due before 9999-01-01"),
+        ({"delay": 1e300}, r"delay 1e\+300 is too far ahead"),
+        ({"delay": timedelta(days=3_000_000)}, r"delay .* is too far ahead"),
+        ({"run_at": datetime(9999, 6, 1, tzinfo=UTC)}, r"run_at 9999-06-01T00:00:00\+00:00 is too far ahead"),
+        ({"key": "a\x00b"}, r"key 'a\\x00b' contains a NUL character"),
+        ({"key": "a\ud800"}, r"key 'a\\ud800' contains a lone surrogate"),
+        ({"queue": "bad queue!"}, r"invalid queue name 'bad queue!'.*pattern \^\[A-Za-z0-9_\.:\\-\]\{1,100\}\$"),
+        ({"queue": "q\x00"}, r"invalid queue name 'q\\x00'"),
+    ],
+)
+def test_bad_enqueue_options_are_refused_naming_the_option(
+    app: rota.App, options: dict[str, Any], message: str
+) -> None:
+    t = _task(app)
+    with pytest.raises(rota.ConfigurationError, match=message):
+        t.options(**options).enqueue()
+    assert app.list_runs() == []
+
+
+def test_a_backoff_past_a_year_is_refused() -> None:
+    with pytest.raises(rota.ConfigurationError, match=r"backoff max must be a number of seconds from 0 to 31622400"):
+        rota.Backoff(base=1, max=1e12)
+
+
+def test_a_delay_short_of_the_limit_is_accepted_and_readable(app: rota.App) -> None:
+    t = _task(app)
+    handle = t.options(delay=timedelta(days=365 * 100)).enqueue()
+    assert app.get_run(handle.id).scheduled_for.year >= 2100
+    assert [r.id for r in app.list_runs()] == [handle.id]
+
+
+def test_a_lone_surrogate_in_arguments_is_refused_naming_the_argument(app: rota.App) -> None:
+    t = _task(app)
+    with pytest.raises(rota.SerializationError, match=r"argument 1 of t\(\) 'x\\udc80' contains a lone surrogate"):
+        t.enqueue("fine", "x\udc80")
+    with pytest.raises(rota.SerializationError, match=r"argument 'data' of t\(\)\['k'\]\[0\] .* lone surrogate"):
+        t.enqueue(data={"k": ["\ud800"]})
+    with pytest.raises(rota.SerializationError, match=r"a key of argument 'data' of t\(\) .* lone surrogate"):
+        t.enqueue(data={"\ud800": 1})
+    t.enqueue("é ☃ 😀 \x00 nul is fine inside JSON")  # valid text, NUL escaped by JSON
+    assert app.list_runs()[0].args == ["é ☃ 😀 \x00 nul is fine inside JSON"]
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("bad\x00name", r"schedule name 'bad\\x00name' contains a NUL"),
+        ("b\udfffad", r"schedule name .* lone surrogate"),
+    ],
+)
+def test_schedule_names_that_cannot_be_stored_are_refused(app: rota.App, name: str, message: str) -> None:
+    _task(app)
+    with pytest.raises(rota.ConfigurationError, match=message):
+        app.add_schedule(name, "t", every=60)
+    with pytest.raises(rota.ConfigurationError, match=message.replace("schedule name", "task name")):
+        app.schedule(every=60, name=name)(lambda: None)  # the task it declares is checked first
+    with pytest.raises(rota.ConfigurationError, match=message):
+        app.get_schedule(name)
+    with pytest.raises(rota.ConfigurationError, match=message):
+        app.pause(name)
+
+
+def test_lookups_by_names_that_cannot_be_stored_name_the_filter(app: rota.App) -> None:
+    with pytest.raises(rota.ConfigurationError, match=r"task 'a\\x00' contains a NUL"):
+        app.list_runs(task="a\x00")
+    with pytest.raises(rota.ConfigurationError, match=r"queue 'q\\ud800' contains a lone surrogate"):
+        app.list_runs(queue="q\ud800")
+    with pytest.raises(rota.ConfigurationError, match=r"schedule 'x\\x00' contains a NUL"):
+        app.list_runs(schedule="x\x00")
+    with pytest.raises(rota.RunNotFound, match="from 1 to 9223372036854775807"):
+        app.get_run(9223372036854775808)
+
+
+@pytest.mark.parametrize(
+    ("every", "message"),
+    [
+        (0.001, r"every=0.001 seconds is out of range: a schedule fires at most once a second"),
+        (0.5, r"every=0.5 seconds is out of range"),
+        (1e12, r"every=1e\+12 seconds is out of range"),
+        (timedelta(days=4000), r"every=3.456e\+08 seconds is out of range"),
+    ],
+)
+def test_every_outside_the_documented_range_is_refused(app: rota.App, every: Any, message: str) -> None:
+    _task(app)
+    with pytest.raises(rota.ConfigurationError, match=message):
+        app.add_schedule("s", "t", every=every)
+    with pytest.raises(rota.ConfigurationError, match=message):
+        app.schedule(every=every, name="s")(lambda: None)
+
+
+def test_every_at_the_limits_is_accepted(app: rota.App) -> None:
+    _task(app)
+    assert app.add_schedule("fast", "t", every=1).every == timedelta(seconds=1)
+    assert app.add_schedule("rare", "t", every=timedelta(days=3650)).next_run_at is not None
+
+
+@pytest.mark.parametrize("tz", ["localtime", "posixrules", "Factory", "posix/Europe/Berlin", "/etc/localtime"])
+def test_zone_names_that_are_not_iana_zones_are_refused(app: rota.App, tz: str) -> None:
+    _task(app)
+    with pytest.raises(rota.ConfigurationError, match=rf"time zone {tz!r} is not an IANA zone name"):
+        app.add_schedule("s", "t", cron="0 3 * * *", tz=tz)
+
+
+def test_a_worker_refuses_a_queue_name_outside_the_pattern(app: rota.App) -> None:
+    with pytest.raises(rota.ConfigurationError, match=r"invalid queue name 'bad queue!'.*pattern"):
+        app.worker(queues=["default", "bad queue!"])
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "1e9"])
+def test_a_bad_sqlite_busy_timeout_is_refused(tmp_path: Any, value: str) -> None:
+    with pytest.raises(rota.ConfigurationError, match=rf"invalid busy_timeout='{value}'.*a number from 0 to 3600"):
+        open_store(f"sqlite:///{tmp_path}/x.db?busy_timeout={value}")
+    assert open_store(f"sqlite:///{tmp_path}/x.db?busy_timeout=2.5").busy_timeout == 2.5  # type: ignore[attr-defined]
+
+
+def test_a_redis_locks_url_with_a_database_that_does_not_exist_is_refused(redis_url: str, tmp_path: Any) -> None:
+    base = redis_url.rsplit("/", 1)[0]
+    with pytest.raises(rota.ConfigurationError, match=r"invalid database 'abc' in the Redis locks URL"):
+        rota.App(f"sqlite:///{tmp_path}/x.db", locks_url=f"{base}/abc")
+    app = rota.App(f"sqlite:///{tmp_path}/x.db", locks_url=f"{base}/99")
+    try:
+        with pytest.raises(
+            rota.ConfigurationError, match=r"names database 99, which does not exist: this server has databases 0 to"
+        ):
+            app.try_lock("x")
+    finally:
+        app.close()
+
+
+# -- a damaged row -------------------------------------------------------------------------
+
+
+def _damage(app: rota.App, run_id: str, **columns: str) -> None:
+    store: Any = app.store
+    sets = ", ".join(f"{c} = {store._p(c)}" for c in columns)
+    with store._tx() as s:
+        s.q_text(f"UPDATE rota_runs SET {sets} WHERE id = {int(run_id)}", **columns)
+
+
+def test_a_row_with_bad_json_is_listed_as_corrupt_and_the_rest_still_list(app: rota.App) -> None:
+    t = _task(app)
+    good, bad, worse = t.enqueue(1), t.enqueue(2), t.enqueue(3)
+    _damage(app, bad.id, args="[1, 2")
+    _damage(app, worse.id, kwargs="{oops", result="not json", error="{")
+    runs = {r.id: r for r in app.list_runs()}
+    assert set(runs) == {good.id, bad.id, worse.id}
+    assert runs[good.id].corrupt == () and runs[good.id].args == [1]
+    assert runs[bad.id].corrupt == ("args",) and runs[bad.id].args == []
+    assert runs[worse.id].corrupt == ("kwargs", "result", "error")
+    data = app.get_run(bad.id).to_json()
+    assert data["corrupt"] == "stored args not valid JSON" and data["args"] is None
+    assert "corrupt" not in app.get_run(good.id).to_json()
+    assert app.cancel(bad.id).status == "cancelled"
+    with pytest.raises(
+        rota.ConfigurationError, match=rf"run {bad.id} cannot be retried: its stored arguments are not valid JSON"
+    ):
+        app.retry(bad.id)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_worker_fails_a_run_with_bad_stored_json_once_without_retrying(app: rota.App, kind: str) -> None:
+    import time
+
+    from .conftest import start_worker
+
+    calls: list[Any] = []
+
+    async def async_handler(*a: Any) -> None:
+        calls.append(a)
+
+    handler = async_handler if kind == "async" else (lambda *a: calls.append(a))
+    t = app.task(name="t", retries=3)(handler)
+    bad = t.enqueue(1)
+    _damage(app, bad.id, args="[1,")
+    good = t.enqueue(2)
+    start_worker(app)
+    run = bad.wait(timeout=10)
+    assert run.status == "failed" and run.attempt == 1  # not retried
+    assert run.error is not None and run.error["type"] == "CorruptArguments"
+    assert run.error["message"].startswith("stored arguments are not valid JSON")
+    assert good.wait(timeout=10).status == "succeeded"
+    time.sleep(0.1)
+    assert calls == [(2,)]

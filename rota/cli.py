@@ -530,10 +530,11 @@ def workers(ctx: click.Context, as_json: bool) -> None:
             ",".join(w.queues or ["all"]),
             _when(w.started_at),
             _when(w.last_seen),
+            w.stuck,
         )
         for w in items
     ]
-    _table(None, ("worker", "state", "alive", "concurrency", "queues", "started", "last seen"), rows)
+    _table(None, ("worker", "state", "alive", "concurrency", "queues", "started", "last seen", "stuck"), rows)
 
 
 @main.command()

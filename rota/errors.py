@@ -50,7 +50,13 @@ class DatabaseError(RotaError):
     """The database refused or failed an operation (the driver's error is the __cause__)."""
 
 
-class DatabaseUnavailable(DatabaseError):
+class DatabaseTransient(DatabaseError):
+    """A failure that says nothing about the data and may pass if tried again: a lock wait
+    that timed out, a deadlock or serialization failure, a read-only database during a
+    failover, a dropped connection. A worker keeps its leases and retries with backoff."""
+
+
+class DatabaseUnavailable(DatabaseTransient):
     """The database could not be reached (connection refused, reset, or timed out)."""
 
 

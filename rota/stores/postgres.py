@@ -22,11 +22,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..clock import Clock
-from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
+from ..errors import ConfigurationError, DatabaseError, DatabaseTransient, DatabaseUnavailable, SchemaVersionError
 from . import redact
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, NewRun, Outcome, PollState, Rescued
-from .queries import load_migrations, load_queries
+from .queries import latest_version, load_migrations, load_queries
 
 try:
     import psycopg
@@ -37,6 +37,15 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 log = logging.getLogger("rota.store")
+# Errors that say nothing about the data: worth retrying (deadlock, serialization failure,
+# read-only transaction during a failover, lock/statement timeout, admin shutdown).
+_TRANSIENT = (
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+    psycopg.errors.ReadOnlySqlTransaction,
+    psycopg.errors.LockNotAvailable,
+    psycopg.errors.QueryCanceled,
+)
 _NOW = "coalesce(%(now)s::timestamptz, now())"
 
 
@@ -132,6 +141,8 @@ class PostgresStore(SqlStore):
                 else:
                     with conn.cursor() as cur:
                         yield _Session(cur, self.queries, now)
+        except _TRANSIENT as exc:
+            raise DatabaseTransient(f"PostgreSQL at {redact(self.url)}: {_reason(exc)}") from exc
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(f"PostgreSQL at {redact(self.url)}: {_reason(exc)}") from exc
         except psycopg.Error as exc:
@@ -185,7 +196,7 @@ class PostgresStore(SqlStore):
 
     # -- migrations ----------------------------------------------------------------------
     def schema_version(self) -> tuple[int, int]:
-        latest = len(load_migrations("postgres"))
+        latest = latest_version(load_migrations("postgres"))
         with self._read() as s:
             if not s.q_text("SELECT to_regclass('rota_migrations')")[0][0]:
                 return 0, latest
@@ -200,14 +211,14 @@ class PostgresStore(SqlStore):
                 "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
             )
             current = int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0])
-            if current > len(migrations):
+            if current > latest_version(migrations):
                 raise SchemaVersionError(
                     f"the database at {redact(self.url)} has rota schema version {current}, newer "
-                    f"than the {len(migrations)} this version of rota knows: upgrade rota on this "
+                    f"than the {latest_version(migrations)} this version of rota knows: upgrade rota on this "
                     "host (never run older code against a migrated database)"
                 )
             applied = []
-            for m in migrations[current:]:
+            for m in [m for m in migrations if m.version > current]:
                 applied.append(f"{m.version:04d}_{m.name}")
                 if not dry_run:
                     s.cur.execute(m.sql.encode())

@@ -40,6 +40,12 @@ def load_migrations(dialect: str) -> list[Migration]:
             found.append(Migration(int(match.group(1)), match.group(2), entry.read_text()))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
-    if versions != list(range(1, len(found) + 1)):
-        raise RuntimeError(f"{dialect} migrations are not numbered 1..n: {versions}")
+    # Numbers are handed out to parallel branches, so a branch may see gaps (1, 3); a merged
+    # release has them all. A database records the highest number applied.
+    if len(set(versions)) != len(versions) or (versions and versions[0] != 1):
+        raise RuntimeError(f"{dialect} migrations must be numbered uniquely from 1: {versions}")
     return found
+
+
+def latest_version(migrations: list[Migration]) -> int:
+    return migrations[-1].version if migrations else 0

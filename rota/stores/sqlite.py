@@ -24,10 +24,10 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from ..clock import Clock
-from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
+from ..errors import ConfigurationError, DatabaseError, DatabaseTransient, DatabaseUnavailable, SchemaVersionError
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, NewRun, Outcome, PollState, Rescued
-from .queries import load_migrations, load_queries
+from .queries import latest_version, load_migrations, load_queries
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -182,7 +182,7 @@ class SQLiteStore(SqlStore):
 
     # -- migrations ----------------------------------------------------------------------
     def schema_version(self) -> tuple[int, int]:
-        latest = len(load_migrations("sqlite"))
+        latest = latest_version(load_migrations("sqlite"))
         with self._read() as s:
             exists = s.q_text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rota_migrations'")
             if not exists:
@@ -197,9 +197,9 @@ class SQLiteStore(SqlStore):
                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
             )
             current = int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0])
-            _check_not_newer(current, len(migrations), self.path)
+            _check_not_newer(current, latest_version(migrations), self.path)
             applied = []
-            for m in migrations[current:]:
+            for m in [m for m in migrations if m.version > current]:
                 applied.append(f"{m.version:04d}_{m.name}")
                 if dry_run:
                     continue
@@ -387,6 +387,8 @@ def _translate(exc: sqlite3.Error, path: str) -> DatabaseError:
     text = str(exc)
     if isinstance(exc, sqlite3.OperationalError) and ("unable to open" in text or "disk I/O" in text):
         return DatabaseUnavailable(f"SQLite database {path!r}: {text}")
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text or "readonly" in text):
+        return DatabaseTransient(f"SQLite database {path!r}: {text}")
     return DatabaseError(f"SQLite database {path!r}: {text}")
 
 

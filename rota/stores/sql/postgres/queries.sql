@@ -371,3 +371,16 @@ WITH doomed AS (
 )
 DELETE FROM rota_runs r USING doomed WHERE r.id = doomed.id
 RETURNING r.id
+
+-- ===== issue 10, worker side (branch faults-worker) =====================================
+
+-- name: worker_seen_stuck
+UPDATE rota_workers SET last_seen = {now}, state = %(state)s, stuck = %(stuck)s WHERE id = %(id)s
+
+-- name: workers_stuck
+SELECT id, stuck FROM rota_workers
+
+-- name: database_started
+SELECT pg_postmaster_start_time()
+
+-- ===== end of issue 10, worker side =====================================================

@@ -338,3 +338,16 @@ WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_status
              WHERE status = :status AND finished_at < {now} - :older_than
              ORDER BY id LIMIT :limit)
 RETURNING id
+
+-- ===== issue 10, worker side (branch faults-worker) =====================================
+
+-- name: worker_seen_stuck
+UPDATE rota_workers SET last_seen = {now}, state = :state, stuck = :stuck WHERE id = :id
+
+-- name: workers_stuck
+SELECT id, stuck FROM rota_workers
+
+-- name: database_started
+SELECT NULL
+
+-- ===== end of issue 10, worker side =====================================================

@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -42,25 +42,28 @@ def wait_for(condition: Callable[[], bool], timeout: float = 15.0, what: str = "
 class Cut:
     """Make every store call of one App fail as if its network were cut (until `restore`)."""
 
-    def __init__(self, app: rota.App) -> None:
-        self.down = threading.Event()
-        store = app.store
-        for name in ("claim", "heartbeat", "finish", "rescue", "poll_state", "worker_seen", "due_schedules"):
-            setattr(store, name, self._wrap(getattr(store, name)))
+    CALLS = ("claim", "heartbeat", "finish", "rescue", "poll_state", "worker_seen", "due_schedules")
 
-    def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def __init__(self, app: rota.App) -> None:
+        self.down: set[str] = set()
+        store = app.store
+        for name in self.CALLS:
+            setattr(store, name, self._wrap(name, getattr(store, name)))
+
+    def _wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
-            if self.down.is_set():
+            if name in self.down:
                 raise DatabaseUnavailable("injected: the network to the database is cut")
             return fn(*args, **kwargs)
 
         return call
 
     def cut(self) -> None:
-        self.down.set()
+        self.down = set(self.CALLS)
 
-    def restore(self) -> None:
-        self.down.clear()
+    def restore(self, *calls: str) -> None:
+        """Let `calls` (default: all) through again."""
+        self.down = self.down - set(calls or self.CALLS)
 
 
 def held_task(app: rota.App, name: str = "work", **options: Any) -> tuple[Any, threading.Event, threading.Event]:
@@ -88,6 +91,11 @@ def test_a_worker_back_from_an_outage_longer_than_its_lease_keeps_its_runs(
     cut.cut()
     release.set()  # finishes during the outage: the result waits in the outbox
     time.sleep(5 * LEASE)
+    # The database comes back while the worker's first call through is its poll loop's
+    # (the order the TCP-proxy reproduction showed): it must not rescue its own run.
+    cut.restore("rescue", "poll_state", "claim", "due_schedules")
+    work.enqueue("wake-up")  # wakes the poll loop from its backoff
+    time.sleep(1.5 * LEASE)
     cut.restore()
     run = handle.wait(15)
     assert (run.status, run.result, run.attempt) == ("succeeded", "mine", 1)
@@ -104,6 +112,8 @@ def test_a_database_down_for_everybody_fails_no_run_whose_owner_comes_back(
     owner_cut, rescuer_cut = Cut(owner_app), Cut(rescuer_app)
     work, started, release = held_task(owner_app)
     held_task(rescuer_app)
+    for each in (owner_app, rescuer_app):
+        each.task(name="noop")(_noop)
     owner = start_worker(owner_app)
     handle = work.enqueue("owner")
     assert started.wait(10)
@@ -113,12 +123,17 @@ def test_a_database_down_for_everybody_fails_no_run_whose_owner_comes_back(
     rescuer_cut.cut()
     time.sleep(4 * LEASE)
     rescuer_cut.restore()
+    rescuer_app.tasks["noop"].enqueue()  # wakes the rescuer's poll loop from its backoff
     time.sleep(0.5 * LEASE)
     owner_cut.restore()
     release.set()
     run = handle.wait(15)
     assert (run.status, run.result, run.attempt) == ("succeeded", "owner", 1)
     assert rescuer.counters.rescued == 0 and owner.counters.lost == 0
+
+
+def _noop() -> None:
+    return None
 
 
 def test_a_partitioned_worker_is_fenced_off_and_its_run_is_rescued(app_factory: Callable[..., rota.App]) -> None:
@@ -345,7 +360,7 @@ def test_a_failed_registry_update_keeps_the_lease_loss_news(app: rota.App) -> No
 
 
 def test_an_attempts_finished_at_comes_from_the_database_clock(app_factory: Callable[..., rota.App]) -> None:
-    clock = rota.FakeClock()  # far from the local clock
+    clock = rota.FakeClock(datetime(2021, 6, 1, 3, 0, tzinfo=UTC))  # far from the local clock
     app = app_factory(clock=clock)
 
     @app.task(name="fails", retries=1, backoff=0)

@@ -20,9 +20,32 @@ calls run on their own small thread pool. A job's slot is freed when it ends, ti
 loses its lease; a late result from a fenced-off attempt is discarded, never written.
 
 Outcomes are written in small batches (a few ms of buffering) with one token-checked
-statement; their leases keep being renewed until they are written, so a result computed
-during a database outage is written when the database is back (or, if the outage outlived
-the lease and someone rescued the run, discarded and the run retried).
+statement; their leases keep being renewed until they are written (also while a batch is
+being written), so a result computed during a database outage is written when the database
+is back (or, if someone rescued the run meanwhile, discarded and the run retried). Every
+outcome is handled on its own: a batch that fails for a reason other than a transient error
+is written one by one, and an outcome the store refuses for good fails that run with an
+`UnstorableOutcome` error. Transient errors (DatabaseTransient: locked, read-only, deadlock,
+serialization failure, connection reset) keep the outcomes queued and retry with backoff;
+only a token that no longer matches discards one. The writer task is supervised.
+
+Outages and the rescue rule (rota.resilience.Outage). After a database error the poll loop
+first renews this worker's own leases (the heartbeat statement is token-checked and ignores
+`lease_until`: a run is ours while nobody else took it) and writes its queued outcomes;
+only then does it poll, claim or rescue. Rescue waits until (a) this worker's calls work,
+(b) one lease has passed since its last outage ended, and (c) on PostgreSQL the server has
+been up for one lease (`pg_postmaster_start_time()`). So when the database was down for
+everybody (restart, failover, SQLite locked past the busy timeout), every owner gets a whole
+lease of working database to renew before its runs can be rescued; reconnect backoff is
+capped at the heartbeat interval so a live owner comes back within it. A worker cut off
+alone (partition) is rescued by the others, who saw no outage, once its lease expires.
+
+Slots. Concurrency is a hard cap on running handler bodies: a sync handler past its
+timeout, or whose lease was lost, keeps its slot until its thread returns (counted in
+`stuck`, written to the worker registry); process isolation kills the child and frees it.
+Schedule ticks are materialized in their own task, so a tick insert waiting on a row lock
+never holds up claims or rescue. A loop watchdog names an `async def` handler that blocks
+the event loop.
 
 Shutdown: stop claiming, drain up to `shutdown_timeout`, hand unfinished runs back (pending
 again at once, the attempt not counted), flush outcomes, release this process's named locks,

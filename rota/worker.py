@@ -198,14 +198,9 @@ class Worker:
         self._outbox: list[Outcome] = []
         self._done: deque[tuple[_Active, tuple[str, Any]]] = deque()
         self._done_scheduled = False
-        self._stuck = 0  # threads still running handlers whose outcome is already decided
-        self._writing: list[Outcome] = []  # outcomes being written now (their leases are renewed)
-        self._db_offset = timedelta(0)  # database clock minus local clock
-        self._loop_watch = LoopWatch()
         self._threads = DaemonPool(self.concurrency * 2 + 4, "rota-run")
         self._db_pool = DaemonPool(4, "rota-db")
-        self._tick_wake = asyncio.Event()
-        self._outage = Outage(self.lease, min(10.0, self.heartbeat_interval))
+        self._init_fault_state()
         self._triggers: dict[tuple[str | None, float | None, str], timing.Trigger] = {}
         self._bad_schedules: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -216,6 +211,14 @@ class Worker:
         self._claimed_at = 0.0  # monotonic time of the last claim that found runs
         self._next_schedule_due: float | None = None  # monotonic
         self._observers: list[Callable[[str, Claimed, float], None]] = []
+
+    def _init_fault_state(self) -> None:
+        self._stuck = 0  # threads still running handlers whose outcome is already decided
+        self._writing: list[Outcome] = []  # outcomes being written now (their leases are renewed)
+        self._db_offset = timedelta(0)  # database clock minus local clock
+        self._loop_watch = LoopWatch()
+        self._tick_wake = asyncio.Event()
+        self._outage = Outage(self.lease, min(10.0, self.heartbeat_interval))
 
     # -- public control ------------------------------------------------------------------
     @property
@@ -1005,6 +1008,7 @@ class Worker:
         the outcomes computed meanwhile."""
         self.store_recover()
         await self._renew()
+        await self._db(self.store.poll_state, self.queues)  # reachable, even if we hold nothing
         if self._outage.ok():
             await self._learn_db_started()
         await self._flush()

@@ -417,3 +417,24 @@ def test_a_tick_waiting_on_a_lock_does_not_hold_up_claims(pg_url: str) -> None:
     finally:
         worker.stop(wait=True, timeout=10)
         app.close()
+
+
+def test_an_outage_while_writing_outcomes_does_not_swallow_the_poll_loops_wake_up(app: rota.App) -> None:
+    @app.task(name="t")
+    def t() -> None: ...
+
+    t.enqueue()
+    claimed = app.store.claim("tester", 1, None, 30.0)
+    worker = app.worker()
+    cut = Cut(app)
+    cut.cut()
+
+    async def flush() -> tuple[bool, bool]:
+        worker._bind_loop()
+        worker._wake.set()  # a wake-up the poll loop has not consumed yet
+        worker._outbox = [Outcome(claimed[0].id, claimed[0].token, "succeeded", result="1")]
+        written = await worker._flush()
+        return written, worker._wake.is_set()
+
+    written, wake_kept = asyncio.run(flush())
+    assert not written and wake_kept and len(worker._outbox) == 1  # kept for the next try

@@ -1022,7 +1022,10 @@ class Worker:
         self._outbox_ready.set()
 
     async def _learn_db_started(self) -> None:
-        """When the database server started (PostgreSQL), for the rescue rule."""
+        """When the database server started (PostgreSQL), for the rescue rule (not with a
+        configured clock: its time has nothing to do with the server's)."""
+        if self.app.clock is not None:
+            return
         with contextlib.suppress(DatabaseError):
             self._outage.db_started = await self._db(self.store.database_started)
 

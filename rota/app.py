@@ -584,6 +584,7 @@ class App(AsyncClient):
             "pending": counts["pending"],
             "workers": len(workers),
             "capacity": sum(w.concurrency for w in workers),
+            "stuck": sum(w.stuck for w in workers),
             "worker_id": local[0].id if local else None,
             "worker_ids": [w.id for w in local],
             "local_inflight": sum(len(w.inflight) for w in local),

@@ -50,14 +50,14 @@ class DatabaseError(RotaError):
     """The database refused or failed an operation (the driver's error is the __cause__)."""
 
 
-class DatabaseUnavailable(DatabaseError):
-    """The database could not be reached (connection refused, reset, or timed out)."""
-
-
 class DatabaseTransient(DatabaseError):
-    """A write failed for a passing reason and may simply be tried again: a deadlock, a
-    serialization failure, a read-only transaction (failover), a lock or statement timeout,
-    SQLite's 'database is locked' after its busy timeout, a connection reset."""
+    """A failure that says nothing about the data and may pass if tried again: a lock wait
+    that timed out, a deadlock or serialization failure, a read-only database during a
+    failover, a dropped connection. A worker keeps its leases and retries with backoff."""
+
+
+class DatabaseUnavailable(DatabaseTransient):
+    """The database could not be reached (connection refused, reset, or timed out)."""
 
 
 class PermissionDenied(DatabaseError):

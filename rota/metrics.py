@@ -56,6 +56,11 @@ def serve_worker_metrics(worker: Worker, port: int, host: str = "0.0.0.0") -> An
             capacity = GaugeMetricFamily("rota_worker_concurrency", "Concurrency slots", labels=labels)
             capacity.add_metric([worker.id], worker.concurrency)
             yield capacity
+            stuck = GaugeMetricFamily(
+                "rota_worker_stuck", "Handler threads still running after a timeout or a lost lease", labels=labels
+            )
+            stuck.add_metric([worker.id], worker.stuck)
+            yield stuck
 
     registry.register(WorkerCollector())
     buckets = (

@@ -230,6 +230,7 @@ class WorkerInfo:
     started_at: datetime
     last_seen: datetime
     alive: bool
+    stuck: int = 0  # handler threads still running after a timeout or a lost lease
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -242,6 +243,7 @@ class WorkerInfo:
             "started_at": _iso(self.started_at),
             "last_seen": _iso(self.last_seen),
             "alive": self.alive,
+            "stuck": self.stuck,
         }
 
 

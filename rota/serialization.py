@@ -105,10 +105,35 @@ def check_text(what: str, value: str, *, nul: bool = True) -> str:
 
 def encode_result(task: str, value: Any) -> str:
     try:
-        return _encoder.encode(value)
+        return storable(_encoder.encode(value))
     except (TypeError, ValueError):
         _check(value, f"the result of {task}()")
         raise  # pragma: no cover
+
+
+def storable(text: str) -> str:
+    """JSON text that every store accepts: a lone surrogate (what `os.fsdecode` gives for
+    a non-UTF-8 file name) cannot be encoded as UTF-8, and PostgreSQL's jsonb refuses a NUL
+    (`\\u0000`); both are stored escaped, as the visible text `\\udcff` / `\\x00`."""
+    if "\\u0000" in text:
+        text = _encoder.encode(_escape(json.loads(text)))
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _encoder.encode(_escape(json.loads(text)))
+    return text
+
+
+def _escape(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [_escape(v) for v in value]
+    if isinstance(value, dict):
+        return {_escape(k): _escape(v) for k, v in value.items()}
+    return value
 
 
 def error_payload(exc: BaseException, *, kind: str | None = None) -> dict[str, Any]:
@@ -121,8 +146,8 @@ def error_payload(exc: BaseException, *, kind: str | None = None) -> dict[str, A
 
 
 def encode_error(exc: BaseException, *, kind: str | None = None) -> str:
-    return _encoder.encode(error_payload(exc, kind=kind))
+    return storable(_encoder.encode(error_payload(exc, kind=kind)))
 
 
 def simple_error(kind: str, message: str) -> str:
-    return _encoder.encode({"type": kind, "message": message, "traceback": None})
+    return storable(_encoder.encode({"type": kind, "message": message, "traceback": None}))

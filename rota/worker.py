@@ -20,9 +20,32 @@ calls run on their own small thread pool. A job's slot is freed when it ends, ti
 loses its lease; a late result from a fenced-off attempt is discarded, never written.
 
 Outcomes are written in small batches (a few ms of buffering) with one token-checked
-statement; their leases keep being renewed until they are written, so a result computed
-during a database outage is written when the database is back (or, if the outage outlived
-the lease and someone rescued the run, discarded and the run retried).
+statement; their leases keep being renewed until they are written (also while a batch is
+being written), so a result computed during a database outage is written when the database
+is back (or, if someone rescued the run meanwhile, discarded and the run retried). Every
+outcome is handled on its own: a batch that fails for a reason other than a transient error
+is written one by one, and an outcome the store refuses for good fails that run with an
+`UnstorableOutcome` error. Transient errors (DatabaseTransient: locked, read-only, deadlock,
+serialization failure, connection reset) keep the outcomes queued and retry with backoff;
+only a token that no longer matches discards one. The writer task is supervised.
+
+Outages and the rescue rule (rota.resilience.Outage). After a database error the poll loop
+first renews this worker's own leases (the heartbeat statement is token-checked and ignores
+`lease_until`: a run is ours while nobody else took it) and writes its queued outcomes;
+only then does it poll, claim or rescue. Rescue waits until (a) this worker's calls work,
+(b) one lease has passed since its last outage ended, and (c) on PostgreSQL the server has
+been up for one lease (`pg_postmaster_start_time()`). So when the database was down for
+everybody (restart, failover, SQLite locked past the busy timeout), every owner gets a whole
+lease of working database to renew before its runs can be rescued; reconnect backoff is
+capped at the heartbeat interval so a live owner comes back within it. A worker cut off
+alone (partition) is rescued by the others, who saw no outage, once its lease expires.
+
+Slots. Concurrency is a hard cap on running handler bodies: a sync handler past its
+timeout, or whose lease was lost, keeps its slot until its thread returns (counted in
+`stuck`, written to the worker registry); process isolation kills the child and frees it.
+Schedule ticks are materialized in their own task, so a tick insert waiting on a row lock
+never holds up claims or rescue. A loop watchdog names an `async def` handler that blocks
+the event loop.
 
 Shutdown: stop claiming, drain up to `shutdown_timeout`, hand unfinished runs back (pending
 again at once, the attempt not counted), flush outcomes, release this process's named locks,
@@ -48,10 +71,18 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import timing
-from .errors import Cancelled, ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaVersionError
+from .errors import (
+    Cancelled,
+    ConfigurationError,
+    DatabaseError,
+    DatabaseTransient,
+    DatabaseUnavailable,
+    SchemaVersionError,
+)
 from .events import OUTCOME_EVENTS
 from .executor import DaemonPool, handler_path, run_in_child
-from .serialization import encode_error, encode_result, error_payload, simple_error
+from .resilience import LoopWatch, Outage
+from .serialization import encode, encode_error, encode_result, error_payload, simple_error, storable
 from .stores.base import Claimed, DueSchedule, Materialization, Outcome, Store
 from .tasks import Backoff, RunContext, Task
 
@@ -78,14 +109,15 @@ def worker_identity() -> str:
 class _Active:
     """A run this worker holds. Kept small: one is made per run on the hot path."""
 
-    __slots__ = ("_cancel", "async_task", "cancel_requested", "claim", "done", "task", "timer")
+    __slots__ = ("_cancel", "async_task", "cancel_requested", "claim", "done", "stuck", "task", "timer")
 
     def __init__(self, claim: Claimed, task: Task[Any, Any] | None) -> None:
         self.claim = claim
         self.task = task
         self._cancel: threading.Event | None = None
         self.cancel_requested = False
-        self.done = False  # its slot is free; whatever the handler does later is ignored
+        self.done = False  # its outcome is decided; whatever the handler does later is ignored
+        self.stuck = False  # done, but its thread still runs the handler (it keeps its slot)
         self.async_task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
 
@@ -130,30 +162,6 @@ class WorkerCounters:
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
-
-
-class _Outage:
-    """One warning when the database goes away, one line when it is back; backoff between."""
-
-    def __init__(self) -> None:
-        self.since: float | None = None
-        self.failures = 0
-
-    def failed(self, exc: BaseException) -> float:
-        self.failures += 1
-        if self.since is None:
-            self.since = time.monotonic()
-            log.warning("database unavailable (%s); the worker keeps running and retries with backoff", exc)
-        return float(min(10.0, 0.2 * 2 ** min(self.failures, 6)) * random.uniform(0.75, 1.25))
-
-    def ok(self) -> bool:
-        """Record a success; True if this ended an outage."""
-        if self.since is None:
-            return False
-        log.warning("database is back after %.1f s", time.monotonic() - self.since)
-        self.since = None
-        self.failures = 0
-        return True
 
 
 class Worker:
@@ -202,10 +210,9 @@ class Worker:
         self._outbox: list[Outcome] = []
         self._done: deque[tuple[_Active, tuple[str, Any]]] = deque()
         self._done_scheduled = False
-        self._zombies = 0
         self._threads = DaemonPool(self.concurrency * 2 + 4, "rota-run")
         self._db_pool = DaemonPool(4, "rota-db")
-        self._outage = _Outage()
+        self._init_fault_state()
         self._triggers: dict[tuple[str | None, float | None, str], timing.Trigger] = {}
         self._bad_schedules: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -217,6 +224,14 @@ class Worker:
         self._next_schedule_due: float | None = None  # monotonic
         self._observers: list[Callable[[str, Claimed, float], None]] = []
 
+    def _init_fault_state(self) -> None:
+        self._stuck = 0  # threads still running handlers whose outcome is already decided
+        self._writing: list[Outcome] = []  # outcomes being written now (their leases are renewed)
+        self._db_offset = timedelta(0)  # database clock minus local clock
+        self._loop_watch = LoopWatch()
+        self._tick_wake = asyncio.Event()
+        self._outage = Outage(self.lease, min(10.0, self.heartbeat_interval))
+
     # -- public control ------------------------------------------------------------------
     @property
     def store(self) -> Store:
@@ -224,7 +239,14 @@ class Worker:
 
     @property
     def free_slots(self) -> int:
-        return max(0, self.concurrency - len(self.inflight))
+        """Slots free for new runs: a timed-out or fenced-off thread keeps its slot until
+        its handler really returns (concurrency is a hard cap on running handler bodies)."""
+        return max(0, self.concurrency - len(self.inflight) - self._stuck)
+
+    @property
+    def stuck(self) -> int:
+        """Handler threads still running after their run timed out or lost its lease."""
+        return self._stuck
 
     def stop(self, wait: bool = True, timeout: float | None = None) -> bool:
         """Ask the worker to stop (thread-safe). With wait, block until it has stopped (or
@@ -266,6 +288,8 @@ class Worker:
                 asyncio.create_task(self._poll_loop(), name="rota-poll"),
                 asyncio.create_task(self._heartbeat_loop(), name="rota-heartbeat"),
                 asyncio.create_task(self._completer(), name="rota-completer"),
+                asyncio.create_task(self._tick_loop(), name="rota-ticks"),
+                asyncio.create_task(self._loop_watch.run(self._describe_task), name="rota-loopwatch"),
                 asyncio.create_task(self._listen(), name="rota-listen"),
                 asyncio.create_task(self._maintenance_loop(), name="rota-maintenance"),
             ]
@@ -286,6 +310,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._outbox_ready = asyncio.Event()
+        self._tick_wake = asyncio.Event()
         self._stop_requested = asyncio.Event()
 
     async def run_until_idle(self) -> int:
@@ -294,6 +319,7 @@ class Worker:
         nothing is due. No signals, heartbeats or sleeping; for tests (see rota.testing)."""
         self._bind_loop()
         await self._db(self.app.prepare)
+        await self._learn_db_started()
         executed = 0
         try:
             while True:
@@ -328,6 +354,7 @@ class Worker:
                     self.queues,
                 )
                 self._outage.ok()
+                await self._learn_db_started()
                 break
             except SchemaVersionError:
                 raise
@@ -373,13 +400,12 @@ class Worker:
         housekeeping_at = 0.0
         while self._claiming:
             try:
-                now = time.monotonic()
-                if now >= housekeeping_at or self._due(self._next_schedule_due):
-                    await self._housekeeping()
+                if self._outage.since is not None:
+                    await self._reconnect()  # renew our leases and write our outcomes first
+                if time.monotonic() >= housekeeping_at:
+                    await self._poll_and_rescue()
                     housekeeping_at = time.monotonic() + self.poll_interval
                 claimed, asked = await self._claim_some()
-                if self._outage.ok():
-                    await self._after_outage()
             except DatabaseError as exc:
                 if not self._claiming:
                     break
@@ -407,8 +433,20 @@ class Worker:
         return at is not None and time.monotonic() >= at
 
     async def _housekeeping(self) -> None:
-        """Rescue expired leases, learn what is due, materialize due schedule ticks."""
+        """One whole pass: learn what is due, rescue, materialize due schedule ticks (the
+        poll loop leaves the ticks to their own task; run_until_idle does it all here)."""
+        await self._poll_and_rescue()
+        await self._ticks()
+
+    async def _poll_and_rescue(self) -> None:
+        """Learn what is due; rescue expired leases when the rescue rule allows it."""
         self.counters.polls += 1
+        state = await self._db(self.store.poll_state, self.queues)
+        self._set_due(state.now, state.next_run_due, state.next_schedule_due)
+        if self._due(self._next_schedule_due):
+            self._tick_wake.set()
+        if not self._outage.may_rescue(state.now):
+            return
         rescued = await self._db(self.store.rescue, 100)
         for r in rescued:
             self.counters.rescued += 1
@@ -422,20 +460,41 @@ class Worker:
             self._emit("run_rescued", run_id=r.id, detail=r.message)
             if r.status in OUTCOME_EVENTS:
                 self._emit(OUTCOME_EVENTS[r.status], run_id=r.id, detail=r.message)
+
+    async def _tick_loop(self) -> None:
+        """Materialize schedule ticks in their own task: a tick insert that waits on a row
+        lock (another host frozen mid-transaction) never holds up claims and rescue."""
+        while self._claiming:
+            deadline = time.monotonic() + self.poll_interval
+            await self._wait_event(self._tick_wake, self._until(deadline, self._next_schedule_due))
+            self._tick_wake.clear()
+            if not self._claiming or not self._due(self._next_schedule_due):
+                continue
+            try:
+                if await self._ticks():
+                    self._wake.set()  # the poll loop claims the runs just made
+            except DatabaseError as exc:
+                await self._sleep_or_stop(self._outage.failed(exc))
+
+    async def _ticks(self) -> bool:
+        """Materialize the schedule ticks due now (the database's now); True if a run may
+        have become due."""
+        state = await self._db(self.store.poll_state, self.queues)
+        if state.next_schedule_due is None or state.next_schedule_due > state.now:
+            self._set_due(state.now, state.next_run_due, state.next_schedule_due)
+            return False
+        planned_at = state.now
+        woke, more = await self._materialize(state.now)
         state = await self._db(self.store.poll_state, self.queues)
         self._set_due(state.now, state.next_run_due, state.next_schedule_due)
-        if state.next_schedule_due is not None and state.next_schedule_due <= state.now:
-            planned_at = state.now
-            woke, more = await self._materialize(state.now)
-            if woke:
-                self._next_run_due = time.monotonic()
-            state = await self._db(self.store.poll_state, self.queues)
-            self._set_due(state.now, state.next_run_due, state.next_schedule_due)
-            stuck = state.next_schedule_due is not None and state.next_schedule_due <= planned_at
-            if stuck and not more:
-                # Still due for the time just planned: a schedule this worker cannot plan
-                # (logged once). Look again at the next regular poll, not in a busy loop.
-                self._next_schedule_due = None
+        if woke:
+            self._next_run_due = time.monotonic()
+        stuck = state.next_schedule_due is not None and state.next_schedule_due <= planned_at
+        if stuck and not more:
+            # Still due for the time just planned: a schedule this worker cannot plan
+            # (logged once). Look again at the next regular poll, not in a busy loop.
+            self._next_schedule_due = None
+        return woke
 
     async def _refresh_due(self) -> None:
         state = await self._db(self.store.poll_state, self.queues)
@@ -444,6 +503,7 @@ class Worker:
     def _set_due(self, db_now: datetime, run_due: datetime | None, schedule_due: datetime | None) -> None:
         """Translate due times on the database clock into this process's monotonic clock."""
         mono = time.monotonic()
+        self._db_offset = db_now - datetime.now(UTC)
         self._next_run_due = None if run_due is None else mono + (run_due - db_now).total_seconds()
         self._next_schedule_due = None if schedule_due is None else mono + (schedule_due - db_now).total_seconds()
 
@@ -463,10 +523,7 @@ class Worker:
         return len(claimed), free
 
     def _claimable(self) -> int:
-        """Free slots, less the threads stuck in timed-out handlers beyond the pool's spare
-        capacity (a slot is only useful if a thread can run it)."""
-        spare = self._threads.limit - self.concurrency
-        return self.free_slots - max(0, self._zombies - spare)
+        return self.free_slots
 
     async def _materialize(self, now: datetime, limit: int = 100) -> tuple[bool, bool]:
         """Turn due schedule ticks into runs. Returns (whether a run may have become due,
@@ -531,11 +588,11 @@ class Worker:
         self._slot_freed.clear()
         if self._claimable() > 0:
             return
-        await self._wait_event(self._slot_freed, self._until(housekeeping_at, self._next_schedule_due))
+        await self._wait_event(self._slot_freed, self._until(housekeeping_at))
 
     async def _sleep_until(self, housekeeping_at: float) -> None:
         self._wake.clear()
-        deadline = self._until(housekeeping_at, self._next_run_due, self._next_schedule_due)
+        deadline = self._until(housekeeping_at, self._next_run_due)
         await self._wait_event(self._wake, deadline)
 
     @staticmethod
@@ -568,8 +625,9 @@ class Worker:
             return
         if payload == "schedule":
             self._next_schedule_due = time.monotonic()
-        else:
-            self._next_run_due = time.monotonic()
+            self._tick_wake.set()
+            return
+        self._next_run_due = time.monotonic()
         self._wake.set()
 
     def _notify_threadsafe(self, payload: str) -> None:
@@ -627,7 +685,9 @@ class Worker:
         if task.opts.isolation == "process":
             self._threads.submit(lambda: self._thread_done(active, self._call_in_child(active, task)))
         elif task.is_async:
-            active.async_task = asyncio.get_running_loop().create_task(self._call_async(active, task))
+            active.async_task = asyncio.get_running_loop().create_task(
+                self._call_async(active, task), name=f"rota-run-{claim.id}"
+            )
         else:
             self._threads.submit(lambda: self._thread_done(active, self._call_sync(active, task)))
             if claim.timeout is not None:
@@ -720,18 +780,26 @@ class Worker:
         while self._done:
             active, outcome = self._done.popleft()
             if active.done:
-                self._zombies -= 1  # a fenced-off thread finally returned
-                self._slot_freed.set()
+                if active.stuck:  # a timed-out or fenced-off thread finally returned
+                    active.stuck = False
+                    self._stuck -= 1
+                    self._slot_freed.set()
                 continue
             self._complete(active, outcome)
 
     def _on_timeout(self, active: _Active) -> None:
-        """A sync handler passed its timeout: free the slot, fence it off, record the timeout."""
+        """A sync handler passed its timeout: record the timeout; its thread keeps the slot
+        (counted as stuck) until the handler really returns."""
         if active.done:
             return
         active.cancel.set()
-        self._zombies += 1
+        self._mark_stuck(active)
         self._complete(active, ("timeout", None))
+
+    def _mark_stuck(self, active: _Active) -> None:
+        if not active.stuck:
+            active.stuck = True
+            self._stuck += 1
 
     # -- outcomes ------------------------------------------------------------------------
     def _complete(self, active: _Active, outcome: tuple[str, Any]) -> None:
@@ -780,11 +848,11 @@ class Worker:
                 "attempt": c.attempt,
                 "worker": self.id,
                 "started_at": _iso(c.started_at),
-                "finished_at": _iso(datetime.now(UTC)),
+                "finished_at": _iso(datetime.now(UTC) + self._db_offset),  # the database's clock
                 "status": "timed out" if kind == "timeout" else "failed",
                 "error": json.loads(error),
             }
-            return Outcome(c.id, c.token, "pending", error=error, retry_in=delay, history=json.dumps(history))
+            return Outcome(c.id, c.token, "pending", error=error, retry_in=delay, history=storable(encode(history)))
         self.counters.failed += 1
         return Outcome(c.id, c.token, "failed", error=error)
 
@@ -797,12 +865,12 @@ class Worker:
         if kind == "crashed":
             return simple_error("ChildCrashed", f"the isolated process of run {c.id} died with exit code {value}"), True
         if kind == "child_error":
-            return json.dumps(value), True
+            return storable(encode(value)), True
         if isinstance(value, CorruptArguments):  # retrying cannot repair the stored row
             return simple_error("CorruptArguments", str(value)), False
         if isinstance(value, BaseException):
             return encode_error(value), True
-        return json.dumps(error_payload(RuntimeError(str(value)))), True
+        return storable(encode(error_payload(RuntimeError(str(value))))), True
 
     def _backoff(self, active: _Active) -> Backoff:
         if active.claim.backoff:
@@ -810,6 +878,17 @@ class Worker:
         return active.task.opts.backoff if active.task is not None else Backoff()
 
     async def _completer(self) -> None:
+        """Supervise the outcome writer: if it ever dies, log why and start it again."""
+        while True:
+            try:
+                await self._write_outcomes()
+            except Exception:
+                log.exception("the outcome writer failed; restarting it (queued outcomes are kept)")
+                self._outbox[:0], self._writing = self._writing, []
+                await asyncio.sleep(0.05)
+                self._outbox_ready.set()
+
+    async def _write_outcomes(self) -> None:
         """Write queued outcomes in small batches, token-checked; keep them through outages."""
         while True:
             await self._outbox_ready.wait()
@@ -819,25 +898,38 @@ class Worker:
             await self._flush()
 
     async def _flush(self) -> bool:
-        """Write what the outbox holds now. False if the database is unavailable."""
+        """Write what the outbox holds now. False if a transient error kept some back (they
+        stay queued, their leases renewed, and are tried again after a backoff)."""
         batch, self._outbox = self._outbox, []
         if not batch:
             return True
+        self._writing = batch
         try:
             written = await self._db(self.store.finish, batch)
-        except DatabaseUnavailable as exc:
-            self._outbox[:0] = batch
-            await self._sleep_or_wake(self._outage.failed(exc))
+            retry: list[Outcome] = []
+        except DatabaseTransient as exc:
+            written, retry = set(), batch
+            failure: BaseException = exc
+        except Exception as exc:  # a permanent error, or a value the driver cannot encode
+            written, retry = await self._finish_one_by_one(batch, exc)
+            failure = exc
+        finally:
+            self._writing = []
+        if retry:
+            self._outbox[:0] = retry
+            await self._sleep_or_stop(self._outage.failed(failure))
             self._outbox_ready.set()
-            return False
-        except DatabaseError as exc:
-            written = await self._finish_one_by_one(batch, exc)
-        if self._outage.ok():
+        elif self._outage.ok():
             await self._after_outage()
+        self._count_stale(batch, written, retry)
+        return not retry
+
+    def _count_stale(self, batch: list[Outcome], written: set[int], retry: list[Outcome]) -> None:
+        kept = {o.id for o in retry}
         for o in batch:
             if o.id in written:
                 self._emit(OUTCOME_EVENTS[o.status], run_id=o.id)
-            else:
+            elif o.id not in kept:
                 self.counters.stale_writes += 1
                 log.warning(
                     "run %s: outcome %r discarded: token %s no longer holds the run (its lease was lost and it was rescued)",
@@ -845,22 +937,35 @@ class Worker:
                     o.status,
                     o.token,
                 )
-        return True
 
-    async def _finish_one_by_one(self, batch: list[Outcome], exc: DatabaseError) -> set[int]:
+    async def _finish_one_by_one(self, batch: list[Outcome], exc: BaseException) -> tuple[set[int], list[Outcome]]:
+        """After a batch failed for a reason other than a transient error: write each outcome
+        on its own, so one bad value cannot hold back the others. Returns (written, to retry)."""
         log.error("writing %d outcomes failed (%s); writing them one by one", len(batch), exc)
         written: set[int] = set()
+        retry: list[Outcome] = []
         for o in batch:
             try:
                 written |= await self._db(self.store.finish, [o])
-            except DatabaseError as one:
-                log.error(
-                    "run %s: could not write its outcome (%s); it will be rescued and retried",
-                    o.id,
-                    one,
-                )
-                written.add(o.id)  # not stale: just not ours to write any more
-        return written
+            except DatabaseTransient:
+                retry.append(o)
+            except Exception as one:
+                written |= await self._finish_unstorable(o, one, retry)
+        return written, retry
+
+    async def _finish_unstorable(self, o: Outcome, exc: BaseException, retry: list[Outcome]) -> set[int]:
+        """The store refused this outcome's values for good: record the run failed, saying why."""
+        message = f"run {o.id}: its {o.status} outcome could not be stored ({type(exc).__name__}: {exc})"
+        log.error("%s; recording the run as failed", message)
+        failed = Outcome(o.id, o.token, "failed", error=simple_error("UnstorableOutcome", message))
+        try:
+            return await self._db(self.store.finish, [failed])
+        except DatabaseTransient:
+            retry.append(failed)
+        except Exception as again:
+            log.error("run %s: could not record that failure either (%s); it will be rescued", o.id, again)
+            return {o.id}  # not stale: nothing more this worker can do
+        return set()
 
     # -- heartbeats and cancellation -------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
@@ -869,14 +974,24 @@ class Worker:
             await self._heartbeat()
 
     async def _heartbeat(self) -> None:
-        held = [(run_id, a.claim.token) for run_id, a in self.inflight.items()]
-        held += [(o.id, o.token) for o in self._outbox]
         try:
-            alive, cancel = await self._db(self.store.heartbeat, held, self.lease)
-            await self._db(self.store.worker_seen, self.id, self.state)
+            await self._renew()
         except DatabaseError as exc:
             self._outage.failed(exc)
             return
+        try:  # the registry is secondary: its failure must not lose the renewal's news
+            await self._db(self.store.worker_seen, self.id, self.state, self._stuck)
+        except DatabaseError as exc:
+            log.debug("could not update the worker registry: %s", exc)
+
+    async def _renew(self) -> None:
+        """Renew the lease of every run this worker holds (running, or its outcome queued or
+        being written), token-checked and whether or not the lease has expired meanwhile;
+        stop the runs that were lost, pass on cancellation requests. Raises DatabaseError."""
+        held = [(run_id, a.claim.token) for run_id, a in self.inflight.items()]
+        held += [(o.id, o.token) for o in self._outbox]
+        held += [(o.id, o.token) for o in self._writing]
+        alive, cancel = await self._db(self.store.heartbeat, held, self.lease)
         for run_id, token in held:
             active = self.inflight.get(run_id)
             if run_id not in alive and active is not None and not active.done and active.claim.token == token:
@@ -895,7 +1010,7 @@ class Worker:
         if active.async_task is not None:
             active.async_task.cancel()
         elif active.task is not None and active.task.opts.isolation == "none":
-            self._zombies += 1
+            self._mark_stuck(active)
         self._complete(active, ("lost", None))
 
     def _request_cancel(self, run_id: int) -> None:
@@ -908,11 +1023,40 @@ class Worker:
         if active.async_task is not None:
             active.async_task.cancel()
 
-    async def _after_outage(self) -> None:
-        """The database is back: renew leases and write results before anything else."""
+    async def _reconnect(self) -> None:
+        """The poll loop after a database error: before any rescue or claim, renew our own
+        leases (raises while the database is still away), then end the outage and write
+        the outcomes computed meanwhile."""
         self.store_recover()
-        await self._heartbeat()
+        await self._renew()
+        await self._db(self.store.poll_state, self.queues)  # reachable, even if we hold nothing
+        if self._outage.ok():
+            await self._learn_db_started()
+        await self._flush()
+
+    async def _after_outage(self) -> None:
+        """Another task found the database back: renew leases, write results, look again."""
+        self.store_recover()
+        with contextlib.suppress(DatabaseError):
+            await self._renew()
+            await self._learn_db_started()
         self._outbox_ready.set()
+
+    async def _learn_db_started(self) -> None:
+        """When the database server started (PostgreSQL), for the rescue rule (not with a
+        configured clock: its time has nothing to do with the server's)."""
+        if self.app.clock is not None:
+            return
+        with contextlib.suppress(DatabaseError):
+            self._outage.db_started = await self._db(self.store.database_started)
+
+    def _describe_task(self, name: str) -> str:
+        """A label for the asyncio task `name` (a run's handler, or a worker task)."""
+        if name.startswith("rota-run-"):
+            active = self.inflight.get(int(name[9:])) if name[9:].isdigit() else None
+            task = f" ({active.claim.task})" if active is not None else ""
+            return f"run {name[9:]}{task}"
+        return f"task {name!r}"
 
     def store_recover(self) -> None:
         recover = getattr(self.store, "recover", None)
@@ -980,6 +1124,10 @@ class Worker:
             await asyncio.wait_for(asyncio.shield(poll), 5)
         await self._drain()
         await self._hand_back_unfinished()
+        for _ in range(500):  # let a write in progress (the completer's) finish first
+            if not self._writing:
+                break
+            await asyncio.sleep(0.01)
         for _ in range(3):
             if await self._flush():
                 break

@@ -280,10 +280,12 @@ def test_list_runs_filters_and_pages(app: rota.App) -> None:
 
 
 def test_schema_newer_than_the_code_is_refused(app_factory: Callable[..., rota.App]) -> None:
+
     app = app_factory()
-    every = [f"{m.version:04d}_{m.name}" for m in load_migrations("sqlite")]
-    assert app.migrate(dry_run=True) == every and every[0] == "0001_initial"
-    assert app.migrate() == every
+    known = load_migrations("sqlite")
+    names = [f"{m.version:04d}_{m.name}" for m in known]
+    assert app.migrate(dry_run=True) == names
+    assert app.migrate() == names
     assert app.migrate() == []  # idempotent
     with app.store._tx() as s:  # type: ignore[attr-defined]
         s.q_text(
@@ -292,7 +294,7 @@ def test_schema_newer_than_the_code_is_refused(app_factory: Callable[..., rota.A
     newer = app_factory()
     with pytest.raises(
         rota.SchemaVersionError,
-        match=f"schema version 99, newer than the {latest_version(load_migrations('sqlite'))} this version of rota knows",
+        match=f"schema version 99, newer than the {latest_version(known)} this version of rota knows",
     ):
         newer.list_runs()
 

@@ -151,7 +151,7 @@ def test_concurrency_bounds_simultaneous_runs(app: rota.App) -> None:
     assert peak[0] == 3
 
 
-def test_a_hung_sync_job_times_out_frees_its_slot_and_its_late_result_is_discarded(
+def test_a_hung_sync_job_times_out_keeps_its_slot_until_it_returns_and_its_late_result_is_discarded(
     app: rota.App,
 ) -> None:
     release = threading.Event()
@@ -170,11 +170,14 @@ def test_a_hung_sync_job_times_out_frees_its_slot_and_its_late_result_is_discard
     run = hung.wait(10)
     assert run.status == "failed" and run.error is not None and run.error["type"] == "Timeout"
     assert "exceeded its timeout of 0.3 s" in run.error["message"]
-    assert quick.enqueue().wait(10).status == "succeeded"  # the only slot was freed
+    waiting = quick.enqueue()
+    time.sleep(0.5)
+    assert waiting.refresh().status == "pending"  # the body still runs: its slot is held
+    assert worker.stuck == 1
     release.set()
-    time.sleep(0.3)
+    assert waiting.wait(10).status == "succeeded"
     assert hung.refresh().status == "failed" and hung.refresh().result is None
-    assert worker.counters.timed_out == 1
+    assert worker.counters.timed_out == 1 and worker.stuck == 0
 
 
 def test_an_async_job_times_out_and_is_retried(app: rota.App) -> None:
@@ -340,27 +343,32 @@ def test_retention_prunes_old_finished_runs(app_factory: Callable[..., rota.App]
     assert worker.counters.pruned == 3
 
 
-def test_threads_stuck_in_timed_out_handlers_hold_back_claims_without_spinning(app: rota.App) -> None:
+def test_threads_stuck_in_timed_out_handlers_hold_their_slots_without_spinning(app: rota.App) -> None:
     release = threading.Event()
+    started: list[int] = []
 
     @app.task(name="stuck", timeout=0.05)
     def stuck() -> None:
+        started.append(1)
         release.wait(30)
 
     @app.task(name="quick")
     def quick() -> str:
         return "ok"
 
-    worker = start_worker(app, concurrency=1)  # 1 slot, a pool of 6 threads: 5 spare
+    worker = start_worker(app, concurrency=2)
     stuck.enqueue_many([((), {})] * 6)
-    wait_for(lambda: worker.counters.timed_out == 6, what="six timeouts")
+    wait_for(lambda: worker.counters.timed_out == 2, what="two timeouts")
     handle = quick.enqueue()
     cpu = time.process_time()
     time.sleep(1.0)
-    assert handle.refresh().status == "pending"  # no thread to run it on
+    assert handle.refresh().status == "pending"  # both slots are held by running bodies
+    assert len(started) == 2 and worker.stuck == 2  # concurrency is a hard cap
     assert time.process_time() - cpu < 0.5  # the poll loop waited; it did not spin
     release.set()
     assert handle.wait(10).status == "succeeded"
+    wait_for(lambda: worker.counters.succeeded == 5, what="the other four and the quick one")
+    assert worker.stuck == 0 and len(started) == 6
 
 
 def test_wait_async_awaits_the_final_run(app: rota.App) -> None:

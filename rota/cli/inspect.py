@@ -211,10 +211,18 @@ def workers(ctx: click.Context, as_json: bool, utc: bool) -> None:
         print_json([w.to_json() for w in items])
         return
     now = _now()
-    headers = ["worker", "state", "alive", "concurrency", "queues", *_times(utc, "started", "last seen")]
-    columns = [Column(h, keep) for h, keep in zip(headers, (100, 90, 80, 50, 40, 30, 70), strict=True)]
+    headers = ["worker", "state", "alive", "concurrency", "stuck", "queues", *_times(utc, "started", "last seen")]
+    columns = [Column(h, keep) for h, keep in zip(headers, (100, 90, 80, 50, 60, 40, 30, 70), strict=True)]
     rows = [
-        (w.id, w.state, "yes" if w.alive else "no", w.concurrency, ",".join(w.queues or ["all"]), *_two(w, now, utc))
+        (
+            w.id,
+            w.state,
+            "yes" if w.alive else "no",
+            w.concurrency,
+            w.stuck,
+            ",".join(w.queues or ["all"]),
+            *_two(w, now, utc),
+        )
         for w in items
     ]
     table(columns, rows)

@@ -619,12 +619,17 @@ class SqlStore(Store, abc.ABC):
             queues=json.dumps(list(queues)) if queues is not None else None,
         )
 
-    def worker_seen(self, worker_id: str, state: str) -> None:
-        self._one("worker_seen", id=worker_id, state=state)
+    def worker_seen(self, worker_id: str, state: str, stuck: int = 0) -> None:
+        self._one("worker_seen_stuck", id=worker_id, state=state, stuck=stuck)
+
+    def database_started(self) -> datetime | None:
+        with self._read() as s:
+            return self._dt(s.q("database_started")[0][0])
 
     def list_workers(self, stale_after: float) -> list[WorkerInfo]:
         with self._read() as s:
             rows = s.q("list_workers", stale_after=stale_after)
+            stuck: dict[str, int] = {r[0]: r[1] for r in s.q("workers_stuck")}
         result = []
         for r in rows:
             started, seen = self._dt(r[6]), self._dt(r[7])
@@ -640,6 +645,7 @@ class SqlStore(Store, abc.ABC):
                     started_at=started,
                     last_seen=seen,
                     alive=bool(r[8]),
+                    stuck=int(stuck.get(r[0], 0)),
                 )
             )
         return result

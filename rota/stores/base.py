@@ -389,7 +389,13 @@ class Store(abc.ABC):
     ) -> None: ...
 
     @abc.abstractmethod
-    def worker_seen(self, worker_id: str, state: str) -> None: ...
+    def worker_seen(self, worker_id: str, state: str, stuck: int = 0) -> None:
+        """Record that the worker is alive, its state and its number of stuck handler threads."""
+
+    def database_started(self) -> datetime | None:
+        """When the database server started (None where there is no server, e.g. SQLite):
+        the rescue rule gives owners a lease after a restart before their runs are rescued."""
+        return None
 
     @abc.abstractmethod
     def list_workers(self, stale_after: float) -> list[WorkerInfo]: ...

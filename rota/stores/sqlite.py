@@ -472,8 +472,10 @@ def _translate(exc: sqlite3.Error, path: str) -> DatabaseError:
     text = str(exc)
     if isinstance(exc, sqlite3.OperationalError) and ("unable to open" in text or "disk I/O" in text):
         return DatabaseUnavailable(f"SQLite database {path!r}: {text}")
-    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-        return DatabaseTransient(f"SQLite database {path!r}: {text} (another writer held it; try again)")
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text or "readonly" in text):
+        return DatabaseTransient(
+            f"SQLite database {path!r}: {text} (another writer held it, or the file is read-only for now; try again)"
+        )
     return DatabaseError(f"SQLite database {path!r}: {text}")
 
 

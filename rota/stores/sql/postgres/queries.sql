@@ -421,8 +421,7 @@ WITH doomed AS (
 DELETE FROM rota_runs r USING doomed WHERE r.id = doomed.id
 RETURNING r.id
 
--- ==========================================================================================
--- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
+-- ===================================================================================-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
 -- ==========================================================================================
 
 -- name: retry_source
@@ -558,3 +557,16 @@ DELETE FROM rota_locks WHERE name = %(probe)s
 -- name: probe_sequences
 -- Takes one run id (ids have gaps anyway); the token sequence is left alone.
 SELECT nextval('rota_run_id_seq')
+=======
+-- ===== issue 10, worker side (branch faults-worker) =====================================
+
+-- name: worker_seen_stuck
+UPDATE rota_workers SET last_seen = {now}, state = %(state)s, stuck = %(stuck)s WHERE id = %(id)s
+
+-- name: workers_stuck
+SELECT id, stuck FROM rota_workers
+
+-- name: database_started
+SELECT pg_postmaster_start_time()
+
+-- ===== end of issue 10, worker side =====================================================

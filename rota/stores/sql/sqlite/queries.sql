@@ -361,8 +361,7 @@ WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_status
              ORDER BY id LIMIT :limit)
 RETURNING id
 
--- ==========================================================================================
--- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
+-- ===================================================================================-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
 -- ==========================================================================================
 
 -- name: retry_source
@@ -467,3 +466,16 @@ DELETE FROM rota_locks WHERE name = :probe
 
 -- name: probe_sequences
 UPDATE rota_counters SET value = value WHERE name = 'token'
+=======
+-- ===== issue 10, worker side (branch faults-worker) =====================================
+
+-- name: worker_seen_stuck
+UPDATE rota_workers SET last_seen = {now}, state = :state, stuck = :stuck WHERE id = :id
+
+-- name: workers_stuck
+SELECT id, stuck FROM rota_workers
+
+-- name: database_started
+SELECT NULL
+
+-- ===== end of issue 10, worker side =====================================================

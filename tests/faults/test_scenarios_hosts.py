@@ -59,7 +59,6 @@ def test_partitioned_host_is_fenced_and_its_runs_rescued_while_two_others_work(
         assert run.worker is not None and not run.worker.startswith("rota-host0:"), run
 
 
-@pytest.mark.xfail(reason="issue 10 defect 8", strict=False)
 def test_host_frozen_mid_tick_does_not_stall_the_other_hosts(
     pg_url: str,
     pg_client: rota.App,

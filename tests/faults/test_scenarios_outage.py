@@ -23,7 +23,6 @@ pytestmark = pytest.mark.postgres
 LEASE = 2.0
 
 
-@pytest.mark.xfail(reason="issue 10 defect 1", strict=False)
 def test_own_outage_longer_than_the_lease_keeps_the_workers_runs_and_results(
     pg_url: str,
     pg_client: rota.App,
@@ -49,7 +48,6 @@ def test_own_outage_longer_than_the_lease_keeps_the_workers_runs_and_results(
     assert procs.procs[0].poll() is None
 
 
-@pytest.mark.xfail(reason="issue 10 defect 1", strict=False)
 def test_database_restart_loses_no_run_to_missed_heartbeats(
     pg_url: str,
     pg_client: rota.App,

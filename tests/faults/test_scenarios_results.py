@@ -19,7 +19,6 @@ from .conftest import APP, all_final, enqueue, no_tracebacks
 from .invariants import FINAL, check_invariants
 
 
-@pytest.mark.xfail(reason="issue 10 defect 2", strict=False)
 def test_unencodable_outcomes_do_not_stop_the_worker_writing_others(
     db_url: str, client: rota.App, workers: Callable[[str], WorkerProcs], exec_log: Path
 ) -> None:
@@ -48,7 +47,6 @@ def test_unencodable_outcomes_do_not_stop_the_worker_writing_others(
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(reason="issue 10 defect 4", strict=False)
 def test_concurrent_finishers_across_many_schedules(
     pg_url: str, pg_client: rota.App, workers: Callable[[str], WorkerProcs], exec_log: Path
 ) -> None:

@@ -40,7 +40,6 @@ def own_database() -> Iterator[str]:
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(reason="issue 10 defect 3", strict=False)
 def test_read_only_period_loses_no_result(
     own_database: str, workers: Callable[[str], WorkerProcs], exec_log: Path
 ) -> None:
@@ -68,7 +67,6 @@ def test_read_only_period_loses_no_result(
         client.close()
 
 
-@pytest.mark.xfail(reason="issue 10 defect 3", strict=False)
 def test_sqlite_write_lock_past_the_busy_timeout_loses_no_result(
     tmp_path: Path, workers: Callable[[str], WorkerProcs], exec_log: Path
 ) -> None:

@@ -557,7 +557,6 @@ DELETE FROM rota_locks WHERE name = %(probe)s
 -- name: probe_sequences
 -- Takes one run id (ids have gaps anyway); the token sequence is left alone.
 SELECT nextval('rota_run_id_seq')
-=======
 -- ===== issue 10, worker side (branch faults-worker) =====================================
 
 -- name: worker_seen_stuck

@@ -466,7 +466,6 @@ DELETE FROM rota_locks WHERE name = :probe
 
 -- name: probe_sequences
 UPDATE rota_counters SET value = value WHERE name = 'token'
-=======
 -- ===== issue 10, worker side (branch faults-worker) =====================================
 
 -- name: worker_seen_stuck

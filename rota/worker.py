@@ -536,7 +536,15 @@ class Worker:
             if isinstance(plan, str):  # cannot be planned: record why, so it stops being due
                 await self._db(self.store.mark_plan_error, due, plan)
                 continue
-            if await self._db(self.store.materialize, due, plan):
+            try:
+                made = await self._db(self.store.materialize, due, plan)
+            except DatabaseUnavailable:
+                raise
+            except DatabaseTransient as exc:  # e.g. a host frozen mid-tick holds this tick's row
+                log.info("schedule %r: tick not materialized this pass (%s); trying its other schedules", due.name, exc)
+                self.counters.locked_out += 1
+                continue
+            if made:
                 self.counters.ticks += len(plan.run)
                 self._emit_misfires(due, plan)
                 woke = woke or bool(plan.run)

@@ -373,7 +373,13 @@ class SqlStore(Store, abc.ABC):
             return False
         return True
 
+    def _bound_tick_locks(self, s: Session) -> None:
+        """Let a tick's transaction give up quickly on a row another session holds (a host
+        frozen mid-tick): the worker moves on to its other schedules. A no-op where writers
+        take the whole database (SQLite)."""
+
     def _materialize(self, s: Session, due: DueSchedule, plan: Materialization) -> None:
+        self._bound_tick_locks(s)
         woke = False
         for tick in plan.run:
             if s.q("insert_run", **self._run_params(self._tick_run(due, tick))):

@@ -108,6 +108,7 @@ class PostgresStore(SqlStore):
         lock_timeout: float | None = 5.0,
         statement_timeout: float | None = None,
         idle_in_transaction_timeout: float | None = 60.0,
+        tick_lock_timeout: float = 0.5,
     ) -> None:
         super().__init__(url, clock)
         if pool_size < 1:
@@ -117,6 +118,11 @@ class PostgresStore(SqlStore):
             statement_timeout=statement_timeout,
             idle_in_transaction_session_timeout=idle_in_transaction_timeout,
         )
+        if not tick_lock_timeout > 0:
+            raise ConfigurationError(
+                f"tick_lock_timeout must be a positive number of seconds, got {tick_lock_timeout!r}"
+            )
+        self._tick_lock_ms = max(1, round(tick_lock_timeout * 1000))
         self.queries = load_queries("postgres", _NOW)
         self.connect_timeout = connect_timeout
         self.pool_size = pool_size
@@ -400,6 +406,9 @@ class PostgresStore(SqlStore):
 
     def materialize(self, due: DueSchedule, plan: Materialization) -> bool:
         return self._again(super().materialize, due, plan)
+
+    def _bound_tick_locks(self, s: Any) -> None:
+        s.q_text(f"SET LOCAL lock_timeout = {self._tick_lock_ms}")  # an int we made: no injection
 
     def hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:
         if not held:

@@ -51,7 +51,9 @@ def test_schedules_and_runs_fit_without_wrapping(url: str, width: int) -> None:
         if command == "schedules" or width == 140:
             assert re.search(r"\d+ s ago|in \d+ s|\bnow\b", body), body
     runs = "\n".join(render(url, width, "runs"))
-    assert "ZeroDivisionError" in runs and "failed" in runs
+    # Whether "started" fits at 140 depends on how long the runs took ("4 ms" vs "10 ms"); the
+    # summary column then has its minimum width, which still shows the error's type.
+    assert "ZeroDivisionErr" in runs and "failed" in runs
 
 
 def test_narrow_terminal_drops_columns_in_order(url: str) -> None:

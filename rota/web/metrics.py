@@ -48,7 +48,7 @@ class StoreCollector:
             return
         up.add_metric([], 1)
         yield up
-        runs = GaugeMetricFamily("rota_runs", "Runs in the database by status", labels=["status"])
+        runs = GaugeMetricFamily("rota_runs", runs_help(stats.get("runs_estimated") or []), labels=["status"])
         for status, count in stats["runs"].items():
             runs.add_metric([status], count)
         yield runs
@@ -57,6 +57,14 @@ class StoreCollector:
             "rota_workers_capacity", "Concurrency slots of the live workers", value=stats["capacity"]
         )
         yield from _schedule_metrics(schedules)
+
+
+def runs_help(estimated: list[str]) -> str:
+    """The help of rota_runs says whether the figures are exact (a big PostgreSQL table has its
+    final statuses estimated from the planner's statistics, so a scrape never scans it)."""
+    if not estimated:
+        return "Runs in the database by status (exact counts)"
+    return f"Runs in the database by status (estimated from the database's statistics: {', '.join(estimated)})"
 
 
 def _schedule_metrics(schedules: list[ScheduleInfo]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:

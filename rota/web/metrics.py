@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .. import config
 from ..app import App
 from ..errors import RotaError
 from ..models import ScheduleInfo
@@ -42,7 +43,8 @@ class StoreCollector:
             stats = self.app.stats()
             schedules = self.app.list_schedules()
         except RotaError as exc:
-            log.warning("metrics: cannot read the database: %s", exc)
+            reason = config.redact_text(str(exc), self.app.database_url, self.app.locks_url)
+            log.warning("metrics: cannot read the database: %s", reason)
             up.add_metric([], 0)
             yield up
             return

@@ -61,7 +61,7 @@ class _TimeOutOfRange(str):
 
 
 class _TimeLoader(TimestamptzLoader):
-    def load(self, data: Any) -> datetime | _TimeOutOfRange:
+    def load(self, data: Any) -> datetime | _TimeOutOfRange:  # type: ignore[override]
         try:
             return super().load(data)
         except psycopg.DataError:

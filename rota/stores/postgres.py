@@ -40,7 +40,8 @@ try:
     import psycopg
     import psycopg.rows
     import psycopg_pool
-    from psycopg.types.datetime import TimestamptzLoader
+    from psycopg.abc import AdaptContext
+    from psycopg.adapt import Loader
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ConfigurationError(
         "PostgreSQL support needs psycopg 3 and psycopg-pool: pip install 'rota[postgres]'"
@@ -60,12 +61,22 @@ class _TimeOutOfRange(str):
     with ValueError, so a run read shows it as corrupt instead of failing the whole query."""
 
 
-class _TimeLoader(TimestamptzLoader):
-    def load(self, data: Any) -> datetime | _TimeOutOfRange:  # type: ignore[override]
+class _TimeLoader(Loader):
+    """psycopg's own timestamptz loader (the C one where installed), with a time out of
+    Python's range read as a _TimeOutOfRange marker instead of raising DataError."""
+
+    def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+        super().__init__(oid, context)
+        default = psycopg.adapters.get_loader(oid, psycopg.pq.Format.TEXT)
+        assert default is not None
+        self._load = default(oid, context).load
+
+    def load(self, data: Any) -> datetime | _TimeOutOfRange:
         try:
-            return super().load(data)
+            moment: datetime = self._load(data)
         except psycopg.DataError:
             return _TimeOutOfRange(bytes(data).decode(errors="replace"))
+        return moment
 
 
 class _Session:

@@ -105,5 +105,6 @@ def test_fit_gives_the_flexible_column_what_is_left() -> None:
     columns = [Column("id", 100), Column("worker", 10), Column("summary", 50, flexible=True)]
     rows = [["1", "w" * 30, "x" * 200]]
     assert fit(columns, rows, 300) == {0: 2, 1: 30, 2: 200}
-    assert fit(columns, rows, 60) == {0: 2, 1: 30, 2: 60 - 2 - 30 - 6}
+    assert fit(columns, rows, 70) == {0: 2, 1: 30, 2: 70 - 2 - 30 - 6}
+    assert fit(columns, rows, 60) == {0: 2, 2: 60 - 2 - 3}  # not a summary under 24 characters
     assert fit(columns, rows, 30) == {0: 2, 2: 30 - 2 - 3}

@@ -40,6 +40,8 @@ try:
     import psycopg
     import psycopg.rows
     import psycopg_pool
+    from psycopg.abc import AdaptContext
+    from psycopg.adapt import Loader
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ConfigurationError(
         "PostgreSQL support needs psycopg 3 and psycopg-pool: pip install 'rota[postgres]'"
@@ -52,6 +54,29 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 # Below this many rows (the planner's estimate) run counts are exact; above, final statuses
 # are estimated from statistics, so `rota status` and /metrics never scan a big table.
 EXACT_COUNT_LIMIT = 100_000
+
+
+class _TimeOutOfRange(str):
+    """A stored time Python cannot hold (after year 9999, written by hand): `_dt` refuses it
+    with ValueError, so a run read shows it as corrupt instead of failing the whole query."""
+
+
+class _TimeLoader(Loader):
+    """psycopg's own timestamptz loader (the C one where installed), with a time out of
+    Python's range read as a _TimeOutOfRange marker instead of raising DataError."""
+
+    def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+        super().__init__(oid, context)
+        default = psycopg.adapters.get_loader(oid, psycopg.pq.Format.TEXT)
+        assert default is not None
+        self._load = default(oid, context).load
+
+    def load(self, data: Any) -> datetime | _TimeOutOfRange:
+        try:
+            moment: datetime = self._load(data)
+        except psycopg.DataError:
+            return _TimeOutOfRange(bytes(data).decode(errors="replace"))
+        return moment
 
 
 class _Session:
@@ -164,6 +189,7 @@ class PostgresStore(SqlStore):
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute("SET TIME ZONE 'UTC'")
+        conn.adapters.register_loader("timestamptz", _TimeLoader)
         for name, value in self._settings.items():
             conn.execute(f"SET {name} = {value}")
 
@@ -224,6 +250,8 @@ class PostgresStore(SqlStore):
     def _dt(self, value: Any) -> datetime | None:
         if value is None:
             return None
+        if isinstance(value, _TimeOutOfRange):
+            raise ValueError(f"time {value!r} is out of range (after year 9999)")
         moment: datetime = value
         if moment.tzinfo is None:  # pragma: no cover - TimeZone is set to UTC per connection
             return moment.replace(tzinfo=UTC)

@@ -70,6 +70,8 @@ def record(ctx: rota.RunContext) -> None:
 def test_the_handlers_row_and_succeeded_commit_together(app_factory: Callable[..., rota.App]) -> None:
     app = make(app_factory)
     seen: list[Any] = []
+    events: list[tuple[str, str | None]] = []
+    app.on("run_succeeded", "run_failed", "run_retrying")(lambda e: events.append((e.name, e.run_id)))
 
     @app.task(name="follow")
     def follow(run_id: str) -> str:
@@ -90,6 +92,8 @@ def test_the_handlers_row_and_succeeded_commit_together(app_factory: Callable[..
     assert isinstance(seen[0], driver)
     (follow_up,) = app.list_runs(task="follow")
     wait_for(lambda: app.get_run(follow_up.id).status == "succeeded", what="the follow-up run")
+    assert app.events.drain(5)
+    assert sorted(events) == sorted([("run_succeeded", run.id), ("run_succeeded", follow_up.id)])  # once each
 
 
 def test_a_raise_rolls_back_and_the_run_is_retried_then_failed_as_usual(app_factory: Callable[..., rota.App]) -> None:

@@ -105,6 +105,7 @@ class PostgresHandlerConnections:
         self.store = store
         self._idle: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     def get(self) -> psycopg.Connection[Any]:
         import psycopg
@@ -136,13 +137,14 @@ class PostgresHandlerConnections:
             conn.close()
             return
         with self._lock:
-            if len(self._idle) < self.store.pool_size:
+            if not self._closed and len(self._idle) < self.store.pool_size:
                 self._idle.append(conn)
                 return
         conn.close()
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True  # a handler still running closes its connection when it ends
             conns, self._idle = self._idle, []
         for conn in conns:
             conn.close()

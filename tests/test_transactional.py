@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 import rota
+from rota import transactional
 from rota.stores.sqlite import sqlite_path
 
 from .conftest import start_worker
@@ -231,3 +232,31 @@ def test_declaration_errors(tmp_path: Any) -> None:
     context = rota.RunContext("1", "plain", 1, 1, 1, datetime.now(UTC), None)
     with pytest.raises(AttributeError, match="only given to transactional tasks"):
         context.connection  # noqa: B018
+
+
+def test_an_attempt_the_worker_decided_first_cannot_commit(app_factory: Callable[..., rota.App]) -> None:
+    """The commit gate, without a worker: once the loop has recorded a timeout or a lost
+    lease (`committing` answered False), the attempt rolls back even with a valid token."""
+    app = make(app_factory)
+    key = object()
+    answers: list[bool] = []
+
+    @app.task(name="gated", transactional=True)
+    def gated(ctx: rota.RunContext) -> str:
+        record(ctx)
+        answers.append(transactional.committing(key))  # the loop decides first
+        return "done"
+
+    handle = gated.enqueue()
+    (claim,) = app.store.claim("test-owner", 1, None, 30.0)
+    ctx = rota.RunContext(handle.id, "gated", claim.attempt, claim.max_attempts, claim.token, claim.scheduled_for, None)
+    kind, _ = transactional.call_transactional(app.store, gated, ctx, [], {}, timeout=None, key=key)
+    assert (kind, answers) == ("lost", [False])
+    assert effects(app.store.url) == []
+    assert app.get_run(handle.id).status == "running"  # untouched: the worker records its decision
+    assert transactional.committing(key) is False  # forgotten once the attempt ended
+    ctx = rota.RunContext(handle.id, "gated", claim.attempt, claim.max_attempts, claim.token, claim.scheduled_for, None)
+    kind, result = transactional.call_transactional(app.store, gated, ctx, [], {}, timeout=None, key=object())
+    assert (kind, result) == (transactional.COMMITTED, '"done"')
+    assert app.get_run(handle.id).status == "succeeded"
+    assert effects(app.store.url) == [(handle.id, 1)]

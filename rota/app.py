@@ -30,6 +30,7 @@ from .serialization import check_text, encode_arguments
 from .stores import open_store
 from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store, run_stats
 from .tasks import Backoff, RunContext, RunHandle, Task, TaskOptions, check_int, check_queue
+from .transactional import check_handler
 
 if TYPE_CHECKING:
     from .locks import AsyncLockContext, Lease, LockContext
@@ -335,6 +336,22 @@ class App(AsyncClient):
         retry_on: Sequence[type[BaseException]] | None = None,
         pass_context: Literal[True],
         isolation: str = "none",
+        transactional: bool = False,
+    ) -> Callable[[Callable[..., R]], Task[..., R]]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        retries: int = 0,
+        backoff: Backoff | float | timedelta | None = None,
+        timeout: float | timedelta | None = None,
+        retry_on: Sequence[type[BaseException]] | None = None,
+        pass_context: bool = True,
+        transactional: Literal[True],
     ) -> Callable[[Callable[..., R]], Task[..., R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:  # type: ignore[misc]
@@ -357,6 +374,7 @@ class App(AsyncClient):
                 f"duplicate task name {name!r}: already registered by {self.tasks[name].fn!r}; pass name=... to one of them"
             )
         opts = _task_options(options)
+        check_handler(name, fn, opts)  # rota.transactional: no async def
         if opts.isolation == "process":
             from .executor import handler_path
 
@@ -745,6 +763,7 @@ def _task_options(options: Mapping[str, Any], base: TaskOptions | None = None) -
         "retry_on",
         "pass_context",
         "isolation",
+        "transactional",
     }
     unknown = sorted(set(options) - allowed - {"name"})
     if unknown:

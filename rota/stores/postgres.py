@@ -32,6 +32,7 @@ from ..errors import (
 )
 from ..models import FINAL_STATUSES, PENDING, RUNNING
 from . import redact
+from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
 from .queries import latest_version, load_migrations, load_queries
@@ -156,6 +157,7 @@ class PostgresStore(SqlStore):
         self._pool_lock = threading.Lock()
         self._wakeups = _WakeupLimiter(self._send_wakeup)
         self._own_identity: Row | None = None
+        self._handler_conns = PostgresHandlerConnections(self)  # rota.transactional
 
     def _open(self) -> psycopg_pool.ConnectionPool[Any]:
         pool = self._pool
@@ -236,6 +238,7 @@ class PostgresStore(SqlStore):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+        self._handler_conns.close()
 
     def recover(self) -> None:
         """After an outage: drop broken connections from the pool."""
@@ -379,6 +382,9 @@ class PostgresStore(SqlStore):
                 f"store is database {ours[0]!r}, schema {ours[2]!r}: a run enqueued there would "
                 "never be seen by the app's workers"
             )
+
+    def handler_transaction(self) -> Any:
+        return postgres_handler_tx(self, self._handler_conns)
 
     # -- the worker's hot path -----------------------------------------------------------
     def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:

@@ -35,6 +35,7 @@ from ..errors import (
     PermissionDenied,
     SchemaVersionError,
 )
+from ._handler_tx import sqlite_handler_tx
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from .queries import latest_version, load_migrations, load_queries
@@ -303,6 +304,9 @@ class SQLiteStore(SqlStore):
             raise _translate(exc, self.path) from exc
         finally:
             cur.close()
+
+    def handler_transaction(self) -> Any:
+        return sqlite_handler_tx(self)
 
     # -- the worker's hot path -----------------------------------------------------------
     def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:

@@ -213,7 +213,7 @@ class App(AsyncClient):
         self.locks_url: str | None = cfg["locks_url"]
         config.remember_secrets(self.database_url, self.locks_url)  # log lines and errors redact them
         if self.locks_url is not None:
-            from .locks import parse_locks_url
+            from .lock_backend import parse_locks_url
 
             parse_locks_url(self.locks_url)  # a bad URL fails here, not at the first lock
         self.retention = _check_retention(cfg["retention"])
@@ -710,11 +710,12 @@ class App(AsyncClient):
     @property
     def locks(self) -> Any:
         if self._locks is None:
+            from .lock_factory import make_lock_backend
             from .locks import LockManager
 
             with self._lock:
                 if self._locks is None:
-                    self._locks = LockManager(self)
+                    self._locks = LockManager(make_lock_backend(self))
         return self._locks
 
     def lock(self, name: str, ttl: float = 60.0, wait: float = 0.0) -> LockContext:

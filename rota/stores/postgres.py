@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from ..clock import Clock
+from ..config import redact_url as redact
 from ..errors import (
     ConfigurationError,
     DatabaseError,
@@ -31,7 +32,6 @@ from ..errors import (
     SchemaVersionError,
 )
 from ..models import FINAL_STATUSES, PENDING, RUNNING
-from . import redact
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
 from .queries import latest_version, load_migrations, load_queries

@@ -23,7 +23,6 @@ from .base import (
 class SqlSchedules(SqlRows):
     """Schedule operations, shared by both backends."""
 
-    # -- schedules -----------------------------------------------------------------------
     def _schedule_params(self, d: ScheduleDef, next_run_at: datetime | None) -> dict[str, Any]:
         return {
             "name": d.name,

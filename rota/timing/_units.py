@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 _ZERO = timedelta(0)
-# --- small formatting helpers ----------------------------------------------------------
 
 
 def _hm(moment: datetime) -> str:

@@ -32,9 +32,6 @@ _FIELD_VALUES = {
 }
 
 
-# --- cron validation -------------------------------------------------------------------
-
-
 def _expand_cron(cron: object) -> str:
     """The five-field form of `cron` (aliases mapped, whitespace normalised), or an error."""
     if not isinstance(cron, str):

@@ -15,8 +15,6 @@ from rota.errors import ConfigurationError
 from ._units import _exact_duration, _hm, _wall_list
 from .triggers import CronTrigger, _instants, _offset
 
-# --- public helpers: next fire times, explain --------------------------------------------
-
 
 @dataclass(frozen=True)
 class FireTime:

@@ -14,8 +14,6 @@ from .triggers import IntervalTrigger, Trigger
 MISFIRE_POLICIES = ("coalesce", "all", "skip")
 OVERLAP_POLICIES = ("skip", "queue", "concurrent", "replace")
 
-# --- policies and misfire arithmetic ---------------------------------------------------
-
 
 def check_misfire(word: str) -> str:
     """`word` if it is a misfire policy, else a ConfigurationError listing the valid ones."""

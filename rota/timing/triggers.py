@@ -17,8 +17,6 @@ from ._units import _US, _ZERO, EPOCH, _exact_duration, _seconds_number, _utc
 from .cron import _check_cron_can_fire, _expand_cron
 from .zones import resolve_zone
 
-# --- triggers --------------------------------------------------------------------------
-
 
 class Trigger(abc.ABC):
     """When a schedule fires. Immutable and hashable: equal triggers fire at equal times."""

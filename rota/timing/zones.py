@@ -8,8 +8,6 @@ from zoneinfo import ZoneInfo
 
 from rota.errors import ConfigurationError, did_you_mean
 
-# --- zones -----------------------------------------------------------------------------
-
 
 def resolve_zone(name: str) -> ZoneInfo:
     """The IANA zone called `name`, or a ConfigurationError naming it (with a suggestion)."""

@@ -56,7 +56,7 @@ def sqlite_handler_tx(store: SQLiteStore) -> Iterator[SQLiteHandlerTx]:
     """BEGIN IMMEDIATE on a new connection to the store's file: the handler holds the
     file's write lock from its start to its commit (other writers wait, up to their busy
     timeout), so nothing else can change the run in between."""
-    from .sqlite import _translate
+    from ._sqlite_conn import _translate
 
     try:
         conn = sqlite3.connect(store.path, isolation_level=None, timeout=store.busy_timeout, factory=_HandlerConnection)
@@ -115,7 +115,7 @@ class PostgresHandlerConnections:
                 conn = self._idle.pop()
                 if not conn.closed and not conn.broken:
                     return conn
-        from .postgres import _connect_kwargs
+        from ._pg_session import _connect_kwargs
 
         store = self.store
         kwargs = _connect_kwargs(store.url, store.connect_timeout)
@@ -156,7 +156,7 @@ def postgres_handler_tx(store: PostgresStore, conns: PostgresHandlerConnections)
     connection of its own; row locks the handler takes last until its commit."""
     import psycopg
 
-    from .postgres import _translate
+    from ._pg_session import _translate
 
     try:
         conn = conns.get()

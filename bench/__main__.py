@@ -27,12 +27,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     p.add_argument(
         "--only",
-        help="comma-separated: workloads (W1..W6), tables (W1.drain), 'peers', 'rota', "
+        help="comma-separated: workloads (W1..W9), tables (W1.drain), 'peers', 'rota', "
         "'postgres', 'sqlite' or system keys (see --list); default: everything",
     )
     p.add_argument("--runs", type=int, help="runs per system (median and spread); default 5")
     p.add_argument("--quick", action="store_true", help="small sizes, 1 run: a smoke test")
     p.add_argument("--jobs", type=int, help="W1 drain size (default 20,000; quick 2,000)")
+    p.add_argument("--real-jobs", type=int, help="W7 drain size (default 10,000; quick 2,000)")
+    p.add_argument(
+        "--memory-backlog",
+        type=int,
+        help="W9 runs drained while the worker's memory is watched (default 1,000,000; quick 20,000)",
+    )
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"default {DEFAULT_JSON}")
     p.add_argument("--markdown", type=Path, help="also write the Markdown report here")
     p.add_argument(
@@ -79,7 +85,8 @@ def header(meta: dict[str, object], config: runner.Config, elapsed: float) -> li
         f"Each figure is the median of {config.runs} run(s) (fewer where noted), each in fresh processes and a "
         f"fresh database; spread = min-max over the runs. Sizes: drain N={sizes.jobs:,}, "
         f"pickup samples={sizes.samples}, ticks={sizes.ticks}, idle window="
-        f"{sizes.idle_seconds:.0f}s, backlog={sizes.backlog:,}. Wall time {elapsed:.0f}s. "
+        f"{sizes.idle_seconds:.0f}s, backlog={sizes.backlog:,}, W7 N={sizes.real_jobs:,}, "
+        f"W9 backlog={sizes.memory_backlog:,}. Wall time {elapsed:.0f}s. "
         f"Load average (1 min) before/after: {meta['load_average_before'][0]} / "  # type: ignore[index]
         f"{meta['machine']['load_average'][0]}.",  # type: ignore[index]
     ]
@@ -102,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = machine.load_average()
     if load_before[0] > 0.5:
         say(f"note: load average {load_before[0]} before starting: other work may skew the figures")
-    sizes = runner.Sizes.quick(args.jobs) if args.quick else runner.Sizes.full(args.jobs)
+    make_sizes = runner.Sizes.quick if args.quick else runner.Sizes.full
+    sizes = make_sizes(args.jobs, args.real_jobs, args.memory_backlog)
     runs = args.runs or (1 if args.quick else 5)
     workdir = Path(tempfile.mkdtemp(prefix="rota-bench-"))
     config = runner.Config(runs, args.quick, args.pg_url, workdir, sizes, args.quiet_wait, args.quiet_threshold)

@@ -2,14 +2,17 @@
 
 They claim like a real queue would (status, owner, a new fencing token per claim, a lease
 deadline, an attempt count; SKIP LOCKED on PostgreSQL, one write transaction on SQLite), call
-a no-op handler per job, and complete the batch in one token-checked write. No history,
-metrics, heartbeats or retries: the practical limit of a Python process on this machine, not
-a competitor. The loop reports its jobs to the probe after each completion commits, so for
-these systems "handled" already means "done in the database".
+a no-op handler per job (for W7 the small real job instead: one Redis INCR, inline), and
+complete the batch in one token-checked write. No history, metrics, heartbeats or retries:
+the practical limit of a Python process on this machine, not a competitor. The loop reports
+its jobs to the probe after each completion commits, so for these systems "handled" already
+means "done in the database". Once the queue is empty the loop idles (a claim every 10 ms)
+until the measuring process stops it, so its connection is still there for the CPU reading.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sqlite3
 import time
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import procs
+from bench import procs, small_job
 from bench.core import Ctx, Metrics
 from bench.dbs import PgProbe, fresh_pg, fresh_sqlite, sqlite_scalar
 from bench.measure import StartWorkers, measure_drain
@@ -99,25 +102,35 @@ def handler(*_: Any) -> None:
     """The no-op job."""
 
 
+def incr_handler(*_: Any) -> None:
+    """W7's small real job, run inline."""
+    small_job.incr()
+
+
+HANDLERS = {"noop": handler, "incr": incr_handler}
+
+
 def _report(count: int, first_start: float) -> None:
     bench_probe = probe()
     if bench_probe is not None:
         bench_probe.jobs_done(count, first_start)
 
 
-def psycopg_worker(url: str, batch: int) -> None:
+def psycopg_worker(url: str, batch: int, job: str = "noop") -> None:
     """Claim `batch` with a CTE + SKIP LOCKED, run them, complete them in one UPDATE."""
     import psycopg
 
+    run = HANDLERS[job]
     owner = f"raw-{uuid.uuid4()}"
     with psycopg.connect(url, autocommit=True) as conn:
         while True:
             started = time.time()
             rows = conn.execute(PG_CLAIM, {"n": batch, "owner": owner}).fetchall()
-            if not rows:
-                return
+            if not rows:  # drained: idle until stopped (its backend stays, for CPU readings)
+                time.sleep(0.01)
+                continue
             for _, _, task, args in rows:
-                handler(task, args)
+                run(task, args)
             conn.execute(PG_COMPLETE, ([r[0] for r in rows], [r[1] for r in rows]))
             _report(len(rows), started)
 
@@ -129,8 +142,9 @@ def _sqlite_connect(path: str, synchronous: str) -> sqlite3.Connection:
     return conn
 
 
-def sqlite_worker(path: str, batch: int, synchronous: str) -> None:
+def sqlite_worker(path: str, batch: int, synchronous: str, job: str = "noop") -> None:
     """One write transaction claims `batch`; another completes them (token-checked)."""
+    run = HANDLERS[job]
     owner = f"raw-{uuid.uuid4()}"
     conn = _sqlite_connect(path, synchronous)
     while True:
@@ -140,9 +154,10 @@ def sqlite_worker(path: str, batch: int, synchronous: str) -> None:
         rows = conn.execute(SQLITE_CLAIM, args).fetchall()
         conn.execute("COMMIT")
         if not rows:
-            return
+            time.sleep(0.01)
+            continue
         for _, _, task, job_args in rows:
-            handler(task, job_args)
+            run(task, job_args)
         done = time.time()
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(SQLITE_COMPLETE, [(done, r[0], r[1]) for r in rows])
@@ -158,28 +173,41 @@ def _start(ctx: Ctx, func: str, kwargs: dict[str, Any]) -> StartWorkers:
     return start
 
 
-def psycopg_drain(ctx: Ctx, batch: int = 100) -> Metrics:
-    with fresh_pg(ctx) as url:
+def psycopg_drain(ctx: Ctx, batch: int = 100, job: str = "noop") -> Metrics:
+    """W1 (no-op) or W7 (`job="incr"`, ctx.real_jobs jobs) drain of the raw psycopg loop."""
+    jobs = ctx.real_jobs if job == "incr" else ctx.jobs
+    with fresh_pg(ctx) as url, _job_env(ctx, job, jobs):
         check = PgProbe(url)
         try:
             check.execute(PG_SCHEMA)
-            check.execute(f"INSERT INTO jobs (task) SELECT 'noop' FROM generate_series(1, {ctx.jobs:d})")
+            check.execute(f"INSERT INTO jobs (task) SELECT 'noop' FROM generate_series(1, {jobs:d})")
             check.execute("VACUUM ANALYZE jobs")
-            start = _start(ctx, "psycopg_worker", {"url": url, "batch": batch})
-            return measure_drain(ctx, ctx.jobs, start, lambda: check.scalar(NOT_DONE) == 0)
+            start = _start(ctx, "psycopg_worker", {"url": url, "batch": batch, "job": job})
+            return measure_drain(ctx, jobs, start, lambda: check.scalar(NOT_DONE) == 0, pg_url=url)
         finally:
             check.close()
 
 
-def sqlite_drain(ctx: Ctx, batch: int = 100, synchronous: str = "FULL") -> Metrics:
+def _job_env(ctx: Ctx, job: str, jobs: int) -> contextlib.AbstractContextManager[object]:
+    return small_job.counter(ctx, jobs) if job == "incr" else contextlib.nullcontext()
+
+
+def sqlite_drain(ctx: Ctx, batch: int = 100, synchronous: str = "FULL", job: str = "noop") -> Metrics:
+    """W1 (no-op) or W7 (`job="incr"`, ctx.real_jobs jobs) drain of the raw sqlite3 loop."""
+    jobs = ctx.real_jobs if job == "incr" else ctx.jobs
+    with _job_env(ctx, job, jobs):
+        return _sqlite_drain(ctx, jobs, batch, synchronous, job)
+
+
+def _sqlite_drain(ctx: Ctx, jobs: int, batch: int, synchronous: str, job: str) -> Metrics:
     path = fresh_sqlite(ctx, "raw.db")
     conn = _sqlite_connect(str(path), synchronous)
     conn.executescript(SQLITE_SCHEMA)
     now = time.time()
     conn.execute("BEGIN")
-    conn.executemany("INSERT INTO jobs (task, run_at) VALUES ('noop', ?)", [(now,)] * ctx.jobs)
+    conn.executemany("INSERT INTO jobs (task, run_at) VALUES ('noop', ?)", [(now,)] * jobs)
     conn.execute("COMMIT")
     conn.close()
-    kwargs = {"path": str(path), "batch": batch, "synchronous": synchronous}
+    kwargs = {"path": str(path), "batch": batch, "synchronous": synchronous, "job": job}
     start = _start(ctx, "sqlite_worker", kwargs)
-    return measure_drain(ctx, ctx.jobs, start, lambda: sqlite_scalar(path, NOT_DONE) == 0)
+    return measure_drain(ctx, jobs, start, lambda: sqlite_scalar(path, NOT_DONE) == 0)

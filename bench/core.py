@@ -35,6 +35,8 @@ class Ctx:
     idle_schedules: int  # W4 schedules registered
     backlog: int  # W5 rows in the table besides the due ones
     backlog_due: int  # W5 due runs drained in both halves
+    real_jobs: int = 10_000  # W7 drain size (small real job)
+    memory_backlog: int = 1_000_000  # W9 runs drained while the worker's memory is watched
 
     @property
     def dir(self) -> Path:
@@ -61,6 +63,7 @@ class Table:
     peer: dict[str, str] = field(default_factory=dict)
     ceiling: dict[str, str] = field(default_factory=dict)
     definition: str = ""
+    peer_label: str = "vs peer"  # header of the column dividing by the `peer` system
 
     @property
     def workload(self) -> str:

@@ -8,6 +8,10 @@ N (polling every millisecond). Reported:
   steady_rate jobs 10 %..90 % / their elapsed time         excludes ramp-up and tail
   cold_rate   N / (all done - worker process spawn)        includes interpreter start-up
   settle_ms   all done - last handler end                   buffered completions, poll lag
+  worker_us_per_run   user+sys CPU of the worker processes (and their children) per run,
+                      from the first observed handler start to all done
+  db_us_per_run       the same for the PostgreSQL backends serving the run's database
+                      (PostgreSQL only; see bench/cpu.py)
 
 Pickup (W2): a worker is started and warmed up (its first samples are discarded); then one
 job at a time is enqueued after a random idle gap (20 ms plus up to one poll period of the
@@ -25,9 +29,11 @@ from pathlib import Path
 
 from bench import probe
 from bench.core import Ctx, Metrics, latency_metrics
+from bench.cpu import CpuMeter, db_name
 from bench.procs import Worker, stop_all, wait_for
 
 StartWorkers = Callable[[Path], Sequence[Worker]]
+AtEnd = Callable[[Sequence[Worker]], Metrics]
 
 
 def new_probe(ctx: Ctx, name: str = "probe.bin") -> tuple[Path, probe.ProbeReader]:
@@ -65,15 +71,26 @@ def measure_drain(
     confirm: Callable[[], bool],
     timeout: float | None = None,
     probe_name: str = "probe.bin",
+    pg_url: str | None = None,
+    at_end: AtEnd | None = None,
 ) -> Metrics:
-    """Start the workers on a pre-filled queue and time the drain (see module docstring)."""
+    """Start the workers on a pre-filled queue and time the drain (see module docstring).
+
+    `pg_url` (the run's database) adds the PostgreSQL backends' CPU; `at_end(workers)` adds
+    metrics read from the live workers once every job is done (e.g. their peak memory).
+    """
     probe_path, reader = new_probe(ctx, probe_name)
     progress: list[tuple[float, int]] = [(time.time(), 0)]
+    meter = CpuMeter(db_name(pg_url))
+    workers: Sequence[Worker] = ()
 
     def all_handled() -> bool:
         n = reader.total()
         if n != progress[-1][1]:
             progress.append((time.time(), n))
+            if not meter.started:
+                meter.start([w.pid for w in workers], n)
+        meter.tick()
         return n >= jobs
 
     t_spawn = time.time()
@@ -81,10 +98,12 @@ def measure_drain(
     try:
         wait_for(all_handled, timeout or drain_timeout(jobs), f"{jobs} handled jobs", workers)
         t_done = wait_for(confirm, 60.0, "the database to show every job done", workers)
+        extra = {**meter.stop(jobs), **(at_end(workers) if at_end else {})}
     finally:
         stop_all(workers)
     first, last = reader.first_start(), reader.last_end()
     return {
+        **extra,
         "rate": jobs / (t_done - first),
         "steady_rate": steady_rate(progress, jobs),
         "cold_rate": jobs / (t_done - t_spawn),

@@ -16,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import procs
+from bench import procs, small_job
 from bench.core import Ctx, Metrics
 from bench.dbs import PgProbe, fresh_pg
 from bench.measure import StartWorkers, measure_drain, measure_pickup
@@ -24,6 +24,7 @@ from bench.probe import probe
 
 ENTRY_NOOP = "noop"
 ENTRY_STAMP = "stamp"
+ENTRY_INCR = "incr"
 
 
 async def _queries(url: str) -> Any:
@@ -38,13 +39,13 @@ async def _install(url: str) -> None:
     await queries.install()
 
 
-async def _enqueue_bulk(url: str, jobs: int, chunk: int) -> float:
-    """Enqueue `jobs` no-op jobs in `chunk`-sized bulk calls; returns the seconds taken."""
+async def _enqueue_bulk(url: str, jobs: int, chunk: int, entry: str = ENTRY_NOOP) -> float:
+    """Enqueue `jobs` jobs of `entry` in `chunk`-sized bulk calls; returns the seconds taken."""
     queries = await _queries(url)
     start = time.perf_counter()
     for offset in range(0, jobs, chunk):
         n = min(chunk, jobs - offset)
-        await queries.enqueue([ENTRY_NOOP] * n, [None] * n, [0] * n)
+        await queries.enqueue([entry] * n, [None] * n, [0] * n)
     return time.perf_counter() - start
 
 
@@ -59,6 +60,11 @@ async def _worker(url: str, batch_size: int, drain: bool) -> None:
 
     @pgq.entrypoint(ENTRY_NOOP)
     async def noop(job: Job) -> None:
+        bench_probe.job_done()
+
+    @pgq.entrypoint(ENTRY_INCR)
+    async def incr(job: Job) -> None:
+        await small_job.incr_async()
         bench_probe.job_done()
 
     @pgq.entrypoint(ENTRY_STAMP)
@@ -98,6 +104,26 @@ def drain(ctx: Ctx, batch_size: int = 10) -> Metrics:
                 ctx.jobs,
                 _start(url, batch_size, drain=True, ctx=ctx),
                 confirm=lambda: check.scalar("SELECT count(*) FROM pgqueuer") == 0,
+                pg_url=url,
+            )
+        finally:
+            check.close()
+
+
+def drain_incr(ctx: Ctx) -> Metrics:
+    """W7: ctx.real_jobs jobs doing one Redis INCR each; PgQueuer.run() with its defaults
+    (batch_size=10, continuous mode), an `async def` entrypoint using redis.asyncio."""
+    with fresh_pg(ctx) as url, small_job.counter(ctx, ctx.real_jobs):
+        asyncio.run(_install(url))
+        asyncio.run(_enqueue_bulk(url, ctx.real_jobs, ctx.real_jobs, ENTRY_INCR))
+        check = PgProbe(url)
+        try:
+            return measure_drain(
+                ctx,
+                ctx.real_jobs,
+                _start(url, 10, drain=False, ctx=ctx),
+                confirm=lambda: check.scalar("SELECT count(*) FROM pgqueuer") == 0,
+                pg_url=url,
             )
         finally:
             check.close()

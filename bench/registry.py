@@ -11,6 +11,8 @@ from bench.core import System, Table
 
 PG_PEER, PG_CEILING = "pgqueuer-b100", "raw-psycopg-100"
 SQLITE_PEER, SQLITE_CEILING = "huey-sqlite", "raw-sqlite-full"
+W7_PG_PEER, W7_PG_CEILING = "pgqueuer-w7-default", "raw-psycopg-w7"
+W7_SQLITE_PEER, W7_SQLITE_CEILING = "huey-w7-default", "raw-sqlite-w7"
 
 TABLES: tuple[Table, ...] = (
     Table(
@@ -18,7 +20,12 @@ TABLES: tuple[Table, ...] = (
         title="W1 drain: pre-enqueued no-op jobs, one worker process",
         unit="jobs/s",
         primary="rate",
-        extras=(("steady_rate", "steady 10-90 %"), ("cold_rate", "from spawn")),
+        extras=(
+            ("steady_rate", "steady 10-90 %"),
+            ("cold_rate", "from spawn"),
+            ("worker_us_per_run", "worker CPU µs/run"),
+            ("db_us_per_run", "PG CPU µs/run"),
+        ),
         peer={"postgres": PG_PEER, "sqlite": SQLITE_PEER},
         ceiling={"postgres": PG_CEILING, "sqlite": SQLITE_CEILING},
         definition="first handler start -> database shows every job done",
@@ -75,6 +82,46 @@ TABLES: tuple[Table, ...] = (
         extras=(("first_s", "first restarted s"),),
         lower_is_better=True,
         definition="kill -9 -> handler start of the retry on the surviving worker",
+    ),
+    Table(
+        key="W7.small",
+        title="W7 small real job: one Redis INCR per job, one worker process",
+        unit="jobs/s",
+        primary="rate",
+        extras=(
+            ("steady_rate", "steady 10-90 %"),
+            ("worker_us_per_run", "worker CPU µs/run"),
+            ("db_us_per_run", "PG CPU µs/run"),
+        ),
+        peer={"postgres": W7_PG_PEER, "sqlite": W7_SQLITE_PEER},
+        ceiling={"postgres": W7_PG_CEILING, "sqlite": W7_SQLITE_CEILING},
+        definition="first handler start -> database shows every job done (as W1); CPU per run "
+        "from the first handler start on: worker process, PostgreSQL backends of the database",
+    ),
+    Table(
+        key="W8.scale",
+        title="W8 scale-out: W1 drain with 1, 2 and 4 worker processes on one database",
+        unit="jobs/s",
+        primary="rate",
+        extras=(
+            ("worker_us_per_run", "workers CPU µs/run"),
+            ("db_us_per_run", "PG CPU µs/run"),
+            ("db_cpu_pct", "PG % of a core"),
+        ),
+        peer={"postgres": "rota-pg-scale-1w", "sqlite": "rota-sqlite-scale-1w"},
+        peer_label="vs 1 worker",
+        definition="as W1 (no-op jobs, concurrency 100 per process); CPU summed over the worker "
+        "processes (on SQLite the database's work is in there too)",
+    ),
+    Table(
+        key="W9.memory",
+        title="W9 worker memory: peak resident set (VmHWM) of a `rota worker` with defaults",
+        unit="MiB peak RSS",
+        primary="peak_rss_mb",
+        extras=(("rss_mb", "RSS at the end MiB"), ("rate", "drain jobs/s")),
+        lower_is_better=True,
+        definition="/proc/PID/status VmHWM of the worker process when the state is reached "
+        "(peak over its whole life, start-up included)",
     ),
 )
 
@@ -208,13 +255,52 @@ PEERS: tuple[System, ...] = (
         params={"initial_delay": 0.1, "max_delay": 0.1},
         settings="initial_delay=0.1 (default), max_delay=0.1 (default 10 s: capped here)",
     ),
+    System(
+        key=W7_PG_PEER,
+        table="W7.small",
+        label="PgQueuer 1.6, defaults",
+        backend="postgres",
+        kind="peer",
+        func="bench.peer_pgqueuer:drain_incr",
+        settings="PgQueuer.run() defaults (batch_size=10, continuous), uvloop, async def + redis.asyncio",
+    ),
+    System(
+        key=W7_SQLITE_PEER,
+        table="W7.small",
+        label="huey 3.5 SqliteHuey, defaults",
+        backend="sqlite",
+        kind="peer",
+        func="bench.peer_huey:drain_incr",
+        settings="consumer workers=1 thread (default), synchronous=FULL (SQLite's default), periodic off",
+    ),
+    System(
+        key=W7_PG_CEILING,
+        table="W7.small",
+        label="raw psycopg loop, claim 100, INCR inline, complete 100",
+        backend="postgres",
+        kind="ceiling",
+        func="bench.ceilings:psycopg_drain",
+        params={"batch": 100, "job": "incr"},
+        settings="as raw-psycopg-100 (W1), one blocking INCR per job in the loop",
+    ),
+    System(
+        key=W7_SQLITE_CEILING,
+        table="W7.small",
+        label="raw sqlite3 loop, claim 100, INCR inline, complete 100",
+        backend="sqlite",
+        kind="ceiling",
+        func="bench.ceilings:sqlite_drain",
+        params={"batch": 100, "synchronous": "FULL", "job": "incr"},
+        settings="as raw-sqlite-full (W1), one blocking INCR per job in the loop",
+    ),
 )
 
 
 def all_systems() -> tuple[System, ...]:
+    from bench.rota_issue12 import ROTA_ISSUE12_SYSTEMS
     from bench.rota_workloads import ROTA_SYSTEMS
 
-    return PEERS + ROTA_SYSTEMS
+    return PEERS + ROTA_SYSTEMS + ROTA_ISSUE12_SYSTEMS
 
 
 def table(key: str) -> Table:

@@ -74,7 +74,7 @@ def _row(table: Table, outcome: Outcome, meds: Medians) -> list[str]:
 def _header(table: Table) -> list[str]:
     cols = ["System", "Backend", table.unit, "spread (min-max)", *(h for _, h in table.extras)]
     if table.peer:
-        cols.append("vs peer")
+        cols.append(table.peer_label)
     if table.ceiling:
         cols.append("vs ceiling")
     return cols
@@ -131,7 +131,7 @@ def background_line(outcomes: Sequence[Outcome], threshold: float) -> str:
     )
 
 
-# --- targets (issue 5) ---------------------------------------------------------------
+# --- targets (issues 5 and 12) -----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,7 @@ class Target:
     measure: Callable[[Medians], float | None]
     goal: Callable[[float], bool]
     unit: str = ""
+    issue: str = "5"
 
 
 def _get(meds: Medians, key: str, metric: str) -> float | None:
@@ -242,22 +243,64 @@ TARGETS: tuple[Target, ...] = (
 )
 
 
+def _issue12() -> tuple[Target, ...]:
+    """Issue 12's targets that the bench measures (delayed-run lateness is not measured)."""
+    out = [
+        Target(t, _ratio_of(a, b), lambda r, g=goal: r >= g, "x", "12")
+        for t, a, b, goal in (
+            ("W7 PG: rota worker defaults ≥ 2x PgQueuer defaults", "rota-pg-w7-default", "pgqueuer-w7-default", 2.0),
+            ("W7 SQLite: rota worker defaults ≥ 2x huey defaults", "rota-sqlite-w7-default", "huey-w7-default", 2.0),
+            ("W7 PG: rota -c 100 (def) ≥ 0.7x the inline loop", "rota-pg-w7-c100", "raw-psycopg-w7", 0.7),
+            ("W7 SQLite: rota -c 100 (def) ≥ 0.7x the inline loop", "rota-sqlite-w7-c100", "raw-sqlite-w7", 0.7),
+            ("W1 PG: rota no-op drain ≥ 0.9x the raw batch loop", "rota-pg-drain-1w", "raw-psycopg-100", 0.9),
+            ("W1 SQLite: rota no-op drain ≥ 0.9x the raw batch loop", "rota-sqlite-drain-1w", "raw-sqlite-full", 0.9),
+        )
+    ]
+    out += [
+        Target(t, _value(key, "db_us_per_run"), lambda v: v <= 20, " µs", "12")
+        for t, key in (
+            ("W1 PG: PostgreSQL CPU per run ≤ 20 µs", "rota-pg-drain-1w"),
+            ("W7 PG: PostgreSQL CPU per run ≤ 20 µs (defaults)", "rota-pg-w7-default"),
+        )
+    ]
+    out += [
+        Target(
+            f"W5 {b}: backlog drain ≥ 90 % of small-table rate", _value(k, "ratio_pct"), lambda v: v >= 90, " %", "12"
+        )
+        for b, k in (("PG", "rota-pg-backlog"), ("SQLite", "rota-sqlite-backlog"))
+    ]
+    for b, short in (("PG", "pg"), ("SQLite", "sqlite")):
+        key = f"rota-{short}-lateness"
+        out.append(Target(f"W3 {b}: tick lateness p50 ≤ 2 ms", _value(key, "p50_ms"), lambda v: v <= 2, " ms", "12"))
+        out.append(Target(f"W3 {b}: tick lateness p99 ≤ 5 ms", _value(key, "p99_ms"), lambda v: v <= 5, " ms", "12"))
+        for state in ("idle", "schedules", "backlog"):
+            key = f"rota-{short}-memory-{state}"
+            text = f"W9 {b}: worker peak RSS ({state}) ≤ 80 MiB"
+            out.append(Target(text, _value(key, "peak_rss_mb"), lambda v: v <= 80, " MiB", "12"))
+    return tuple(out)
+
+
+TARGETS = TARGETS + _issue12()
+
+
 def target_rows(meds: Medians) -> list[dict[str, Any]]:
     rows = []
     for t in TARGETS:
         value = t.measure(meds)
         if value is not None:
-            rows.append({"target": t.text, "measured": value, "unit": t.unit, "met": t.goal(value)})
+            rows.append({"issue": t.issue, "target": t.text, "measured": value, "unit": t.unit, "met": t.goal(value)})
     return rows
 
 
 def targets_markdown(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
-    lines = ["### Targets (issue 5, medians of this run)", ""]
-    table = [["Target", "Measured", "Met"]]
-    table += [[r["target"], f"{fmt(r['measured'])}{r['unit']}", "yes" if r["met"] else "**no**"] for r in rows]
-    return "\n".join(lines + _markdown_rows(table))
+    lines = ["### Targets (issues 5 and 12, medians of this run)", ""]
+    table = [["Issue", "Target", "Measured", "Met"]]
+    table += [
+        [r["issue"], r["target"], f"{fmt(r['measured'])}{r['unit']}", "yes" if r["met"] else "**no**"] for r in rows
+    ]
+    return "\n".join(lines + _markdown_rows(table, text_columns=2))
 
 
 # --- documents -------------------------------------------------------------------------

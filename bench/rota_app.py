@@ -14,6 +14,7 @@ import time
 from datetime import timedelta
 
 import rota
+from bench import small_job
 from bench.probe import probe
 
 HOLD_RETRY_OFFSET = 100_000  # probe sample index of a held run's second attempt
@@ -34,6 +35,24 @@ def noop() -> None:
 @app.task(name="bench.noop_async")
 async def noop_async() -> None:
     """W1 drain with a handler run on the worker's event loop."""
+    bench_probe = probe()
+    if bench_probe is not None:
+        bench_probe.job_done()
+
+
+@app.task(name="bench.incr")
+def incr() -> None:
+    """W7: the small real job (one Redis INCR), then count."""
+    small_job.incr()
+    bench_probe = probe()
+    if bench_probe is not None:
+        bench_probe.job_done()
+
+
+@app.task(name="bench.incr_async")
+async def incr_async() -> None:
+    """W7 with an async def handler (redis.asyncio on the worker's loop)."""
+    await small_job.incr_async()
     bench_probe = probe()
     if bench_probe is not None:
         bench_probe.job_done()

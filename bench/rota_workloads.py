@@ -14,7 +14,6 @@ an object with `enqueue_many`; run statuses are the strings in DESIGN.md.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import os
@@ -29,6 +28,7 @@ from typing import Any
 
 from bench import procs
 from bench.core import Backend, Ctx, Metrics, System, Unsupported, latency_metrics
+from bench.cpu import cpu_of, db_backends
 from bench.dbs import fresh_pg, fresh_sqlite, pg_scalar
 from bench.measure import StartWorkers, measure_drain, measure_pickup, new_probe
 from bench.probe import ENV_PATH
@@ -136,7 +136,7 @@ def drain_with_workers(
 ) -> Metrics:
     start = start_workers(ctx, url, workers, concurrency, use_async)
     done = nothing_left(app_module.app, include_pending)
-    return measure_drain(ctx, jobs, start, done, probe_name=probe_name)
+    return measure_drain(ctx, jobs, start, done, probe_name=probe_name, pg_url=url)
 
 
 # --- W1 ----------------------------------------------------------------------------------
@@ -232,28 +232,6 @@ def _pg_transactions(url: str) -> int:
     return int(pg_scalar(url, query))
 
 
-def _db_backends(db: str) -> list[Any]:
-    """The PostgreSQL backend processes serving database `db` (by their process titles)."""
-    import psutil
-
-    marker = f" {db} "
-    found = []
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        title = " ".join(proc.info["cmdline"] or [])
-        if title.startswith("postgres:") and marker in title:
-            found.append(proc)
-    return found
-
-
-def _cpu_of(procs_: Sequence[Any]) -> dict[int, float]:
-    out = {}
-    for proc in procs_:
-        with contextlib.suppress(Exception):
-            t = proc.cpu_times()
-            out[proc.pid] = float(t.user + t.system)
-    return out
-
-
 def idle(ctx: Ctx, backend: Backend, settle_s: float = 12.0) -> Metrics:
     """W4: a worker with ctx.idle_schedules schedules (none due for a year) sitting idle.
 
@@ -274,14 +252,14 @@ def idle(ctx: Ctx, backend: Backend, settle_s: float = 12.0) -> Metrics:
             procs.wait_for(lambda: reader.sample(0) > 0, 300.0, "the worker to start", workers)
             time.sleep(settle_s)
             pg = backend == "postgres"
-            backends = _db_backends(url.rpartition("/")[2]) if pg else []
-            db0 = _cpu_of(backends)
+            backends = db_backends(url.rpartition("/")[2]) if pg else []
+            db0 = cpu_of(backends)
             cpu0, t0 = _cpu_seconds(workers[0].pid), time.monotonic()
             x0 = _pg_transactions(url) if pg else 0
             time.sleep(ctx.idle_seconds)
             cpu1, elapsed = _cpu_seconds(workers[0].pid), time.monotonic() - t0
             x1 = _pg_transactions(url) if pg else 0
-            db1 = _cpu_of(backends)
+            db1 = cpu_of(backends)
             workers[0].check()
         finally:
             procs.stop_all(workers)

@@ -35,14 +35,29 @@ class Sizes:
     idle_schedules: int
     backlog: int
     backlog_due: int
+    real_jobs: int
+    memory_backlog: int
 
     @classmethod
-    def full(cls, jobs: int | None = None) -> Sizes:
-        return cls(jobs or 20_000, 2_000, 200, 60, 60.0, 10_000, 1_000_000, 10_000)
+    def full(cls, jobs: int | None = None, real_jobs: int | None = None, memory_backlog: int | None = None) -> Sizes:
+        return cls(
+            jobs or 20_000,
+            2_000,
+            200,
+            60,
+            60.0,
+            10_000,
+            1_000_000,
+            10_000,
+            real_jobs or 10_000,
+            memory_backlog or 1_000_000,
+        )
 
     @classmethod
-    def quick(cls, jobs: int | None = None) -> Sizes:
-        return cls(jobs or 2_000, 500, 30, 10, 10.0, 10_000, 50_000, 2_000)
+    def quick(cls, jobs: int | None = None, real_jobs: int | None = None, memory_backlog: int | None = None) -> Sizes:
+        return cls(
+            jobs or 2_000, 500, 30, 10, 10.0, 10_000, 50_000, 2_000, real_jobs or 2_000, memory_backlog or 20_000
+        )
 
 
 @dataclass
@@ -129,6 +144,8 @@ def _ctx(system: System, config: Config, run: int) -> Ctx:
         idle_schedules=sizes.idle_schedules,
         backlog=sizes.backlog,
         backlog_due=sizes.backlog_due,
+        real_jobs=min(sizes.real_jobs, system.max_jobs) if system.max_jobs else sizes.real_jobs,
+        memory_backlog=sizes.memory_backlog,
     )
 
 

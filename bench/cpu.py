@@ -1,0 +1,142 @@
+"""CPU and memory of the processes under test: worker processes and PostgreSQL backends.
+
+The PostgreSQL side counts the backends serving the run's bench_* database (found by their
+process titles, so the server must run on this host); background processes (WAL writer,
+checkpointer, autovacuum launcher) are not included. SQLite runs inside the worker
+processes, so there the worker's CPU is the database's CPU too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.core import Metrics, Unsupported
+
+
+def db_backends(db: str) -> list[Any]:
+    """The PostgreSQL backend processes serving database `db` (by their process titles)."""
+    import psutil
+
+    marker = f" {db} "
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        title = " ".join(proc.info["cmdline"] or [])
+        if title.startswith("postgres:") and marker in title:
+            found.append(proc)
+    return found
+
+
+def cpu_of(procs_: Sequence[Any]) -> dict[int, float]:
+    """pid -> user + system CPU seconds of each process still alive."""
+    out = {}
+    for proc in procs_:
+        with contextlib.suppress(Exception):
+            t = proc.cpu_times()
+            out[proc.pid] = float(t.user + t.system)
+    return out
+
+
+def process_tree(pids: Sequence[int]) -> list[Any]:
+    """The processes `pids` and their descendants (psutil.Process objects)."""
+    import psutil
+
+    found = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            found += [proc, *proc.children(recursive=True)]
+    return found
+
+
+def _delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU used between two snapshots; a process born in between counts in full."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+class CpuMeter:
+    """Worker and PostgreSQL backend CPU between `start` and `stop`, per handled run.
+
+    `start` is called once the first handler has run (interpreter start-up and imports
+    stay out of the figure), `stop` once the database shows every run done.
+    """
+
+    def __init__(self, db: str | None) -> None:
+        self.db = db
+        self.started = False
+        self._handled = 0
+        self._workers: dict[int, float] = {}
+        self._backends: dict[int, float] = {}
+        self._pids: list[int] = []
+        self._t0 = 0.0
+        self._procs: list[Any] = []  # workers and backends seen at start
+        self._last: dict[int, float] = {}  # their CPU at the latest tick
+        self._last_tick = 0.0
+
+    def start(self, worker_pids: Sequence[int], handled: int) -> None:
+        self.started = True
+        try:
+            import psutil  # noqa: F401
+        except ImportError:
+            return
+        self._pids = list(worker_pids)
+        backends = db_backends(self.db) if self.db else []
+        workers = process_tree(self._pids)
+        self._procs = backends + workers
+        self._backends, self._workers = cpu_of(backends), cpu_of(workers)
+        self._handled = handled
+        self._t0 = self._last_tick = time.monotonic()
+
+    def tick(self, every: float = 0.05) -> None:
+        """Re-read the known processes now and then, so that one that exits before `stop`
+        (a backend whose connection closes, a loop that returns) still counts up to here."""
+        now = time.monotonic()
+        if self._procs and now - self._last_tick >= every:
+            self._last_tick = now
+            self._last.update(cpu_of(self._procs))
+
+    def _now(self, procs_: Sequence[Any], known: dict[int, float]) -> dict[int, float]:
+        current = cpu_of(procs_)
+        gone = {pid: t for pid, t in self._last.items() if pid in known and pid not in current}
+        return {**gone, **current}
+
+    def stop(self, handled: int) -> Metrics:
+        if not self._pids:
+            return {}
+        workers = _delta(self._workers, self._now(process_tree(self._pids), self._workers))
+        runs, wall = handled - self._handled, time.monotonic() - self._t0
+        metrics = {
+            "worker_us_per_run": 1e6 * workers / runs if runs > 0 else math.nan,
+            "worker_cpu_pct": 100.0 * workers / wall if wall > 0 else math.nan,
+        }
+        if self.db and self._backends:  # none found: a server on another host
+            backends = _delta(self._backends, self._now(db_backends(self.db), self._backends))
+            metrics["db_us_per_run"] = 1e6 * backends / runs if runs > 0 else math.nan
+            metrics["db_cpu_pct"] = 100.0 * backends / wall if wall > 0 else math.nan
+        return metrics
+
+
+def db_name(url: str | None) -> str | None:
+    """The database name of a PostgreSQL URL (None for SQLite or no URL)."""
+    if not url or not url.startswith("postgres"):
+        return None
+    return url.rpartition("/")[2].partition("?")[0]
+
+
+def memory_mb(pid: int) -> Metrics:
+    """Resident memory of one process from /proc: peak (VmHWM) and current (VmRSS), MiB."""
+    path = Path(f"/proc/{pid}/status")
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise Unsupported(f"cannot read {path} (Linux /proc needed for peak RSS): {exc}") from exc
+    values = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("VmHWM", "VmRSS"):
+            values[name] = float(rest.split()[0]) / 1024.0  # kB -> MiB
+    return {"peak_rss_mb": values["VmHWM"], "rss_mb": values["VmRSS"]}

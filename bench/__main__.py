@@ -109,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = machine.load_average()
     if load_before[0] > 0.5:
         say(f"note: load average {load_before[0]} before starting: other work may skew the figures")
-    make_sizes = runner.Sizes.quick if args.quick else runner.Sizes.full
-    sizes = make_sizes(args.jobs, args.real_jobs, args.memory_backlog)
+    sizes = (runner.Sizes.quick if args.quick else runner.Sizes.full)(args.jobs, args.real_jobs, args.memory_backlog)
     runs = args.runs or (1 if args.quick else 5)
     workdir = Path(tempfile.mkdtemp(prefix="rota-bench-"))
     config = runner.Config(runs, args.quick, args.pg_url, workdir, sizes, args.quiet_wait, args.quiet_threshold)

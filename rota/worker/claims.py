@@ -65,6 +65,13 @@ class Claimer:
 
     def dispatch(self, claim: Claimed) -> None:
         self.counters.dispatched += 1
+        if log.isEnabledFor(logging.DEBUG):
+            self._log_claimed(claim)
+        for observe in self.observers:
+            observe("started", claim, time.time())
+        self.executors.submit(claim, self.tasks.get(claim.task))
+
+    def _log_claimed(self, claim: Claimed) -> None:
         log_event(
             log,
             logging.DEBUG,
@@ -76,9 +83,6 @@ class Claimer:
             attempt=claim.attempt,
             worker=self.worker,
         )
-        for observe in self.observers:
-            observe("started", claim, time.time())
-        self.executors.submit(claim, self.tasks.get(claim.task))
 
     async def gather_slots(self, want: int, max_wait: float) -> None:
         """Backlog: wait (briefly) until a batch of slots is free, to claim many at once."""

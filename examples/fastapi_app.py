@@ -66,6 +66,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
 
 
 api = FastAPI(lifespan=lifespan)
+# Without a token (ROTA_DASHBOARD_TOKEN) the dashboard answers loopback host names only.
 api.mount("/rota", create_app(app))
 
 

@@ -118,6 +118,13 @@ def _url(example: str) -> Callable[[str], str]:
     return parse
 
 
+def _hosts(raw: str) -> list[str]:
+    names = [h.strip() for h in raw.split(",") if h.strip()]
+    if not names or any(c in h for h in names for c in "/ @\x00"):
+        raise _Invalid("comma-separated host names such as rota.example.com,localhost (or * for any)")
+    return names
+
+
 def _text(raw: str) -> str:
     if not raw.strip():
         raise _Invalid("a non-empty string")
@@ -171,6 +178,13 @@ SETTINGS: dict[str, Setting] = {
         _s("dashboard_host", _text, "127.0.0.1", "Address the dashboard binds", "127.0.0.1"),
         _s("dashboard_port", _int(1, 65535), 8000, "Port the dashboard listens on", "8000"),
         _s("dashboard_token", _text, None, "Bearer token the dashboard requires", "none", secret=True),
+        _s(
+            "dashboard_allowed_hosts",
+            _hosts,
+            None,
+            "Host names the dashboard answers (comma-separated; * for any)",
+            "loopback names without a token, any with one",
+        ),
     )
 }
 

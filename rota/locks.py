@@ -29,15 +29,10 @@ import time
 import uuid
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol
-from urllib.parse import parse_qsl, urlencode, urlparse
 
 from .errors import ConfigurationError, DatabaseUnavailable, LockLost, LockUnavailable
+from .lock_backend import LockBackend, parse_locks_url
 from .models import LockInfo
-from .stores import redact
-
-if TYPE_CHECKING:
-    from .app import App
 
 log = logging.getLogger("rota.locks")
 
@@ -57,42 +52,6 @@ def check_lock_name(name: object) -> str:
     return name
 
 
-_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@\-]{0,99}")
-_LOCKS_SCHEMES = ("redis://", "rediss://", "unix://")
-
-
-def parse_locks_url(url: object) -> tuple[str, str]:
-    """Check a Redis locks URL; return (the URL for the Redis client, the key prefix).
-
-    `?prefix=NAME` (default "rota") keeps apps that share one Redis apart: their keys are
-    `NAME:lock:<lock name>` and `NAME:fence:<lock name>`. Pure: no import of redis, no I/O.
-    """
-    if not isinstance(url, str) or not url.lower().startswith(_LOCKS_SCHEMES):
-        shown = redact(url) if isinstance(url, str) else url
-        raise ConfigurationError(
-            f"invalid Redis URL {shown!r} for locks: use redis://host:6379/0 (or rediss://, "
-            "unix://), optionally with ?prefix=NAME"
-        )
-    base, _, query = url.partition("?")
-    pairs = parse_qsl(query, keep_blank_values=True)
-    prefixes = [value for key, value in pairs if key == "prefix"]
-    prefix = prefixes[-1] if prefixes else "rota"
-    if not _PREFIX.fullmatch(prefix):
-        raise ConfigurationError(
-            f"invalid prefix {prefix!r} in the Redis locks URL: use 1-100 letters, digits, '_', "
-            "'.', ':', '/', '@' or '-', starting with a letter or digit"
-        )
-    db = urlparse(base).path.strip("/") if not url.lower().startswith("unix://") else ""
-    if db and not db.isdigit():
-        raise ConfigurationError(
-            f"invalid database {db!r} in the Redis locks URL {redact(url)!r}: use a number, e.g. redis://host:6379/0"
-        )
-    if not prefixes:
-        return url, prefix
-    rest = [(key, value) for key, value in pairs if key != "prefix"]
-    return base + (f"?{urlencode(rest)}" if rest else ""), prefix
-
-
 def _check_ttl(ttl: object) -> float:
     if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not 0.1 <= ttl <= 86400 * 7:
         raise ConfigurationError(f"lock ttl must be a number of seconds from 0.1 to 604800, got {ttl!r}")
@@ -105,35 +64,6 @@ def _check_wait(wait: object) -> float:
     if not isinstance(wait, (int, float)) or isinstance(wait, bool) or not wait >= 0:
         raise ConfigurationError(f"lock wait must be a number of seconds >= 0, got {wait!r}")
     return float(wait)
-
-
-class LockBackend(Protocol):
-    def acquire(self, name: str, owner: str, ttl: float) -> int | None: ...
-
-    def renew(self, name: str, owner: str, token: int, ttl: float) -> bool: ...
-
-    def release(self, name: str, owner: str, token: int) -> bool: ...
-
-    def list(self) -> list[LockInfo]: ...
-
-
-class StoreLocks:
-    """Locks in the run store's `rota_locks` table (expiry from the database clock)."""
-
-    def __init__(self, app: App) -> None:
-        self.app = app
-
-    def acquire(self, name: str, owner: str, ttl: float) -> int | None:
-        return self.app.store.lock_acquire(name, owner, ttl)
-
-    def renew(self, name: str, owner: str, token: int, ttl: float) -> bool:
-        return self.app.store.lock_renew(name, owner, token, ttl)
-
-    def release(self, name: str, owner: str, token: int) -> bool:
-        return self.app.store.lock_release(name, owner, token)
-
-    def list(self) -> list[LockInfo]:
-        return self.app.store.list_locks()
 
 
 class Lease:
@@ -401,17 +331,11 @@ def _backoff(delay: float, deadline: float) -> float:
 
 
 class LockManager:
-    """The App's named locks: picks the backend, tracks and renews this process's leases."""
+    """The App's named locks over one backend (rota.lock_factory picks it): tracks and renews
+    this process's leases."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
-        self.backend: LockBackend
-        if app.locks_url:
-            from .redis_locks import RedisLocks
-
-            self.backend = RedisLocks(app.locks_url)
-        else:
-            self.backend = StoreLocks(app)
+    def __init__(self, backend: LockBackend) -> None:
+        self.backend = backend
         self._held: weakref.WeakSet[Lease] = weakref.WeakSet()
         self._held_lock = threading.Lock()
         self._renewer = _Renewer()
@@ -483,4 +407,4 @@ def _process_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-__all__ = ["AsyncLockContext", "Lease", "LockContext", "LockManager", "check_lock_name"]
+__all__ = ["AsyncLockContext", "Lease", "LockContext", "LockManager", "check_lock_name", "parse_locks_url"]

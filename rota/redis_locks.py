@@ -18,10 +18,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
+from .config import redact_url as redact
 from .errors import ConfigurationError, DatabaseUnavailable
-from .locks import parse_locks_url
+from .lock_backend import parse_locks_url
 from .models import LockInfo
-from .stores import redact
 
 try:
     import redis

@@ -98,8 +98,13 @@ class TaskOptions:
     retry_on: tuple[type[BaseException], ...] | None = None
     pass_context: bool = False
     isolation: str = "none"
+    transactional: bool = False  # rota.transactional; implies pass_context (ctx.connection)
 
     def __post_init__(self) -> None:
+        if self.transactional is not False:
+            from .transactional import check_options
+
+            check_options(self)
         check_queue(self.queue)
         check_int("priority", self.priority, low=-1_000_000, high=1_000_000)
         check_int("retries", self.retries, low=0, high=1000)
@@ -163,6 +168,7 @@ class RunContext:
 
     __slots__ = (
         "_cancel",
+        "_connection",
         "attempt",
         "max_attempts",
         "run_id",
@@ -182,7 +188,9 @@ class RunContext:
         scheduled_for: datetime,
         schedule: str | None,
         cancel: threading.Event | None = None,
+        connection: Any = None,
     ) -> None:
+        self._connection = connection
         self.run_id = run_id
         self.task = task
         self.attempt = attempt
@@ -191,6 +199,17 @@ class RunContext:
         self.scheduled_for = scheduled_for
         self.schedule = schedule
         self._cancel = cancel or threading.Event()
+
+    @property
+    def connection(self) -> Any:
+        """A transactional task's connection to the store's database, inside the transaction
+        that also records the run's success (rota.transactional)."""
+        if self._connection is None:
+            raise AttributeError(
+                f"ctx.connection is only given to transactional tasks; declare {self.task!r} with "
+                "@app.task(transactional=True)"
+            )
+        return self._connection
 
     @property
     def cancelled(self) -> bool:

@@ -51,7 +51,9 @@ def test_schedules_and_runs_fit_without_wrapping(url: str, width: int) -> None:
         if command == "schedules" or width == 140:
             assert re.search(r"\d+ s ago|in \d+ s|\bnow\b", body), body
     runs = "\n".join(render(url, width, "runs"))
-    assert "ZeroDivisionError" in runs and "failed" in runs
+    # Whether "started" fits at 140 depends on how long the runs took ("4 ms" vs "10 ms"); the
+    # summary column then has its minimum width, which still shows the error's type.
+    assert "ZeroDivisionErr" in runs and "failed" in runs
 
 
 def test_narrow_terminal_drops_columns_in_order(url: str) -> None:
@@ -103,5 +105,6 @@ def test_fit_gives_the_flexible_column_what_is_left() -> None:
     columns = [Column("id", 100), Column("worker", 10), Column("summary", 50, flexible=True)]
     rows = [["1", "w" * 30, "x" * 200]]
     assert fit(columns, rows, 300) == {0: 2, 1: 30, 2: 200}
-    assert fit(columns, rows, 60) == {0: 2, 1: 30, 2: 60 - 2 - 30 - 6}
+    assert fit(columns, rows, 70) == {0: 2, 1: 30, 2: 70 - 2 - 30 - 6}
+    assert fit(columns, rows, 60) == {0: 2, 2: 60 - 2 - 3}  # not a summary under 24 characters
     assert fit(columns, rows, 30) == {0: 2, 2: 30 - 2 - 3}

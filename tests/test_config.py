@@ -31,6 +31,7 @@ BAD = {
     "dashboard_host": " ",
     "dashboard_port": "0",
     "dashboard_token": " ",
+    "dashboard_allowed_hosts": "dash.internal,evil.example/path",
 }
 
 
@@ -73,6 +74,8 @@ def test_a_bad_variable_is_one_line_naming_variable_value_and_what_is_valid(
         ("log_level", "DEBUG", "debug"),
         ("log_format", "json", "json"),
         ("dashboard_port", "8080", 8080),
+        ("dashboard_allowed_hosts", "dash.internal, localhost,", ["dash.internal", "localhost"]),
+        ("dashboard_allowed_hosts", "*", ["*"]),
     ],
 )
 def test_good_variables_parse(name: str, raw: str, parsed: object, monkeypatch: pytest.MonkeyPatch) -> None:

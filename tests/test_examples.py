@@ -62,7 +62,7 @@ def test_fastapi_example_awaits_results_and_mounts_the_dashboard(db_url: str, mo
     from fastapi.testclient import TestClient
 
     example = load_fastapi_example(db_url, monkeypatch)
-    with TestClient(example.api) as client:
+    with TestClient(example.api, base_url="http://localhost") as client:
         quote = client.get("/quote", params={"items": 3})
         assert quote.status_code == 200, quote.text
         assert quote.json()["total_cents"] == 3750 and quote.json()["items"] == 3
@@ -77,7 +77,7 @@ def test_fastapi_signup_commits_the_user_and_its_run_together(db_url: str, monke
     from fastapi.testclient import TestClient
 
     example = load_fastapi_example(db_url, monkeypatch)
-    with TestClient(example.api) as client:
+    with TestClient(example.api, base_url="http://localhost") as client:
         ok = client.post("/signup", params={"email": "ada@example.com"})
         assert ok.status_code == 200, ok.text
         assert rota.RunHandle(example.app, ok.json()["run_id"]).wait(10).status == "succeeded"

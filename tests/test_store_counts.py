@@ -84,7 +84,7 @@ def test_api_stats_and_metrics_carry_the_counts_and_how_they_were_counted(app: r
     from rota.web import create_app
 
     app.task(name="t")(lambda: None).enqueue()
-    with TestClient(create_app(app)) as client:
+    with TestClient(create_app(app), base_url="http://127.0.0.1") as client:  # a loopback Host (no token)
         stats = client.get("/api/stats").json()
         metrics = client.get("/metrics").text
     assert stats["runs"]["pending"] == 1

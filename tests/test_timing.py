@@ -634,7 +634,7 @@ def test_plan_cron_down_for_long_stops_counting_at_a_bound(
             steps += 1
             return super().__next__()
 
-    monkeypatch.setattr(timing, "CronSim", CountingCronSim)
+    monkeypatch.setattr(timing.triggers, "CronSim", CountingCronSim)
     trigger = make_trigger(cron="* * * * *")
     now = utc(2026, 6, 1, 0, 0, 30)
     for misfire in ("skip", "coalesce"):

@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -482,17 +483,53 @@ def test_cli_refuses_a_public_bind_without_a_token(db_url: str, served: list[dic
     assert served == []
 
 
+def free_port() -> int:
+    """A port nothing listens on now (the dashboard checks that its port is free)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def test_cli_serves_with_a_token_or_on_loopback(db_url: str, served: list[dict[str, Any]]) -> None:
-    code, out = dashboard_cli(db_url, "--host", "0.0.0.0", "--port", "9123", env={"ROTA_DASHBOARD_TOKEN": "t0ken"})
+    port = free_port()
+    code, out = dashboard_cli(db_url, "--host", "0.0.0.0", "--port", str(port), env={"ROTA_DASHBOARD_TOKEN": "t0ken"})
     assert code == 0, out
-    assert "on http://0.0.0.0:9123/ (sign in with the token)" in out and "t0ken" not in out
-    assert served[-1]["host"] == "0.0.0.0" and served[-1]["port"] == 9123 and served[-1]["access_log"] is False
+    assert f"on http://0.0.0.0:{port}/ (sign in with the token)" in out and "t0ken" not in out
+    assert served[-1]["host"] == "0.0.0.0" and served[-1]["port"] == port and served[-1]["access_log"] is False
     public = TestClient(served[-1]["web"], base_url="http://rota.example")  # any Host: the token guards it
     assert public.get("/").status_code == 401
     assert public.get("/", headers={"authorization": "Bearer t0ken"}).status_code == 200
 
-    code, out = dashboard_cli(db_url)
-    assert code == 0 and "on http://127.0.0.1:8000/ (no token: loopback only)" in out
+    port = free_port()  # through the variable: the default 8000 may be taken on this machine
+    code, out = dashboard_cli(db_url, env={"ROTA_DASHBOARD_PORT": str(port)})
+    assert code == 0 and f"on http://127.0.0.1:{port}/ (no token: loopback only)" in out, out
     local = served[-1]["web"]
-    assert TestClient(local, base_url="http://127.0.0.1:8000").get("/").status_code == 200
+    assert TestClient(local, base_url=f"http://127.0.0.1:{port}").get("/").status_code == 200
     assert TestClient(local, base_url="http://rebound.example").get("/").status_code == 403
+
+
+def test_cli_allowed_hosts_from_the_flag_or_the_variable(db_url: str, served: list[dict[str, Any]]) -> None:
+    def answers(web: Any, host: str) -> int:
+        return int(TestClient(web, base_url=f"http://{host}").get("/").status_code)  # the App is closed: no store
+
+    port = str(free_port())
+    flags = ("--port", port, "--allowed-host", "dash.internal", "--allowed-host", "localhost")
+    code, out = dashboard_cli(db_url, *flags, env={"ROTA_DASHBOARD_ALLOWED_HOSTS": "from-env.example"})
+    assert code == 0, out
+    web = served[-1]["web"]  # the flag wins over the variable
+    assert [answers(web, h) for h in ("dash.internal", "localhost", "from-env.example", "rebound.example")] == [
+        200, 200, 403, 403,
+    ]  # fmt: skip
+    code, out = dashboard_cli(db_url, "--port", port, env={"ROTA_DASHBOARD_ALLOWED_HOSTS": "from-env.example,*"})
+    assert code == 0, out
+    assert answers(served[-1]["web"], "anything.example") == 200
+    code, out = dashboard_cli(db_url, "--port", port, env={"ROTA_DASHBOARD_ALLOWED_HOSTS": "from-env.example"})
+    assert code == 0 and answers(served[-1]["web"], "from-env.example") == 200
+    assert answers(served[-1]["web"], "127.0.0.1") == 403  # the names replace the defaults
+
+    before = len(served)
+    code, out = dashboard_cli(db_url, "--port", port, "--allowed-host", "a b")
+    assert code == 2 and "--allowed-host" in out and "'a b'" in out, out
+    code, out = dashboard_cli(db_url, "--port", port, env={"ROTA_DASHBOARD_ALLOWED_HOSTS": "evil/path"})
+    assert code == 1 and "ROTA_DASHBOARD_ALLOWED_HOSTS='evil/path' is not valid" in out, out
+    assert len(served) == before

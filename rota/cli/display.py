@@ -21,7 +21,7 @@ from rich.text import Text
 
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_FLEX_MIN = 16
+_FLEX_MIN = 24  # an exception type and the start of its message
 _GAP = 3  # rich's padding and separator between two columns, rounded up
 
 

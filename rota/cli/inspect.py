@@ -57,9 +57,12 @@ SCHEDULE_COLUMNS = (
 def _schedule_row(s: ScheduleInfo, now: datetime, utc: bool) -> tuple[Any, ...]:
     every = f"every {duration(s.every)}" if s.every is not None else None
     state = "paused" if s.paused else ("active" if s.active else "removed")
+    if s.plan_error is not None:
+        state = f"{state}, cannot plan!"
     counts = f"{s.run_count}/{s.success_count}/{s.failure_count}/{s.skip_count}"
     next_run, last_run = when(s.next_run_at, now, utc=utc), when(s.last_run_at, now, utc=utc)
-    return (s.name, s.task, s.cron or every, s.tz, s.overlap, state, next_run, last_run, s.last_status, counts)
+    row = (s.name, s.task, s.cron or every, s.tz, s.overlap, state, next_run, last_run, s.last_status, counts)
+    return (*row, s.plan_error)
 
 
 @main.command()
@@ -77,7 +80,12 @@ def schedules(ctx: click.Context, as_json: bool, utc: bool, include_inactive: bo
     now = _now()
     headers = [h for h, _ in SCHEDULE_COLUMNS[:6]] + _times(utc, "next run", "last run") + ["last", "runs/ok/fail/skip"]
     columns = [Column(h, keep) for h, (_, keep) in zip(headers, SCHEDULE_COLUMNS, strict=True)]
-    table(columns, [_schedule_row(s, now, utc) for s in items])
+    rows = [_schedule_row(s, now, utc) for s in items]
+    if any(s.plan_error is not None for s in items):  # the error, cut to fit (never wrapped)
+        columns.append(Column("plan error", 75, flexible=True))
+    else:
+        rows = [row[:-1] for row in rows]
+    table(columns, rows)
 
 
 RUN_COLUMNS = (
@@ -247,7 +255,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
         return
     click.echo(f"database: {stats['database']} (schema {current}/{latest})")
     click.echo(f"workers:  {stats['workers']} alive, capacity {stats['capacity']}")
-    click.echo("runs:     " + ", ".join(f"{k} {v}" for k, v in stats["runs"].items()))
+    click.echo("runs:     " + runs_line(stats))
+
+
+def runs_line(stats: dict[str, Any]) -> str:
+    """Counts by status; an estimated figure has a `~` and the line says how it was counted."""
+    estimated = set(stats.get("runs_estimated") or ())
+    counts = ", ".join(f"{k} {'~' if k in estimated else ''}{v}" for k, v in stats["runs"].items())
+    if not estimated:
+        return f"{counts} (exact)"
+    return f"{counts} (~ estimated from the database's statistics: {', '.join(sorted(estimated))})"
 
 
 def _after(value: str | None) -> datetime | None:

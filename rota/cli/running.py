@@ -165,14 +165,28 @@ def enqueue(ctx: click.Context, /, app_path: str, task: str, args_json: str, kwa
 @click.option("--host", default=None, help=config.help_line("dashboard_host"))
 @click.option("--port", type=PORT, default=None, help=config.help_line("dashboard_port"))
 @click.option("--token", default=None, help=config.help_line("dashboard_token") + " Needed beyond loopback.")
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    help=config.help_line("dashboard_allowed_hosts") + " Repeatable; the names replace the default.",
+)
 @click.pass_context
 @handle_errors
-def dashboard(ctx: click.Context, app_path: str, host: str | None, port: int | None, token: str | None) -> None:
+def dashboard(
+    ctx: click.Context,
+    app_path: str,
+    host: str | None,
+    port: int | None,
+    token: str | None,
+    allowed_hosts: tuple[str, ...],
+) -> None:
     """Serve the web dashboard, JSON API and /metrics for APP (needs rota[web])."""
     setup_logging(ctx, default="info")
     host = config.value("dashboard_host", host)
     port = config.value("dashboard_port", port)
     token = config.value("dashboard_token", token)
+    hosts = config.value("dashboard_allowed_hosts", _host_names(allowed_hosts))
     assert host is not None and port is not None
     try:
         from .. import web
@@ -183,9 +197,20 @@ def dashboard(ctx: click.Context, app_path: str, host: str | None, port: int | N
     app = load_app(app_path)
     apply_database_flag(ctx, app)
     try:
-        web.serve(app, host=host, port=port, token=token or None)
+        web.serve(app, host=host, port=port, token=token or None, allowed_hosts=hosts)
     finally:
         app.close()
+
+
+def _host_names(flags: tuple[str, ...]) -> list[str] | None:
+    """--allowed-host values (None if not given), checked as ROTA_DASHBOARD_ALLOWED_HOSTS is."""
+    if not flags:
+        return None
+    try:
+        return config.SETTINGS["dashboard_allowed_hosts"].parse(",".join(flags))  # type: ignore[no-any-return]
+    except ValueError as exc:
+        bad = ", ".join(repr(h) for h in flags)
+        raise click.BadParameter(f"{bad}: expected {exc}", param_hint="--allowed-host") from None
 
 
 @main.command()

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from ..clock import Clock
 from ..errors import ConfigurationError
@@ -96,6 +96,18 @@ class Outcome:
     error: str | None = None
     retry_in: float = 0.0
     history: str | None = None
+
+
+class HandlerTransaction(Protocol):
+    """What `Store.handler_transaction` yields."""
+
+    @property
+    def connection(self) -> Any: ...
+
+    def succeed(self, run_id: int, token: int, result: str | None) -> bool:
+        """Record the run succeeded if (run_id, token) still holds it; False if not. Raises
+        ConfigurationError if the handler ended the transaction itself."""
+        ...
 
 
 @dataclass(slots=True)
@@ -262,6 +274,14 @@ class Store(abc.ABC):
     async def insert_runs_in_async(self, session: Any, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
         """`insert_runs_in` in an async foreign session."""
         raise ConfigurationError(f"the {self.dialect} store cannot enqueue on an async connection")
+
+    # -- transactional handlers (rota.transactional) ---------------------------------------
+    def handler_transaction(self) -> AbstractContextManager[HandlerTransaction]:
+        """A transaction on a connection of this store's own database, for a transactional
+        handler: its `connection` is the driver connection the handler writes on; `succeed`
+        records a run's success in the transaction, token-checked. Commits when the block
+        ends normally, rolls back when it raises."""
+        raise ConfigurationError(f"the {self.dialect} store does not run transactional handlers")
 
     # -- the worker's hot path -----------------------------------------------------------
     @abc.abstractmethod

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from ..clock import Clock
+from ..config import redact_url as redact
 from ..errors import (
     ConfigurationError,
     DatabaseError,
@@ -31,7 +30,22 @@ from ..errors import (
     SchemaVersionError,
 )
 from ..models import FINAL_STATUSES, PENDING, RUNNING
-from . import redact
+from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
+from ._pg_session import (
+    _AsyncSession,
+    _connect_kwargs,
+    _is_retry_at_once,
+    _json,
+    _message,
+    _reason,
+    _Session,
+    _session_settings,
+    _TimeLoader,
+    _TimeOutOfRange,
+    _translate,
+    _usable,
+    _WakeupLimiter,
+)
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
 from .queries import latest_version, load_migrations, load_queries
@@ -52,47 +66,6 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 # Below this many rows (the planner's estimate) run counts are exact; above, final statuses
 # are estimated from statistics, so `rota status` and /metrics never scan a big table.
 EXACT_COUNT_LIMIT = 100_000
-
-
-class _Session:
-    __slots__ = ("cur", "deferred_wake", "now", "queries")
-
-    def __init__(self, cur: psycopg.Cursor[Any], queries: dict[str, str], now: datetime | None) -> None:
-        self.cur = cur
-        self.queries = queries
-        self.now = now
-        self.deferred_wake = False
-
-    def q(self, name: str, /, **params: Any) -> list[Row]:
-        return self.q_text(self.queries[name], **params)
-
-    def q_text(self, sql: str, /, **params: Any) -> list[Row]:
-        params["now"] = self.now
-        self.cur.execute(sql, params)
-        return self.cur.fetchall() if self.cur.description is not None else []
-
-
-class _AsyncSession:
-    __slots__ = ("cur", "now", "queries")
-
-    def __init__(self, cur: psycopg.AsyncCursor[Any], queries: dict[str, str], now: datetime | None) -> None:
-        self.cur = cur
-        self.queries = queries
-        self.now = now
-
-    async def q(self, name: str, /, **params: Any) -> list[Row]:
-        params["now"] = self.now
-        await self.cur.execute(self.queries[name], params)
-        return await self.cur.fetchall() if self.cur.description is not None else []
-
-
-def _usable(status: Any) -> None:
-    if status == psycopg.pq.TransactionStatus.INERROR:
-        raise ConfigurationError(
-            "the connection's transaction has failed (a statement raised): roll it back before enqueueing"
-        )
-    if status == psycopg.pq.TransactionStatus.ACTIVE:
-        raise ConfigurationError("the connection is busy running a statement: enqueue between statements")
 
 
 class PostgresStore(SqlStore):
@@ -131,6 +104,7 @@ class PostgresStore(SqlStore):
         self._pool_lock = threading.Lock()
         self._wakeups = _WakeupLimiter(self._send_wakeup)
         self._own_identity: Row | None = None
+        self._handler_conns = PostgresHandlerConnections(self)  # rota.transactional
 
     def _open(self) -> psycopg_pool.ConnectionPool[Any]:
         pool = self._pool
@@ -164,6 +138,7 @@ class PostgresStore(SqlStore):
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute("SET TIME ZONE 'UTC'")
+        conn.adapters.register_loader("timestamptz", _TimeLoader)
         for name, value in self._settings.items():
             conn.execute(f"SET {name} = {value}")
 
@@ -210,6 +185,7 @@ class PostgresStore(SqlStore):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+        self._handler_conns.close()
 
     def recover(self) -> None:
         """After an outage: drop broken connections from the pool."""
@@ -224,6 +200,8 @@ class PostgresStore(SqlStore):
     def _dt(self, value: Any) -> datetime | None:
         if value is None:
             return None
+        if isinstance(value, _TimeOutOfRange):
+            raise ValueError(f"time {value!r} is out of range (after year 9999)")
         moment: datetime = value
         if moment.tzinfo is None:  # pragma: no cover - TimeZone is set to UTC per connection
             return moment.replace(tzinfo=UTC)
@@ -351,6 +329,9 @@ class PostgresStore(SqlStore):
                 f"store is database {ours[0]!r}, schema {ours[2]!r}: a run enqueued there would "
                 "never be seen by the app's workers"
             )
+
+    def handler_transaction(self) -> Any:
+        return postgres_handler_tx(self, self._handler_conns)
 
     # -- the worker's hot path -----------------------------------------------------------
     def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
@@ -485,100 +466,6 @@ class PostgresStore(SqlStore):
                 delay = min(delay * 2, 10.0)
 
 
-_json = json.JSONEncoder(separators=(",", ":")).encode
-
-
-class _WakeupLimiter:
-    """NOTIFY for new runs at most once per `window` from this process, never dropping the
-    last: an enqueue inside the window skips its NOTIFY and, after its commit, arms one
-    trailing NOTIFY at the window's end (so a worker that claimed before that commit still
-    hears of it). Bursts of single enqueues cost a handful of notifications, not thousands."""
-
-    def __init__(self, send: Callable[[], None], window: float = 0.005) -> None:
-        self.send = send
-        self.window = window
-        self._last = -1.0
-        self._armed = False
-        self._lock = threading.Lock()
-
-    def now_or_later(self) -> bool:
-        """True: notify in this transaction. False: the caller defers to after_commit()."""
-        now = time.monotonic()
-        with self._lock:
-            if now - self._last >= self.window and not self._armed:
-                self._last = now
-                return True
-            return False
-
-    def after_commit(self) -> None:
-        with self._lock:
-            if self._armed:
-                return
-            self._armed = True
-            delay = max(0.0, self._last + self.window - time.monotonic())
-        timer = threading.Timer(delay, self._fire)
-        timer.daemon = True
-        timer.start()
-
-    def _fire(self) -> None:
-        with self._lock:
-            self._armed = False
-            self._last = time.monotonic()
-        self.send()
-
-
-# SQLSTATEs that mean "try again": the operation was rolled back for a passing reason.
-_TRANSIENT = {
-    "40P01": "deadlock",
-    "40001": "serialization failure",
-    "25006": "read-only transaction",
-    "55P03": "lock timeout",
-    "57014": "statement timeout",
-    "57P01": "server shutting down",
-    "57P02": "crash shutdown",
-    "57P03": "server starting",
-}
-_RETRY_AT_ONCE = ("40P01", "40001")  # deadlock, serialization failure: retried in the store
-_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3}
-
-
-def _translate(exc: psycopg.Error, url: str) -> DatabaseError:
-    where = f"PostgreSQL at {redact(url)}: {_reason(exc)}"
-    kind = _TRANSIENT.get(exc.sqlstate or "")
-    if kind is not None:
-        return DatabaseTransient(f"{where} ({kind}; transient, try again)")
-    if isinstance(exc, psycopg.OperationalError):
-        return DatabaseUnavailable(where)
-    return DatabaseError(where)
-
-
-def _is_retry_at_once(exc: DatabaseError) -> bool:
-    cause = exc.__cause__
-    return isinstance(cause, psycopg.Error) and cause.sqlstate in _RETRY_AT_ONCE
-
-
-def _connect_kwargs(url: str, connect_timeout: float) -> dict[str, Any]:
-    """Autocommit, a connect timeout, and TCP keepalives unless the URL sets its own: notice
-    a vanished server, host or network within about 20 s, not the kernel's two hours."""
-    given = psycopg.conninfo.conninfo_to_dict(url)
-    kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, round(connect_timeout))}
-    kwargs.update({k: v for k, v in _KEEPALIVES.items() if k not in given})
-    return kwargs
-
-
-def _session_settings(**seconds: float | None) -> dict[str, str]:
-    """SET values bounding every transaction rota opens (None or 0: the server's default)."""
-    settings = {}
-    for name, value in seconds.items():
-        if value is None:
-            continue
-        if not isinstance(value, int | float) or value < 0:
-            option = "idle_in_transaction_timeout" if name.startswith("idle") else name
-            raise ConfigurationError(f"{option} must be a number of seconds >= 0 or None, got {value!r}")
-        settings[name] = f"'{round(value * 1000)}ms'"
-    return settings
-
-
 def _check_can_migrate(s: _Session, pending: Sequence[Any]) -> None:
     can, role, schema = s.q("probe_can_migrate")[0]
     if not can:
@@ -588,15 +475,6 @@ def _check_can_migrate(s: _Session, pending: Sequence[Any]) -> None:
             f"{names}: run `rota migrate` as the schema's owner, or GRANT CREATE ON SCHEMA "
             f'"{schema}" TO "{role}"'
         )
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def _message(error_json: str) -> str:
-    return str(json.loads(error_json)["message"])
 
 
 __all__ = ["PostgresStore", "redact"]

@@ -40,10 +40,10 @@ def load_migrations(dialect: str) -> list[Migration]:
             found.append(Migration(int(match.group(1)), match.group(2), entry.read_text()))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
-    # Numbers are handed out to parallel branches, so a branch may see gaps (1, 4); a merged
-    # release has them all. A database records the highest number applied.
-    if len(set(versions)) != len(versions) or (versions and versions[0] != 1):
-        raise RuntimeError(f"{dialect} migrations must be numbered uniquely from 1: {versions}")
+    # A database records the highest number applied and gets every higher one, so the
+    # numbers must run 1, 2, 3 ... without a gap (a gap would hide a migration forever).
+    if versions != list(range(1, len(versions) + 1)):
+        raise RuntimeError(f"{dialect} migrations must be numbered 1, 2, 3 ... without gaps: {versions}")
     return found
 
 

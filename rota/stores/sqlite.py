@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
-import pwd
 import sqlite3
 import stat
 import threading
@@ -30,12 +28,12 @@ from ..clock import Clock
 from ..errors import (
     ConfigurationError,
     DatabaseError,
-    DatabaseTransient,
     DatabaseUnavailable,
     PermissionDenied,
-    SchemaVersionError,
 )
-from ._sql import NOTIFY_CHANNEL, Row, SqlStore
+from ._handler_tx import sqlite_handler_tx
+from ._sql import NOTIFY_CHANNEL, SqlStore
+from ._sqlite_conn import _busy_timeout, _check_not_newer, _Session, _statements, _translate, _user, _writer_lock
 from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from .queries import latest_version, load_migrations, load_queries
 
@@ -56,23 +54,6 @@ def sqlite_path(url: str) -> str:
             f"invalid SQLite URL {url!r}: rota needs a database file that workers share, e.g. sqlite:///rota.db"
         )
     return path
-
-
-class _Session:
-    __slots__ = ("conn", "now", "queries", "wake")
-
-    def __init__(self, conn: sqlite3.Connection | sqlite3.Cursor, queries: dict[str, str], now: float) -> None:
-        self.conn = conn
-        self.queries = queries
-        self.now = now
-        self.wake: list[str] = []
-
-    def q(self, name: str, /, **params: Any) -> list[Row]:
-        return self.q_text(self.queries[name], **params)
-
-    def q_text(self, sql: str, /, **params: Any) -> list[Row]:
-        params["now"] = self.now
-        return self.conn.execute(sql, params).fetchall()
 
 
 class SQLiteStore(SqlStore):
@@ -304,6 +285,9 @@ class SQLiteStore(SqlStore):
         finally:
             cur.close()
 
+    def handler_transaction(self) -> Any:
+        return sqlite_handler_tx(self)
+
     # -- the worker's hot path -----------------------------------------------------------
     def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
         with self._tx() as s:
@@ -421,27 +405,6 @@ class SQLiteStore(SqlStore):
         return {**run_stats(self.run_counts()), "database": f"sqlite:///{self.path}"}
 
 
-def _user() -> str:
-    try:
-        return f"user {pwd.getpwuid(os.geteuid()).pw_name!r}"
-    except (KeyError, AttributeError):  # pragma: no cover - no passwd entry / not POSIX
-        return "this user"
-
-
-def _busy_timeout(text: str, url: str) -> float:
-    """`?busy_timeout=` seconds a writer waits for the write lock: 0 to 3600."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value <= 3600:
-        raise ConfigurationError(
-            f"invalid busy_timeout={text!r} in {url!r}: give the seconds a writer waits for the "
-            "write lock, a number from 0 to 3600 (default 30)"
-        )
-    return value
-
-
 def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:
     return {
         "id": o.id,
@@ -453,53 +416,6 @@ def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:
         "history": o.history,
         "now": now,
     }
-
-
-_writer_locks: dict[str, threading.Lock] = {}
-_writer_locks_guard = threading.Lock()
-
-
-def _writer_lock(path: str) -> threading.Lock:
-    key = os.path.realpath(path)
-    with _writer_locks_guard:
-        lock = _writer_locks.get(key)
-        if lock is None:
-            lock = _writer_locks[key] = threading.Lock()
-        return lock
-
-
-def _translate(exc: sqlite3.Error, path: str) -> DatabaseError:
-    text = str(exc)
-    if isinstance(exc, sqlite3.OperationalError) and ("unable to open" in text or "disk I/O" in text):
-        return DatabaseUnavailable(f"SQLite database {path!r}: {text}")
-    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text or "readonly" in text):
-        return DatabaseTransient(
-            f"SQLite database {path!r}: {text} (another writer held it, or the file is read-only for now; try again)"
-        )
-    return DatabaseError(f"SQLite database {path!r}: {text}")
-
-
-def _check_not_newer(current: int, latest: int, where: str) -> None:
-    if current > latest:
-        raise SchemaVersionError(
-            f"the database {where} has rota schema version {current}, newer than the {latest} this "
-            "version of rota knows: upgrade rota on this host (never run older code against a "
-            "migrated database)"
-        )
-
-
-def _statements(script: str) -> Iterator[str]:
-    """Split a SQL script into complete statements (trigger bodies keep their semicolons)."""
-    buffer = ""
-    for line in script.splitlines(keepends=True):
-        if line.lstrip().startswith("--") and not buffer.strip():
-            continue
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            yield buffer.strip()
-            buffer = ""
-    if buffer.strip():
-        raise DatabaseError(f"incomplete SQL statement in migration: {buffer[:80]!r}")
 
 
 __all__ = ["NOTIFY_CHANNEL", "SQLiteStore", "sqlite_path"]

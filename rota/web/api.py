@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from .. import config
 from ..app import App
 from ..errors import (
     ConfigurationError,
@@ -32,6 +33,7 @@ from ..errors import (
     did_you_mean,
 )
 from ..models import FINAL_STATUSES, STATUSES, iso
+from ..serialization import check_text
 from ..stores.base import RunFilter
 from . import records
 
@@ -77,11 +79,14 @@ async def rota_error(request: Request, exc: Exception) -> Response:
 
 
 def shown(request: Request, message: str) -> str:
-    """`message` with the database URL as its label (no password). Driver messages that echo
-    a password in another form need rota's redaction helper on top (see the lead's merge notes)."""
+    """`message` without passwords: the database URL as its label, then rota.config.redact_text
+    (URL userinfo, password=... pairs, and the literal passwords of the App's URLs wherever a
+    driver echoes them)."""
     app: App = request.app.state.rota
     url, label = app.database_url, app.database_label
-    return message.replace(url, label) if url and url != label else message
+    if url and url != label:
+        message = message.replace(url, label)
+    return config.redact_text(message, url, app.locks_url)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -108,9 +113,11 @@ MAX_RUN_ID = 2**63 - 1
 
 
 def _text(name: str, value: str) -> str:
+    """A name or filter as the library takes it: a NUL or a lone surrogate (which an ASGI
+    server may pass in a path) is a 400 naming the parameter, never a 500 from the driver."""
     if "\x00" in value:
         raise ConfigurationError(f"{name} must not contain a NUL character, got {value!r}")
-    return value
+    return check_text(name, value)
 
 
 def _query(request: Request, allowed: set[str]) -> dict[str, str]:

@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .. import config
 from ..app import App
 from ..errors import RotaError
 from ..models import ScheduleInfo
@@ -42,13 +43,14 @@ class StoreCollector:
             stats = self.app.stats()
             schedules = self.app.list_schedules()
         except RotaError as exc:
-            log.warning("metrics: cannot read the database: %s", exc)
+            reason = config.redact_text(str(exc), self.app.database_url, self.app.locks_url)
+            log.warning("metrics: cannot read the database: %s", reason)
             up.add_metric([], 0)
             yield up
             return
         up.add_metric([], 1)
         yield up
-        runs = GaugeMetricFamily("rota_runs", "Runs in the database by status", labels=["status"])
+        runs = GaugeMetricFamily("rota_runs", runs_help(stats.get("runs_estimated") or []), labels=["status"])
         for status, count in stats["runs"].items():
             runs.add_metric([status], count)
         yield runs
@@ -57,6 +59,14 @@ class StoreCollector:
             "rota_workers_capacity", "Concurrency slots of the live workers", value=stats["capacity"]
         )
         yield from _schedule_metrics(schedules)
+
+
+def runs_help(estimated: list[str]) -> str:
+    """The help of rota_runs says whether the figures are exact (a big PostgreSQL table has its
+    final statuses estimated from the planner's statistics, so a scrape never scans it)."""
+    if not estimated:
+        return "Runs in the database by status (exact counts)"
+    return f"Runs in the database by status (estimated from the database's statistics: {', '.join(estimated)})"
 
 
 def _schedule_metrics(schedules: list[ScheduleInfo]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:

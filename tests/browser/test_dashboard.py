@@ -140,3 +140,40 @@ def test_sign_in_with_a_token_and_sign_out(filled: dict[str, Any], page: Any, se
     page.get_by_label("Token").wait_for()
     assert page.context.cookies() == []
     assert page.goto(served.url + "api/stats").status == 401
+
+
+def test_the_workers_view_shows_stuck_handlers(filled: dict[str, Any], page: Any, serve: Any) -> None:
+    """The workers table has a `stuck` column: the API's count when the worker reports it (a
+    badge when above zero), a dash when the record has none."""
+    app: rota.App = filled["app"]
+    app.store.register_worker("host-1:41:aa", "host-1", 41, 4, None)
+    app.store.register_worker("host-2:42:bb", "host-2", 42, 2, ["mail"])
+    records = {w.id: w.to_json() for w in app.list_workers()}
+    served = serve(create_app(app))
+    page.goto(served.url)
+    first = row(page, "workers", "host-1:41:aa")
+    first.wait_for()
+    assert page.locator("#workers").locator("xpath=..").locator("thead th").last.inner_text() == "stuck"
+    assert first.locator("td").count() == 8
+    reported = records["host-1:41:aa"].get("stuck")  # WorkerInfo.stuck where the worker has it
+    assert first.locator("td").nth(7).inner_text() == ("–" if reported is None else str(reported))
+
+    stuck = {"host-1:41:aa": 2, "host-2:42:bb": 0}  # as a worker with stuck handlers reports them
+    answer = [{**record, "stuck": stuck[record["id"]]} for record in records.values()]
+    page.route("**/api/workers", lambda route: route.fulfill(json=answer))
+    page.reload()
+    first.locator(".badge.stuck").wait_for()
+    assert first.locator("td").nth(7).inner_text().split() == ["stuck", "2"]
+    assert row(page, "workers", "host-2:42:bb").locator("td").nth(7).inner_text() == "0"
+
+
+def test_a_schedule_that_cannot_be_planned_is_marked(filled: dict[str, Any], page: Any, serve: Any) -> None:
+    app: rota.App = filled["app"]
+    store: Any = app.store
+    with store._tx() as s:
+        s.q_text("UPDATE rota_schedules SET plan_error = 'unknown time zone Mars/Olympus', next_run_at = NULL")
+    served = serve(create_app(app))
+    page.goto(served.url)
+    schedule = row(page, "schedules", "reports/daily")
+    schedule.locator(".badge", has_text="cannot plan").wait_for()
+    assert "unknown time zone Mars/Olympus" in schedule.inner_text()

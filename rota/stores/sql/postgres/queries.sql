@@ -130,6 +130,22 @@ WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s:
   AND (SELECT count(*) FROM locked) >= 0
 RETURNING r.id
 
+-- name: finish_transactional
+-- a transactional handler's success, in the handler's own transaction (rota.transactional):
+-- the run's schedule locked first, as finish does; the time is the commit's, not the
+-- transaction's start (now())
+WITH locked AS (
+    SELECT s.name FROM rota_schedules s
+    WHERE s.name = (SELECT schedule FROM rota_runs WHERE id = %(id)s AND status = 'running')
+    FOR UPDATE OF s
+)
+UPDATE rota_runs r
+SET status = 'succeeded', result = %(result)s, error = NULL,
+    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), lease_until = NULL
+WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'
+  AND (SELECT count(*) FROM locked) >= 0
+RETURNING r.id
+
 -- name: hand_back
 UPDATE rota_runs r
 SET status = 'pending', attempt = r.attempt - 1, due_at = {now}, lease_until = NULL,

@@ -90,6 +90,13 @@ SET status = :status, result = :result, error = :error, lease_until = NULL,
                     ELSE json_insert(attempts, '$[#]', json(:history)) END
 WHERE id = :id AND token = :token AND status = 'running'
 
+-- name: finish_transactional
+-- a transactional handler's success, in the handler's own transaction (rota.transactional)
+UPDATE rota_runs
+SET status = 'succeeded', result = :result, error = NULL, finished_at = {now}, lease_until = NULL
+WHERE id = :id AND token = :token AND status = 'running'
+RETURNING id
+
 -- name: hand_back
 UPDATE rota_runs
 SET status = 'pending', attempt = attempt - 1, due_at = {now}, lease_until = NULL,

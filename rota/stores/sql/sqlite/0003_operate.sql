@@ -1,4 +1,4 @@
--- rota schema, version 4 (SQLite): a schedule's planning error, and run counts by status.
+-- rota schema, version 3 (SQLite): a schedule's planning error, and run counts by status.
 --
 -- A schedule a worker cannot plan (its zone unknown on that host, a cron that no longer
 -- parses) gets `plan_error` and a NULL next_run_at, so it is no longer due on every poll.

@@ -1,0 +1,292 @@
+"""The client operations on schedules, runs and workers: add/update/remove schedules,
+inspection, pause/resume/trigger, cancel/retry, stats (mixed into App by rota.app)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from . import timing
+from .declare import Declarations, _filter, _stored_backoff, _task_options, build_schedule
+from .errors import (
+    ConfigurationError,
+    RunNotFound,
+    ScheduleNotFound,
+    did_you_mean,
+)
+from .models import FINAL_STATUSES, STATUSES, Run, ScheduleInfo, WorkerInfo
+from .serialization import encode_arguments
+from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store, run_stats
+from .tasks import Backoff, RunHandle, Task, TaskOptions, check_int
+
+if TYPE_CHECKING:
+    from .app import App
+    from .worker import Worker
+
+log = logging.getLogger("rota")
+
+
+class Client(Declarations):
+    """Operations on what is stored; App supplies the store (connected and migrated on first use)."""
+
+    lease: float
+    _workers: list[Worker]
+
+    @property
+    def store(self) -> Store:
+        raise NotImplementedError  # App.store
+
+    @property
+    def database_label(self) -> str:
+        raise NotImplementedError  # App.database_label
+
+    # -- schedules as data ---------------------------------------------------------------
+    def add_schedule(
+        self,
+        name: str,
+        task: Task[..., Any] | str,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        tz: str | None = None,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        overlap: str = "skip",
+        misfire: str = "coalesce",
+        misfire_grace: timedelta | float = timedelta(seconds=60),
+        run_immediately: bool = False,
+        **task_options: Any,
+    ) -> ScheduleInfo:
+        """Create a schedule stored in the database; every running worker picks it up."""
+        if "notify_on" in task_options:
+            raise ConfigurationError(
+                "notify_on is for schedules declared in code (@app.schedule); for a stored schedule, "
+                f"give a notifier schedules=[{name!r}] and the events= to send"
+            )
+        task_name, base = self._task_ref(task)
+        spec = build_schedule(
+            name,
+            task_name,
+            cron=cron,
+            every=every,
+            tz=tz,
+            overlap=overlap,
+            misfire=misfire,
+            misfire_grace=misfire_grace,
+            run_immediately=run_immediately,
+            args=args,
+            kwargs=kwargs,
+            options=_task_options(task_options, base),
+        )
+        store = self.store
+        store.add_schedule(spec.to_def(source="api", app=None), spec.trigger.next_after(store.now()))
+        return self.get_schedule(name)
+
+    def update_schedule(self, name: str, **changes: Any) -> ScheduleInfo:
+        """Change a stored schedule; a new cron/every/tz recomputes its next fire time."""
+        _filter("schedule name", name)
+        store = self.store
+        current = store.get_schedule_def(name)
+        if current is None or (info := store.get_schedule(name)) is None or not info.active:
+            raise ScheduleNotFound(f"no active schedule named {name!r}")
+        if current.source == "code":
+            raise ConfigurationError(
+                f"schedule {name!r} is declared in code (@app.schedule); change it there, it is re-synced when workers start"
+            )
+        allowed = {"cron", "every", "tz", "args", "kwargs", "overlap", "misfire", "misfire_grace", "run_immediately", "task",
+                   "queue", "priority", "retries", "timeout", "backoff"}  # fmt: skip
+        unknown = sorted(set(changes) - allowed)
+        if unknown:
+            raise ConfigurationError(f"cannot update {unknown} of a schedule; changeable: {', '.join(sorted(allowed))}")
+        timing_changed = any(k in changes for k in ("cron", "every", "tz"))
+        cron = changes.get("cron", current.cron if "every" not in changes else None)
+        every = changes.get("every", current.every if "cron" not in changes else None)
+        task_name = self._task_ref(changes["task"])[0] if "task" in changes else current.task
+        options = TaskOptions(
+            queue=changes.get("queue", current.queue),
+            priority=changes.get("priority", current.priority),
+            retries=changes.get("retries", current.max_attempts - 1),
+            backoff=Backoff.coerce(changes["backoff"]) if "backoff" in changes else _stored_backoff(current.backoff),
+            timeout=changes.get("timeout", current.timeout),
+        )
+        spec = build_schedule(
+            name,
+            task_name,
+            cron=cron,
+            every=every,
+            tz=changes.get("tz", current.tz),
+            overlap=changes.get("overlap", current.overlap),
+            misfire=changes.get("misfire", current.misfire),
+            misfire_grace=changes.get("misfire_grace", current.misfire_grace),
+            run_immediately=changes.get("run_immediately", current.run_immediately),
+            args=changes.get("args", json.loads(current.args)),
+            kwargs=changes.get("kwargs", json.loads(current.kwargs)),
+            options=options,
+        )
+        replan = timing_changed or info.plan_error is not None  # an error left it without a next time
+        next_run_at = spec.trigger.next_after(store.now()) if replan else None
+        store.update_schedule(spec.to_def(source="api", app=None), next_run_at)
+        return self.get_schedule(name)
+
+    def remove_schedule(self, name: str) -> None:
+        _filter("schedule name", name)
+        """Deactivate a schedule: it stops firing, its pending runs are cancelled, history stays."""
+        self.store.remove_schedule(name)
+
+    # -- inspection ----------------------------------------------------------------------
+    def get_run(self, run_id: str | int) -> Run:
+        run = self.store.get_run(_run_id(run_id))
+        if run is None:
+            raise RunNotFound(f"no run with id {run_id!r}")
+        return run
+
+    def list_runs(
+        self,
+        status: str | None = None,
+        task: str | None = None,
+        schedule: str | None = None,
+        limit: int = 100,
+        *,
+        queue: str | None = None,
+        before: str | int | None = None,
+    ) -> list[Run]:
+        """Runs, newest first, filtered by status/task/schedule/queue; `before` pages by id."""
+        if status is not None and status not in STATUSES:
+            raise ConfigurationError(
+                f"unknown status {status!r}{did_you_mean(status, STATUSES)}; valid: {', '.join(STATUSES)}"
+            )
+        check_int("limit", limit, low=1, high=100_000)
+        task, schedule, queue = _filter("task", task), _filter("schedule", schedule), _filter("queue", queue)
+        flt = RunFilter(status, task, schedule, queue, limit, _run_id(before) if before is not None else None)
+        return self.store.list_runs(flt)
+
+    def list_schedules(self, *, include_inactive: bool = False) -> list[ScheduleInfo]:
+        return self.store.list_schedules(include_inactive)
+
+    def get_schedule(self, name: str) -> ScheduleInfo:
+        _filter("schedule name", name)
+        info = self.store.get_schedule(name)
+        if info is None:
+            known = [s.name for s in self.store.list_schedules(True)]
+            raise ScheduleNotFound(f"no schedule named {name!r}{did_you_mean(name, known)}")
+        return info
+
+    def list_workers(self, *, stale_after: float | None = None) -> list[WorkerInfo]:
+        return self.store.list_workers(stale_after if stale_after is not None else self.lease * 2)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts by status, live workers and their capacity, this process's worker ids."""
+        store = self.store
+        runs = run_stats(store.run_counts())
+        counts = runs["runs"]
+        workers = [w for w in self.list_workers() if w.alive]
+        local = [w for w in self._workers if w.state in ("running", "draining")]
+        return {
+            **runs,
+            "running": counts["running"],
+            "pending": counts["pending"],
+            "workers": len(workers),
+            "capacity": sum(w.concurrency for w in workers),
+            "stuck": sum(w.stuck for w in workers),
+            "worker_id": local[0].id if local else None,
+            "worker_ids": [w.id for w in local],
+            "local_inflight": sum(len(w.inflight) for w in local),
+            "database": self.database_label,
+        }
+
+    # -- control -------------------------------------------------------------------------
+    def pause(self, name: str) -> ScheduleInfo:
+        _filter("schedule name", name)
+        self.store.set_paused(name, True, None)
+        return self.get_schedule(name)
+
+    def resume(self, name: str) -> ScheduleInfo:
+        """Resume from now: ticks that fell while paused do not run. A schedule that is not
+        paused is left alone (its next fire time, overdue or not, is kept)."""
+        info = self.get_schedule(name)
+        if not info.paused:
+            return info
+        trigger = timing.make_trigger(cron=info.cron, every=info.every, tz=info.tz)
+        self.store.set_paused(name, False, trigger.next_after(self.store.now()))
+        return self.get_schedule(name)
+
+    def trigger(self, name: str) -> RunHandle:
+        """Run a schedule now, honouring its overlap policy (TriggerRefused under 'skip'
+        while a run is active; queued behind it under 'queue'; replacing it under 'replace')."""
+        _filter("schedule name", name)
+        store = self.store
+        sdef = store.get_schedule_def(name)
+        info = store.get_schedule(name)
+        if sdef is None or info is None or not info.active:
+            raise ScheduleNotFound(f"no active schedule named {name!r}")
+        due = DueSchedule(**_due_fields(sdef), next_run_at=info.next_run_at or store.now())
+        run_id, outcome = store.trigger(due)
+        handle = RunHandle(cast("App", self), str(run_id))
+        handle.created = True
+        if outcome != "started":
+            log.info("trigger of %r %s behind the active run (overlap=%s)", name, outcome, sdef.overlap)
+        return handle
+
+    def cancel(self, run_id: str | int, reason: str = "cancelled on request") -> Run:
+        """Pending: cancelled at once. Running: asked to stop (async handlers are cancelled,
+        sync ones see ctx.cancelled), then stopped by its timeout. Final: unchanged."""
+        status = self.store.cancel(_run_id(run_id), reason)
+        if status is None:
+            raise RunNotFound(f"no run with id {run_id!r}")
+        return self.get_run(run_id)
+
+    def retry(self, run_id: str | int) -> RunHandle:
+        """Run a finished run again, as a new run (retry_of points back; history stays). It
+        keeps the run's key and backoff, and a run of an exclusive schedule keeps the
+        schedule's overlap policy (TriggerRefused under 'skip' while another run is active)."""
+        run = self.get_run(run_id)
+        if run.status not in FINAL_STATUSES:
+            raise ConfigurationError(f"run {run.id} is still {run.status}; wait for it or cancel it before retrying")
+        if {"args", "kwargs"} & set(run.corrupt):
+            raise ConfigurationError(
+                f"run {run.id} cannot be retried: its stored arguments are not valid JSON; enqueue a new run instead"
+            )
+        args, kwargs = encode_arguments(run.task, run.args, run.kwargs)
+        key, backoff = self.store.retry_source(int(run.id)) or (run.key, None)
+        sdef = self.store.get_schedule_def(run.schedule) if run.schedule is not None else None
+        if sdef is not None and sdef.overlap != "concurrent":
+            due = DueSchedule(**{**_due_fields(sdef), "task": run.task, "args": args, "kwargs": kwargs,
+                                 "queue": run.queue, "priority": run.priority, "max_attempts": run.max_attempts,
+                                 "timeout": run.timeout, "backoff": backoff, "next_run_at": self.store.now()})  # fmt: skip
+            new_id, _ = self.store.trigger(due, key=key, retry_of=int(run.id))
+            return RunHandle(cast("App", self), str(new_id))
+        new = NewRun(
+            task=run.task,
+            args=args,
+            kwargs=kwargs,
+            queue=run.queue,
+            priority=run.priority,
+            max_attempts=run.max_attempts,
+            timeout=run.timeout,
+            backoff=backoff,
+            key=key,
+            schedule=run.schedule,
+            retry_of=int(run.id),
+        )
+        ((new_id, _),) = self.store.insert_runs([new])
+        return RunHandle(cast("App", self), str(new_id))
+
+
+def _run_id(run_id: object) -> int:
+    try:
+        value = int(str(run_id))
+    except ValueError:
+        raise RunNotFound(f"no run with id {run_id!r}: run ids are integers") from None
+    if not 1 <= value <= 2**63 - 1:
+        raise RunNotFound(f"no run with id {run_id!r}: run ids are integers from 1 to {2**63 - 1}")
+    return value
+
+
+def _due_fields(sdef: ScheduleDef) -> dict[str, Any]:
+    """A schedule definition's fields that a DueSchedule shares (all but next_run_at)."""
+    names = ("name", "task", "cron", "every", "tz", "args", "kwargs", "overlap", "misfire", "misfire_grace",
+             "queue", "priority", "max_attempts", "timeout", "backoff")  # fmt: skip
+    return {n: getattr(sdef, n) for n in names}

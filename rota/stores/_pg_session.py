@@ -1,0 +1,197 @@
+"""PostgreSQL connections and sessions: the cursor wrappers, the time loader, connect and
+session settings, error translation, and the NOTIFY limiter (used by rota.stores.postgres)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from ..config import redact_url as redact
+from ..errors import (
+    ConfigurationError,
+    DatabaseError,
+    DatabaseTransient,
+    DatabaseUnavailable,
+)
+from ._sql_base import Row
+
+try:
+    import psycopg
+    import psycopg.rows
+    from psycopg.abc import AdaptContext
+    from psycopg.adapt import Loader
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ConfigurationError(
+        "PostgreSQL support needs psycopg 3 and psycopg-pool: pip install 'rota[postgres]'"
+    ) from exc
+
+
+class _TimeOutOfRange(str):
+    """A stored time Python cannot hold (after year 9999, written by hand): `_dt` refuses it
+    with ValueError, so a run read shows it as corrupt instead of failing the whole query."""
+
+
+class _TimeLoader(Loader):
+    """psycopg's own timestamptz loader (the C one where installed), with a time out of
+    Python's range read as a _TimeOutOfRange marker instead of raising DataError."""
+
+    def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+        super().__init__(oid, context)
+        default = psycopg.adapters.get_loader(oid, psycopg.pq.Format.TEXT)
+        assert default is not None
+        self._load = default(oid, context).load
+
+    def load(self, data: Any) -> datetime | _TimeOutOfRange:
+        try:
+            moment: datetime = self._load(data)
+        except psycopg.DataError:
+            return _TimeOutOfRange(bytes(data).decode(errors="replace"))
+        return moment
+
+
+class _Session:
+    __slots__ = ("cur", "deferred_wake", "now", "queries")
+
+    def __init__(self, cur: psycopg.Cursor[Any], queries: dict[str, str], now: datetime | None) -> None:
+        self.cur = cur
+        self.queries = queries
+        self.now = now
+        self.deferred_wake = False
+
+    def q(self, name: str, /, **params: Any) -> list[Row]:
+        return self.q_text(self.queries[name], **params)
+
+    def q_text(self, sql: str, /, **params: Any) -> list[Row]:
+        params["now"] = self.now
+        self.cur.execute(sql, params)
+        return self.cur.fetchall() if self.cur.description is not None else []
+
+
+class _AsyncSession:
+    __slots__ = ("cur", "now", "queries")
+
+    def __init__(self, cur: psycopg.AsyncCursor[Any], queries: dict[str, str], now: datetime | None) -> None:
+        self.cur = cur
+        self.queries = queries
+        self.now = now
+
+    async def q(self, name: str, /, **params: Any) -> list[Row]:
+        params["now"] = self.now
+        await self.cur.execute(self.queries[name], params)
+        return await self.cur.fetchall() if self.cur.description is not None else []
+
+
+def _usable(status: Any) -> None:
+    if status == psycopg.pq.TransactionStatus.INERROR:
+        raise ConfigurationError(
+            "the connection's transaction has failed (a statement raised): roll it back before enqueueing"
+        )
+    if status == psycopg.pq.TransactionStatus.ACTIVE:
+        raise ConfigurationError("the connection is busy running a statement: enqueue between statements")
+
+
+_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class _WakeupLimiter:
+    """NOTIFY for new runs at most once per `window` from this process, never dropping the
+    last: an enqueue inside the window skips its NOTIFY and, after its commit, arms one
+    trailing NOTIFY at the window's end (so a worker that claimed before that commit still
+    hears of it). Bursts of single enqueues cost a handful of notifications, not thousands."""
+
+    def __init__(self, send: Callable[[], None], window: float = 0.005) -> None:
+        self.send = send
+        self.window = window
+        self._last = -1.0
+        self._armed = False
+        self._lock = threading.Lock()
+
+    def now_or_later(self) -> bool:
+        """True: notify in this transaction. False: the caller defers to after_commit()."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last >= self.window and not self._armed:
+                self._last = now
+                return True
+            return False
+
+    def after_commit(self) -> None:
+        with self._lock:
+            if self._armed:
+                return
+            self._armed = True
+            delay = max(0.0, self._last + self.window - time.monotonic())
+        timer = threading.Timer(delay, self._fire)
+        timer.daemon = True
+        timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self._armed = False
+            self._last = time.monotonic()
+        self.send()
+
+
+# SQLSTATEs that mean "try again": the operation was rolled back for a passing reason.
+_TRANSIENT = {
+    "40P01": "deadlock",
+    "40001": "serialization failure",
+    "25006": "read-only transaction",
+    "55P03": "lock timeout",
+    "57014": "statement timeout",
+    "57P01": "server shutting down",
+    "57P02": "crash shutdown",
+    "57P03": "server starting",
+}
+_RETRY_AT_ONCE = ("40P01", "40001")  # deadlock, serialization failure: retried in the store
+_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3}
+
+
+def _translate(exc: psycopg.Error, url: str) -> DatabaseError:
+    where = f"PostgreSQL at {redact(url)}: {_reason(exc)}"
+    kind = _TRANSIENT.get(exc.sqlstate or "")
+    if kind is not None:
+        return DatabaseTransient(f"{where} ({kind}; transient, try again)")
+    if isinstance(exc, psycopg.OperationalError):
+        return DatabaseUnavailable(where)
+    return DatabaseError(where)
+
+
+def _is_retry_at_once(exc: DatabaseError) -> bool:
+    cause = exc.__cause__
+    return isinstance(cause, psycopg.Error) and cause.sqlstate in _RETRY_AT_ONCE
+
+
+def _connect_kwargs(url: str, connect_timeout: float) -> dict[str, Any]:
+    """Autocommit, a connect timeout, and TCP keepalives unless the URL sets its own: notice
+    a vanished server, host or network within about 20 s, not the kernel's two hours."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, round(connect_timeout))}
+    kwargs.update({k: v for k, v in _KEEPALIVES.items() if k not in given})
+    return kwargs
+
+
+def _session_settings(**seconds: float | None) -> dict[str, str]:
+    """SET values bounding every transaction rota opens (None or 0: the server's default)."""
+    settings = {}
+    for name, value in seconds.items():
+        if value is None:
+            continue
+        if not isinstance(value, int | float) or value < 0:
+            option = "idle_in_transaction_timeout" if name.startswith("idle") else name
+            raise ConfigurationError(f"{option} must be a number of seconds >= 0 or None, got {value!r}")
+        settings[name] = f"'{round(value * 1000)}ms'"
+    return settings
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _message(error_json: str) -> str:
+    return str(json.loads(error_json)["message"])

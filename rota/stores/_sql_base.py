@@ -1,0 +1,181 @@
+"""The base of the SQL stores: sessions, what a backend supplies (transactions, value
+conversions), the permission probe and small shared helpers (rota.stores._sql builds on it)."""
+
+from __future__ import annotations
+
+import abc
+import uuid
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from ..errors import DatabaseError, PermissionDenied
+from ..models import PENDING
+from .base import (
+    NewRun,
+    RunFilter,
+    Store,
+)
+
+Row = tuple[Any, ...]
+NOTIFY_CHANNEL = "rota"
+# A new run due within this many seconds wakes idle workers; later ones are found by the
+# workers' regular poll, which also tells them when the next run is due.
+NOTIFY_HORIZON = 2.0
+
+
+class Session(Protocol):
+    """One connection inside one transaction (or one autocommit statement)."""
+
+    def q(self, name: str, /, **params: Any) -> list[Row]: ...
+
+    def q_text(self, sql: str, /, **params: Any) -> list[Row]: ...
+
+
+def _plain(runs: Sequence[NewRun]) -> bool:
+    """No keys, schedules or special status: the bulk insert path applies."""
+    return all(
+        r.key is None and r.schedule is None and r.retry_of is None and r.status == PENDING and not r.held for r in runs
+    )
+
+
+# The write probe: (table, what it checks, query); see `check_writable`.
+_TABLES = (("rota_runs", "run"), ("rota_schedules", "schedule"), ("rota_workers", "worker"), ("rota_locks", "lock"))
+_PROBES = (
+    *((table, op.upper(), f"probe_{op}_{kind}") for table, kind in _TABLES for op in ("insert", "update", "delete")),
+    ("the run id sequence", "USAGE", "probe_sequences"),
+)
+
+
+class _Abort(Exception):
+    """Roll the transaction back without an error (a compare-and-set lost)."""
+
+
+class SqlBase(Store, abc.ABC):
+    """What a backend supplies, the permission probe, and helpers every part uses."""
+
+    queries: dict[str, str]
+
+    # -- what a backend supplies ----------------------------------------------------------
+    @abc.abstractmethod
+    def _tx(self) -> AbstractContextManager[Session]:
+        """A write transaction (serialized with other writers where the backend needs it)."""
+
+    @abc.abstractmethod
+    def _read(self) -> AbstractContextManager[Session]:
+        """A read-only session."""
+
+    @abc.abstractmethod
+    def _ts(self, value: datetime | None) -> Any:
+        """A datetime as a query parameter."""
+
+    @abc.abstractmethod
+    def _dt(self, value: Any) -> datetime | None:
+        """A time column as an aware UTC datetime."""
+
+    @abc.abstractmethod
+    def _names(self, values: Sequence[str] | None) -> Any:
+        """A list of strings as one query parameter (None stays None)."""
+
+    @abc.abstractmethod
+    def _notify(self, s: Session, payload: str) -> None:
+        """Wake idle workers (at commit)."""
+
+    # -- the permission probe -------------------------------------------------------------
+    def check_writable(self) -> None:
+        missing = self._select("probe_privileges")
+        if missing:
+            raise PermissionDenied(_missing_privileges(missing))
+        probe = f"rota.permission-probe.{uuid.uuid4().hex}"
+        step = ("", "", "")
+        try:
+            with self._tx() as s:
+                for step in _PROBES:
+                    s.q(step[2], probe=probe)
+                raise _Abort  # roll everything back
+        except _Abort:
+            return
+        except DatabaseError as exc:
+            table, op, _ = step
+            raise PermissionDenied(f"cannot {op} {table}, which rota needs: {exc}") from exc
+
+    # -- shared helpers ------------------------------------------------------------------
+    def _one(self, query: str, /, **params: Any) -> list[Row]:
+        with self._tx() as s:
+            return s.q(query, **params)
+
+    @abc.abstractmethod
+    def _p(self, name: str) -> str:
+        """The placeholder of parameter `name` in the backend's parameter style."""
+
+    def _select(self, query: str, suffix: str = "", /, **params: Any) -> list[Row]:
+        with self._read() as s:
+            return s.q_text(self.queries[query] + suffix, **params)
+
+    def _runs_where(self, flt: RunFilter) -> tuple[str, dict[str, Any]]:
+        clauses, params = [], {}
+        for column in ("status", "task", "schedule", "queue"):
+            value = getattr(flt, column)
+            if value is not None:
+                clauses.append(f"{column} = {self._p(column)}")
+                params[column] = value
+        if flt.before_id is not None:
+            clauses.append(f"id < {self._p('before_id')}")
+            params["before_id"] = flt.before_id
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        params["limit"] = flt.limit
+        return f"{where} ORDER BY id DESC LIMIT {self._p('limit')}", params
+
+    def now(self) -> datetime:
+        if self.clock is not None:
+            return self.clock.now()
+        with self._read() as s:
+            value = self._dt(s.q("now")[0][0])
+        assert value is not None
+        return value
+
+    def _run_params(self, r: NewRun, run_id: int | None = None) -> dict[str, Any]:
+        return {
+            "id": run_id,
+            "task": r.task,
+            "queue": r.queue,
+            "priority": r.priority,
+            "status": r.status,
+            "args": r.args,
+            "kwargs": r.kwargs,
+            "key": r.key,
+            "schedule": r.schedule,
+            "tick": self._ts(r.tick),
+            "exclusive": r.exclusive,
+            "held": r.held,
+            "scheduled_for": self._ts(r.scheduled_for),
+            "delay": r.delay,
+            "max_attempts": r.max_attempts,
+            "timeout": r.timeout,
+            "backoff": r.backoff,
+            "error": r.error,
+            "retry_of": r.retry_of,
+        }
+
+    def _due_soon(self, runs: Sequence[NewRun]) -> bool:
+        horizon = datetime.now().astimezone() + timedelta(seconds=NOTIFY_HORIZON)
+        if self.clock is not None:
+            horizon = self.clock.now() + timedelta(seconds=NOTIFY_HORIZON)
+        return any(
+            r.status == PENDING
+            and not r.held
+            and (r.delay <= NOTIFY_HORIZON if r.scheduled_for is None else r.scheduled_for <= horizon)
+            for r in runs
+        )
+
+
+def _missing_privileges(rows: Sequence[Row]) -> str:
+    role, schema = rows[0][0], rows[0][1]
+    missing = ", ".join(f"{priv} on {obj}" for _, _, obj, priv in rows)
+    return (
+        f"database role {role!r} lacks {missing} (schema {schema!r}): a worker needs SELECT, INSERT, "
+        "UPDATE and DELETE on every rota table and USAGE on its sequences. Grant them, e.g. "
+        f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"; '
+        f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA "{schema}" TO "{role}"'
+    )

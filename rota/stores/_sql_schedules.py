@@ -1,0 +1,258 @@
+"""The schedules of the SQL stores: sync, add/update/remove, pause, due ticks turned into
+runs (materialize) with their overlap policy, and manual triggers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
+from ..models import PENDING, ScheduleInfo
+from ..serialization import simple_error
+from ._sql_base import Session, _Abort
+from ._sql_rows import SqlRows, _iso
+from .base import (
+    DueSchedule,
+    Materialization,
+    NewRun,
+    ScheduleDef,
+)
+
+
+class SqlSchedules(SqlRows):
+    """Schedule operations, shared by both backends."""
+
+    def _schedule_params(self, d: ScheduleDef, next_run_at: datetime | None) -> dict[str, Any]:
+        return {
+            "name": d.name,
+            "task": d.task,
+            "cron": d.cron,
+            "every": d.every,
+            "tz": d.tz,
+            "args": d.args,
+            "kwargs": d.kwargs,
+            "overlap": d.overlap,
+            "misfire": d.misfire,
+            "misfire_grace": d.misfire_grace,
+            "run_immediately": d.run_immediately,
+            "queue": d.queue,
+            "priority": d.priority,
+            "max_attempts": d.max_attempts,
+            "timeout": d.timeout,
+            "backoff": d.backoff,
+            "source": d.source,
+            "app": d.app,
+            "definition": d.definition,
+            "next_run_at": self._ts(next_run_at),
+        }
+
+    def sync_schedules(self, app: str, defs: Sequence[ScheduleDef], first_ticks: dict[str, datetime]) -> None:
+        now = self.now()
+        with self._tx() as s:
+            for d in defs:
+                first = first_ticks[d.name]
+                start = now if d.run_immediately else first
+                s.q(
+                    "upsert_code_schedule",
+                    first_tick=self._ts(first),
+                    **self._schedule_params(d, start),
+                )
+            removed = s.q("deactivate_code_schedules", app=app, names=self._names([d.name for d in defs]))
+            error = simple_error("Removed", "its schedule was removed from code")
+            for (name,) in removed:
+                s.q("cancel_schedule_pending", name=name, error=error)
+            self._notify(s, "schedule")
+
+    def add_schedule(self, sdef: ScheduleDef, first_tick: datetime) -> None:
+        start = self.now() if sdef.run_immediately else first_tick
+        with self._tx() as s:
+            if not s.q("insert_schedule", **self._schedule_params(sdef, start)):
+                raise ConfigurationError(
+                    f"a schedule named {sdef.name!r} already exists; use update_schedule() to "
+                    "change it or remove_schedule() first"
+                )
+            self._notify(s, "schedule")
+
+    def update_schedule(self, sdef: ScheduleDef, next_run_at: datetime | None) -> None:
+        with self._tx() as s:
+            if not s.q("update_schedule", **self._schedule_params(sdef, next_run_at)):
+                raise ScheduleNotFound(f"no active schedule named {sdef.name!r}")
+            self._notify(s, "schedule")
+
+    def remove_schedule(self, name: str) -> int:
+        with self._tx() as s:
+            if not s.q("deactivate_schedule", name=name):
+                raise ScheduleNotFound(f"no active schedule named {name!r}")
+            error = simple_error("Removed", f"schedule {name!r} was removed")
+            return len(s.q("cancel_schedule_pending", name=name, error=error))
+
+    def set_paused(self, name: str, paused: bool, next_run_at: datetime | None) -> None:
+        with self._tx() as s:
+            if not s.q("set_paused", name=name, paused=paused, next_run_at=self._ts(next_run_at)):
+                raise ScheduleNotFound(f"no active schedule named {name!r}")
+            self._notify(s, "schedule")
+
+    def due_schedules(self, limit: int) -> list[DueSchedule]:
+        with self._read() as s:
+            rows = s.q("due_schedules", limit=limit)
+        return [self._due_from_row(r) for r in rows]
+
+    def _tick_run(self, due: DueSchedule, tick: datetime | None, **extra: Any) -> NewRun:
+        return NewRun(
+            task=due.task,
+            args=due.args,
+            kwargs=due.kwargs,
+            queue=due.queue,
+            priority=due.priority,
+            scheduled_for=tick,
+            max_attempts=due.max_attempts,
+            timeout=due.timeout,
+            backoff=due.backoff,
+            schedule=due.name,
+            tick=tick,
+            exclusive=due.overlap != "concurrent",
+            **extra,
+        )
+
+    def materialize(self, due: DueSchedule, plan: Materialization) -> bool:
+        try:
+            with self._tx() as s:
+                self._materialize(s, due, plan)
+        except _Abort:
+            return False
+        return True
+
+    def _bound_tick_locks(self, s: Session) -> None:
+        """Let a tick's transaction give up quickly on a row another session holds (a host
+        frozen mid-tick): the worker moves on to its other schedules. A no-op where writers
+        take the whole database (SQLite)."""
+
+    def _materialize(self, s: Session, due: DueSchedule, plan: Materialization) -> None:
+        self._bound_tick_locks(s)
+        woke = False
+        for tick in plan.run:
+            if s.q("insert_run", **self._run_params(self._tick_run(due, tick))):
+                woke = True
+                continue
+            if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
+                raise _Abort  # another instance materialized this tick
+            woke = self._overlap(s, due, tick, manual=False)[1] or woke
+        for tick, reason in plan.skipped:
+            skipped = self._tick_run(due, tick, status="skipped", error=simple_error("Misfire", reason))
+            s.q("insert_run", **self._run_params(skipped))
+        if not s.q(
+            "advance_schedule",
+            name=due.name,
+            old=self._ts(due.next_run_at),
+            new=self._ts(plan.next_run_at),
+            skipped_more=plan.skipped_more,
+        ):
+            raise _Abort
+        if due.overlap != "concurrent" and s.q("promote_held", schedule=due.name):
+            # Holding the schedule's row lock now: an active run that ended while we were
+            # inserting held ticks could not see them; we handed its slot on ourselves.
+            woke = True
+        if woke:
+            self._notify(s, "run")
+
+    def _overlap(
+        self, s: Session, due: DueSchedule, tick: datetime | None, *, manual: bool, **extra: Any
+    ) -> tuple[int | None, bool]:
+        """A tick met the active run of its exclusive schedule: apply the overlap policy.
+        Returns (id of the run inserted for the tick or None, whether it may start now)."""
+        active = s.q("active_run", schedule=due.name)
+        active_id, active_status = (int(active[0][0]), active[0][1]) if active else (None, None)
+        when = "a manual trigger" if tick is None else f"the tick at {_iso(tick)}"
+        if due.overlap == "skip":
+            if manual:
+                raise TriggerRefused(
+                    f"schedule {due.name!r} has run {active_id} {active_status}; its overlap "
+                    "policy 'skip' allows one at a time. Wait for it, cancel it, or use "
+                    "overlap='queue' or 'replace'"
+                )
+            reason = f"run {active_id} was still {active_status} (overlap=skip)"
+            skipped = self._tick_run(due, tick, status="skipped", error=simple_error("Overlap", reason))
+            s.q("insert_run", **self._run_params(skipped))
+            return None, False
+        if due.overlap == "replace":
+            error = simple_error("Replaced", f"replaced by {when} (overlap=replace)")
+            s.q("cancel_held", schedule=due.name, error=error)
+            if active_id is not None and active_status == PENDING:
+                s.q("cancel_active_pending", id=active_id, error=error)
+                rows = s.q("insert_run", **self._run_params(self._tick_run(due, tick, **extra)))
+                if rows:
+                    return int(rows[0][0]), True
+            elif active_id is not None:
+                s.q("request_cancel", id=active_id)
+                self._notify(s, f"cancel:{active_id}")
+        rows = s.q("insert_run", **self._run_params(self._tick_run(due, tick, held=True, **extra)))
+        return int(rows[0][0]), False
+
+    def trigger(self, due: DueSchedule, *, key: str | None = None, retry_of: int | None = None) -> tuple[int, str]:
+        extra = {"key": key, "retry_of": retry_of}
+        with self._tx() as s:
+            rows = s.q("insert_run", **self._run_params(self._tick_run(due, None, **extra)))
+            if rows:
+                run_id, started = int(rows[0][0]), True
+            else:
+                maybe_id, started = self._overlap(s, due, None, manual=True, **extra)
+                assert maybe_id is not None
+                run_id = maybe_id
+                # As in materialize: an active run that ended while we inserted a held run
+                # could not see it. Take the schedule's row lock (after the inserts, the
+                # order materialize uses: no deadlock with the ending run's trigger), then
+                # hand the slot on ourselves if it is free.
+                s.q("lock_schedule", schedule=due.name)
+                promoted = s.q("promote_held", schedule=due.name)
+                started = started or any(int(r[0]) == run_id for r in promoted)
+                if promoted and not started:
+                    self._notify(s, "run")  # an older held run got the slot
+            if started:
+                self._notify(s, "run")
+                return run_id, "started"
+            return run_id, "replacing" if due.overlap == "replace" else "queued"
+
+    def retry_source(self, run_id: int) -> tuple[str | None, str | None] | None:
+        with self._read() as s:
+            rows = s.q("retry_source", id=run_id)
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def mark_plan_error(self, due: DueSchedule, error: str) -> bool:
+        return bool(self._one("mark_plan_error", name=due.name, old=self._ts(due.next_run_at), error=error))
+
+    def get_schedule(self, name: str) -> ScheduleInfo | None:
+        rows = self._select("schedule_columns", f" WHERE name = {self._p('name')}", name=name)
+        return self._schedule_from_row(rows[0]) if rows else None
+
+    def get_schedule_def(self, name: str) -> ScheduleDef | None:
+        rows = self._select("schedule_columns", f" WHERE name = {self._p('name')}", name=name)
+        if not rows:
+            return None
+        r = rows[0]
+        return ScheduleDef(
+            name=r[0],
+            task=r[1],
+            cron=r[2],
+            every=r[3],
+            tz=r[4],
+            args=r[5],
+            kwargs=r[6],
+            overlap=r[7],
+            misfire=r[8],
+            misfire_grace=r[9],
+            run_immediately=bool(r[24]),
+            queue=r[10],
+            priority=r[11],
+            max_attempts=r[12],
+            timeout=r[13],
+            backoff=r[25],
+            source=r[14],
+            app=r[26],
+            definition=r[27],
+        )
+
+    def list_schedules(self, include_inactive: bool = False) -> list[ScheduleInfo]:
+        suffix = "" if include_inactive else " WHERE active"
+        rows = self._select("schedule_columns", suffix + " ORDER BY name")
+        return [self._schedule_from_row(r) for r in rows]

@@ -1,0 +1,106 @@
+"""SQLite connection helpers: the session over a connection, one writer lock per file in this
+process, busy-timeout and error translation, and migration scripts split into statements."""
+
+from __future__ import annotations
+
+import math
+import os
+import pwd
+import sqlite3
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import (
+    ConfigurationError,
+    DatabaseError,
+    DatabaseTransient,
+    DatabaseUnavailable,
+    SchemaVersionError,
+)
+from ._sql_base import Row
+
+
+class _Session:
+    __slots__ = ("conn", "now", "queries", "wake")
+
+    def __init__(self, conn: sqlite3.Connection | sqlite3.Cursor, queries: dict[str, str], now: float) -> None:
+        self.conn = conn
+        self.queries = queries
+        self.now = now
+        self.wake: list[str] = []
+
+    def q(self, name: str, /, **params: Any) -> list[Row]:
+        return self.q_text(self.queries[name], **params)
+
+    def q_text(self, sql: str, /, **params: Any) -> list[Row]:
+        params["now"] = self.now
+        return self.conn.execute(sql, params).fetchall()
+
+
+def _user() -> str:
+    try:
+        return f"user {pwd.getpwuid(os.geteuid()).pw_name!r}"
+    except (KeyError, AttributeError):  # pragma: no cover - no passwd entry / not POSIX
+        return "this user"
+
+
+def _busy_timeout(text: str, url: str) -> float:
+    """`?busy_timeout=` seconds a writer waits for the write lock: 0 to 3600."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 3600:
+        raise ConfigurationError(
+            f"invalid busy_timeout={text!r} in {url!r}: give the seconds a writer waits for the "
+            "write lock, a number from 0 to 3600 (default 30)"
+        )
+    return value
+
+
+_writer_locks: dict[str, threading.Lock] = {}
+_writer_locks_guard = threading.Lock()
+
+
+def _writer_lock(path: str) -> threading.Lock:
+    key = os.path.realpath(path)
+    with _writer_locks_guard:
+        lock = _writer_locks.get(key)
+        if lock is None:
+            lock = _writer_locks[key] = threading.Lock()
+        return lock
+
+
+def _translate(exc: sqlite3.Error, path: str) -> DatabaseError:
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and ("unable to open" in text or "disk I/O" in text):
+        return DatabaseUnavailable(f"SQLite database {path!r}: {text}")
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text or "readonly" in text):
+        return DatabaseTransient(
+            f"SQLite database {path!r}: {text} (another writer held it, or the file is read-only for now; try again)"
+        )
+    return DatabaseError(f"SQLite database {path!r}: {text}")
+
+
+def _check_not_newer(current: int, latest: int, where: str) -> None:
+    if current > latest:
+        raise SchemaVersionError(
+            f"the database {where} has rota schema version {current}, newer than the {latest} this "
+            "version of rota knows: upgrade rota on this host (never run older code against a "
+            "migrated database)"
+        )
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a SQL script into complete statements (trigger bodies keep their semicolons)."""
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--") and not buffer.strip():
+            continue
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            yield buffer.strip()
+            buffer = ""
+    if buffer.strip():
+        raise DatabaseError(f"incomplete SQL statement in migration: {buffer[:80]!r}")

@@ -1,0 +1,151 @@
+"""Transactional handlers: `@app.task(transactional=True)`.
+
+The handler runs inside one database transaction on a connection to the store's own
+database, given to it as `ctx.connection` (a psycopg `Connection` on PostgreSQL, a
+`sqlite3.Connection` on SQLite). When it returns, the run's success is recorded in that same
+transaction with a token-checked UPDATE (the run must still be `running` under this
+attempt's fencing token), then the transaction commits: the handler's writes and
+"succeeded" commit together or not at all.
+
+- The handler raises: everything rolls back; the failure (or retry) is recorded afterwards
+  in a separate transaction, the normal way.
+- The lease was lost (the run was rescued and claimed again, or handed back): the token
+  check finds no row, everything rolls back, the attempt is discarded like a stale write.
+- The handler ran past its timeout: rolled back before commit; the timeout is recorded the
+  normal way.
+
+Rules, checked when the task is declared: `transactional=True` implies `pass_context=True`
+(the handler takes `ctx` first); the handler must be a plain `def` (it runs on a worker
+thread, like every sync handler, with a sync connection; an `async def` is refused); and
+`isolation="process"` is refused (the transaction lives in the worker process).
+
+The commit gate. The worker's loop may decide an attempt while its thread is committing (the
+timeout timer fires, or a heartbeat that waited for the commit's row lock reports the run as
+no longer running). Once the token-checked UPDATE has succeeded the row is ours and the
+commit decides, so the worker asks `committing(key)` before recording a timeout or a lost
+lease: True means "leave it to the thread". An attempt the loop decided first can no longer
+enter its commit (it rolls back).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigurationError
+from .serialization import encode_result
+
+if TYPE_CHECKING:
+    from .stores.base import Store
+    from .tasks import RunContext, Task, TaskOptions
+
+log = logging.getLogger("rota.worker")
+
+#: The outcome kind of an attempt whose success was committed with the handler's writes.
+COMMITTED = "committed"
+
+_RUNNING, _COMMITTING, _CLOSED = "running", "committing", "closed"
+_states: dict[object, str] = {}
+_states_lock = threading.Lock()
+
+
+class _Rollback(Exception):
+    """Roll the handler's transaction back; `kind` is the attempt's outcome."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+def check_options(opts: TaskOptions) -> None:
+    """Validate `transactional=` against the other task options (TaskOptions calls this)."""
+    if not isinstance(opts.transactional, bool):
+        raise ConfigurationError(f"transactional must be True or False, got {opts.transactional!r}")
+    if opts.isolation == "process":
+        raise ConfigurationError(
+            "transactional=True cannot be combined with isolation='process': the handler's "
+            "transaction lives in the worker process; use isolation='none' (the default)"
+        )
+    object.__setattr__(opts, "pass_context", True)  # the handler needs ctx.connection
+
+
+def check_handler(name: str, fn: Any, opts: TaskOptions) -> None:
+    """Refuse an `async def` transactional handler (App registers tasks through this)."""
+    import inspect
+
+    if opts.transactional and inspect.iscoroutinefunction(fn):
+        raise ConfigurationError(
+            f"task {name!r}: transactional=True needs a plain `def` handler, got an `async def`: it "
+            "runs on a worker thread inside a transaction on a sync connection (ctx.connection). "
+            "Declare it with `def`; do any async I/O in another task"
+        )
+
+
+def call_transactional(
+    store: Store,
+    task: Task[Any, Any],
+    ctx: RunContext,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    *,
+    timeout: float | None,
+    key: object,
+) -> tuple[str, Any]:
+    """On a worker thread: run the handler in a store transaction that also records its
+    success. Returns (COMMITTED, result), ("timeout", None), ("lost", None) or ("error", exc)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with _states_lock:
+        _states[key] = _RUNNING
+    try:
+        with store.handler_transaction() as tx:
+            ctx._connection = tx.connection
+            result = encode_result(task.name, task.fn(ctx, *args, **kwargs))
+            if not tx.succeed(int(ctx.run_id), ctx.token, result):
+                raise _Rollback("lost")  # the token no longer holds the run
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _Rollback("timeout")
+            if not _enter_commit(key):
+                raise _Rollback("lost")  # the worker decided first (timed out, lease lost)
+        return COMMITTED, result
+    except _Rollback as rollback:
+        if rollback.kind == "lost":
+            log.warning(
+                "run %s (%s): rolled back: token %s no longer holds the run (its lease was lost) "
+                "or the worker already recorded its end",
+                ctx.run_id,
+                task.name,
+                ctx.token,
+            )
+        return rollback.kind, None
+    except BaseException as exc:
+        return "error", exc
+    finally:
+        ctx._connection = None
+        with _states_lock:
+            _states.pop(key, None)
+
+
+def _enter_commit(key: object) -> bool:
+    with _states_lock:
+        if _states.get(key) == _CLOSED:
+            return False
+        _states[key] = _COMMITTING
+        return True
+
+
+def committing(key: object) -> bool:
+    """For the worker's loop, before it records a timeout or a lost lease: True if the
+    attempt is committing (its thread's commit decides; record nothing). Otherwise the
+    attempt can no longer commit and the caller decides it."""
+    with _states_lock:
+        state = _states.get(key)
+        if state == _COMMITTING:
+            return True
+        if state == _RUNNING:
+            _states[key] = _CLOSED
+        return False
+
+
+__all__ = ["COMMITTED", "call_transactional", "check_handler", "check_options", "committing"]

@@ -6,15 +6,9 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 ROTA = Path(__file__).resolve().parent.parent / "rota"
 MAX_FUNCTION = 50
 MAX_MODULE = 500
-# Cycles outside rota/worker are others' to remove (issue 11 item 3: the locks factory and
-# the app split run on another branch): xfail while any is still here, so that this test
-# guards the worker now and all of rota/ once they are gone (then the xfail never fires).
-FIXED_ELSEWHERE = "to be removed outside the worker branch (issue 11 item 3)"
 
 
 def module_name(path: Path) -> str:
@@ -128,8 +122,7 @@ def test_no_import_cycle_in_rota() -> None:
     found = cycles(import_graph())
     worker = [c for c in found if any(m == "rota.worker" or m.startswith("rota.worker.") for m in c)]
     assert not worker, f"import cycles through rota.worker: {worker}"
-    if found:
-        pytest.xfail(f"import cycles outside rota.worker, {FIXED_ELSEWHERE}: {found}")
+    assert not found, f"import cycles in rota/: {found}"
 
 
 def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:

@@ -19,7 +19,8 @@ Event names (stable; operators alert on them):
 - tick_materialized, tick_locked_out: a schedule tick written by this instance, or lost to
   another instance that wrote it first (schedule).
 - database_unavailable, database_back: one line each per outage (error, duration).
-- poll_summary: debug, once per poll: rescued, dispatched, locked_out, skipped_at_capacity.
+- poll_summary: debug, once per poll, counts since the previous one: swept (rescued),
+  claimed, dispatched, locked_out, skipped_at_capacity (and worker).
 - flag_ignored: a `rota` flag lost to a value the App was given in code (argument > flag).
 
 Both formatters take passwords out of URLs in the message (rota.config.redact_text).

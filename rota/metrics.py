@@ -5,14 +5,11 @@ histogram observations: run duration and lateness of start versus scheduled time
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sized
+from typing import Any, Protocol
 
 from .errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from .stores.base import Claimed
-    from .worker import Worker
+from .stores.base import Claimed
 
 _DOCS = {
     "polls": "Housekeeping passes (rescue, due check, schedule materialization)",
@@ -33,68 +30,81 @@ _DOCS = {
 }
 
 
-def serve_worker_metrics(worker: Worker, port: int, host: str = "0.0.0.0") -> Any:
+BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class Counters(Protocol):
+    def as_dict(self) -> dict[str, int]: ...
+
+
+class MeteredWorker(Protocol):
+    """What metrics read from a worker (rota.worker.Worker); no import of the worker."""
+
+    id: str
+    concurrency: int
+
+    @property
+    def counters(self) -> Counters: ...
+
+    @property
+    def inflight(self) -> Sized: ...
+
+    @property
+    def stuck(self) -> int: ...
+
+    def observe(self, callback: Callable[[str, Claimed, float], None]) -> None: ...
+
+
+def serve_worker_metrics(worker: MeteredWorker, port: int, host: str = "0.0.0.0") -> Any:
     """Start an HTTP server exposing /metrics for `worker`; returns the registry."""
     try:
-        from prometheus_client import CollectorRegistry, Histogram, start_http_server
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client import CollectorRegistry, start_http_server
     except ImportError as exc:  # pragma: no cover - depends on extras
         raise ConfigurationError("metrics need prometheus-client: pip install 'rota[web]'") from exc
-
     registry = CollectorRegistry()
+    registry.register(WorkerCollector(worker))
+    worker.observe(_run_observer(registry))
+    start_http_server(port, addr=host, registry=registry)
+    return registry
 
-    class WorkerCollector:
-        def collect(self) -> Iterator[Any]:
-            labels = ["worker"]
-            for name, value in worker.counters.as_dict().items():
-                family = CounterMetricFamily(f"rota_worker_{name}", _DOCS.get(name, name), labels=labels)
-                family.add_metric([worker.id], value)
-                yield family
-            inflight = GaugeMetricFamily("rota_worker_inflight", "Runs executing now", labels=labels)
-            inflight.add_metric([worker.id], len(worker.inflight))
-            yield inflight
-            capacity = GaugeMetricFamily("rota_worker_concurrency", "Concurrency slots", labels=labels)
-            capacity.add_metric([worker.id], worker.concurrency)
-            yield capacity
-            stuck = GaugeMetricFamily(
-                "rota_worker_stuck", "Handler threads still running after a timeout or a lost lease", labels=labels
-            )
-            stuck.add_metric([worker.id], worker.stuck)
-            yield stuck
 
-    registry.register(WorkerCollector())
-    buckets = (
-        0.001,
-        0.005,
-        0.01,
-        0.025,
-        0.05,
-        0.1,
-        0.25,
-        0.5,
-        1,
-        2.5,
-        5,
-        10,
-        30,
-        60,
-        300,
-        900,
-        3600,
-    )
+class WorkerCollector:
+    """The worker's counters and gauges, read at each scrape."""
+
+    def __init__(self, worker: MeteredWorker) -> None:
+        self.worker = worker
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        w = self.worker
+        for name, value in w.counters.as_dict().items():
+            family = CounterMetricFamily(f"rota_worker_{name}", _DOCS.get(name, name), labels=["worker"])
+            family.add_metric([w.id], value)
+            yield family
+        yield _gauge("rota_worker_inflight", "Runs executing now", w.id, len(w.inflight))
+        yield _gauge("rota_worker_concurrency", "Concurrency slots", w.id, w.concurrency)
+        stuck_doc = "Handler threads still running after a timeout or a lost lease"
+        yield _gauge("rota_worker_stuck", stuck_doc, w.id, w.stuck)
+
+
+def _gauge(name: str, doc: str, worker_id: str, value: float) -> Any:
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily(name, doc, labels=["worker"])
+    family.add_metric([worker_id], value)
+    return family
+
+
+def _run_observer(registry: Any) -> Callable[[str, Claimed, float], None]:
+    """Per-run histograms: duration (by task and status) and lateness of the start."""
+    from prometheus_client import Histogram
+
     duration = Histogram(
-        "rota_run_duration_seconds",
-        "Run duration",
-        ["task", "status"],
-        registry=registry,
-        buckets=buckets,
+        "rota_run_duration_seconds", "Run duration", ["task", "status"], registry=registry, buckets=BUCKETS
     )
     lateness = Histogram(
-        "rota_run_lateness_seconds",
-        "Start minus scheduled time",
-        ["task"],
-        registry=registry,
-        buckets=buckets,
+        "rota_run_lateness_seconds", "Start minus scheduled time", ["task"], registry=registry, buckets=BUCKETS
     )
     started: dict[int, float] = {}
 
@@ -107,6 +117,4 @@ def serve_worker_metrics(worker: Worker, port: int, host: str = "0.0.0.0") -> An
         if began is not None:
             duration.labels(claim.task, event).observe(max(0.0, at - began))
 
-    worker.observe(observe)
-    start_http_server(port, addr=host, registry=registry)
-    return registry
+    return observe

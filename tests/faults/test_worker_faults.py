@@ -23,8 +23,8 @@ import pytest
 
 import rota
 from rota.errors import DatabaseError, DatabaseTransient, DatabaseUnavailable
-from rota.resilience import Outage
 from rota.stores.base import Outcome
+from rota.worker.outage import Outage
 
 from ..conftest import start_worker
 

@@ -1,0 +1,77 @@
+"""The in-flight run record: one per claimed run, kept small (made on the hot path)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+from ..stores.base import Claimed
+from ..tasks import RunContext, Task
+
+
+class Active:
+    """A run this worker holds, from its claim until its outcome is decided."""
+
+    __slots__ = (
+        "_cancel",
+        "async_task",
+        "cancel_requested",
+        "claim",
+        "done",
+        "kind",
+        "started",
+        "stuck",
+        "task",
+        "timer",
+    )
+
+    def __init__(self, claim: Claimed, task: Task[Any, Any] | None) -> None:
+        self.claim = claim
+        self.task = task
+        self.kind = ""  # the executor that runs it (executors.kind_of)
+        self.started = time.monotonic()
+        self._cancel: threading.Event | None = None
+        self.cancel_requested = False
+        self.done = False  # its outcome is decided; whatever the handler does later is ignored
+        self.stuck = False  # done, but its thread still runs the handler (it keeps its slot)
+        self.async_task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    @property
+    def cancel(self) -> threading.Event:
+        """Set when the run should stop (made on first use: most runs never need it)."""
+        if self._cancel is None:
+            self._cancel = threading.Event()
+        return self._cancel
+
+
+class CorruptArguments(ValueError):
+    """A claimed run's stored args/kwargs are not valid JSON (a damaged or hand-written row)."""
+
+
+def decode_arguments(c: Claimed) -> tuple[Any, Any]:
+    try:
+        return json.loads(c.args), json.loads(c.kwargs)
+    except ValueError as exc:
+        raise CorruptArguments(f"stored arguments are not valid JSON ({exc}); run {c.id} is not retried") from None
+
+
+def run_context(active: Active) -> RunContext:
+    c = active.claim
+    return RunContext(str(c.id), c.task, c.attempt, c.max_attempts, c.token, c.scheduled_for, c.schedule, active.cancel)
+
+
+def child_context(c: Claimed) -> dict[str, Any]:
+    """The RunContext fields a child process rebuilds its context from."""
+    return {
+        "run_id": str(c.id),
+        "task": c.task,
+        "attempt": c.attempt,
+        "max_attempts": c.max_attempts,
+        "token": c.token,
+        "scheduled_for": c.scheduled_for,
+        "schedule": c.schedule,
+    }

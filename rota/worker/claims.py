@@ -1,0 +1,138 @@
+"""Claims and dispatch (the producer): claim up to the free slots when a run is due, start
+each claimed run on its executor, and turn each run's end into a queued outcome."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..logs import log_event
+from ..stores.base import Claimed, Store
+from ..tasks import Task
+from .active import Active
+from .completer import Completer
+from .counters import WorkerCounters
+from .db import Db
+from .executors import Executors
+from .outcomes import Decider
+from .service import wait_event
+from .wakeups import DueTimes
+
+log = logging.getLogger("rota.worker")
+Observer = Callable[[str, Claimed, float], None]
+
+
+class Claimer:
+    """Claims due runs into free slots and hands them to the executors."""
+
+    def __init__(
+        self,
+        worker: str,
+        store: Callable[[], Store],
+        db: Db,
+        due: DueTimes,
+        executors: Executors,
+        counters: WorkerCounters,
+        tasks: Mapping[str, Task[Any, Any]],
+    ) -> None:
+        self.worker = worker
+        self.store = store
+        self.db = db
+        self.due = due
+        self.executors = executors
+        self.counters = counters
+        self.tasks = tasks
+        self.queues: list[str] | None = None
+        self.lease = 0.0
+        self.observers: list[Observer] = []
+
+    async def claim_some(self) -> tuple[int, int]:
+        """Claim up to the free slots if a run is due. Returns (claimed, asked)."""
+        free = self.executors.free_slots
+        if free <= 0 or not self.due.due(self.due.run_due):
+            return 0, 0
+        claimed = await self.db(self.store().claim, self.worker, free, self.queues, self.lease)
+        self.counters.claimed += len(claimed)
+        if claimed:
+            self.due.claimed_at = time.monotonic()
+        if len(claimed) < free:
+            self.due.run_due = None
+        for c in claimed:
+            self.dispatch(c)
+        return len(claimed), free
+
+    def dispatch(self, claim: Claimed) -> None:
+        self.counters.dispatched += 1
+        if log.isEnabledFor(logging.DEBUG):
+            self._log_claimed(claim)
+        for observe in self.observers:
+            observe("started", claim, time.time())
+        self.executors.submit(claim, self.tasks.get(claim.task))
+
+    def _log_claimed(self, claim: Claimed) -> None:
+        log_event(
+            log,
+            logging.DEBUG,
+            "run_claimed",
+            f"run {claim.id} {claim.task} claimed (attempt {claim.attempt}/{claim.max_attempts})",
+            run_id=str(claim.id),
+            task=claim.task,
+            schedule=claim.schedule,
+            attempt=claim.attempt,
+            worker=self.worker,
+        )
+
+    async def gather_slots(self, want: int, max_wait: float) -> None:
+        """Backlog: wait (briefly) until a batch of slots is free, to claim many at once."""
+        deadline = time.monotonic() + max_wait
+        slot_freed = self.executors.slot_freed
+        while self.executors.free_slots < want:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            slot_freed.clear()
+            await wait_event(slot_freed, remaining)
+
+    async def wait_for_slots(self, deadline: float) -> None:
+        slot_freed = self.executors.slot_freed
+        slot_freed.clear()
+        if self.executors.free_slots > 0:
+            return
+        await wait_event(slot_freed, self.due.until(deadline))
+
+    async def sleep_until(self, deadline: float) -> None:
+        """Until the next poll, the next due run, or a wake-up."""
+        self.due.wake.clear()
+        await wait_event(self.due.wake, self.due.until(deadline, self.due.run_due))
+
+
+class Finisher:
+    """The end of each run: free its slot, decide its outcome, log it, queue it."""
+
+    def __init__(self, executors: Executors, decider: Decider, completer: Completer, observers: list[Observer]) -> None:
+        self.executors = executors
+        self.decider = decider
+        self.completer = completer
+        self.observers = observers
+
+    def complete(self, active: Active, outcome: tuple[str, Any]) -> None:
+        """The attempt ended (or was given up): free its slot and queue its outcome."""
+        if not self.executors.finish(active):
+            return
+        kind, value = outcome
+        if kind == "lost":
+            return
+        record = self.decider.decide(active, kind, value)
+        self.decider.log(active, kind, record)
+        for observe in self.observers:
+            observe(record.status, active.claim, time.time())
+        self.completer.put(record)
+
+
+async def wait_all(executors: Executors, step: float = 0.05) -> None:
+    """Until no run is in flight (run_until_idle)."""
+    while executors.inflight:
+        executors.slot_freed.clear()
+        await wait_event(executors.slot_freed, step)

@@ -1,0 +1,157 @@
+"""The completer: writes outcomes in small batches with one token-checked statement.
+
+Outcomes wait in the outbox (a few ms of buffering); while queued or being written their
+leases keep being renewed (`held`), so a result computed during an outage is written when
+the database is back (or discarded if someone rescued the run meanwhile). A batch that
+fails for a reason other than a transient error is written one by one; an outcome the store
+refuses for good fails that run with `UnstorableOutcome`. Transient errors keep outcomes
+queued and retry with backoff. The writer task is supervised (restarted if it dies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from ..errors import DatabaseTransient
+from ..events import OUTCOME_EVENTS
+from ..serialization import simple_error
+from ..stores.base import Outcome, Store
+from .counters import WorkerCounters
+from .db import Db
+from .outage import Outage
+from .service import supervise
+
+log = logging.getLogger("rota.worker")
+Emit = Callable[..., None]
+
+
+class Completer:
+    """Owns the outbox and the batch being written."""
+
+    def __init__(
+        self, store: Callable[[], Store], db: Db, outage: Outage, counters: WorkerCounters, emit: Emit
+    ) -> None:
+        self.store = store
+        self.db = db
+        self.outage = outage
+        self.counters = counters
+        self.emit = emit
+        self.outbox: list[Outcome] = []
+        self.writing: list[Outcome] = []  # outcomes being written now (their leases are renewed)
+        self.ready = asyncio.Event()
+        self.after_outage: Callable[[], Awaitable[None]] = _nothing
+        self.sleep_or_stop: Callable[[float], Awaitable[bool]] = _sleep
+
+    def put(self, record: Outcome) -> None:
+        self.outbox.append(record)
+        self.ready.set()
+
+    def held(self) -> list[tuple[int, int]]:
+        """(run id, token) of every outcome not written yet: their leases are kept."""
+        return [(o.id, o.token) for o in self.outbox] + [(o.id, o.token) for o in self.writing]
+
+    async def run(self, flush: Callable[[], Awaitable[bool]], buffer: Callable[[], float]) -> None:
+        """The writer task, supervised: if it ever dies, log why and start it again."""
+
+        async def write() -> None:
+            while True:
+                await self.ready.wait()
+                delay = buffer()
+                if delay:
+                    await asyncio.sleep(delay)
+                self.ready.clear()
+                await flush()
+
+        await supervise(write, "the outcome writer", self._requeue, " (queued outcomes are kept)")
+
+    def _requeue(self) -> None:
+        self.outbox[:0], self.writing = self.writing, []
+        self.ready.set()
+
+    async def wait_idle(self, timeout: float = 5.0) -> None:
+        """Let a write in progress finish (shutdown flushes after it)."""
+        for _ in range(int(timeout / 0.01)):
+            if not self.writing:
+                return
+            await asyncio.sleep(0.01)
+
+    async def flush(self) -> bool:
+        """Write what the outbox holds now. False if a transient error kept some back (they
+        stay queued, their leases renewed, and are tried again after a backoff)."""
+        batch, self.outbox = self.outbox, []
+        if not batch:
+            return True
+        self.writing = batch
+        try:
+            written = await self.db(self.store().finish, batch)
+            retry: list[Outcome] = []
+        except DatabaseTransient as exc:
+            written, retry = set(), batch
+            failure: BaseException = exc
+        except Exception as exc:  # a permanent error, or a value the driver cannot encode
+            written, retry = await self._one_by_one(batch, exc)
+            failure = exc
+        finally:
+            self.writing = []
+        if retry:
+            self.outbox[:0] = retry
+            await self.sleep_or_stop(self.outage.failed(failure))
+            self.ready.set()
+        elif self.outage.ok():
+            await self.after_outage()
+        self._count_stale(batch, written, retry)
+        return not retry
+
+    def _count_stale(self, batch: list[Outcome], written: set[int], retry: list[Outcome]) -> None:
+        kept = {o.id for o in retry}
+        for o in batch:
+            if o.id in written:
+                self.emit(OUTCOME_EVENTS[o.status], run_id=o.id)
+            elif o.id not in kept:
+                self.counters.stale_writes += 1
+                log.warning(
+                    "run %s: outcome %r discarded: token %s no longer holds the run (its lease was lost and it was rescued)",
+                    o.id,
+                    o.status,
+                    o.token,
+                )
+
+    async def _one_by_one(self, batch: list[Outcome], exc: BaseException) -> tuple[set[int], list[Outcome]]:
+        """After a batch failed for a reason other than a transient error: write each outcome
+        on its own, so one bad value cannot hold back the others. Returns (written, to retry)."""
+        log.error("writing %d outcomes failed (%s); writing them one by one", len(batch), exc)
+        written: set[int] = set()
+        retry: list[Outcome] = []
+        for o in batch:
+            try:
+                written |= await self.db(self.store().finish, [o])
+            except DatabaseTransient:
+                retry.append(o)
+            except Exception as one:
+                written |= await self._unstorable(o, one, retry)
+        return written, retry
+
+    async def _unstorable(self, o: Outcome, exc: BaseException, retry: list[Outcome]) -> set[int]:
+        """The store refused this outcome's values for good: record the run failed, saying why."""
+        message = f"run {o.id}: its {o.status} outcome could not be stored ({type(exc).__name__}: {exc})"
+        log.error("%s; recording the run as failed", message)
+        failed = Outcome(o.id, o.token, "failed", error=simple_error("UnstorableOutcome", message))
+        try:
+            return await self.db(self.store().finish, [failed])
+        except DatabaseTransient:
+            retry.append(failed)
+        except Exception as again:
+            log.error("run %s: could not record that failure either (%s); it will be rescued", o.id, again)
+            return {o.id}  # not stale: nothing more this worker can do
+        return set()
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _sleep(delay: float) -> bool:
+    await asyncio.sleep(delay)
+    return False

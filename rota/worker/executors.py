@@ -1,0 +1,271 @@
+"""Execution: one interface for the ways a handler runs, and the slots they share.
+
+An executor takes a run (`submit`), delivers its end to the worker as (kind, value) through
+the `deliver` callback on the loop, stops it on request (`stop`: cancellation asked, lease
+lost, shutdown) and counts `stuck` bodies (decided runs whose handler still runs). Three
+ways today: a coroutine on the loop, a daemon thread, a child process. The run's way is
+chosen in ONE place (`kind_of`) from the registry `EXECUTORS`: a fourth way touches only
+this file. `Executors` holds the in-flight table and the hard concurrency cap: a slot is
+free only when its handler body really returned (stuck threads keep theirs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..executor import DaemonPool, handler_path
+from ..serialization import encode_result
+from ..stores.base import Claimed
+from ..tasks import Task
+from .active import Active, child_context, decode_arguments, run_context
+from .child import run_in_child
+
+Result = tuple[str, Any]  # ("ok", result JSON) | ("error", exc) | ("timeout", None) | ...
+Deliver = Callable[[Active, Result], None]
+
+
+class Executor(Protocol):
+    """How one kind of handler runs."""
+
+    stuck: int
+
+    def submit(self, active: Active, task: Task[Any, Any]) -> None: ...
+
+    def stop(self, active: Active, lost: bool) -> None: ...
+
+
+class CoroutineExecutor:
+    """`async def` handlers: a task on the worker's loop, cancelled to stop."""
+
+    def __init__(self, slots: Executors) -> None:
+        self.slots = slots
+        self.stuck = 0  # a cancelled task ends at its next await
+
+    def submit(self, active: Active, task: Task[Any, Any]) -> None:
+        name = f"rota-run-{active.claim.id}"
+        active.async_task = asyncio.get_running_loop().create_task(self._call(active, task), name=name)
+
+    async def _call(self, active: Active, task: Task[Any, Any]) -> None:
+        c = active.claim
+        outcome: Result
+        try:
+            args, kwargs = decode_arguments(c)
+            if task.opts.pass_context:
+                args.insert(0, run_context(active))
+            async with asyncio.timeout(c.timeout) as scope:
+                result = await task.fn(*args, **kwargs)
+            outcome = "ok", encode_result(task.name, result)
+        except asyncio.CancelledError as exc:
+            if not (active.cancel_requested or active.done):
+                raise
+            outcome = "cancelled", exc
+        except TimeoutError as exc:
+            outcome = ("timeout", None) if scope.expired() else ("error", exc)
+        except Exception as exc:
+            outcome = "error", exc
+        self.slots.deliver(active, outcome)
+
+    def stop(self, active: Active, lost: bool) -> None:
+        if active.async_task is not None:
+            active.async_task.cancel()
+
+
+class ThreadExecutor:
+    """Plain `def` handlers: a daemon thread. A thread cannot be killed: past its timeout
+    or after a lost lease its run is decided but the thread keeps its slot (stuck) until
+    the handler returns."""
+
+    def __init__(self, slots: Executors) -> None:
+        self.slots = slots
+        self.stuck = 0
+
+    def submit(self, active: Active, task: Task[Any, Any]) -> None:
+        self.slots.handoff.run(active, lambda: self._call(active, task), self._returned)
+        if active.claim.timeout is not None:
+            loop = asyncio.get_running_loop()
+            active.timer = loop.call_later(active.claim.timeout, self._on_timeout, active)
+
+    def _call(self, active: Active, task: Task[Any, Any]) -> Result:
+        """On a pool thread: decode arguments, call the handler, encode its result."""
+        try:
+            args, kwargs = decode_arguments(active.claim)
+            if task.opts.pass_context:
+                result = task.fn(run_context(active), *args, **kwargs)
+            else:
+                result = task.fn(*args, **kwargs)
+            return "ok", encode_result(task.name, result)
+        except BaseException as exc:
+            return "error", exc
+
+    def _on_timeout(self, active: Active) -> None:
+        """Past its timeout: record the timeout; the thread keeps its slot until it returns."""
+        if active.done:
+            return
+        active.cancel.set()
+        self._mark_stuck(active)
+        self.slots.deliver(active, ("timeout", None))
+
+    def stop(self, active: Active, lost: bool) -> None:
+        if lost:
+            self._mark_stuck(active)
+
+    def _mark_stuck(self, active: Active) -> None:
+        if not active.stuck:
+            active.stuck = True
+            self.stuck += 1
+
+    def _returned(self, active: Active) -> None:
+        """A decided run's thread finally returned: its slot is free now."""
+        if active.stuck:
+            active.stuck = False
+            self.stuck -= 1
+            self.slots.slot_freed.set()
+
+
+class ProcessExecutor:
+    """isolation="process": a child process per run (watched from a pool thread), killed
+    at its timeout, on cancellation and when the lease is lost; never stuck."""
+
+    def __init__(self, slots: Executors) -> None:
+        self.slots = slots
+        self.stuck = 0
+
+    def submit(self, active: Active, task: Task[Any, Any]) -> None:
+        self.slots.handoff.run(active, lambda: self._call(active, task), lambda _active: None)
+
+    def _call(self, active: Active, task: Task[Any, Any]) -> Result:
+        c = active.claim
+        try:
+            decode_arguments(c)
+            module, qualname = handler_path(task.fn)
+        except ValueError as exc:
+            return "error", exc
+        context = child_context(c) if task.opts.pass_context else None
+        kind, value = run_in_child(module, qualname, task.name, c.args, c.kwargs, context, c.timeout, active.cancel)
+        if kind == "error":
+            return "child_error", value
+        if kind == "cancelled":
+            return ("cancelled", None) if active.cancel_requested else ("lost", None)
+        return kind, value
+
+    def stop(self, active: Active, lost: bool) -> None:
+        pass  # the cancel event (already set) kills the child
+
+
+EXECUTORS: dict[str, Callable[[Executors], Executor]] = {
+    "coroutine": CoroutineExecutor,
+    "thread": ThreadExecutor,
+    "process": ProcessExecutor,
+}
+
+
+def kind_of(task: Task[Any, Any]) -> str:
+    """The one place that chooses how a task's handler runs."""
+    if task.opts.isolation == "process":
+        return "process"
+    return "coroutine" if task.is_async else "thread"
+
+
+class Handoff:
+    """Pool threads hand their results to the loop: one loop wake-up per burst."""
+
+    def __init__(self, limit: int, deliver: Deliver) -> None:
+        self.limit = limit
+        self.pool = DaemonPool(limit, "rota-run")
+        self.deliver = deliver
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._done: deque[tuple[Active, Result, Callable[[Active], None]]] = deque()
+        self._scheduled = False
+
+    def run(self, active: Active, body: Callable[[], Result], returned: Callable[[Active], None]) -> None:
+        self.pool.submit(lambda: self._put(active, body(), returned))
+
+    def _put(self, active: Active, outcome: Result, returned: Callable[[Active], None]) -> None:
+        self._done.append((active, outcome, returned))
+        if not self._scheduled:
+            self._scheduled = True
+            loop = self.loop
+            if loop is not None and not loop.is_closed():
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        while self._done:
+            active, outcome, returned = self._done.popleft()
+            if active.done:  # decided already (timeout, lost lease): only its slot matters
+                returned(active)
+            else:
+                self.deliver(active, outcome)
+
+    def reopen(self) -> None:
+        self.pool.close()
+        self.pool = DaemonPool(self.limit, "rota-run")
+
+
+class Executors:
+    """The in-flight table, the hard concurrency cap, and the executor of each kind."""
+
+    def __init__(self, concurrency: int, deliver: Deliver) -> None:
+        self.concurrency = concurrency
+        self.deliver = deliver
+        self.inflight: dict[int, Active] = {}
+        self.slot_freed = asyncio.Event()
+        self.handoff = Handoff(concurrency * 2 + 4, deliver)
+        self.by_kind: dict[str, Executor] = {name: make(self) for name, make in EXECUTORS.items()}
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.handoff.loop = loop
+        self.slot_freed = asyncio.Event()
+
+    @property
+    def stuck(self) -> int:
+        return sum(e.stuck for e in self.by_kind.values())
+
+    @property
+    def free_slots(self) -> int:
+        """Slots free for new runs: concurrency is a hard cap on running handler bodies."""
+        return max(0, self.concurrency - len(self.inflight) - self.stuck)
+
+    def submit(self, claim: Claimed, task: Task[Any, Any] | None) -> Active:
+        """Start a claimed run (its end comes back through `deliver`)."""
+        active = Active(claim, task)
+        self.inflight[claim.id] = active
+        if task is None:
+            self.deliver(active, ("unknown", None))
+            return active
+        active.kind = kind_of(task)
+        if task.opts.pass_context or active.kind == "process":
+            active._cancel = active.cancel  # made here, on the loop: the handler's thread reads it
+        self.by_kind[active.kind].submit(active, task)
+        return active
+
+    def stop(self, active: Active, lost: bool) -> None:
+        """Ask a run to stop (cancellation, lost lease, shutdown)."""
+        active.cancel.set()
+        executor = self.by_kind.get(active.kind)
+        if executor is not None:
+            executor.stop(active, lost)
+
+    def finish(self, active: Active) -> bool:
+        """The run's outcome is decided: free its slot. False if it was decided before."""
+        if active.done:
+            return False
+        active.done = True
+        if active.timer is not None:
+            active.timer.cancel()
+        del self.inflight[active.claim.id]
+        self.slot_freed.set()
+        return True
+
+    def describe(self, name: str) -> str:
+        """A label for the asyncio task `name` (a run's handler, or a worker task)."""
+        if name.startswith("rota-run-"):
+            active = self.inflight.get(int(name[9:])) if name[9:].isdigit() else None
+            task = f" ({active.claim.task})" if active is not None else ""
+            return f"run {name[9:]}{task}"
+        return f"task {name!r}"

@@ -1,0 +1,107 @@
+"""Leases: heartbeats renew every run this worker holds, notice lost leases, pass on
+cancellation requests; after an outage the poller renews through here before anything else.
+
+The heartbeat statement is token-checked and ignores `lease_until`: a run is ours while
+nobody else took it, so renewing after an outage keeps runs whose lease ran out meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from ..errors import DatabaseError
+from ..logs import log_event
+from ..stores.base import Store
+from .active import Active
+from .completer import Completer
+from .counters import WorkerCounters
+from .db import Db
+from .executors import Executors
+from .outage import Outage
+
+log = logging.getLogger("rota.worker")
+
+
+class Leases:
+    """Keeps this worker's runs (running, or their outcome not yet written) its own."""
+
+    def __init__(
+        self,
+        worker: str,
+        store: Callable[[], Store],
+        db: Db,
+        executors: Executors,
+        completer: Completer,
+        outage: Outage,
+        counters: WorkerCounters,
+    ) -> None:
+        self.worker = worker
+        self.store = store
+        self.db = db
+        self.executors = executors
+        self.completer = completer
+        self.outage = outage
+        self.counters = counters
+        self.lease = 0.0
+        self.interval = 0.0
+        self.complete: Callable[[Active, tuple[str, None]], None] = lambda active, outcome: None
+        self.registry: Callable[[], tuple[str, int]] = lambda: ("running", 0)
+
+    async def run(self) -> None:
+        """The heartbeat task: renew every `interval` seconds."""
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.heartbeat()
+
+    async def heartbeat(self) -> None:
+        try:
+            await self.renew()
+        except DatabaseError as exc:
+            self.outage.failed(exc)
+            return
+        state, stuck = self.registry()
+        try:  # the registry is secondary: its failure must not lose the renewal's news
+            await self.db(self.store().worker_seen, self.worker, state, stuck)
+        except DatabaseError as exc:
+            log.debug("could not update the worker registry: %s", exc)
+
+    async def renew(self) -> None:
+        """Renew the lease of every run this worker holds (running, or its outcome queued or
+        being written), token-checked and whether or not the lease has expired meanwhile;
+        stop the runs that were lost, pass on cancellation requests. Raises DatabaseError."""
+        inflight = self.executors.inflight
+        held = [(run_id, a.claim.token) for run_id, a in inflight.items()] + self.completer.held()
+        alive, cancel = await self.db(self.store().heartbeat, held, self.lease)
+        for run_id, token in held:
+            active = inflight.get(run_id)
+            if run_id not in alive and active is not None and not active.done and active.claim.token == token:
+                self.lost(active)
+        for run_id in cancel:
+            self.request_cancel(run_id)
+
+    def lost(self, active: Active) -> None:
+        """Someone else holds the run now: stop it; its result will never be written."""
+        self.counters.lost += 1
+        c = active.claim
+        log_event(
+            log,
+            logging.WARNING,
+            "lease_lost",
+            f"run {c.id} ({c.task}): lease lost (rescued by another worker); stopping it, its result will be discarded",
+            run_id=str(c.id),
+            task=c.task,
+            attempt=c.attempt,
+            worker=self.worker,
+        )
+        self.executors.stop(active, lost=True)
+        self.complete(active, ("lost", None))
+
+    def request_cancel(self, run_id: int) -> None:
+        active = self.executors.inflight.get(run_id)
+        if active is None or active.cancel_requested:
+            return
+        log.info("run %s (%s): cancellation requested", run_id, active.claim.task)
+        active.cancel_requested = True
+        self.executors.stop(active, lost=False)

@@ -1,0 +1,149 @@
+"""Turning the end of a handler into an `Outcome`: succeeded, retry with backoff, failed,
+cancelled, unknown task, corrupt arguments; and the log line of that transition."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..errors import Cancelled
+from ..logs import log_event
+from ..serialization import encode, encode_error, error_payload, simple_error, storable
+from ..stores.base import Outcome
+from ..tasks import Backoff
+from .active import Active, CorruptArguments
+from .counters import WorkerCounters
+
+log = logging.getLogger("rota.worker")
+
+_STOPPED = ("cancelled", "error", "child_error", "timeout")
+_EVENTS = {
+    "succeeded": "run_succeeded",
+    "pending": "run_retrying",
+    "failed": "run_failed",
+    "cancelled": "run_cancelled",
+}
+_LEVELS = {"succeeded": logging.INFO, "pending": logging.INFO, "failed": logging.WARNING, "cancelled": logging.INFO}
+
+
+class Decider:
+    """Decides each attempt's Outcome (and counts it) for one worker."""
+
+    def __init__(
+        self, worker: str, counters: WorkerCounters, task_names: Any, db_offset: Callable[[], timedelta]
+    ) -> None:
+        self.worker = worker
+        self.counters = counters
+        self.task_names = task_names  # the app's tasks (a live mapping: names for the error)
+        self.db_offset = db_offset  # database clock minus local clock (learned by each poll)
+
+    def decide(self, active: Active, kind: str, value: Any) -> Outcome:
+        c = active.claim
+        if kind == "ok":  # even if cancellation was requested: the handler says it is done
+            self.counters.succeeded += 1
+            return Outcome(c.id, c.token, "succeeded", result=value)
+        if kind == "unknown":
+            self.counters.failed += 1
+            return Outcome(c.id, c.token, "failed", error=simple_error("TaskNotFound", self._unknown(active)))
+        if (active.cancel_requested and kind in _STOPPED) or (kind == "error" and isinstance(value, Cancelled)):
+            self.counters.cancelled += 1
+            return Outcome(c.id, c.token, "cancelled", error=simple_error("Cancelled", "cancelled on request"))
+        error, retryable = self._error_of(active, kind, value)
+        if c.attempt < c.max_attempts and retryable and _may_retry(active, value):
+            self.counters.retried += 1
+            delay = _backoff(active).delay(c.attempt)
+            history = storable(encode(self._history(active, kind, error)))
+            return Outcome(c.id, c.token, "pending", error=error, retry_in=delay, history=history)
+        self.counters.failed += 1
+        return Outcome(c.id, c.token, "failed", error=error)
+
+    def _unknown(self, active: Active) -> str:
+        c = active.claim
+        known = ", ".join(sorted(self.task_names)) or "none"
+        return (
+            f"task {c.task!r} is not registered in worker {self.worker} (registered: {known}); "
+            f"deploy code that defines it, then `rota retry {c.id}`"
+        )
+
+    def _history(self, active: Active, kind: str, error: str) -> dict[str, Any]:
+        c = active.claim
+        return {
+            "attempt": c.attempt,
+            "worker": self.worker,
+            "started_at": _iso(c.started_at),
+            "finished_at": _iso(datetime.now(UTC) + self.db_offset()),  # the database's clock
+            "status": "timed out" if kind == "timeout" else "failed",
+            "error": json.loads(error),
+        }
+
+    def _error_of(self, active: Active, kind: str, value: Any) -> tuple[str, bool]:
+        """(error JSON, whether a retry may help)."""
+        c = active.claim
+        if kind == "timeout":
+            self.counters.timed_out += 1
+            return simple_error("Timeout", f"run {c.id} exceeded its timeout of {c.timeout:g} s"), True
+        if kind == "crashed":
+            return simple_error("ChildCrashed", f"the isolated process of run {c.id} died with exit code {value}"), True
+        if kind == "child_error":
+            return storable(encode(value)), True
+        if isinstance(value, CorruptArguments):  # retrying cannot repair the stored row
+            return simple_error("CorruptArguments", str(value)), False
+        if isinstance(value, BaseException):
+            return encode_error(value), True
+        return storable(encode(error_payload(RuntimeError(str(value))))), True
+
+    def log(self, active: Active, kind: str, record: Outcome) -> None:
+        """One structured line per transition (run_timed_out first when it timed out)."""
+        if not log.isEnabledFor(logging.WARNING if kind == "timeout" else _LEVELS[record.status]):
+            return  # the hot path: build nothing nobody reads
+        c = active.claim
+        duration = round(time.monotonic() - active.started, 6)
+        fields: dict[str, Any] = {
+            "run_id": str(c.id),
+            "task": c.task,
+            "schedule": c.schedule,
+            "attempt": c.attempt,
+            "worker": self.worker,
+            "duration": duration,
+        }
+        if record.error is not None:
+            fields["error"] = _error_text(record.error)
+        if kind == "timeout":
+            log_event(log, logging.WARNING, "run_timed_out", f"run {c.id} {c.task} timed out", **fields)
+        status = record.status
+        what = "retrying" if status == "pending" else status
+        message = f"run {c.id} {c.task} {what} after {duration:.3f} s (attempt {c.attempt}/{c.max_attempts})"
+        log_event(log, _LEVELS[status], _EVENTS[status], message, **fields)
+
+
+def _error_text(error: str) -> str:
+    try:
+        data = json.loads(error)
+    except ValueError:
+        return error
+    if isinstance(data, dict):
+        return f"{data.get('type', 'Error')}: {data.get('message', '')}"
+    return error
+
+
+def _may_retry(active: Active, value: Any) -> bool:
+    retry_on = active.task.opts.retry_on if active.task is not None else None
+    return retry_on is None or _matches(value, retry_on)
+
+
+def _matches(value: Any, retry_on: tuple[type[BaseException], ...]) -> bool:
+    return isinstance(value, retry_on) if isinstance(value, BaseException) else True
+
+
+def _backoff(active: Active) -> Backoff:
+    if active.claim.backoff:
+        return Backoff.from_json(json.loads(active.claim.backoff))
+    return active.task.opts.backoff if active.task is not None else Backoff()
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,47 @@
+"""The base of the worker's background roles: one named asyncio task each, restarted
+(and logged) if its body ever dies of an unexpected exception."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("rota.worker")
+
+
+async def supervise(
+    body: Callable[[], Awaitable[None]],
+    what: str,
+    on_restart: Callable[[], None] = lambda: None,
+    note: str = "",
+    pause: float = 0.05,
+) -> None:
+    """Run `body` forever: if it raises, log why, call `on_restart`, start it again."""
+    while True:
+        try:
+            await body()
+            return
+        except Exception:
+            log.exception("%s failed; restarting it%s", what, note)
+            on_restart()
+            await asyncio.sleep(pause)
+
+
+def spawn(name: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+    """Start a role's task under its name (shown by the loop watchdog and in tracebacks)."""
+
+    async def run() -> None:
+        await body()
+
+    return asyncio.create_task(run(), name=name)
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> None:
+    """Wait for `event` at most `timeout` seconds (yield once if the timeout is 0)."""
+    if timeout <= 0:
+        await asyncio.sleep(0)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout)

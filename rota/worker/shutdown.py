@@ -1,0 +1,177 @@
+"""The worker's lifecycle controls: start on a thread, stop (thread-safe), signals, and
+the graceful shutdown: stop claiming, drain up to `shutdown_timeout`, hand unfinished runs
+back (pending again at once, the attempt not counted), flush outcomes, release this
+process's named locks, mark the worker stopped. A second signal skips the drain."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+from ..errors import DatabaseError
+from ..logs import log_event
+from ..stores.base import Store
+from .claims import Finisher
+from .completer import Completer
+from .db import Db
+from .executors import Executors
+from .service import wait_event
+from .view import WorkerView
+from .wakeups import DueTimes
+
+log = logging.getLogger("rota.worker")
+
+
+class Lifecycle:
+    """Start/stop/drain/hand back for `Worker` (which sets these fields up)."""
+
+    app: WorkerView
+    id: str
+    state: str
+    shutdown_timeout: float
+    install_signal_handlers: bool
+    _claiming: bool
+    _force: bool
+    _stopped: threading.Event
+    _stop_requested: asyncio.Event
+    _loop: asyncio.AbstractEventLoop | None
+    _db: Db
+    _executors: Executors
+    _completer: Completer
+    _finisher: Finisher
+    _due: DueTimes
+
+    async def run(self) -> None:
+        raise NotImplementedError
+
+    async def _flush(self) -> bool:
+        raise NotImplementedError
+
+    def _emit(self, name: str, **fields: Any) -> None:
+        raise NotImplementedError
+
+    @property
+    def store(self) -> Store:
+        return self.app.store
+
+    def stop(self, wait: bool = True, timeout: float | None = None) -> bool:
+        """Ask the worker to stop (thread-safe). With wait, block until it has stopped (or
+        `timeout` passed); returns whether it has stopped."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._begin_stop)
+        if wait:
+            return self._stopped.wait(timeout)
+        return self._stopped.is_set()
+
+    def start(self) -> threading.Thread:
+        """Run the worker on a background thread with its own event loop (for embedding)."""
+        self.install_signal_handlers = False
+        started = threading.Event()
+
+        def main() -> None:
+            async def runner() -> None:
+                started.set()
+                await self.run()
+
+            asyncio.run(runner())
+
+        thread = threading.Thread(target=main, name=f"rota-worker-{self.id}", daemon=True)
+        thread.start()
+        started.wait()
+        return thread
+
+    def _begin_stop(self) -> None:
+        slot_freed = self._executors.slot_freed
+        if self._stop_requested.is_set():
+            if not self._force:
+                log.warning("second stop signal: handing unfinished runs back now")
+                self._force = True
+                slot_freed.set()  # wakes the drain, which sees _force
+            return
+        n = len(self._executors.inflight)
+        message = (
+            f"worker {self.id} stopping: no new claims; draining {n} run(s) for up to {self.shutdown_timeout:.1f} s"
+        )
+        log_event(log, logging.INFO, "worker_stopping", message, worker=self.id)
+        self.state = "draining"
+        self._claiming = False
+        self._wake_all()
+        self._stop_requested.set()
+
+    def _wake_all(self) -> None:
+        self._executors.slot_freed.set()
+        self._due.wake.set()
+
+    async def _shutdown(self, background: list[asyncio.Task[None]]) -> None:
+        poll = background[0]
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(asyncio.shield(poll), 5)
+        await self._drain()
+        await self._hand_back_unfinished()
+        await self._completer.wait_idle()  # let a write in progress (the completer's) finish first
+        for _ in range(3):
+            if await self._flush():
+                break
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        await self._db(self.app.release_process_locks)
+        await self._mark_stopped()
+
+    async def _mark_stopped(self) -> None:
+        self.state = "stopped"
+        with contextlib.suppress(DatabaseError):
+            await self._db(self.store.worker_seen, self.id, "stopped")
+        log_event(log, logging.INFO, "worker_stopped", f"worker {self.id} stopped", worker=self.id)
+        self._emit("worker_stopped")
+        await asyncio.to_thread(self.app.events.drain, 5.0)  # hooks hear it before the process exits
+
+    async def _drain(self) -> None:
+        deadline = time.monotonic() + self.shutdown_timeout
+        slot_freed = self._executors.slot_freed
+        while self._executors.inflight and not self._force:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            slot_freed.clear()
+            await wait_event(slot_freed, min(remaining, 0.5))
+
+    async def _hand_back_unfinished(self) -> None:
+        unfinished = list(self._executors.inflight.values())
+        if not unfinished:
+            return
+        for active in unfinished:
+            self._executors.stop(active, lost=False)
+            self._finisher.complete(active, ("lost", None))
+        held = [(a.claim.id, a.claim.token) for a in unfinished]
+        reason = f"worker {self.id} shut down before the run finished"
+        try:
+            back = await self._db(self.store.hand_back, held, reason)
+        except DatabaseError as exc:
+            log.error(
+                "could not hand back %d run(s) (%s); they will be rescued when their lease expires", len(held), exc
+            )
+            return
+        log.warning("handed back %d unfinished run(s) for another worker to take at once: %s", len(back), sorted(back))
+
+    def _install_signals(self) -> None:
+        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
+            self.install_signal_handlers = False
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._begin_stop)
+
+    def _remove_signals(self) -> None:
+        if not self.install_signal_handlers or self._loop is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                self._loop.remove_signal_handler(sig)

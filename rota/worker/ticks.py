@@ -1,0 +1,173 @@
+"""Ticks: turning due schedule ticks into runs, in their own task, so a tick insert that
+waits on a row lock (another host frozen mid-transaction) never holds up claims or rescue."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from .. import timing
+from ..errors import ConfigurationError, DatabaseError, DatabaseTransient, DatabaseUnavailable
+from ..logs import log_event
+from ..stores.base import DueSchedule, Materialization, Store
+from .counters import WorkerCounters
+from .db import Db
+from .outage import Outage
+from .service import wait_event
+from .wakeups import DueTimes
+
+log = logging.getLogger("rota.worker")
+
+
+class Ticker:
+    """Materializes due schedule ticks (shared by every worker; the store arbitrates)."""
+
+    def __init__(
+        self,
+        worker: str,
+        store: Callable[[], Store],
+        db: Db,
+        due: DueTimes,
+        outage: Outage,
+        counters: WorkerCounters,
+        emit: Callable[..., None],
+    ) -> None:
+        self.worker = worker
+        self.store = store
+        self.db = db
+        self.due = due
+        self.outage = outage
+        self.counters = counters
+        self.emit = emit
+        self.queues: list[str] | None = None
+        self.poll_interval = 1.0
+        self.claiming: Callable[[], bool] = lambda: True
+        self.sleep_or_stop: Callable[[float], Awaitable[bool]] = lambda delay: _never(delay)
+        self._triggers: dict[tuple[str | None, float | None, str], timing.Trigger] = {}
+        self._bad_schedules: set[str] = set()
+
+    async def run(self) -> None:
+        """The ticker task: wait for a due tick (or the next poll), materialize, repeat."""
+        due = self.due
+        while self.claiming():
+            deadline = time.monotonic() + self.poll_interval
+            await wait_event(due.tick_wake, due.until(deadline, due.schedule_due))
+            due.tick_wake.clear()
+            if not self.claiming() or not due.due(due.schedule_due):
+                continue
+            try:
+                if await self.ticks():
+                    due.wake.set()  # the claimer claims the runs just made
+            except DatabaseError as exc:
+                await self.sleep_or_stop(self.outage.failed(exc))
+
+    async def ticks(self) -> bool:
+        """Materialize the schedule ticks due now (the database's now); True if a run may
+        have become due."""
+        state = await self.db(self.store().poll_state, self.queues)
+        if state.next_schedule_due is None or state.next_schedule_due > state.now:
+            self.due.learn(state)
+            return False
+        planned_at = state.now
+        woke, more = await self.materialize(state.now)
+        state = await self.db(self.store().poll_state, self.queues)
+        self.due.learn(state)
+        if woke:
+            self.due.run_due = time.monotonic()
+        stuck = state.next_schedule_due is not None and state.next_schedule_due <= planned_at
+        if stuck and not more:
+            # Still due for the time just planned: a schedule this worker cannot plan
+            # (logged once). Look again at the next regular poll, not in a busy loop.
+            self.due.schedule_due = None
+        return woke
+
+    async def materialize(self, now: datetime, limit: int = 100) -> tuple[bool, bool]:
+        """Turn due schedule ticks into runs. Returns (whether a run may have become due,
+        whether more ticks are due at `now` than this pass took: a full batch of schedules,
+        or a plan that stopped at its tick limit)."""
+        woke = more = False
+        batch = await self.db(self.store().due_schedules, limit)
+        for due in batch:
+            plan = self._plan(due, now)
+            if isinstance(plan, str):  # cannot be planned: record why, so it stops being due
+                await self.db(self.store().mark_plan_error, due, plan)
+                continue
+            if await self._write(due, plan):
+                woke = woke or bool(plan.run)
+                more = more or plan.next_run_at <= now
+        return woke, more or len(batch) >= limit
+
+    async def _write(self, due: DueSchedule, plan: Materialization) -> bool:
+        """Write one schedule's ticks; False if another instance (or a held row) won."""
+        try:
+            made = await self.db(self.store().materialize, due, plan)
+        except DatabaseUnavailable:
+            raise
+        except DatabaseTransient as exc:  # e.g. a host frozen mid-tick holds this tick's row
+            log.info("schedule %r: tick not materialized this pass (%s); trying its other schedules", due.name, exc)
+            made = False
+        if not made:
+            self.counters.locked_out += 1
+            message = f"schedule {due.name!r}: tick written by another instance"
+            log_event(log, logging.DEBUG, "tick_locked_out", message, schedule=due.name, worker=self.worker)
+            return False
+        self.counters.ticks += len(plan.run)
+        message = f"schedule {due.name!r}: {len(plan.run)} run(s) materialized"
+        log_event(log, logging.DEBUG, "tick_materialized", message, schedule=due.name, worker=self.worker)
+        self._emit_misfires(due, plan)
+        return True
+
+    def _plan(self, due: DueSchedule, now: datetime) -> Materialization | str:
+        try:
+            trigger = self._trigger(due)
+            grace = timedelta(seconds=due.misfire_grace)
+            plan = timing.plan_ticks(trigger, due.next_run_at, now, misfire=due.misfire, grace=grace)
+        except ConfigurationError as exc:
+            if due.name not in self._bad_schedules:
+                self._bad_schedules.add(due.name)
+                log.error("schedule %r cannot be planned on this worker and is left alone: %s", due.name, exc)
+            return str(exc)
+        return Materialization(plan.run, plan.skipped, plan.skipped_more, plan.next_run_at)
+
+    def _trigger(self, due: DueSchedule) -> timing.Trigger:
+        key = (due.cron, due.every, due.tz)
+        trigger = self._triggers.get(key)
+        if trigger is None:
+            every = timedelta(seconds=due.every) if due.every is not None else None
+            trigger = timing.make_trigger(cron=due.cron, every=every, tz=due.tz)
+            self._triggers[key] = trigger
+        return trigger
+
+    def _emit_misfires(self, due: DueSchedule, plan: Materialization) -> None:
+        if not (plan.skipped or plan.skipped_more):
+            return
+        count = len(plan.skipped) + plan.skipped_more
+        reason = plan.skipped[0][1] if plan.skipped else "missed ticks"
+        self.emit("schedule_misfired", schedule=due.name, detail=f"{count} tick(s) skipped: {reason}")
+        for tick, why in plan.skipped:
+            self.emit("run_skipped", schedule=due.name, tick=tick, detail=why)
+
+    async def warn_about_fast_schedules(self, in_code: Mapping[str, Any]) -> None:
+        """One warning per schedule (from code or stored) that fires more often than we poll."""
+        try:
+            stored = await self.db(self.store().list_schedules)
+        except DatabaseError:
+            stored = []
+        intervals = {spec.name: spec.every for spec in in_code.values()}
+        intervals.update({info.name: info.every for info in stored if not info.paused})
+        for name, every in sorted(intervals.items()):
+            if every is not None and every.total_seconds() < self.poll_interval:
+                log.warning(
+                    "schedule %r fires every %.3g s, more often than this worker polls (every %.3g s): "
+                    "ticks may run late or be coalesced; lower poll_interval to honour it",
+                    name,
+                    every.total_seconds(),
+                    self.poll_interval,
+                )
+
+
+async def _never(delay: float) -> bool:
+    return False

@@ -11,6 +11,7 @@ from typing import Any
 from ..logs import log_event
 from ..stores.base import Claimed, Store
 from ..tasks import Task
+from ..transactional import COMMITTED
 from .active import Active
 from .completer import Completer
 from .counters import WorkerCounters
@@ -128,6 +129,9 @@ class Finisher:
         self.decider.log(active, kind, record)
         for observe in self.observers:
             observe(record.status, active.claim, time.time())
+        if kind == COMMITTED:  # written with the handler's own transaction
+            self.completer.announce(record)
+            return
         self.completer.put(record)
 
 

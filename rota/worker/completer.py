@@ -104,6 +104,11 @@ class Completer:
         self._count_stale(batch, written, retry)
         return not retry
 
+    def announce(self, outcome: Outcome) -> None:
+        """An outcome already written by someone else (a transactional handler's commit):
+        only its event is due."""
+        self.emit(OUTCOME_EVENTS[outcome.status], run_id=outcome.id)
+
     def _count_stale(self, batch: list[Outcome], written: set[int], retry: list[Outcome]) -> None:
         kept = {o.id for o in retry}
         for o in batch:

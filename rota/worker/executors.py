@@ -2,8 +2,9 @@
 
 An executor takes a run (`submit`), delivers its end to the worker as (kind, value) through
 the `deliver` callback on the loop, stops it on request (`stop`: cancellation asked, lease
-lost, shutdown) and counts `stuck` bodies (decided runs whose handler still runs). Three
-ways today: a coroutine on the loop, a daemon thread, a child process. The run's way is
+lost, shutdown) and counts `stuck` bodies (decided runs whose handler still runs). Four
+ways today: a coroutine on the loop, a daemon thread, a daemon thread inside a store
+transaction (transactional=True), a child process. The run's way is
 chosen in ONE place (`kind_of`) from the registry `EXECUTORS`: a fourth way touches only
 this file. `Executors` holds the in-flight table and the hard concurrency cap: a slot is
 free only when its handler body really returned (stuck threads keep theirs).
@@ -19,8 +20,9 @@ from typing import Any, Protocol
 
 from ..executor import DaemonPool, handler_path
 from ..serialization import encode_result
-from ..stores.base import Claimed
+from ..stores.base import Claimed, Store
 from ..tasks import Task
+from ..transactional import call_transactional, committing
 from .active import Active, child_context, decode_arguments, run_context
 from .child import run_in_child
 
@@ -37,8 +39,16 @@ class Executor(Protocol):
 
     def stop(self, active: Active, lost: bool) -> None: ...
 
+    def may_decide(self, active: Active) -> bool:
+        """False while the run's own thread decides its end (a transactional commit)."""
 
-class CoroutineExecutor:
+
+class _Decidable:
+    def may_decide(self, active: Active) -> bool:
+        return True
+
+
+class CoroutineExecutor(_Decidable):
     """`async def` handlers: a task on the worker's loop, cancelled to stop."""
 
     def __init__(self, slots: Executors) -> None:
@@ -74,7 +84,7 @@ class CoroutineExecutor:
             active.async_task.cancel()
 
 
-class ThreadExecutor:
+class ThreadExecutor(_Decidable):
     """Plain `def` handlers: a daemon thread. A thread cannot be killed: past its timeout
     or after a lost lease its run is decided but the thread keeps its slot (stuck) until
     the handler returns."""
@@ -103,7 +113,7 @@ class ThreadExecutor:
 
     def _on_timeout(self, active: Active) -> None:
         """Past its timeout: record the timeout; the thread keeps its slot until it returns."""
-        if active.done:
+        if active.done or not self.may_decide(active):
             return
         active.cancel.set()
         self._mark_stuck(active)
@@ -126,7 +136,26 @@ class ThreadExecutor:
             self.slots.slot_freed.set()
 
 
-class ProcessExecutor:
+class TransactionalExecutor(ThreadExecutor):
+    """transactional=True: the handler runs on a daemon thread inside a store transaction
+    that also records its success, token-checked (rota.transactional); both commit or
+    neither. While the thread commits, the commit decides the attempt (`may_decide`)."""
+
+    def _call(self, active: Active, task: Task[Any, Any]) -> Result:
+        try:
+            args, kwargs = decode_arguments(active.claim)
+        except BaseException as exc:
+            return "error", exc
+        timeout = active.claim.timeout
+        return call_transactional(
+            self.slots.store(), task, run_context(active), args, kwargs, timeout=timeout, key=active
+        )
+
+    def may_decide(self, active: Active) -> bool:
+        return not committing(active)
+
+
+class ProcessExecutor(_Decidable):
     """isolation="process": a child process per run (watched from a pool thread), killed
     at its timeout, on cancellation and when the lease is lost; never stuck."""
 
@@ -159,6 +188,7 @@ class ProcessExecutor:
 EXECUTORS: dict[str, Callable[[Executors], Executor]] = {
     "coroutine": CoroutineExecutor,
     "thread": ThreadExecutor,
+    "transactional": TransactionalExecutor,
     "process": ProcessExecutor,
 }
 
@@ -167,6 +197,8 @@ def kind_of(task: Task[Any, Any]) -> str:
     """The one place that chooses how a task's handler runs."""
     if task.opts.isolation == "process":
         return "process"
+    if task.opts.transactional:
+        return "transactional"
     return "coroutine" if task.is_async else "thread"
 
 
@@ -210,9 +242,10 @@ class Handoff:
 class Executors:
     """The in-flight table, the hard concurrency cap, and the executor of each kind."""
 
-    def __init__(self, concurrency: int, deliver: Deliver) -> None:
+    def __init__(self, concurrency: int, deliver: Deliver, store: Callable[[], Store]) -> None:
         self.concurrency = concurrency
         self.deliver = deliver
+        self.store = store  # transactional handlers open their transaction on it
         self.inflight: dict[int, Active] = {}
         self.slot_freed = asyncio.Event()
         self.handoff = Handoff(concurrency * 2 + 4, deliver)
@@ -250,6 +283,12 @@ class Executors:
         executor = self.by_kind.get(active.kind)
         if executor is not None:
             executor.stop(active, lost)
+
+    def may_decide(self, active: Active) -> bool:
+        """False while a run's own thread decides its end (a transactional commit): the
+        loop then records neither a timeout nor a lost lease for it."""
+        executor = self.by_kind.get(active.kind)
+        return executor is None or executor.may_decide(active)
 
     def finish(self, active: Active) -> bool:
         """The run's outcome is decided: free its slot. False if it was decided before."""

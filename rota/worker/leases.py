@@ -83,6 +83,8 @@ class Leases:
 
     def lost(self, active: Active) -> None:
         """Someone else holds the run now: stop it; its result will never be written."""
+        if not self.executors.may_decide(active):  # the heartbeat waited for its commit: the commit decides
+            return
         self.counters.lost += 1
         c = active.claim
         log_event(

@@ -15,6 +15,7 @@ from ..logs import log_event
 from ..serialization import encode, encode_error, error_payload, simple_error, storable
 from ..stores.base import Outcome
 from ..tasks import Backoff
+from ..transactional import COMMITTED
 from .active import Active, CorruptArguments
 from .counters import WorkerCounters
 
@@ -43,7 +44,7 @@ class Decider:
 
     def decide(self, active: Active, kind: str, value: Any) -> Outcome:
         c = active.claim
-        if kind == "ok":  # even if cancellation was requested: the handler says it is done
+        if kind in ("ok", COMMITTED):  # even if cancellation was requested: the handler says it is done
             self.counters.succeeded += 1
             return Outcome(c.id, c.token, "succeeded", result=value)
         if kind == "unknown":

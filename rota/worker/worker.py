@@ -92,7 +92,7 @@ class Worker(Lifecycle):
         self._observers: list[Callable[[str, Claimed, float], None]] = []
         self._completer = Completer(store, self._db, self._outage, c, self._emit)
         self._decider = Decider(self.id, c, self.app.tasks, lambda: self._due.db_offset)
-        self._executors = Executors(self.concurrency, self._deliver)
+        self._executors = Executors(self.concurrency, self._deliver, self._store)
         self._finisher = Finisher(self._executors, self._decider, self._completer, self._observers)
         self._leases = Leases(self.id, store, self._db, self._executors, self._completer, self._outage, c)
         self._rescuer = Rescuer(self.id, store, self._db, self._outage, c, self._emit)

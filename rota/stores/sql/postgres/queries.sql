@@ -85,33 +85,40 @@ WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s:
 RETURNING r.id, r.cancel_requested
 
 -- name: finish_succeeded
-WITH locked AS (
+WITH v AS MATERIALIZED (
+    -- the batch, parsed once; every row below is fetched by its key
+    SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS result
+    FROM json_array_elements(%(rows)s::json) AS e
+),
+locked AS (
     -- The schedules of these runs, locked in name order before any run is updated: the
     -- rota_run_finished trigger updates them, and two finishers taking them in the order of
     -- their runs' ids would deadlock. (Evaluated first: a one-time filter below.)
     SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM rota_runs
-                     WHERE id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
-                       AND schedule IS NOT NULL AND status = 'running')
+    WHERE s.name IN (SELECT r.schedule FROM v JOIN rota_runs r ON r.id = v.id
+                     WHERE r.schedule IS NOT NULL AND r.status = 'running')
     ORDER BY s.name
     FOR UPDATE OF s
 )
 UPDATE rota_runs r
 SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, lease_until = NULL
-FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS result
-      FROM json_array_elements(%(rows)s::json) AS e) AS v
-WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
+FROM v
+WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
   AND (SELECT count(*) FROM locked) >= 0
 RETURNING r.id
 
 -- name: finish
-WITH locked AS (
+WITH v AS MATERIALIZED (
+    SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS status, e->>3 AS result,
+           e->>4 AS error, (e->>5)::float8 AS retry_in, e->>6 AS history
+    FROM json_array_elements(%(rows)s::json) AS e
+),
+locked AS (
     -- as in finish_succeeded: schedules locked in name order first
     SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM rota_runs
-                     WHERE id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
-                       AND schedule IS NOT NULL AND status = 'running')
+    WHERE s.name IN (SELECT r.schedule FROM v JOIN rota_runs r ON r.id = v.id
+                     WHERE r.schedule IS NOT NULL AND r.status = 'running')
     ORDER BY s.name
     FOR UPDATE OF s
 )
@@ -122,10 +129,8 @@ SET status = v.status, result = v.result, error = v.error, lease_until = NULL,
                   ELSE r.due_at END,
     attempts = CASE WHEN v.history IS NULL THEN r.attempts
                     ELSE r.attempts || jsonb_build_array(v.history::jsonb) END
-FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS status, e->>3 AS result,
-             e->>4 AS error, (e->>5)::float8 AS retry_in, e->>6 AS history
-      FROM json_array_elements(%(rows)s::json) AS e) AS v
-WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
+FROM v
+WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
   AND (SELECT count(*) FROM locked) >= 0
 RETURNING r.id
@@ -510,7 +515,7 @@ JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = 'rota_runs' AND s.
 CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(status, freq)
 
 -- name: count_status
--- Exact, through the (status, id) index: cheap for the few active runs.
+-- Exact, through rota_runs_active for pending and running (the few active runs).
 SELECT count(*) FROM rota_runs WHERE status = %(status)s
 
 -- name: probe_privileges

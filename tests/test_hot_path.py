@@ -1,0 +1,115 @@
+"""Schema version 4 (issue 12 target 3): fewer index entries per claim and finish on
+PostgreSQL. A database at version 3 with runs in every status migrates in place and keeps
+working; heartbeats can be HOT updates; reads that lost their index still answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import rota
+from rota.stores import postgres as pg_module
+from rota.stores import sqlite as sqlite_module
+from rota.stores.base import NewRun, Outcome
+from rota.stores.queries import load_migrations
+
+from .conftest import make_app
+
+STATUSES = {"pending", "running", "succeeded", "failed", "skipped", "cancelled"}
+
+
+def _at_version_3(monkeypatch: pytest.MonkeyPatch, url: str) -> rota.App:
+    """An app whose database was migrated by a rota that knew versions 1-3 only."""
+    module: Any = pg_module if url.startswith("postgresql") else sqlite_module
+    dialect = "postgres" if module is pg_module else "sqlite"
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "load_migrations", lambda _d: load_migrations(dialect)[:3])
+        old = make_app(url)
+        assert old.migrate() == ["0001_initial", "0002_worker_faults", "0003_operate"]
+    return old
+
+
+def _runs_in_every_status(store: Any) -> dict[str, int]:
+    """One run per status (plus a keyed pending one and a running one left to expire)."""
+    ids = store.insert_runs([NewRun(task="t") for _ in range(5)] + [NewRun(task="t", key="k")])
+    store.insert_runs([NewRun(task="t", status="skipped")])
+    claimed = store.claim("old-worker", 4, None, 30.0)
+    store.finish([
+        Outcome(claimed[0].id, claimed[0].token, "succeeded", result="1"),
+        Outcome(claimed[1].id, claimed[1].token, "failed", error='{"type":"E","message":"m"}', history="{}"),
+        Outcome(claimed[2].id, claimed[2].token, "cancelled", history="{}"),
+    ])  # fmt: skip
+    with store._read() as s:
+        rows = s.q_text("SELECT status, count(*) FROM rota_runs GROUP BY status")
+    counts = {str(status): int(n) for status, n in rows}
+    assert set(counts) == STATUSES and len(ids) == 6
+    return counts
+
+
+def test_a_version_3_database_with_runs_in_every_status_migrates_and_keeps_working(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = _at_version_3(monkeypatch, db_url)
+    before = _runs_in_every_status(old.store)
+    old.close()
+    app = make_app(db_url)
+    try:
+        assert app.migrate() == ["0004_hot_path"]
+        assert app.store.count_by_status() == before
+        for status, n in before.items():
+            assert len(app.list_runs(status=status)) == n
+        assert len(app.list_runs(task="t")) == sum(before.values())
+        store: Any = app.store
+        running = int(app.list_runs(status="running")[0].id)
+        assert store.heartbeat([(running, running_token(store, running))], 30.0)[0] == {running}
+        claimed = store.claim("new-worker", 10, None, 30.0)  # the two pending ones
+        assert len(claimed) == 2
+        done = store.finish([Outcome(c.id, c.token, "succeeded", result="2") for c in claimed])
+        assert done == {c.id for c in claimed}
+        store.insert_runs([NewRun(task="t", key="k")])  # the key is free again: its run ended
+        assert app.stats()["runs"]["pending"] == 1
+    finally:
+        app.close()
+
+
+def running_token(store: Any, run_id: int) -> int:
+    with store._read() as s:
+        return int(s.q_text(f"SELECT token FROM rota_runs WHERE id = {int(run_id)}")[0][0])
+
+
+@pytest.mark.postgres
+def test_a_run_s_lease_is_in_no_postgres_index_so_heartbeats_can_be_hot(pg_url: str) -> None:
+    app = make_app(pg_url)
+    try:
+        app.migrate()
+        with app.store._read() as s:  # type: ignore[attr-defined]
+            rows = s.q_text(
+                "SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid) FROM pg_index"
+                " WHERE indrelid = 'rota_runs'::regclass"
+            )
+        definitions = dict(rows)
+        assert not [name for name, text in definitions.items() if "lease_until" in text]
+        # the indexes a succeeded run is in: none but the primary key and the task's
+        unconditional = {name for name, text in definitions.items() if " WHERE " not in text}
+        assert unconditional == {"rota_runs_pkey", "rota_runs_task"}
+        assert not [n for n, text in definitions.items() if " WHERE " in text and "succeeded" in text]
+    finally:
+        app.close()
+
+
+@pytest.mark.postgres
+def test_postgres_rescue_finds_an_expired_lease_through_the_active_index(pg_url: str) -> None:
+    app = make_app(pg_url)
+    try:
+        store: Any = app.store
+        store.insert_runs([NewRun(task="t", max_attempts=2), NewRun(task="t")])
+        claimed = store.claim("lost", 2, None, 0.01)
+        with store._read() as s:
+            s.q_text("SELECT pg_sleep(0.05)")
+        rescued = {r.id: (r.status, r.owner) for r in store.rescue()}
+        assert rescued == {claimed[0].id: ("pending", "lost"), claimed[1].id: ("failed", "lost")}
+        error: Any = app.get_run(str(claimed[1].id)).error
+        assert "was lost" in error["message"]
+    finally:
+        app.close()

@@ -79,7 +79,7 @@ def running_token(store: Any, run_id: int) -> int:
 
 
 @pytest.mark.postgres
-def test_a_run_s_lease_is_in_no_postgres_index_so_heartbeats_can_be_hot(pg_url: str) -> None:
+def test_postgres_indexes_leave_the_lease_out_and_running_runs_out_of_task_and_schedule(pg_url: str) -> None:
     app = make_app(pg_url)
     try:
         app.migrate()
@@ -90,10 +90,11 @@ def test_a_run_s_lease_is_in_no_postgres_index_so_heartbeats_can_be_hot(pg_url: 
             )
         definitions = dict(rows)
         assert not [name for name, text in definitions.items() if "lease_until" in text]
-        # the indexes a succeeded run is in: none but the primary key and the task's
-        unconditional = {name for name, text in definitions.items() if " WHERE " not in text}
-        assert unconditional == {"rota_runs_pkey", "rota_runs_task"}
-        assert not [n for n, text in definitions.items() if " WHERE " in text and "succeeded" in text]
+        # every index but the primary key leaves some statuses out; task and schedule leave
+        # out the running runs, so a claim writes no entry there
+        assert {name for name, text in definitions.items() if " WHERE " not in text} == {"rota_runs_pkey"}
+        for name in ("rota_runs_task", "rota_runs_schedule"):
+            assert "status <> 'running'" in definitions[name]
     finally:
         app.close()
 
@@ -111,5 +112,26 @@ def test_postgres_rescue_finds_an_expired_lease_through_the_active_index(pg_url:
         assert rescued == {claimed[0].id: ("pending", "lost"), claimed[1].id: ("failed", "lost")}
         error: Any = app.get_run(str(claimed[1].id)).error
         assert "was lost" in error["message"]
+    finally:
+        app.close()
+
+
+@pytest.mark.postgres
+def test_postgres_lists_a_task_s_and_a_schedule_s_runs_in_every_status_newest_first(pg_url: str) -> None:
+    app = make_app(pg_url)
+    try:
+        store: Any = app.store
+        new = [NewRun(task="t", schedule="s") for _ in range(5)] + [NewRun(task="u")]
+        ids = [run_id for run_id, _ in store.insert_runs(new)]
+        claimed = store.claim("w", 3, None, 30.0)  # the three oldest run
+        store.finish([Outcome(claimed[1].id, claimed[1].token, "succeeded", result="1")])
+        newest_first = [str(i) for i in reversed(ids[:5])]
+        assert [r.id for r in app.list_runs(task="t")] == newest_first
+        assert [r.id for r in app.list_runs(schedule="s")] == newest_first
+        assert [r.id for r in app.list_runs(task="t", limit=2)] == newest_first[:2]
+        assert [r.id for r in app.list_runs(task="t", before=ids[3], limit=2)] == newest_first[2:4]
+        assert [r.status for r in app.list_runs(task="t")] == ["pending"] * 2 + ["running", "succeeded", "running"]
+        assert [r.id for r in app.list_runs(task="t", status="running")] == [str(ids[2]), str(ids[0])]
+        assert [r.id for r in app.list_runs(task="u")] == [str(ids[5])]
     finally:
         app.close()

@@ -31,6 +31,7 @@ from ..errors import (
 )
 from ..models import FINAL_STATUSES, PENDING, RUNNING
 from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
+from ._pg_lists import runs_where
 from ._pg_session import (
     _AsyncSession,
     _connect_kwargs,
@@ -209,6 +210,8 @@ class PostgresStore(SqlStore):
 
     def _names(self, values: Sequence[str] | None) -> Any:
         return list(values) if values is not None else None
+
+    _runs_where = runs_where  # listings by task or schedule: see _pg_lists
 
     def _p(self, name: str) -> str:
         return f"%({name})s"

@@ -1,0 +1,32 @@
+"""How the PostgreSQL store lists runs by task or schedule (schema version 4).
+
+rota_runs_task and rota_runs_schedule leave running runs out, so that a claim writes no
+entry in them (it cannot be a HOT update: it changes `status`). A listing by task or
+schedule that names no status takes the newest runs from that index and the newest running
+ones from rota_runs_active, each read in id order through its own index, and merges them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._sql import SqlStore
+from .base import RunFilter
+
+_PART = "(SELECT id FROM rota_runs{where} AND status {op} 'running' ORDER BY {order})"
+
+
+def runs_suffix(suffix: str, flt: RunFilter) -> str:
+    """`suffix` (" WHERE ... ORDER BY id DESC LIMIT n") as two index reads merged, when the
+    filter names a task or a schedule and no status; else `suffix` unchanged."""
+    if flt.status is not None or (flt.task is None and flt.schedule is None):
+        return suffix
+    where, _, order = suffix.partition(" ORDER BY ")
+    parts = [_PART.format(where=where, op=op, order=order) for op in ("<>", "=")]
+    return f" WHERE id IN ({parts[0]} UNION ALL {parts[1]}) ORDER BY {order}"
+
+
+def runs_where(store: SqlStore, flt: RunFilter) -> tuple[str, dict[str, Any]]:
+    """PostgresStore._runs_where."""
+    suffix, params = SqlStore._runs_where(store, flt)
+    return runs_suffix(suffix, flt), params

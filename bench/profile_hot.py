@@ -3,10 +3,13 @@
 Enqueues N no-op runs (plus, with --backlog, finished and future rows first), then claims
 100 and finishes them as succeeded through the store until none is left, from this one
 process. Prints the server's CPU per run (the backends serving the database, by process
-title), WAL bytes per run, and the runs table's index sizes. With --perf, `perf record`s
-the backend while it claims and finishes and prints its top symbols. Run from the bench venv:
+title), WAL bytes per run (the whole server's), and the runs table's index sizes. With
+--explain K, first K batches run under EXPLAIN (ANALYZE, WAL, BUFFERS): WAL records, WAL
+bytes and buffers per claim and finish, which other databases' load does not blur. With
+--perf, `perf record`s the backend while it claims and finishes and prints its top symbols.
+Run from the bench venv:
 
-    .venv-bench/bin/python -m bench.profile_hot [--pg-url URL] [--runs 50000] [--perf]
+    .venv-bench/bin/python -m bench.profile_hot [--pg-url URL] [--runs 50000] [--explain 20] [--perf]
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ def _add(into: dict[str, float], got: dict[str, float]) -> None:
 
 def _measure(app: rota.App, url: str, n: int, perf: bool) -> None:
     store = app.store
-    store.claim("profile", 1, None, 30.0)  # open the pool's connection, prepare nothing yet
+    store.poll_state(None)  # opens the pool's connection
     with psycopg.connect(url, autocommit=True) as conn:
         wal0 = _wal(conn)
         procs = [p for p in db_backends(DB) if p.pid != conn.info.backend_pid]
@@ -110,7 +113,7 @@ def _measure(app: rota.App, url: str, n: int, perf: bool) -> None:
         cpu = sum(cpu1.get(pid, 0.0) - before for pid, before in cpu0.items())
         wal = _wal(conn) - wal0
         print(f"{done:,} runs in {wall:.2f} s: {done / wall:,.0f} runs/s")
-        print(f"PostgreSQL CPU per run {cpu / done * 1e6:.1f} us; WAL per run {wal / done:.0f} bytes")
+        print(f"PostgreSQL CPU per run {cpu / done * 1e6:.1f} us; WAL per run {wal / done:.0f} bytes (whole server)")
         _indexes(conn)
     if spy is not None:
         spy.wait()

@@ -40,9 +40,11 @@ WHERE task = %(task)s AND key = %(key)s AND status IN ('pending', 'running')
 SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: claim
--- one fencing token per claimed run (nextval per row), so ctx.token fences one attempt
+-- one fencing token per claimed run (nextval per row), so ctx.token fences one attempt;
+-- the update finds each row by the address of the version it locked (a TID scan, not a
+-- second walk down the primary key: the lock keeps that version current until we update it)
 WITH candidates AS (
-    SELECT id FROM rota_runs
+    SELECT id, ctid FROM rota_runs
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
     ORDER BY priority DESC, due_at, id
     LIMIT %(limit)s
@@ -53,14 +55,14 @@ SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), at
     started_at = {now},
     lease_until = {now} + make_interval(secs => %(lease)s)
 FROM candidates
-WHERE r.id = candidates.id
+WHERE r.ctid = candidates.ctid AND r.id = candidates.id
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until
 
 -- name: claim_in_queues
--- one fencing token per claimed run (nextval per row), so ctx.token fences one attempt
+-- as claim, for some queues only
 WITH candidates AS (
-    SELECT id FROM rota_runs
+    SELECT id, ctid FROM rota_runs
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND queue = ANY(%(queues)s::text[])
     ORDER BY priority DESC, due_at, id
@@ -72,7 +74,7 @@ SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), at
     started_at = {now},
     lease_until = {now} + make_interval(secs => %(lease)s)
 FROM candidates
-WHERE r.id = candidates.id
+WHERE r.ctid = candidates.ctid AND r.id = candidates.id
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until
 

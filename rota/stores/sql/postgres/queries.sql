@@ -40,41 +40,38 @@ WHERE task = %(task)s AND key = %(key)s AND status IN ('pending', 'running')
 SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: claim
--- one fencing token per claimed run (nextval per row), so ctx.token fences one attempt;
--- the update finds each row by the address of the version it locked (a TID scan, not a
--- second walk down the primary key: the lock keeps that version current until we update it)
-WITH candidates AS (
-    SELECT id, ctid FROM rota_runs
-    WHERE status = 'pending' AND NOT held AND due_at <= {now}
-    ORDER BY priority DESC, due_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
+-- One fencing token per claimed run (nextval per row), so ctx.token fences one attempt.
+-- The update finds each candidate by the address (ctid) of the row version the subquery
+-- locked: a TID scan, not a second walk down the primary key, and no join to plan (the
+-- LIMIT changes from call to call, so PostgreSQL plans this statement every time). No one
+-- else can update a row we locked; a candidate whose newest version our snapshot cannot see
+-- (changed and committed just before we locked it) stays pending for the next claim.
 UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), attempt = r.attempt + 1,
     started_at = {now},
     lease_until = {now} + make_interval(secs => %(lease)s)
-FROM candidates
-WHERE r.ctid = candidates.ctid AND r.id = candidates.id
+WHERE r.ctid = ANY(ARRAY(
+    SELECT ctid FROM rota_runs
+    WHERE status = 'pending' AND NOT held AND due_at <= {now}
+    ORDER BY priority DESC, due_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until
 
 -- name: claim_in_queues
 -- as claim, for some queues only
-WITH candidates AS (
-    SELECT id, ctid FROM rota_runs
-    WHERE status = 'pending' AND NOT held AND due_at <= {now}
-      AND queue = ANY(%(queues)s::text[])
-    ORDER BY priority DESC, due_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
 UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), attempt = r.attempt + 1,
     started_at = {now},
     lease_until = {now} + make_interval(secs => %(lease)s)
-FROM candidates
-WHERE r.ctid = candidates.ctid AND r.id = candidates.id
+WHERE r.ctid = ANY(ARRAY(
+    SELECT ctid FROM rota_runs
+    WHERE status = 'pending' AND NOT held AND due_at <= {now}
+      AND queue = ANY(%(queues)s::text[])
+    ORDER BY priority DESC, due_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until
 

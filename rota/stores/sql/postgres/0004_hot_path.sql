@@ -4,9 +4,10 @@
 -- claim index's predicate reads, so neither can be a HOT update: each new row version gets
 -- an entry in every index whose predicate it satisfies. Version 1 gave a plain run seven:
 -- the claim in pkey, lease, status and task; the finish in pkey, status and task. Now it
--- gets four: the claim in pkey and active; the finish in pkey and task (a failed, cancelled
--- or skipped run also in rota_runs_unhappy; a run of a schedule also in rota_runs_schedule
--- and rota_runs_tick).
+-- gets four: the claim in pkey and active; the finish in pkey and task. (A failed, cancelled
+-- or skipped run's finish also writes rota_runs_unhappy; a schedule's run writes
+-- rota_runs_tick at both and rota_runs_schedule at the finish; a keyed or exclusive run's
+-- claim writes its uniqueness index.)
 --
 -- rota_runs_active replaces both the lease index and the (status, id) index for the active
 -- statuses: the rescue sweep reads the running runs through it (they are few: at most the

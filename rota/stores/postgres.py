@@ -430,7 +430,7 @@ class PostgresStore(SqlStore):
 
     def run_counts(self) -> RunCounts:
         """Exact on a table the planner thinks smaller than `exact_count_limit` rows (or has
-        not analyzed yet); else pending and running counted exactly through the status index
+        not analyzed yet); else pending and running counted exactly through rota_runs_active
         (they are the few active runs) and the final statuses estimated from statistics."""
         with self._read() as s:
             rows = s.q("run_counts")

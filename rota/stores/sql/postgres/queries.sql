@@ -92,10 +92,13 @@ WITH v AS MATERIALIZED (
 locked AS (
     -- The schedules of these runs, locked in name order before any run is updated: the
     -- rota_run_finished trigger updates them, and two finishers taking them in the order of
-    -- their runs' ids would deadlock. (Evaluated first: a one-time filter below.)
+    -- their runs' ids would deadlock. (Evaluated first: a one-time filter below.) The runs
+    -- are found by key: every index the planner could pick here has `id` in its key, so no
+    -- plan walks all running runs (and the dead entries a burst leaves among them).
     SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT r.schedule FROM v JOIN rota_runs r ON r.id = v.id
-                     WHERE r.schedule IS NOT NULL AND r.status = 'running')
+    WHERE s.name IN (SELECT schedule FROM rota_runs
+                     WHERE id = ANY(ARRAY(SELECT id FROM v))
+                       AND schedule IS NOT NULL AND status = 'running')
     ORDER BY s.name
     FOR UPDATE OF s
 )
@@ -116,8 +119,9 @@ WITH v AS MATERIALIZED (
 locked AS (
     -- as in finish_succeeded: schedules locked in name order first
     SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT r.schedule FROM v JOIN rota_runs r ON r.id = v.id
-                     WHERE r.schedule IS NOT NULL AND r.status = 'running')
+    WHERE s.name IN (SELECT schedule FROM rota_runs
+                     WHERE id = ANY(ARRAY(SELECT id FROM v))
+                       AND schedule IS NOT NULL AND status = 'running')
     ORDER BY s.name
     FOR UPDATE OF s
 )

@@ -124,7 +124,7 @@ class DaemonPool:
             self._queue.put(None)
 
 
-BUSY = 0.75  # CPU seconds per second above which waiting calls wait for the GIL, not for I/O
+BUSY = 0.5  # CPU seconds per second above which waiting calls wait for the GIL, not for I/O
 
 
 def handler_path(fn: Callable[..., Any]) -> tuple[str, str]:

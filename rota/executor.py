@@ -40,6 +40,7 @@ class DaemonPool:
         self._idle = 0  # idle threads minus queued calls (negative: calls wait for a thread)
         self._ended = 0  # calls finished (grow's sign of progress)
         self._retire = 0  # threads to end after their current call (grow found too many)
+        self._streak = 0  # looks in a row that added threads
         self._serial = 0
         self._closed = False
         self._last = (0, 0, time.monotonic(), time.process_time())  # grow's previous look
@@ -90,10 +91,12 @@ class DaemonPool:
         while calls are in flight). Add threads while calls wait if the waiting looks like
         blocked threads: no call ended since the previous look (threads blocked, or busy for
         longer than a period), or calls that waited then still wait while the process used
-        less than `BUSY` CPU (threads wait on I/O). That doubles the threads, at most one
-        per waiting call, up to the limit. If instead calls end while the CPU is busy, more
-        threads would only fight for the GIL: a quarter of the threads end after their
-        current call. Returns the change in threads (a blocked call keeps its thread)."""
+        less than `BUSY` CPU (threads wait on I/O). It adds 1, 2, 4, ... threads on looks in
+        a row (at most one per waiting call, up to the limit): one slow call adds a thread,
+        calls that stay blocked get theirs within a few looks. If instead calls end while
+        the CPU is busy, more threads would only fight for the GIL: half of the threads end
+        after their current call. Returns the change in threads (a blocked call keeps its
+        thread)."""
         now, cpu = time.monotonic(), time.process_time()
         with self._lock:
             ended0, waiting0, then, cpu0 = self._last
@@ -104,13 +107,16 @@ class DaemonPool:
             progressed = self._ended - ended0
             busy = cpu - cpu0 >= BUSY * (now - then)
             if waiting > 0 and (not progressed or (progressed < waiting0 and not busy)):
-                return self._add(min(waiting, self.limit - self._threads, max(1, self._threads)))
+                return self._add(min(waiting, self.limit - self._threads))
+            self._streak = 0
             if progressed and busy:
-                self._retire = self._threads // 4
+                self._retire = self._threads // 2
                 return -self._retire
             return 0
 
-    def _add(self, n: int) -> int:
+    def _add(self, room: int) -> int:
+        n = min(room, 1 << self._streak)
+        self._streak += 1
         self._retire = 0
         self._start(n)
         self._idle += n

@@ -67,10 +67,10 @@ def test_grow_ends_surplus_threads_when_calls_end_with_the_cpu_busy(monkeypatch:
     monkeypatch.setattr(executor, "BUSY", 0.0)  # any CPU counts as busy
     pool.submit(lambda: None)
     wait_for(lambda: pool.backlog == 0)
-    assert pool.grow() == -2  # a quarter of the threads end after their next call
+    assert pool.grow() == -4  # half of the threads end after their next call
     for _ in range(20):
         pool.submit(lambda: None)
-    wait_for(lambda: pool.threads == 6, what="two threads ending")
+    wait_for(lambda: pool.threads == 4, what="four threads ending")
     assert pool.backlog == 0
     pool.close()
 

@@ -103,7 +103,7 @@ class ThreadExecutor(_Decidable):
                 result = task.fn(run_context(active), *args, **kwargs)
             else:
                 result = task.fn(*args, **kwargs)
-            return "ok", encode_result(task.name, result)
+            return "ok", "null" if result is None else encode_result(task.name, result)
         except BaseException as exc:
             return "error", exc
 

@@ -259,8 +259,10 @@ def redact_text(text: str, *urls: str | None) -> str:
     literal passwords of `urls` and of remember_secrets() wherever they appear (drivers echo
     them in odd forms)."""
     secrets = [pw for url in urls if url for pw in _passwords(url)] + list(_KNOWN)
-    text = _USERINFO.sub(lambda m: f"{m['pre']}:***@", text)
-    text = _PARAM.sub(lambda m: f"{m['key']}***", text)
+    if "@" in text:  # both patterns need these characters: most log lines skip them
+        text = _USERINFO.sub(lambda m: f"{m['pre']}:***@", text)
+    if "=" in text:
+        text = _PARAM.sub(lambda m: f"{m['key']}***", text)
     for secret in sorted(set(secrets), key=len, reverse=True):
         if len(secret) >= 3:
             text = text.replace(secret, "***")

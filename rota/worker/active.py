@@ -54,7 +54,8 @@ class CorruptArguments(ValueError):
 
 def decode_arguments(c: Claimed) -> tuple[Any, Any]:
     try:
-        return json.loads(c.args), json.loads(c.kwargs)
+        args = [] if c.args == "[]" else json.loads(c.args)  # most runs take no arguments
+        return args, ({} if c.kwargs == "{}" else json.loads(c.kwargs))
     except ValueError as exc:
         raise CorruptArguments(f"stored arguments are not valid JSON ({exc}); run {c.id} is not retried") from None
 

@@ -13,21 +13,17 @@ free only when its handler body really returned (stuck threads keep theirs).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..executor import DaemonPool, handler_path
+from ..executor import handler_path
 from ..serialization import encode_result
 from ..stores.base import Claimed, Store
 from ..tasks import Task
 from ..transactional import call_transactional, committing
 from .active import Active, child_context, decode_arguments, run_context
 from .child import run_in_child
-
-Result = tuple[str, Any]  # ("ok", result JSON) | ("error", exc) | ("timeout", None) | ...
-Deliver = Callable[[Active, Result], None]
+from .handoff import Deliver, Handoff, Result
 
 
 class Executor(Protocol):
@@ -107,7 +103,7 @@ class ThreadExecutor(_Decidable):
                 result = task.fn(run_context(active), *args, **kwargs)
             else:
                 result = task.fn(*args, **kwargs)
-            return "ok", encode_result(task.name, result)
+            return "ok", "null" if result is None else encode_result(task.name, result)
         except BaseException as exc:
             return "error", exc
 
@@ -200,43 +196,6 @@ def kind_of(task: Task[Any, Any]) -> str:
     if task.opts.transactional:
         return "transactional"
     return "coroutine" if task.is_async else "thread"
-
-
-class Handoff:
-    """Pool threads hand their results to the loop: one loop wake-up per burst."""
-
-    def __init__(self, limit: int, deliver: Deliver) -> None:
-        self.limit = limit
-        self.pool = DaemonPool(limit, "rota-run")
-        self.deliver = deliver
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._done: deque[tuple[Active, Result, Callable[[Active], None]]] = deque()
-        self._scheduled = False
-
-    def run(self, active: Active, body: Callable[[], Result], returned: Callable[[Active], None]) -> None:
-        self.pool.submit(lambda: self._put(active, body(), returned))
-
-    def _put(self, active: Active, outcome: Result, returned: Callable[[Active], None]) -> None:
-        self._done.append((active, outcome, returned))
-        if not self._scheduled:
-            self._scheduled = True
-            loop = self.loop
-            if loop is not None and not loop.is_closed():
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(self._drain)
-
-    def _drain(self) -> None:
-        self._scheduled = False
-        while self._done:
-            active, outcome, returned = self._done.popleft()
-            if active.done:  # decided already (timeout, lost lease): only its slot matters
-                returned(active)
-            else:
-                self.deliver(active, outcome)
-
-    def reopen(self) -> None:
-        self.pool.close()
-        self.pool = DaemonPool(self.limit, "rota-run")
 
 
 class Executors:

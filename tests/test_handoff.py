@@ -1,0 +1,134 @@
+"""The lazy run pool (rota.executor.DaemonPool, lazy=True) and the hand-off of `def`
+handlers (rota.worker.handoff): few threads for tiny calls, a thread per blocked call."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+
+import rota
+from rota import executor
+from rota.executor import DaemonPool
+from rota.stores.base import Claimed
+from rota.worker.active import Active
+from rota.worker.handoff import Handoff
+
+from .conftest import start_worker
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.005)
+
+
+def test_a_lazy_pool_runs_a_burst_of_tiny_calls_on_one_thread() -> None:
+    pool = DaemonPool(100, "t", lazy=True)
+    done: list[int] = []
+    for i in range(200):
+        pool.submit(lambda i=i: done.append(i))
+    wait_for(lambda: len(done) == 200, what="200 calls")
+    assert pool.threads == 1 and sorted(done) == list(range(200))
+    pool.close()
+
+
+def test_a_lazy_pool_grows_a_thread_per_blocked_call() -> None:
+    pool = DaemonPool(100, "t", lazy=True)
+    release = threading.Event()
+    started: list[int] = []
+    for i in range(20):
+        pool.submit(lambda i=i: (started.append(i), release.wait(10)))
+    wait_for(lambda: bool(started), what="the first call")
+    deadline = time.monotonic() + 5
+    while len(started) < 20 and time.monotonic() < deadline:
+        time.sleep(0.002)
+        pool.grow()  # the owner's sweep: no call ended, so the threads are blocked
+    assert len(started) == 20 and pool.threads == 20
+    release.set()
+    pool.close()
+
+
+def test_grow_ends_surplus_threads_when_calls_end_with_the_cpu_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = DaemonPool(100, "t", lazy=True)
+    release = threading.Event()
+    for _ in range(8):
+        pool.submit(lambda: release.wait(10))
+    while pool.threads < 8:
+        time.sleep(0.002)
+        pool.grow()
+    release.set()
+    monkeypatch.setattr(executor, "BUSY", 0.0)  # any CPU counts as busy
+    pool.submit(lambda: None)
+    wait_for(lambda: pool.backlog == 0)
+    assert pool.grow() == -4  # half of the threads end after their next call
+    for _ in range(20):
+        pool.submit(lambda: None)
+    wait_for(lambda: pool.threads == 4, what="four threads ending")
+    assert pool.backlog == 0
+    pool.close()
+
+
+def _active(done: bool) -> Active:
+    now = datetime.now(UTC)
+    active = Active(Claimed(1, "t", "[]", "{}", 1, 1, 7, None, None, None, now, now, now), None)
+    active.done = done
+    return active
+
+
+def test_a_run_decided_while_it_waited_for_a_thread_is_not_started() -> None:
+    async def scenario() -> tuple[list[str], list[Active]]:
+        delivered: list[str] = []
+        returned: list[Active] = []
+        handoff = Handoff(10, lambda active, outcome: delivered.append(outcome[0]))
+        handoff.loop = asyncio.get_running_loop()
+        release = threading.Event()
+        ran: list[str] = []
+        handoff.run(_active(False), lambda: (release.wait(10), ("ok", "first"))[1], returned.append)
+        decided = _active(True)  # e.g. it timed out or lost its lease while it waited
+        handoff.run(decided, lambda: (ran.append("body"), ("ok", None))[1], returned.append)
+        await asyncio.sleep(0.05)
+        release.set()
+        for _ in range(200):
+            if delivered and returned:
+                break
+            await asyncio.sleep(0.01)
+        handoff.pool.close()
+        assert ran == []
+        return delivered, returned
+
+    delivered, returned = asyncio.run(scenario())
+    assert delivered == ["ok"] and len(returned) == 1 and returned[0].done
+
+
+def test_concurrency_n_runs_n_blocking_def_handlers_at_once(app: rota.App) -> None:
+    """The lazy pool still gives every slot a thread when handlers block."""
+    n = 20
+    barrier = threading.Barrier(n, timeout=10)
+
+    @app.task(name="meet")
+    def meet() -> int:
+        return barrier.wait()  # raises BrokenBarrierError unless all n run at once
+
+    worker = start_worker(app, concurrency=n)
+    ids = meet.enqueue_many([((), {})] * n)
+    wait_for(lambda: worker.counters.succeeded + worker.counters.failed == n, 30, what=f"{n} runs")
+    wait_for(lambda: all(app.get_run(i).status not in ("pending", "running") for i in ids), what="the outcomes")
+    assert {app.get_run(i).status for i in ids} == {"succeeded"}
+
+
+def test_a_burst_of_tiny_def_handlers_does_not_start_a_thread_per_slot(app: rota.App) -> None:
+    @app.task(name="tiny")
+    def tiny() -> None:
+        pass
+
+    worker = start_worker(app, concurrency=100)
+    tiny.enqueue_many([((), {})] * 300)
+    wait_for(lambda: worker.counters.succeeded == 300, what="300 tiny runs")
+    assert worker._threads.threads < 50  # not one thread per slot (a hundred would fight for the GIL)

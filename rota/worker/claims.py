@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..logs import log_event
-from ..stores.base import Claimed, Store
+from ..stores.base import Claimed, Store, finishes_with_claims
 from ..tasks import Task
 from ..transactional import COMMITTED
 from .active import Active
@@ -37,8 +37,10 @@ class Claimer:
         executors: Executors,
         counters: WorkerCounters,
         tasks: Mapping[str, Task[Any, Any]],
+        completer: Completer,
     ) -> None:
         self.worker = worker
+        self.completer = completer
         self.store = store
         self.db = db
         self.due = due
@@ -54,7 +56,7 @@ class Claimer:
         free = self.executors.free_slots
         if free <= 0 or not self.due.due(self.due.run_due):
             return 0, 0
-        claimed = await self.db(self.store().claim, self.worker, free, self.queues, self.lease)
+        claimed = await self._claim(free)
         self.counters.claimed += len(claimed)
         if claimed:
             self.due.claimed_at = time.monotonic()
@@ -63,6 +65,16 @@ class Claimer:
         for c in claimed:
             self.dispatch(c)
         return len(claimed), free
+
+    async def _claim(self, limit: int) -> list[Claimed]:
+        """Claim; when outcomes wait in the outbox and the store can, write them in the same
+        transaction (one round trip and one commit for a finished batch and the next)."""
+        store = self.store()
+        if self.completer.outbox and finishes_with_claims(store):
+            claimed = await self.completer.finish_and_claim(self.worker, limit, self.queues, self.lease)
+            if claimed is not None:
+                return claimed
+        return await self.db(store.claim, self.worker, limit, self.queues, self.lease)
 
     def dispatch(self, claim: Claimed) -> None:
         self.counters.dispatched += 1

@@ -96,7 +96,9 @@ class Worker(Lifecycle):
         self._finisher = Finisher(self._executors, self._decider, self._completer, self._observers)
         self._leases = Leases(self.id, store, self._db, self._executors, self._completer, self._outage, c)
         self._rescuer = Rescuer(self.id, store, self._db, self._outage, c, self._emit)
-        self._claimer = Claimer(self.id, store, self._db, self._due, self._executors, c, self.app.tasks)
+        self._claimer = Claimer(
+            self.id, store, self._db, self._due, self._executors, c, self.app.tasks, self._completer
+        )
         self._ticker = Ticker(self.id, store, self._db, self._due, self._outage, c, self._emit)
         self._wakeups = Wakeups(store, self._due, lambda: self._executors.free_slots)
         roles = (self._leases, self._completer, self._rescuer, self._claimer, self._ticker)

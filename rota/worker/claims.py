@@ -18,6 +18,7 @@ from .counters import WorkerCounters
 from .db import Db
 from .executors import Executors
 from .outcomes import Decider
+from .prefetch import Prefetch
 from .service import wait_event
 from .wakeups import DueTimes
 
@@ -41,6 +42,7 @@ class Claimer:
     ) -> None:
         self.worker = worker
         self.completer = completer
+        self.prefetch = Prefetch(0)
         self.store = store
         self.db = db
         self.due = due
@@ -52,19 +54,36 @@ class Claimer:
         self.observers: list[Observer] = []
 
     async def claim_some(self) -> tuple[int, int]:
-        """Claim up to the free slots if a run is due. Returns (claimed, asked)."""
-        free = self.executors.free_slots
-        if free <= 0 or not self.due.due(self.due.run_due):
+        """Claim up to the free slots, plus the prefetch room, if a run is due; start what
+        fits in the free slots and hold the rest. Returns (claimed, asked)."""
+        self.start_held()
+        want = self.wanted()
+        if want <= 0 or not self.due.due(self.due.run_due):
             return 0, 0
-        claimed = await self._claim(free)
+        claimed = await self._claim(want)
         self.counters.claimed += len(claimed)
         if claimed:
             self.due.claimed_at = time.monotonic()
-        if len(claimed) < free:
+        if len(claimed) < want:
             self.due.run_due = None
+        self.prefetch.backlog = len(claimed) == want
         for c in claimed:
-            self.dispatch(c)
-        return len(claimed), free
+            self.prefetch.hold(c)
+        self.start_held()
+        return len(claimed), want
+
+    def wanted(self) -> int:
+        """How many runs a claim may ask for now: the free slots and the prefetch room."""
+        return self.executors.free_slots + self.prefetch.room()
+
+    def start_held(self) -> None:
+        """Start held runs in the free slots (on the loop, no round trip); none once the
+        worker stops claiming (shutdown hands them back)."""
+        while self.executors.free_slots > 0:
+            claim = self.prefetch.next()
+            if claim is None:
+                return
+            self.dispatch(claim)
 
     async def _claim(self, limit: int) -> list[Claimed]:
         """Claim; when outcomes wait in the outbox and the store can, write them in the same
@@ -98,10 +117,11 @@ class Claimer:
         )
 
     async def gather_slots(self, want: int, max_wait: float) -> None:
-        """Backlog: wait (briefly) until a batch of slots is free, to claim many at once."""
+        """Backlog: wait (briefly) until a batch of slots (or prefetch room) is free, to
+        claim many at once."""
         deadline = time.monotonic() + max_wait
         slot_freed = self.executors.slot_freed
-        while self.executors.free_slots < want:
+        while self.wanted() < want:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
@@ -111,7 +131,7 @@ class Claimer:
     async def wait_for_slots(self, deadline: float) -> None:
         slot_freed = self.executors.slot_freed
         slot_freed.clear()
-        if self.executors.free_slots > 0:
+        if self.wanted() > 0:
             return
         await wait_event(slot_freed, self.due.until(deadline))
 
@@ -124,22 +144,25 @@ class Claimer:
 class Finisher:
     """The end of each run: free its slot, decide its outcome, log it, queue it."""
 
-    def __init__(self, executors: Executors, decider: Decider, completer: Completer, observers: list[Observer]) -> None:
+    def __init__(self, executors: Executors, decider: Decider, completer: Completer, claimer: Claimer) -> None:
         self.executors = executors
         self.decider = decider
         self.completer = completer
-        self.observers = observers
+        self.claimer = claimer
 
     def complete(self, active: Active, outcome: tuple[str, Any]) -> None:
-        """The attempt ended (or was given up): free its slot and queue its outcome."""
+        """The attempt ended (or was given up): free its slot, start a held run in it, and
+        queue its outcome."""
         if not self.executors.finish(active):
             return
+        self.claimer.prefetch.ran(time.monotonic() - active.started)
+        self.claimer.start_held()
         kind, value = outcome
         if kind == "lost":
             return
         record = self.decider.decide(active, kind, value)
         self.decider.log(active, kind, record)
-        for observe in self.observers:
+        for observe in self.claimer.observers:
             observe(record.status, active.claim, time.time())
         if kind == COMMITTED:  # written with the handler's own transaction
             self.completer.announce(record)

@@ -13,13 +13,15 @@ from collections.abc import Callable
 
 from ..errors import DatabaseError
 from ..logs import log_event
-from ..stores.base import Store
+from ..serialization import simple_error
+from ..stores.base import Claimed, Outcome, Store
 from .active import Active
 from .completer import Completer
 from .counters import WorkerCounters
 from .db import Db
 from .executors import Executors
 from .outage import Outage
+from .prefetch import Prefetch
 
 log = logging.getLogger("rota.worker")
 
@@ -48,6 +50,7 @@ class Leases:
         self.interval = 0.0
         self.complete: Callable[[Active, tuple[str, None]], None] = lambda active, outcome: None
         self.registry: Callable[[], tuple[str, int]] = lambda: ("running", 0)
+        self.prefetch = Prefetch(0)  # runs claimed ahead: renewed like running ones
 
     async def run(self) -> None:
         """The heartbeat task: renew every `interval` seconds."""
@@ -73,13 +76,26 @@ class Leases:
         stop the runs that were lost, pass on cancellation requests. Raises DatabaseError."""
         inflight = self.executors.inflight
         held = [(run_id, a.claim.token) for run_id, a in inflight.items()] + self.completer.held()
+        held += self.prefetch.tokens()
         alive, cancel = await self.db(self.store().heartbeat, held, self.lease)
         for run_id, token in held:
+            if run_id in alive:
+                continue
             active = inflight.get(run_id)
-            if run_id not in alive and active is not None and not active.done and active.claim.token == token:
+            if active is not None and not active.done and active.claim.token == token:
                 self.lost(active)
+            elif (claim := self.prefetch.held.get(run_id)) is not None and claim.token == token:
+                self.lost_held(claim)
         for run_id in cancel:
             self.request_cancel(run_id)
+
+    def lost_held(self, claim: Claimed) -> None:
+        """A run claimed ahead and not started lost its lease: it must never start."""
+        self.prefetch.drop(claim.id)
+        self.counters.lost += 1
+        log.warning(
+            "run %s (%s): lease lost before it started (rescued by another worker); dropped", claim.id, claim.task
+        )
 
     def lost(self, active: Active) -> None:
         """Someone else holds the run now: stop it; its result will never be written."""
@@ -102,8 +118,21 @@ class Leases:
 
     def request_cancel(self, run_id: int) -> None:
         active = self.executors.inflight.get(run_id)
-        if active is None or active.cancel_requested:
+        if active is None:
+            self.cancel_held(run_id)
+            return
+        if active.cancel_requested:
             return
         log.info("run %s (%s): cancellation requested", run_id, active.claim.task)
         active.cancel_requested = True
         self.executors.stop(active, lost=False)
+
+    def cancel_held(self, run_id: int) -> None:
+        """Cancellation of a run claimed ahead: it never starts; it is recorded cancelled."""
+        claim = self.prefetch.drop(run_id)
+        if claim is None:
+            return
+        log.info("run %s (%s): cancellation requested before it started", run_id, claim.task)
+        self.counters.cancelled += 1
+        error = simple_error("Cancelled", "cancelled on request")
+        self.completer.put(Outcome(claim.id, claim.token, "cancelled", error=error))

@@ -83,14 +83,13 @@ class Poller:
 
     async def _pace(self, claimed: int, asked: int, housekeeping_at: float) -> None:
         """Wait before the next pass: for a batch of slots (backlog), or until due."""
-        free = self.claimer.executors.free_slots
         if asked and claimed == asked:
-            # Backlog: claim again once a batch of slots is free (or very soon), so that
-            # one round trip claims many runs rather than one per finished handler.
+            # Backlog: claim again once a batch of slots (or prefetch room) is free, or very
+            # soon, so that one round trip claims many runs rather than one per handler.
             await self.claimer.gather_slots(self.batch, 0.002)
-            if self.claimer.executors.free_slots <= 0:
+            if self.claimer.wanted() <= 0:
                 await self.claimer.wait_for_slots(housekeeping_at)
-        elif free <= 0:
+        elif self.claimer.wanted() <= 0:
             self.counters.skipped_at_capacity += 1
             await self.claimer.wait_for_slots(housekeeping_at)
         else:

@@ -1,0 +1,88 @@
+"""Prefetch: runs claimed a little ahead of free slots, started locally as slots free.
+
+With a backlog of short runs, a worker whose claim waits for a free slot leaves that slot
+idle for a round trip each time. So the claimer may hold a few runs more than it has
+slots: claimed like any other (status running, a token, a lease renewed by the heartbeat
+like a running run's), not started yet. When a handler ends, the loop starts the next held
+run at once, without a round trip; the poll loop tops the buffer up in the background
+(taking the finished outcomes along, see Store.finish_and_claim).
+
+Bounds, and fairness across workers:
+- at most `limit` runs are held (default: the worker's concurrency);
+- only while there is a backlog (the last claim got all it asked for), and only while the
+  handlers are short (their recent mean duration at most SHORT seconds): a held run then
+  waits about one handler's duration, far less than an idle worker's poll interval, so no
+  other worker would have run it sooner. Long handlers are never claimed ahead: a worker
+  must not sit on work another idle worker could run.
+
+A held run is never started once the worker stops claiming (shutdown hands it back at once
+without counting an attempt), once its cancellation is requested (it is recorded
+cancelled), or once its lease is lost (dropped). `started_at` is the claim's time, which
+precedes the handler's start by at most that short wait; writing the handler's start would
+cost the round trip prefetch saves. Killed with -9, a worker's held runs are rescued when
+their lease expires, as its running runs are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import ConfigurationError
+from ..stores.base import Claimed
+
+SHORT = 0.05  # seconds: the mean handler duration up to which runs are claimed ahead
+_WEIGHT = 0.2  # of the newest duration in the running mean
+
+
+class Prefetch:
+    """The held runs, in claim order, and whether more may be held."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held: dict[int, Claimed] = {}
+        self.backlog = False  # the last claim got all it asked for
+        self.mean: float | None = None  # running mean of recent handler durations (seconds)
+        self.claiming: Callable[[], bool] = lambda: True
+
+    def room(self) -> int:
+        """How many more runs may be claimed ahead now."""
+        if not self.active():
+            return 0
+        return max(0, self.limit - len(self.held))
+
+    def active(self) -> bool:
+        short = self.mean is not None and self.mean <= SHORT
+        return self.limit > 0 and self.backlog and short and self.claiming()
+
+    def ran(self, seconds: float) -> None:
+        """A handler ended after `seconds`."""
+        mean = self.mean
+        self.mean = seconds if mean is None else mean + _WEIGHT * (seconds - mean)
+
+    def hold(self, claim: Claimed) -> None:
+        self.held[claim.id] = claim
+
+    def next(self) -> Claimed | None:
+        """The oldest held run, to start now (None if none, or the worker is stopping)."""
+        if not self.held or not self.claiming():
+            return None
+        run_id = next(iter(self.held))
+        return self.held.pop(run_id)
+
+    def drop(self, run_id: int) -> Claimed | None:
+        return self.held.pop(run_id, None)
+
+    def take_all(self) -> list[Claimed]:
+        held, self.held = list(self.held.values()), {}
+        return held
+
+    def tokens(self) -> list[tuple[int, int]]:
+        """(run id, token) of every held run: their leases are renewed."""
+        return [(c.id, c.token) for c in self.held.values()]
+
+
+def prefetch_limit(value: int) -> int:
+    """A `prefetch` setting: how many runs a worker may hold beyond its slots (0: none)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigurationError(f"prefetch must be an integer >= 0 (0 turns it off), got {value!r}")
+    return value

@@ -165,3 +165,17 @@ def procs(db_url: str, tmp_path: Path) -> Any:
     workers.env["ROTA_TEST_LOG"] = str(tmp_path / "executions.log")
     yield workers
     workers.stop_all()
+
+
+def test_a_held_run_whose_lease_may_have_run_out_waits_for_a_renewal() -> None:
+    from datetime import UTC, datetime
+
+    from rota.stores.base import Claimed
+
+    now = datetime.now(UTC)
+    claim = Claimed(7, "t", "[]", "{}", 1, 1, 3, None, None, None, now, now, now)
+    p = Prefetch(2)
+    p.hold(claim, time.monotonic() - 1)  # no renewal came through for a lease (an outage)
+    assert p.next() is None and p.get(7) is claim  # kept, not started
+    p.renewed({7}, time.monotonic() + 30)
+    assert p.next() is claim and p.get(7) is None

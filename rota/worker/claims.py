@@ -60,6 +60,7 @@ class Claimer:
         want = self.wanted()
         if want <= 0 or not self.due.due(self.due.run_due):
             return 0, 0
+        deadline = time.monotonic() + self.lease
         claimed = await self._claim(want)
         self.counters.claimed += len(claimed)
         if claimed:
@@ -68,7 +69,7 @@ class Claimer:
             self.due.run_due = None
         self.prefetch.backlog = len(claimed) == want
         for c in claimed:
-            self.prefetch.hold(c)
+            self.prefetch.hold(c, deadline)
         self.start_held()
         return len(claimed), want
 

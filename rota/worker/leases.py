@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from ..errors import DatabaseError
@@ -77,14 +78,16 @@ class Leases:
         inflight = self.executors.inflight
         held = [(run_id, a.claim.token) for run_id, a in inflight.items()] + self.completer.held()
         held += self.prefetch.tokens()
+        deadline = time.monotonic() + self.lease
         alive, cancel = await self.db(self.store().heartbeat, held, self.lease)
+        self.prefetch.renewed(alive, deadline)
         for run_id, token in held:
             if run_id in alive:
                 continue
             active = inflight.get(run_id)
             if active is not None and not active.done and active.claim.token == token:
                 self.lost(active)
-            elif (claim := self.prefetch.held.get(run_id)) is not None and claim.token == token:
+            elif (claim := self.prefetch.get(run_id)) is not None and claim.token == token:
                 self.lost_held(claim)
         for run_id in cancel:
             self.request_cancel(run_id)

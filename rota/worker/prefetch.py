@@ -17,7 +17,8 @@ Bounds, and fairness across workers:
 
 A held run is never started once the worker stops claiming (shutdown hands it back at once
 without counting an attempt), once its cancellation is requested (it is recorded
-cancelled), or once its lease is lost (dropped). `started_at` is the claim's time, which
+cancelled), once its lease is lost (dropped), nor while its lease may have run out (no
+renewal came through for a lease, e.g. during an outage: it waits for the heartbeat). `started_at` is the claim's time, which
 precedes the handler's start by at most that short wait; writing the handler's start would
 cost the round trip prefetch saves. Killed with -9, a worker's held runs are rescued when
 their lease expires, as its running runs are.
@@ -25,6 +26,7 @@ their lease expires, as its running runs are.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from ..errors import ConfigurationError
@@ -39,7 +41,7 @@ class Prefetch:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.held: dict[int, Claimed] = {}
+        self.held: dict[int, tuple[Claimed, float]] = {}  # run id -> (claim, lease known until)
         self.backlog = False  # the last claim got all it asked for
         self.mean: float | None = None  # running mean of recent handler durations (seconds)
         self.claiming: Callable[[], bool] = lambda: True
@@ -59,26 +61,43 @@ class Prefetch:
         mean = self.mean
         self.mean = seconds if mean is None else mean + _WEIGHT * (seconds - mean)
 
-    def hold(self, claim: Claimed) -> None:
-        self.held[claim.id] = claim
+    def hold(self, claim: Claimed, deadline: float) -> None:
+        """Hold a claimed run; its lease is known to last until `deadline` (monotonic)."""
+        self.held[claim.id] = (claim, deadline)
+
+    def renewed(self, alive: set[int], deadline: float) -> None:
+        """The heartbeat renewed the leases of `alive` until `deadline` (monotonic)."""
+        for run_id in alive & self.held.keys():
+            self.held[run_id] = (self.held[run_id][0], deadline)
 
     def next(self) -> Claimed | None:
-        """The oldest held run, to start now (None if none, or the worker is stopping)."""
+        """The oldest held run whose lease is known to hold, to start now; None if there is
+        none, or the worker is stopping. A run whose lease may have run out (no renewal
+        came through, e.g. during an outage) waits for the heartbeat: kept or dropped."""
         if not self.held or not self.claiming():
             return None
-        run_id = next(iter(self.held))
-        return self.held.pop(run_id)
+        now = time.monotonic()
+        for run_id, (claim, deadline) in self.held.items():
+            if deadline > now:
+                del self.held[run_id]
+                return claim
+        return None
+
+    def get(self, run_id: int) -> Claimed | None:
+        entry = self.held.get(run_id)
+        return entry[0] if entry is not None else None
 
     def drop(self, run_id: int) -> Claimed | None:
-        return self.held.pop(run_id, None)
+        entry = self.held.pop(run_id, None)
+        return entry[0] if entry is not None else None
 
     def take_all(self) -> list[Claimed]:
-        held, self.held = list(self.held.values()), {}
+        held, self.held = [claim for claim, _ in self.held.values()], {}
         return held
 
     def tokens(self) -> list[tuple[int, int]]:
         """(run id, token) of every held run: their leases are renewed."""
-        return [(c.id, c.token) for c in self.held.values()]
+        return [(c.id, c.token) for c, _ in self.held.values()]
 
 
 def prefetch_limit(value: int) -> int:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from ..errors import ConfigurationError
 from ..stores.base import Claimed
 
-SHORT = 0.05  # seconds: the mean handler duration up to which runs are claimed ahead
+SHORT = 0.1  # seconds: the mean handler duration up to which runs are claimed ahead
 _WEIGHT = 0.2  # of the newest duration in the running mean
 
 

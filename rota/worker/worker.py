@@ -39,6 +39,7 @@ from .view import WorkerView
 from .wakeups import DueTimes, Wakeups
 
 log = logging.getLogger("rota.worker")
+BACKLOG_FLUSH = 0.01  # seconds the outcome writer waits in a backlog (see _buffer)
 
 
 class Worker(Lifecycle):
@@ -200,8 +201,12 @@ class Worker(Lifecycle):
         ]
 
     def _buffer(self) -> float:
-        """How long the writer gathers outcomes into one batch (none once draining)."""
-        return self.flush_interval if self._claiming else 0.0
+        """How long the writer gathers outcomes into one batch (none once draining). In a
+        backlog the next claim comes within a handler's duration and takes the outcomes
+        along in its transaction: the writer waits longer, for those the claim leaves."""
+        if not self._claiming:
+            return 0.0
+        return max(self.flush_interval, BACKLOG_FLUSH) if self._prefetch.backlog else self.flush_interval
 
     def _bind_loop(self) -> None:
         self._loop = asyncio.get_running_loop()

@@ -3,8 +3,10 @@
 Each pass: (1) after a database error, renew this worker's own leases and (2) write the
 outcomes it computed meanwhile, before anything else; (3) once per poll interval, learn
 what is due and rescue expired leases under the rescue rule; (4) claim due runs into free
-slots. Schedule ticks are materialized by the ticker in its own task (it never holds up
-this loop); heartbeats, the outcome writer and the wake-ups run in theirs.
+slots (and, in a backlog of short runs, a little ahead: prefetch.py), taking the queued
+outcomes along in the claim's transaction. Schedule ticks are materialized by the ticker
+in its own task (it never holds up this loop); heartbeats, the outcome writer and the
+wake-ups run in theirs.
 """
 
 from __future__ import annotations

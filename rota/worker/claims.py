@@ -117,6 +117,15 @@ class Claimer:
             worker=self.worker,
         )
 
+    def next_batch(self, slots: int) -> tuple[int, float]:
+        """In a backlog: how many runs the next claim should wait for, and how long at most.
+        Without prefetch, `slots` free slots or 2 ms (a slot must not idle for long); with
+        it, half the prefetch room: the held runs keep the slots busy meanwhile, and a
+        bigger batch costs fewer statements per run."""
+        if self.prefetch.active():
+            return max(1, (self.prefetch.limit + 1) // 2), 0.05
+        return slots, 0.002
+
     async def gather_slots(self, want: int, max_wait: float) -> None:
         """Backlog: wait (briefly) until a batch of slots (or prefetch room) is free, to
         claim many at once."""

@@ -88,7 +88,7 @@ class Poller:
         if asked and claimed == asked:
             # Backlog: claim again once a batch of slots (or prefetch room) is free, or very
             # soon, so that one round trip claims many runs rather than one per handler.
-            await self.claimer.gather_slots(self.batch, 0.002)
+            await self.claimer.gather_slots(*self.claimer.next_batch(self.batch))
             if self.claimer.wanted() <= 0:
                 await self.claimer.wait_for_slots(housekeeping_at)
         elif self.claimer.wanted() <= 0:

@@ -12,11 +12,19 @@ from typing import Any
 import pytest
 
 import rota
-from rota.worker.prefetch import SHORT, Prefetch, prefetch_limit
+import rota.worker.prefetch
+from rota.worker.prefetch import Prefetch, prefetch_limit
 
 from .conftest import start_worker
 from .procs import WorkerProcs, wait_until
 from .test_crashes import enqueue, log_lines
+
+
+@pytest.fixture(autouse=True)
+def any_duration_is_short(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefetch on whatever the handlers' durations on a loaded machine (the rule that turns
+    it off for long handlers has its own test below)."""
+    monkeypatch.setattr(rota.worker.prefetch, "SHORT", 10.0)
 
 
 class Held:
@@ -109,7 +117,9 @@ def test_a_held_run_whose_lease_is_lost_never_starts(app_factory: Callable[..., 
     assert first.id not in {handles[i].id for i in job.started}
 
 
-def test_long_runs_and_no_backlog_are_never_claimed_ahead() -> None:
+def test_long_runs_and_no_backlog_are_never_claimed_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rota.worker.prefetch, "SHORT", 0.05)
+    SHORT = 0.05
     p = Prefetch(5)
     assert p.room() == 0  # no handler has ended yet
     p.backlog = True
@@ -140,7 +150,7 @@ def test_kill9_of_a_worker_holding_runs_ahead_gets_them_rescued(
 
     app = make_app(db_url)
     lease, poll = 2.0, 0.1
-    victim = procs.start(concurrency=2, lease=lease, poll=poll)
+    victim = procs.start("tests.apps.prefetch_app:app", concurrency=2, lease=lease, poll=poll)
     ids = enqueue(app, "chaos", [((0, 0.0), {})] + [((i, 30.0), {}) for i in range(1, 5)])
     # run 0 ends at once: two long runs take the slots, the other two are held ahead
     wait_until(lambda: app.store.count_by_status().get("running", 0) == 4, 30, "four runs held by the victim")

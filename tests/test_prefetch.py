@@ -13,7 +13,7 @@ import pytest
 
 import rota
 import rota.worker.prefetch
-from rota.worker.prefetch import Prefetch, prefetch_limit
+from rota.worker.prefetch import Prefetch, default_limit, prefetch_limit
 
 from .conftest import start_worker
 from .procs import WorkerProcs, wait_until
@@ -24,7 +24,7 @@ from .test_crashes import enqueue, log_lines
 def any_duration_is_short(monkeypatch: pytest.MonkeyPatch) -> None:
     """Prefetch on whatever the handlers' durations on a loaded machine (the rule that turns
     it off for long handlers has its own test below)."""
-    monkeypatch.setattr(rota.worker.prefetch, "SHORT", 10.0)
+    monkeypatch.setattr(rota.worker.prefetch, "WINDOW", 100.0)
 
 
 class Held:
@@ -117,22 +117,25 @@ def test_a_held_run_whose_lease_is_lost_never_starts(app_factory: Callable[..., 
     assert first.id not in {handles[i].id for i in job.started}
 
 
-def test_long_runs_and_no_backlog_are_never_claimed_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rota.worker.prefetch, "SHORT", 0.05)
-    SHORT = 0.05
-    p = Prefetch(5)
+def test_about_a_window_of_work_is_held_and_long_runs_never(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rota.worker.prefetch, "WINDOW", 0.02)
+    p = Prefetch(50, slots=5)
     assert p.room() == 0  # no handler has ended yet
     p.backlog = True
-    p.ran(SHORT * 4)
+    p.ran(0.2)
     assert p.room() == 0  # long handlers: another idle worker could run them
-    for _ in range(30):
-        p.ran(SHORT / 10)
-    assert p.room() == 5
+    for _ in range(60):
+        p.ran(0.008)
+    assert p.size() == 12 and p.room() == 12  # 5 slots * 20 ms / 8 ms
+    for _ in range(60):
+        p.ran(0.0001)
+    assert p.room() == 50  # the limit
     p.backlog = False
     assert p.room() == 0
     p.backlog, p.claiming = True, lambda: False
     assert p.room() == 0 and p.next() is None
-    assert Prefetch(0).room() == 0
+    assert Prefetch(0, slots=5).room() == 0
+    assert default_limit(5) == 50 and default_limit(200) == 200
 
 
 def test_the_prefetch_setting_is_validated() -> None:

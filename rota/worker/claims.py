@@ -123,7 +123,7 @@ class Claimer:
         it, half the prefetch room: the held runs keep the slots busy meanwhile, and a
         bigger batch costs fewer statements per run."""
         if self.prefetch.active():
-            return max(1, (self.prefetch.limit + 1) // 2), 0.05
+            return max(1, (self.prefetch.size() + 1) // 2), 0.05
         return slots, 0.002
 
     async def gather_slots(self, want: int, max_wait: float) -> None:

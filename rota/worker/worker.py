@@ -29,7 +29,7 @@ from .maintenance import Maintenance
 from .outage import Outage
 from .outcomes import Decider
 from .poll import Poller
-from .prefetch import Prefetch, prefetch_limit
+from .prefetch import Prefetch, default_limit, prefetch_limit
 from .rescue import Rescuer
 from .service import spawn
 from .settings import WorkerSettings
@@ -75,7 +75,8 @@ class Worker(Lifecycle):
         self.concurrency, self.queues, self.lease = s.concurrency, s.queues, s.lease
         self.poll_interval, self.shutdown_timeout = s.poll_interval, s.shutdown_timeout
         self.heartbeat_interval, self.flush_interval = s.heartbeat_interval, s.flush_interval
-        self._prefetch = Prefetch(s.concurrency if prefetch is None else prefetch_limit(prefetch))
+        limit = default_limit(s.concurrency) if prefetch is None else prefetch_limit(prefetch)
+        self._prefetch = Prefetch(limit, s.concurrency)
         self.install_signal_handlers = install_signal_handlers
         self.metrics_port = metrics_port
         self.id = worker_identity()

@@ -7,6 +7,6 @@ import rota.worker.prefetch
 
 from .basic import app
 
-rota.worker.prefetch.SHORT = 10.0
+rota.worker.prefetch.WINDOW = 100.0
 
 __all__ = ["app"]

@@ -39,7 +39,7 @@ from .view import WorkerView
 from .wakeups import DueTimes, Wakeups
 
 log = logging.getLogger("rota.worker")
-BACKLOG_FLUSH = 0.01  # seconds the outcome writer waits in a backlog (see _buffer)
+BACKLOG_FLUSH = 0.03  # seconds the outcome writer waits in a backlog (see _buffer)
 
 
 class Worker(Lifecycle):

@@ -97,6 +97,24 @@ def test_a_held_run_whose_cancellation_is_requested_never_starts(app_factory: Ca
     assert first.id not in {handles[i].id for i in job.started}
 
 
+def test_a_cancel_wake_up_its_database_does_not_confirm_cancels_nothing(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    """NOTIFY names a run id, not a schema: another app's cancellation of its run 2 must
+    not cancel ours."""
+    app = app_factory(lease=1.0)
+    job = Held(app)
+    handles = job.enqueue(4)
+    worker = start_worker(app, concurrency=1, prefetch=2)
+    first, second = _holding(app, worker, handles, 2)
+    assert worker._loop is not None
+    worker._loop.call_soon_threadsafe(worker._leases.request_cancel, int(first.id))
+    time.sleep(0.5)
+    assert first.refresh().status == "running" and worker.counters.cancelled == 0
+    job.release.set()
+    assert first.wait(10).status == "succeeded" and second.wait(10).status == "succeeded"
+
+
 def test_a_held_run_whose_lease_is_lost_never_starts(app_factory: Callable[..., rota.App]) -> None:
     app = app_factory(lease=1.0)
     job = Held(app)

@@ -52,6 +52,7 @@ class Leases:
         self.complete: Callable[[Active, tuple[str, None]], None] = lambda active, outcome: None
         self.registry: Callable[[], tuple[str, int]] = lambda: ("running", 0)
         self.prefetch = Prefetch(0)  # runs claimed ahead: renewed like running ones
+        self._confirming: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         """The heartbeat task: renew every `interval` seconds."""
@@ -90,7 +91,7 @@ class Leases:
             elif (claim := self.prefetch.get(run_id)) is not None and claim.token == token:
                 self.lost_held(claim)
         for run_id in cancel:
-            self.request_cancel(run_id)
+            self.request_cancel(run_id, confirmed=True)
 
     def lost_held(self, claim: Claimed) -> None:
         """A run claimed ahead and not started lost its lease: it must never start."""
@@ -119,10 +120,15 @@ class Leases:
         self.executors.stop(active, lost=True)
         self.complete(active, ("lost", None))
 
-    def request_cancel(self, run_id: int) -> None:
+    def request_cancel(self, run_id: int, confirmed: bool = False) -> None:
+        """A run was asked to stop: `confirmed` by the heartbeat (this store's own rows), or
+        by a wake-up (a NOTIFY, which does not say which schema's run: confirmed first)."""
         active = self.executors.inflight.get(run_id)
         if active is None:
-            self.cancel_held(run_id)
+            if confirmed:
+                self.cancel_held(run_id)
+            elif self.prefetch.get(run_id) is not None:
+                self._confirm_soon(run_id)
             return
         if active.cancel_requested:
             return
@@ -139,3 +145,23 @@ class Leases:
         self.counters.cancelled += 1
         error = simple_error("Cancelled", "cancelled on request")
         self.completer.put(Outcome(claim.id, claim.token, "cancelled", error=error))
+
+    def _confirm_soon(self, run_id: int) -> None:
+        """Hold a run claimed ahead back (it does not start) until the database confirms its
+        cancellation or not."""
+        self.prefetch.doubted.add(run_id)
+        task = asyncio.get_running_loop().create_task(self._confirm(run_id))
+        self._confirming.add(task)
+        task.add_done_callback(self._confirming.discard)
+
+    async def _confirm(self, run_id: int) -> None:
+        try:
+            claim = self.prefetch.get(run_id)
+            if claim is not None:
+                _, cancel = await self.db(self.store().heartbeat, [(claim.id, claim.token)], self.lease)
+                if run_id in cancel:
+                    self.cancel_held(run_id)
+        except DatabaseError as exc:  # the next heartbeat decides
+            log.debug("could not confirm the cancellation of run %s: %s", run_id, exc)
+        finally:
+            self.prefetch.doubted.discard(run_id)

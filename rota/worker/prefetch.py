@@ -19,7 +19,8 @@ claim order (a higher priority run claimed later waits behind them, for those fe
 
 A held run is never started once the worker stops claiming (shutdown hands it back at once
 without counting an attempt), once its cancellation is requested (it is recorded
-cancelled), once its lease is lost (dropped), nor while its lease may have run out (no
+cancelled; a wake-up saying so is confirmed with the database first, as a NOTIFY does not
+say which schema's run it names), once its lease is lost (dropped), nor while its lease may have run out (no
 renewal came through for a lease, e.g. during an outage: it waits for the heartbeat).
 `started_at` is the claim's time, which precedes the handler's start by at most that short
 wait; writing the handler's start would cost the round trip prefetch saves. Killed with
@@ -48,6 +49,7 @@ class Prefetch:
         self.backlog = False  # the last claim got all it asked for
         self.mean: float | None = None  # running mean of recent handler durations (seconds)
         self.claiming: Callable[[], bool] = lambda: True
+        self.doubted: set[int] = set()  # a wake-up said cancelled: not started until confirmed
 
     def size(self) -> int:
         """How many runs to hold: about WINDOW seconds of work, at most `limit`."""
@@ -87,7 +89,7 @@ class Prefetch:
             return None
         now = time.monotonic()
         for run_id, (claim, deadline) in self.held.items():
-            if deadline > now:
+            if deadline > now and run_id not in self.doubted:
                 del self.held[run_id]
                 return claim
         return None

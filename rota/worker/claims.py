@@ -87,10 +87,13 @@ class Claimer:
             self.dispatch(claim)
 
     async def _claim(self, limit: int) -> list[Claimed]:
-        """Claim; when outcomes wait in the outbox and the store can, write them in the same
-        transaction (one round trip and one commit for a finished batch and the next)."""
+        """Claim; while runs are claimed ahead, take the outcomes waiting in the outbox
+        along in the same transaction when the store can (one round trip and one commit for
+        a finished batch and the next). Not otherwise: with no held runs to keep the slots
+        busy, slots would wait for the outcomes' writes too (measured: slower on PostgreSQL
+        than a claim alone with the outcomes written beside it)."""
         store = self.store()
-        if self.completer.outbox and finishes_with_claims(store):
+        if self.completer.outbox and self.prefetch.active() and finishes_with_claims(store):
             claimed = await self.completer.finish_and_claim(self.worker, limit, self.queues, self.lease)
             if claimed is not None:
                 return claimed

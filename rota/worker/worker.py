@@ -202,12 +202,12 @@ class Worker(Lifecycle):
         ]
 
     def _buffer(self) -> float:
-        """How long the writer gathers outcomes into one batch (none once draining). In a
-        backlog the next claim comes within a handler's duration and takes the outcomes
-        along in its transaction: the writer waits longer, for those the claim leaves."""
+        """How long the writer gathers outcomes into one batch (none once draining). While
+        runs are claimed ahead the next claim comes within milliseconds and takes the
+        outcomes along in its transaction: the writer waits longer, for those it leaves."""
         if not self._claiming:
             return 0.0
-        return max(self.flush_interval, BACKLOG_FLUSH) if self._prefetch.backlog else self.flush_interval
+        return max(self.flush_interval, BACKLOG_FLUSH) if self._prefetch.active() else self.flush_interval
 
     def _bind_loop(self) -> None:
         self._loop = asyncio.get_running_loop()

@@ -23,6 +23,7 @@ _DOCS = {
     "timed_out": "Attempts stopped by their timeout",
     "lost": "Runs whose lease this worker lost",
     "stale_writes": "Outcomes discarded because their token no longer held the run",
+    "written_with_claims": "Outcomes written in the same transaction as a claim",
     "skipped_at_capacity": "Polls that found every slot busy",
     "locked_out": "Schedule materializations lost to another instance",
     "ticks": "Schedule ticks materialized by this worker",

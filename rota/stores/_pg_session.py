@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..errors import (
     DatabaseUnavailable,
 )
 from ._sql_base import Row
+from .base import Claimed, Outcome
 
 try:
     import psycopg
@@ -54,21 +56,53 @@ class _TimeLoader(Loader):
 
 
 class _Session:
-    __slots__ = ("cur", "deferred_wake", "now", "queries")
+    __slots__ = ("cur", "deferred_wake", "now", "queries", "received", "sent")
 
     def __init__(self, cur: psycopg.Cursor[Any], queries: dict[str, str], now: datetime | None) -> None:
         self.cur = cur
         self.queries = queries
         self.now = now
         self.deferred_wake = False
+        self.sent: list[psycopg.Cursor[Any]] = []
+        self.received: list[list[Row]] = []
 
     def q(self, name: str, /, **params: Any) -> list[Row]:
         return self.q_text(self.queries[name], **params)
+
+    def send(self, name: str, /, **params: Any) -> None:
+        """Queue a named statement in pipeline mode, on a cursor of its own: its rows are
+        read by `receive` once the pipeline has synced (no round trip per statement)."""
+        params["now"] = self.now
+        cur = self.cur.connection.cursor()
+        cur.execute(self.queries[name], params)
+        self.sent.append(cur)
+
+    def receive(self) -> None:
+        """After the sync: read the rows of each statement queued by `send`, in order."""
+        for cur in self.sent:
+            self.received.append(cur.fetchall() if cur.description is not None else [])
+            cur.close()
 
     def q_text(self, sql: str, /, **params: Any) -> list[Row]:
         params["now"] = self.now
         self.cur.execute(sql, params)
         return self.cur.fetchall() if self.cur.description is not None else []
+
+
+@contextmanager
+def pipelined(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:
+    """One transaction in pipeline mode: BEGIN, the statements queued in the block and
+    COMMIT travel together and are synced once, at the end (psycopg's own transaction
+    block would sync at its start and end). After any error, roll back what is left."""
+    try:
+        with conn.pipeline(), conn.cursor() as cur:
+            cur.execute("BEGIN")
+            yield cur
+            cur.execute("COMMIT")
+    except BaseException:
+        if not conn.broken and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+        raise
 
 
 class _AsyncSession:
@@ -95,6 +129,33 @@ def _usable(status: Any) -> None:
 
 
 _json = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def finish_batches(outcomes: Sequence[Outcome]) -> list[tuple[str, dict[str, Any]]]:
+    """The named statements (and parameters) that write `outcomes`: plain successes through
+    `finish_succeeded`, every other outcome through `finish`, each batch as one JSON
+    parameter, in id order (see PostgresStore.finish)."""
+    ordered = sorted(outcomes, key=lambda o: o.id)
+    plain = [(o.id, o.token, o.result) for o in ordered if o.status == "succeeded" and o.history is None]
+    other = [
+        (o.id, o.token, o.status, o.result, o.error, o.retry_in, o.history)
+        for o in ordered
+        if not (o.status == "succeeded" and o.history is None)
+    ]
+    batches = (("finish_succeeded", plain), ("finish", other))
+    return [(query, {"rows": _json(rows)}) for query, rows in batches if rows]
+
+
+def claim_call(owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> tuple[str, dict[str, Any]]:
+    """The named claim statement and its parameters."""
+    params: dict[str, Any] = {"owner": owner, "limit": limit, "lease": lease}
+    if queues is None:
+        return "claim", params
+    return "claim_in_queues", {**params, "queues": list(queues)}
+
+
+def claimed(rows: list[Row]) -> list[Claimed]:
+    return [Claimed(*r) for r in sorted(rows, key=lambda r: r[0])]
 
 
 class _WakeupLimiter:

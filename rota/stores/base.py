@@ -202,6 +202,12 @@ class RunCounts:
     estimated: frozenset[str]
 
 
+def finishes_with_claims(store: object) -> bool:
+    """Whether `store` writes outcomes and claims in one transaction (overrides the default)."""
+    method = getattr(type(store), "finish_and_claim", None)
+    return method is not None and method is not Store.finish_and_claim
+
+
 def run_stats(counts: RunCounts) -> dict[str, Any]:
     """The stats() shape of run counts: every status, and whether the figures are exact."""
     runs = dict.fromkeys(STATUSES, 0)
@@ -297,6 +303,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def finish(self, outcomes: Sequence[Outcome]) -> set[int]:
         """Record attempt outcomes; return the ids written. Stale tokens are not written."""
+
+    def finish_and_claim(
+        self, outcomes: Sequence[Outcome], owner: str, limit: int, queues: Sequence[str] | None, lease: float
+    ) -> tuple[set[int], list[Claimed]]:
+        """`finish(outcomes)` then `claim(owner, limit, queues, lease)` in ONE transaction (one
+        round trip where the driver can): both happen or neither does, so after an error no
+        outcome was written and nothing was claimed. Returns (ids written, claimed). This
+        default makes the two calls apart; workers use it only where a store overrides it
+        (see `finishes_with_claims`)."""
+        return self.finish(outcomes), self.claim(owner, limit, queues, lease)
 
     @abc.abstractmethod
     def hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:

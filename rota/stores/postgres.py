@@ -46,6 +46,10 @@ from ._pg_session import (
     _translate,
     _usable,
     _WakeupLimiter,
+    claim_call,
+    claimed,
+    finish_batches,
+    pipelined,
 )
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
@@ -144,14 +148,23 @@ class PostgresStore(SqlStore):
             conn.execute(f"SET {name} = {value}")
 
     @contextmanager
-    def _session(self, transaction: bool) -> Iterator[_Session]:
+    def _session(self, transaction: bool, pipeline: bool = False) -> Iterator[_Session]:
+        """A session on a pooled connection. `transaction`: one transaction, committed when
+        the block ends. `pipeline`: one transaction whose statements are queued with `send`
+        and travel with BEGIN and COMMIT in one round trip (rows in `received` afterwards;
+        no NOTIFY in it)."""
         pool = self._open()
         now = self.clock.now() if self.clock is not None else None
         used: psycopg.Connection[Any] | None = None
         try:
             with pool.connection() as conn:
                 used = conn
-                if transaction:
+                if pipeline:
+                    with pipelined(conn) as cur:
+                        session = _Session(cur, self.queries, now)
+                        yield session
+                    session.receive()
+                elif transaction:
                     with conn.transaction(), conn.cursor() as cur:
                         session = _Session(cur, self.queries, now)
                         yield session
@@ -338,13 +351,9 @@ class PostgresStore(SqlStore):
 
     # -- the worker's hot path -----------------------------------------------------------
     def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
+        query, params = claim_call(owner, limit, queues, lease)
         with self._read() as s:
-            if queues is None:
-                rows = s.q("claim", owner=owner, limit=limit, lease=lease)
-            else:
-                rows = s.q("claim_in_queues", owner=owner, limit=limit, lease=lease, queues=list(queues))
-        rows.sort(key=lambda r: r[0])
-        return [Claimed(*r) for r in rows]
+            return claimed(s.q(query, **params))
 
     def heartbeat(self, held: Sequence[tuple[int, int]], lease: float) -> tuple[set[int], set[int]]:
         if not held:
@@ -359,18 +368,27 @@ class PostgresStore(SqlStore):
         first locks the schedules of its runs in name order (the rota_run_finished trigger
         updates them), so concurrent finishers never lock them in opposite orders; a
         deadlock that happens anyway is retried at once."""
-        ordered = sorted(outcomes, key=lambda o: o.id)
-        plain = [(o.id, o.token, o.result) for o in ordered if o.status == "succeeded" and o.history is None]
-        other = [
-            (o.id, o.token, o.status, o.result, o.error, o.retry_in, o.history)
-            for o in ordered
-            if not (o.status == "succeeded" and o.history is None)
-        ]
         done: set[int] = set()
-        for query, rows in (("finish_succeeded", plain), ("finish", other)):
-            if rows:
-                done.update(self._again(self._write_rows, query, _json(rows)))
+        for query, params in finish_batches(outcomes):
+            done.update(self._again(self._write_rows, query, params["rows"]))
         return done
+
+    def finish_and_claim(
+        self, outcomes: Sequence[Outcome], owner: str, limit: int, queues: Sequence[str] | None, lease: float
+    ) -> tuple[set[int], list[Claimed]]:
+        """The statements of `finish` and `claim` in one transaction, sent in pipeline mode
+        (one round trip, one commit); a deadlock rolls back both and is retried at once."""
+        return self._again(self._finish_and_claim, outcomes, owner, limit, queues, lease)
+
+    def _finish_and_claim(
+        self, outcomes: Sequence[Outcome], owner: str, limit: int, queues: Sequence[str] | None, lease: float
+    ) -> tuple[set[int], list[Claimed]]:
+        calls = [*finish_batches(outcomes), claim_call(owner, limit, queues, lease)]
+        with self._session(False, pipeline=True) as s:
+            for query, params in calls:
+                s.send(query, **params)
+        *written, claims = s.received
+        return {r[0] for rows in written for r in rows}, claimed(claims)
 
     def _write_rows(self, query: str, rows: str) -> set[int]:
         with self._read() as s:

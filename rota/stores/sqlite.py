@@ -291,34 +291,27 @@ class SQLiteStore(SqlStore):
     # -- the worker's hot path -----------------------------------------------------------
     def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
         with self._tx() as s:
-            token = int(s.q("next_token")[0][0])
-            if queues is None:
-                rows = s.q("claim", owner=owner, token=token, lease=lease, limit=limit)
-            else:
-                names = self._names(queues)
-                rows = s.q("claim_in_queues", owner=owner, token=token, lease=lease, limit=limit, queues=names)
-            if rows:  # an empty claim writes nothing (other processes' data_version stays put)
-                s.q("take_token", token=token + len(rows) - 1)  # one token per claimed run
-        ts = datetime.fromtimestamp
-        rows.sort(key=lambda r: r[0])
-        return [
-            Claimed(
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                r[5],
-                r[6],
-                r[7],
-                r[8],
-                r[9],
-                ts(r[10], UTC),
-                ts(r[11], UTC),
-                ts(r[12], UTC),
-            )
-            for r in rows
-        ]
+            rows = self._claim(s, owner, limit, queues, lease)
+        return _claimed(rows)
+
+    def _claim(self, s: _Session, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Any]:
+        token = int(s.q("next_token")[0][0])
+        if queues is None:
+            rows = s.q("claim", owner=owner, token=token, lease=lease, limit=limit)
+        else:
+            names = self._names(queues)
+            rows = s.q("claim_in_queues", owner=owner, token=token, lease=lease, limit=limit, queues=names)
+        if rows:  # an empty claim writes nothing (other processes' data_version stays put)
+            s.q("take_token", token=token + len(rows) - 1)  # one token per claimed run
+        return rows
+
+    def finish_and_claim(
+        self, outcomes: Sequence[Outcome], owner: str, limit: int, queues: Sequence[str] | None, lease: float
+    ) -> tuple[set[int], list[Claimed]]:
+        with self._tx() as s:
+            written = self._finish(s, outcomes)
+            rows = self._claim(s, owner, limit, queues, lease)
+        return written, _claimed(rows)
 
     def heartbeat(self, held: Sequence[tuple[int, int]], lease: float) -> tuple[set[int], set[int]]:
         alive: set[int] = set()
@@ -335,24 +328,27 @@ class SQLiteStore(SqlStore):
         return alive, cancel
 
     def finish(self, outcomes: Sequence[Outcome]) -> set[int]:
-        """One prepared UPDATE per outcome (by primary key) in one transaction; the total
-        change count tells whether every token still held, and only if not do we look."""
         if not outcomes:
             return set()
         with self._tx() as s:
-            now = s.now
-            plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
-            other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None)]
-            changed = 0
-            if plain:
-                rows = [{"id": o.id, "token": o.token, "result": o.result, "now": now} for o in plain]
-                changed += s.conn.executemany(self.queries["finish_succeeded"], rows).rowcount
-            if other:
-                rows = [_outcome_params(o, now) for o in other]
-                changed += s.conn.executemany(self.queries["finish"], rows).rowcount
-            if changed == len(outcomes):
-                return {o.id for o in outcomes}
-            return self._written(s, outcomes, now)
+            return self._finish(s, outcomes)
+
+    def _finish(self, s: _Session, outcomes: Sequence[Outcome]) -> set[int]:
+        """One prepared UPDATE per outcome (by primary key) in one transaction; the total
+        change count tells whether every token still held, and only if not do we look."""
+        now = s.now
+        plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
+        other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None)]
+        changed = 0
+        if plain:
+            rows = [{"id": o.id, "token": o.token, "result": o.result, "now": now} for o in plain]
+            changed += s.conn.executemany(self.queries["finish_succeeded"], rows).rowcount
+        if other:
+            rows = [_outcome_params(o, now) for o in other]
+            changed += s.conn.executemany(self.queries["finish"], rows).rowcount
+        if changed == len(outcomes):
+            return {o.id for o in outcomes}
+        return self._written(s, outcomes, now)
 
     def _written(self, s: _Session, outcomes: Sequence[Outcome], now: float) -> set[int]:
         """Which outcomes were written: their row now shows their token, status and time."""
@@ -403,6 +399,14 @@ class SQLiteStore(SqlStore):
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": f"sqlite:///{self.path}"}
+
+
+def _claimed(rows: list[Any]) -> list[Claimed]:
+    """Claimed runs in id order; times are Unix seconds in SQLite."""
+    ts = datetime.fromtimestamp
+    rows.sort(key=lambda r: r[0])
+    return [Claimed(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], ts(r[10], UTC), ts(r[11], UTC),
+                    ts(r[12], UTC)) for r in rows]  # fmt: skip
 
 
 def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:

@@ -15,6 +15,8 @@ Roles (one module each; each owns its state and, where it has one, its task):
 - shutdown.py    start on a thread, stop, signals, drain, hand back, mark stopped.
 - poll.py        the poll loop: the order below, in one place.
 - claims.py      the claimer (claim up to free slots, dispatch) and the finisher (a run's end).
+- prefetch.py    runs claimed a little ahead of free slots (bounded, leased), started as
+                 slots free; why and when (fairness across workers) in its docstring.
 - executors.py   one interface for coroutine / daemon thread / child process; the in-flight
                  table, the hard concurrency cap and the stuck count.
 - child.py       the child process of an isolated run.
@@ -52,8 +54,10 @@ backoff is capped at the heartbeat interval so a live owner comes back within it
 cut off alone (partition) is rescued by the others, who saw no outage, once its lease
 expires.
 
-Outcomes (completer.py) are written in small batches with one token-checked statement;
-their leases keep being renewed until they are written, so a result computed during an
+Outcomes (completer.py) are written in small batches with one token-checked statement,
+or taken along by the next claim in its transaction (`Store.finish_and_claim`: one round
+trip and one commit for a finished batch and the next); their leases keep being renewed
+until they are written, so a result computed during an
 outage is written when the database is back (or, if someone rescued the run meanwhile,
 discarded and the run retried). A late result from a fenced-off attempt is never written.
 
@@ -62,7 +66,8 @@ past its timeout, or whose lease was lost, keeps its slot until its thread retur
 in `stuck`, written to the worker registry); process isolation kills the child and frees it.
 
 Shutdown (shutdown.py): stop claiming, drain up to `shutdown_timeout`, hand unfinished runs
-back (pending again at once, the attempt not counted), flush outcomes, release this
+and runs claimed ahead that never started back (pending again at once, the attempt not
+counted), flush outcomes, release this
 process's named locks, mark the worker stopped. A second signal skips the drain.
 """
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..logs import log_event
-from ..stores.base import Claimed, Store
+from ..stores.base import Claimed, Store, finishes_with_claims
 from ..tasks import Task
 from ..transactional import COMMITTED
 from .active import Active
@@ -18,6 +18,7 @@ from .counters import WorkerCounters
 from .db import Db
 from .executors import Executors
 from .outcomes import Decider
+from .prefetch import Prefetch
 from .service import wait_event
 from .wakeups import DueTimes
 
@@ -37,8 +38,11 @@ class Claimer:
         executors: Executors,
         counters: WorkerCounters,
         tasks: Mapping[str, Task[Any, Any]],
+        completer: Completer,
     ) -> None:
         self.worker = worker
+        self.completer = completer
+        self.prefetch = Prefetch(0)
         self.store = store
         self.db = db
         self.due = due
@@ -50,19 +54,50 @@ class Claimer:
         self.observers: list[Observer] = []
 
     async def claim_some(self) -> tuple[int, int]:
-        """Claim up to the free slots if a run is due. Returns (claimed, asked)."""
-        free = self.executors.free_slots
-        if free <= 0 or not self.due.due(self.due.run_due):
+        """Claim up to the free slots, plus the prefetch room, if a run is due; start what
+        fits in the free slots and hold the rest. Returns (claimed, asked)."""
+        self.start_held()
+        want = self.wanted()
+        if want <= 0 or not self.due.due(self.due.run_due):
             return 0, 0
-        claimed = await self.db(self.store().claim, self.worker, free, self.queues, self.lease)
+        deadline = time.monotonic() + self.lease
+        claimed = await self._claim(want)
         self.counters.claimed += len(claimed)
         if claimed:
             self.due.claimed_at = time.monotonic()
-        if len(claimed) < free:
+        if len(claimed) < want:
             self.due.run_due = None
+        self.prefetch.backlog = len(claimed) == want
         for c in claimed:
-            self.dispatch(c)
-        return len(claimed), free
+            self.prefetch.hold(c, deadline)
+        self.start_held()
+        return len(claimed), want
+
+    def wanted(self) -> int:
+        """How many runs a claim may ask for now: the free slots and the prefetch room."""
+        return self.executors.free_slots + self.prefetch.room()
+
+    def start_held(self) -> None:
+        """Start held runs in the free slots (on the loop, no round trip); none once the
+        worker stops claiming (shutdown hands them back)."""
+        while self.executors.free_slots > 0:
+            claim = self.prefetch.next()
+            if claim is None:
+                return
+            self.dispatch(claim)
+
+    async def _claim(self, limit: int) -> list[Claimed]:
+        """Claim; while runs are claimed ahead, take the outcomes waiting in the outbox
+        along in the same transaction when the store can (one round trip and one commit for
+        a finished batch and the next). Not otherwise: with no held runs to keep the slots
+        busy, slots would wait for the outcomes' writes too (measured: slower on PostgreSQL
+        than a claim alone with the outcomes written beside it)."""
+        store = self.store()
+        if self.completer.outbox and self.prefetch.active() and finishes_with_claims(store):
+            claimed = await self.completer.finish_and_claim(self.worker, limit, self.queues, self.lease)
+            if claimed is not None:
+                return claimed
+        return await self.db(store.claim, self.worker, limit, self.queues, self.lease)
 
     def dispatch(self, claim: Claimed) -> None:
         self.counters.dispatched += 1
@@ -85,11 +120,21 @@ class Claimer:
             worker=self.worker,
         )
 
+    def next_batch(self, slots: int) -> tuple[int, float]:
+        """In a backlog: how many runs the next claim should wait for, and how long at most.
+        Without prefetch, `slots` free slots or 2 ms (a slot must not idle for long); with
+        it, half the prefetch room: the held runs keep the slots busy meanwhile, and a
+        bigger batch costs fewer statements per run."""
+        if self.prefetch.active():
+            return max(1, (self.prefetch.size() + 1) // 2), 0.05
+        return slots, 0.002
+
     async def gather_slots(self, want: int, max_wait: float) -> None:
-        """Backlog: wait (briefly) until a batch of slots is free, to claim many at once."""
+        """Backlog: wait (briefly) until a batch of slots (or prefetch room) is free, to
+        claim many at once."""
         deadline = time.monotonic() + max_wait
         slot_freed = self.executors.slot_freed
-        while self.executors.free_slots < want:
+        while self.wanted() < want:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
@@ -99,7 +144,7 @@ class Claimer:
     async def wait_for_slots(self, deadline: float) -> None:
         slot_freed = self.executors.slot_freed
         slot_freed.clear()
-        if self.executors.free_slots > 0:
+        if self.wanted() > 0:
             return
         await wait_event(slot_freed, self.due.until(deadline))
 
@@ -112,22 +157,25 @@ class Claimer:
 class Finisher:
     """The end of each run: free its slot, decide its outcome, log it, queue it."""
 
-    def __init__(self, executors: Executors, decider: Decider, completer: Completer, observers: list[Observer]) -> None:
+    def __init__(self, executors: Executors, decider: Decider, completer: Completer, claimer: Claimer) -> None:
         self.executors = executors
         self.decider = decider
         self.completer = completer
-        self.observers = observers
+        self.claimer = claimer
 
     def complete(self, active: Active, outcome: tuple[str, Any]) -> None:
-        """The attempt ended (or was given up): free its slot and queue its outcome."""
+        """The attempt ended (or was given up): free its slot, start a held run in it, and
+        queue its outcome."""
         if not self.executors.finish(active):
             return
+        self.claimer.prefetch.ran(time.monotonic() - active.started)
+        self.claimer.start_held()
         kind, value = outcome
         if kind == "lost":
             return
         record = self.decider.decide(active, kind, value)
         self.decider.log(active, kind, record)
-        for observe in self.observers:
+        for observe in self.claimer.observers:
             observe(record.status, active.claim, time.time())
         if kind == COMMITTED:  # written with the handler's own transaction
             self.completer.announce(record)

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from ..errors import DatabaseTransient
 from ..events import OUTCOME_EVENTS
 from ..serialization import simple_error
-from ..stores.base import Outcome, Store
+from ..stores.base import Claimed, Outcome, Store
 from .counters import WorkerCounters
 from .db import Db
 from .outage import Outage
@@ -67,7 +67,7 @@ class Completer:
         await supervise(write, "the outcome writer", self._requeue, " (queued outcomes are kept)")
 
     def _requeue(self) -> None:
-        self.outbox[:0], self.writing = self.writing, []
+        self.outbox[:0], self.writing = self.writing, []  # the writer died: even a claimer's batch
         self.ready.set()
 
     async def wait_idle(self, timeout: float = 5.0) -> None:
@@ -77,13 +77,23 @@ class Completer:
                 return
             await asyncio.sleep(0.01)
 
+    def take(self) -> list[Outcome]:
+        """Move the outbox into `writing` (leases still renewed) and return it."""
+        batch, self.outbox = self.outbox, []
+        self.writing = self.writing + batch
+        return batch
+
+    def _written(self, batch: list[Outcome]) -> None:
+        """`batch` is no longer being written (several batches may be at once)."""
+        gone = {id(o) for o in batch}
+        self.writing = [o for o in self.writing if id(o) not in gone]
+
     async def flush(self) -> bool:
         """Write what the outbox holds now. False if a transient error kept some back (they
         stay queued, their leases renewed, and are tried again after a backoff)."""
-        batch, self.outbox = self.outbox, []
+        batch = self.take()
         if not batch:
             return True
-        self.writing = batch
         try:
             written = await self.db(self.store().finish, batch)
             retry: list[Outcome] = []
@@ -94,15 +104,49 @@ class Completer:
             written, retry = await self._one_by_one(batch, exc)
             failure = exc
         finally:
-            self.writing = []
+            self._written(batch)
+        return await self._settle(batch, written, retry, failure if retry else None)
+
+    async def _settle(
+        self, batch: list[Outcome], written: set[int], retry: list[Outcome], failure: BaseException | None
+    ) -> bool:
+        """After a write: requeue what a transient error kept back (after a backoff), or end
+        an outage; emit the written outcomes' events, count the stale ones."""
         if retry:
             self.outbox[:0] = retry
-            await self.sleep_or_stop(self.outage.failed(failure))
+            await self.sleep_or_stop(self.outage.failed(failure or DatabaseTransient("write failed")))
             self.ready.set()
         elif self.outage.ok():
             await self.after_outage()
         self._count_stale(batch, written, retry)
         return not retry
+
+    async def finish_and_claim(
+        self, owner: str, limit: int, queues: list[str] | None, lease: float
+    ) -> list[Claimed] | None:
+        """Write the outbox and claim up to `limit` runs in one transaction (one round trip,
+        one commit). A transient error puts the outcomes back in the outbox (the writer tries
+        again after its backoff) and is raised: nothing was claimed. After a permanent error
+        the outcomes are written one by one and None is returned: the claim did not happen."""
+        batch = self.take()
+        try:
+            written, claimed = await self.db(self.store().finish_and_claim, batch, owner, limit, queues, lease)
+        except DatabaseTransient:
+            self._written(batch)
+            self.outbox[:0] = batch
+            self.ready.set()
+            raise
+        except Exception as exc:
+            try:
+                written, retry = await self._one_by_one(batch, exc)
+            finally:
+                self._written(batch)
+            await self._settle(batch, written, retry, exc)
+            return None
+        self._written(batch)
+        self.counters.written_with_claims += len(batch)
+        await self._settle(batch, written, [], None)
+        return claimed
 
     def announce(self, outcome: Outcome) -> None:
         """An outcome already written by someone else (a transactional handler's commit):

@@ -36,6 +36,7 @@ class WorkerCounters:
     timed_out: int = 0
     lost: int = 0
     stale_writes: int = 0
+    written_with_claims: int = 0
     skipped_at_capacity: int = 0
     locked_out: int = 0
     ticks: int = 0

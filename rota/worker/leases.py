@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from ..errors import DatabaseError
 from ..logs import log_event
-from ..stores.base import Store
+from ..serialization import simple_error
+from ..stores.base import Claimed, Outcome, Store
 from .active import Active
 from .completer import Completer
 from .counters import WorkerCounters
 from .db import Db
 from .executors import Executors
 from .outage import Outage
+from .prefetch import Prefetch
 
 log = logging.getLogger("rota.worker")
 
@@ -48,6 +51,8 @@ class Leases:
         self.interval = 0.0
         self.complete: Callable[[Active, tuple[str, None]], None] = lambda active, outcome: None
         self.registry: Callable[[], tuple[str, int]] = lambda: ("running", 0)
+        self.prefetch = Prefetch(0)  # runs claimed ahead: renewed like running ones
+        self._confirming: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         """The heartbeat task: renew every `interval` seconds."""
@@ -73,13 +78,28 @@ class Leases:
         stop the runs that were lost, pass on cancellation requests. Raises DatabaseError."""
         inflight = self.executors.inflight
         held = [(run_id, a.claim.token) for run_id, a in inflight.items()] + self.completer.held()
+        held += self.prefetch.tokens()
+        deadline = time.monotonic() + self.lease
         alive, cancel = await self.db(self.store().heartbeat, held, self.lease)
+        self.prefetch.renewed(alive, deadline)
         for run_id, token in held:
+            if run_id in alive:
+                continue
             active = inflight.get(run_id)
-            if run_id not in alive and active is not None and not active.done and active.claim.token == token:
+            if active is not None and not active.done and active.claim.token == token:
                 self.lost(active)
+            elif (claim := self.prefetch.get(run_id)) is not None and claim.token == token:
+                self.lost_held(claim)
         for run_id in cancel:
-            self.request_cancel(run_id)
+            self.request_cancel(run_id, confirmed=True)
+
+    def lost_held(self, claim: Claimed) -> None:
+        """A run claimed ahead and not started lost its lease: it must never start."""
+        self.prefetch.drop(claim.id)
+        self.counters.lost += 1
+        log.warning(
+            "run %s (%s): lease lost before it started (rescued by another worker); dropped", claim.id, claim.task
+        )
 
     def lost(self, active: Active) -> None:
         """Someone else holds the run now: stop it; its result will never be written."""
@@ -100,10 +120,48 @@ class Leases:
         self.executors.stop(active, lost=True)
         self.complete(active, ("lost", None))
 
-    def request_cancel(self, run_id: int) -> None:
+    def request_cancel(self, run_id: int, confirmed: bool = False) -> None:
+        """A run was asked to stop: `confirmed` by the heartbeat (this store's own rows), or
+        by a wake-up (a NOTIFY, which does not say which schema's run: confirmed first)."""
         active = self.executors.inflight.get(run_id)
-        if active is None or active.cancel_requested:
+        if active is None:
+            if confirmed:
+                self.cancel_held(run_id)
+            elif self.prefetch.get(run_id) is not None:
+                self._confirm_soon(run_id)
+            return
+        if active.cancel_requested:
             return
         log.info("run %s (%s): cancellation requested", run_id, active.claim.task)
         active.cancel_requested = True
         self.executors.stop(active, lost=False)
+
+    def cancel_held(self, run_id: int) -> None:
+        """Cancellation of a run claimed ahead: it never starts; it is recorded cancelled."""
+        claim = self.prefetch.drop(run_id)
+        if claim is None:
+            return
+        log.info("run %s (%s): cancellation requested before it started", run_id, claim.task)
+        self.counters.cancelled += 1
+        error = simple_error("Cancelled", "cancelled on request")
+        self.completer.put(Outcome(claim.id, claim.token, "cancelled", error=error))
+
+    def _confirm_soon(self, run_id: int) -> None:
+        """Hold a run claimed ahead back (it does not start) until the database confirms its
+        cancellation or not."""
+        self.prefetch.doubted.add(run_id)
+        task = asyncio.get_running_loop().create_task(self._confirm(run_id))
+        self._confirming.add(task)
+        task.add_done_callback(self._confirming.discard)
+
+    async def _confirm(self, run_id: int) -> None:
+        try:
+            claim = self.prefetch.get(run_id)
+            if claim is not None:
+                _, cancel = await self.db(self.store().heartbeat, [(claim.id, claim.token)], self.lease)
+                if run_id in cancel:
+                    self.cancel_held(run_id)
+        except DatabaseError as exc:  # the next heartbeat decides
+            log.debug("could not confirm the cancellation of run %s: %s", run_id, exc)
+        finally:
+            self.prefetch.doubted.discard(run_id)

@@ -3,8 +3,10 @@
 Each pass: (1) after a database error, renew this worker's own leases and (2) write the
 outcomes it computed meanwhile, before anything else; (3) once per poll interval, learn
 what is due and rescue expired leases under the rescue rule; (4) claim due runs into free
-slots. Schedule ticks are materialized by the ticker in its own task (it never holds up
-this loop); heartbeats, the outcome writer and the wake-ups run in theirs.
+slots (and, in a backlog of short runs, a little ahead: prefetch.py), taking the queued
+outcomes along in the claim's transaction. Schedule ticks are materialized by the ticker
+in its own task (it never holds up this loop); heartbeats, the outcome writer and the
+wake-ups run in theirs.
 """
 
 from __future__ import annotations
@@ -83,14 +85,13 @@ class Poller:
 
     async def _pace(self, claimed: int, asked: int, housekeeping_at: float) -> None:
         """Wait before the next pass: for a batch of slots (backlog), or until due."""
-        free = self.claimer.executors.free_slots
         if asked and claimed == asked:
-            # Backlog: claim again once a batch of slots is free (or very soon), so that
-            # one round trip claims many runs rather than one per finished handler.
-            await self.claimer.gather_slots(self.batch, 0.002)
-            if self.claimer.executors.free_slots <= 0:
+            # Backlog: claim again once a batch of slots (or prefetch room) is free, or very
+            # soon, so that one round trip claims many runs rather than one per handler.
+            await self.claimer.gather_slots(*self.claimer.next_batch(self.batch))
+            if self.claimer.wanted() <= 0:
                 await self.claimer.wait_for_slots(housekeeping_at)
-        elif free <= 0:
+        elif self.claimer.wanted() <= 0:
             self.counters.skipped_at_capacity += 1
             await self.claimer.wait_for_slots(housekeeping_at)
         else:

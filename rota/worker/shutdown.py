@@ -20,6 +20,7 @@ from .claims import Finisher
 from .completer import Completer
 from .db import Db
 from .executors import Executors
+from .prefetch import Prefetch
 from .service import wait_event
 from .view import WorkerView
 from .wakeups import DueTimes
@@ -45,6 +46,7 @@ class Lifecycle:
     _completer: Completer
     _finisher: Finisher
     _due: DueTimes
+    _prefetch: Prefetch
 
     async def run(self) -> None:
         raise NotImplementedError
@@ -144,13 +146,16 @@ class Lifecycle:
             await wait_event(slot_freed, min(remaining, 0.5))
 
     async def _hand_back_unfinished(self) -> None:
+        """Unfinished runs, and runs claimed ahead that never started: pending again at
+        once for another worker, the attempt not counted."""
         unfinished = list(self._executors.inflight.values())
-        if not unfinished:
-            return
         for active in unfinished:
             self._executors.stop(active, lost=False)
             self._finisher.complete(active, ("lost", None))
         held = [(a.claim.id, a.claim.token) for a in unfinished]
+        held += [(c.id, c.token) for c in self._prefetch.take_all()]
+        if not held:
+            return
         reason = f"worker {self.id} shut down before the run finished"
         try:
             back = await self._db(self.store.hand_back, held, reason)

@@ -29,6 +29,7 @@ from .maintenance import Maintenance
 from .outage import Outage
 from .outcomes import Decider
 from .poll import Poller
+from .prefetch import Prefetch, default_limit, prefetch_limit
 from .rescue import Rescuer
 from .service import spawn
 from .settings import WorkerSettings
@@ -38,6 +39,7 @@ from .view import WorkerView
 from .wakeups import DueTimes, Wakeups
 
 log = logging.getLogger("rota.worker")
+BACKLOG_FLUSH = 0.03  # seconds the outcome writer waits in a backlog (see _buffer)
 
 
 class Worker(Lifecycle):
@@ -56,6 +58,7 @@ class Worker(Lifecycle):
         flush_interval: float = 0.002,
         install_signal_handlers: bool = True,
         metrics_port: int | None = None,
+        prefetch: int | None = None,
     ) -> None:
         self.app = app
         s = WorkerSettings.build(
@@ -72,6 +75,8 @@ class Worker(Lifecycle):
         self.concurrency, self.queues, self.lease = s.concurrency, s.queues, s.lease
         self.poll_interval, self.shutdown_timeout = s.poll_interval, s.shutdown_timeout
         self.heartbeat_interval, self.flush_interval = s.heartbeat_interval, s.flush_interval
+        limit = default_limit(s.concurrency) if prefetch is None else prefetch_limit(prefetch)
+        self._prefetch = Prefetch(limit, s.concurrency)
         self.install_signal_handlers = install_signal_handlers
         self.metrics_port = metrics_port
         self.id = worker_identity()
@@ -93,10 +98,12 @@ class Worker(Lifecycle):
         self._completer = Completer(store, self._db, self._outage, c, self._emit)
         self._decider = Decider(self.id, c, self.app.tasks, lambda: self._due.db_offset)
         self._executors = Executors(self.concurrency, self._deliver, self._store)
-        self._finisher = Finisher(self._executors, self._decider, self._completer, self._observers)
         self._leases = Leases(self.id, store, self._db, self._executors, self._completer, self._outage, c)
         self._rescuer = Rescuer(self.id, store, self._db, self._outage, c, self._emit)
-        self._claimer = Claimer(self.id, store, self._db, self._due, self._executors, c, self.app.tasks)
+        self._claimer = Claimer(
+            self.id, store, self._db, self._due, self._executors, c, self.app.tasks, self._completer
+        )
+        self._finisher = Finisher(self._executors, self._decider, self._completer, self._claimer)
         self._ticker = Ticker(self.id, store, self._db, self._due, self._outage, c, self._emit)
         self._wakeups = Wakeups(store, self._due, lambda: self._executors.free_slots)
         roles = (self._leases, self._completer, self._rescuer, self._claimer, self._ticker)
@@ -116,6 +123,9 @@ class Worker(Lifecycle):
         self._rescuer.use_db_start = self.app.clock is None
         self._claimer.queues, self._claimer.lease = self.queues, self.lease
         self._claimer.observers = self._observers
+        self._claimer.prefetch = self._prefetch
+        self._leases.prefetch = self._prefetch
+        self._prefetch.claiming = lambda: self._claiming
         self._ticker.queues, self._ticker.poll_interval = self.queues, self.poll_interval
         self._ticker.claiming = self._ticker_claiming
         self._ticker.sleep_or_stop = self._sleep_or_stop
@@ -192,8 +202,12 @@ class Worker(Lifecycle):
         ]
 
     def _buffer(self) -> float:
-        """How long the writer gathers outcomes into one batch (none once draining)."""
-        return self.flush_interval if self._claiming else 0.0
+        """How long the writer gathers outcomes into one batch (none once draining). While
+        runs are claimed ahead the next claim comes within milliseconds and takes the
+        outcomes along in its transaction: the writer waits longer, for those it leaves."""
+        if not self._claiming:
+            return 0.0
+        return max(self.flush_interval, BACKLOG_FLUSH) if self._prefetch.active() else self.flush_interval
 
     def _bind_loop(self) -> None:
         self._loop = asyncio.get_running_loop()

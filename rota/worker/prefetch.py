@@ -1,0 +1,123 @@
+"""Prefetch: runs claimed a little ahead of free slots, started locally as slots free.
+
+With a backlog of short runs, a worker whose claim waits for a free slot leaves that slot
+idle for a round trip each time, and small claims cost a statement per run or two. So the
+claimer may hold some runs more than it has slots: claimed like any other (status running,
+a token, a lease renewed by the heartbeat like a running run's), not started yet. When a
+handler ends, the loop starts the next held run at once, without a round trip; the poll
+loop tops the buffer up in the background, in batches of half of it (taking the finished
+outcomes along, see Store.finish_and_claim).
+
+Bounds, and fairness across workers. A worker holds at most about WINDOW seconds of work
+ahead: `slots * WINDOW / mean` runs at the recent mean handler duration, and never more
+than `limit` (default `default_limit`: the concurrency, at least 50). Only while there is
+a backlog (the last claim got all it asked for). So a held run waits some milliseconds,
+far less than an idle worker's poll interval: no other worker would have run it sooner.
+Long handlers are never claimed ahead (for 5 slots, none once runs take 100 ms on
+average): a worker must not sit on work another idle worker could run. Held runs start in
+claim order (a higher priority run claimed later waits behind them, for those few ms).
+
+A held run is never started once the worker stops claiming (shutdown hands it back at once
+without counting an attempt), once its cancellation is requested (it is recorded
+cancelled; a wake-up saying so is confirmed with the database first, as a NOTIFY does not
+say which schema's run it names), once its lease is lost (dropped), nor while its lease may have run out (no
+renewal came through for a lease, e.g. during an outage: it waits for the heartbeat).
+`started_at` is the claim's time, which precedes the handler's start by at most that short
+wait; writing the handler's start would cost the round trip prefetch saves. Killed with
+-9, a worker's held runs are rescued when their lease expires, as its running runs are.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..errors import ConfigurationError
+from ..stores.base import Claimed
+
+WINDOW = 0.02  # seconds of work (at the recent mean handler duration) held ahead at most
+_WEIGHT = 0.2  # of the newest duration in the running mean
+
+
+class Prefetch:
+    """The held runs, in claim order, and whether more may be held."""
+
+    def __init__(self, limit: int, slots: int = 1) -> None:
+        self.limit = limit
+        self.slots = slots
+        self.held: dict[int, tuple[Claimed, float]] = {}  # run id -> (claim, lease known until)
+        self.backlog = False  # the last claim got all it asked for
+        self.mean: float | None = None  # running mean of recent handler durations (seconds)
+        self.claiming: Callable[[], bool] = lambda: True
+        self.doubted: set[int] = set()  # a wake-up said cancelled: not started until confirmed
+
+    def size(self) -> int:
+        """How many runs to hold: about WINDOW seconds of work, at most `limit`."""
+        mean = self.mean
+        if self.limit <= 0 or mean is None:
+            return 0
+        return min(self.limit, int(self.slots * WINDOW / max(mean, 1e-6)))
+
+    def room(self) -> int:
+        """How many more runs may be claimed ahead now."""
+        if not self.active():
+            return 0
+        return max(0, self.size() - len(self.held))
+
+    def active(self) -> bool:
+        return self.backlog and self.size() > 0 and self.claiming()
+
+    def ran(self, seconds: float) -> None:
+        """A handler ended after `seconds`."""
+        mean = self.mean
+        self.mean = seconds if mean is None else mean + _WEIGHT * (seconds - mean)
+
+    def hold(self, claim: Claimed, deadline: float) -> None:
+        """Hold a claimed run; its lease is known to last until `deadline` (monotonic)."""
+        self.held[claim.id] = (claim, deadline)
+
+    def renewed(self, alive: set[int], deadline: float) -> None:
+        """The heartbeat renewed the leases of `alive` until `deadline` (monotonic)."""
+        for run_id in alive & self.held.keys():
+            self.held[run_id] = (self.held[run_id][0], deadline)
+
+    def next(self) -> Claimed | None:
+        """The oldest held run whose lease is known to hold, to start now; None if there is
+        none, or the worker is stopping. A run whose lease may have run out (no renewal
+        came through, e.g. during an outage) waits for the heartbeat: kept or dropped."""
+        if not self.held or not self.claiming():
+            return None
+        now = time.monotonic()
+        for run_id, (claim, deadline) in self.held.items():
+            if deadline > now and run_id not in self.doubted:
+                del self.held[run_id]
+                return claim
+        return None
+
+    def get(self, run_id: int) -> Claimed | None:
+        entry = self.held.get(run_id)
+        return entry[0] if entry is not None else None
+
+    def drop(self, run_id: int) -> Claimed | None:
+        entry = self.held.pop(run_id, None)
+        return entry[0] if entry is not None else None
+
+    def take_all(self) -> list[Claimed]:
+        held, self.held = [claim for claim, _ in self.held.values()], {}
+        return held
+
+    def tokens(self) -> list[tuple[int, int]]:
+        """(run id, token) of every held run: their leases are renewed."""
+        return [(c.id, c.token) for c, _ in self.held.values()]
+
+
+def default_limit(concurrency: int) -> int:
+    """The default bound on runs held ahead: enough for a batch of short runs per claim."""
+    return max(concurrency, 50)
+
+
+def prefetch_limit(value: int) -> int:
+    """A `prefetch` setting: how many runs a worker may hold beyond its slots (0: none)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigurationError(f"prefetch must be an integer >= 0 (0 turns it off), got {value!r}")
+    return value

@@ -43,16 +43,20 @@ class Cut:
     """Make every store call of one App fail as if its network were cut (until `restore`)."""
 
     CALLS = ("claim", "heartbeat", "finish", "rescue", "poll_state", "worker_seen", "due_schedules")
+    # The combined write+claim of one transaction is down while either half is.
+    COMBINED = {"finish_and_claim": ("finish", "claim")}
 
     def __init__(self, app: rota.App) -> None:
         self.down: set[str] = set()
         store = app.store
-        for name in self.CALLS:
+        for name in (*self.CALLS, *self.COMBINED):
             setattr(store, name, self._wrap(name, getattr(store, name)))
 
     def _wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        halves = self.COMBINED.get(name, (name,))
+
         def call(*args: Any, **kwargs: Any) -> Any:
-            if name in self.down:
+            if self.down.intersection(halves):
                 raise DatabaseUnavailable("injected: the network to the database is cut")
             return fn(*args, **kwargs)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -31,6 +32,7 @@ from ..errors import (
 )
 from ..models import FINAL_STATUSES, PENDING, RUNNING
 from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
+from ._pg_listen import listen as listen_on_channel
 from ._pg_lists import runs_where
 from ._pg_session import (
     _AsyncSession,
@@ -463,28 +465,10 @@ class PostgresStore(SqlStore):
 
     # -- wake-ups ------------------------------------------------------------------------
     async def listen(self, on_payload: Callable[[str], None]) -> None:
-        """LISTEN on the rota channel until cancelled, reconnecting with backoff."""
-        delay = 0.5
-        while True:
-            try:
-                aconn = await psycopg.AsyncConnection.connect(
-                    self.url, **_connect_kwargs(self.url, self.connect_timeout)
-                )
-            except psycopg.Error:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
-                continue
-            try:
-                async with aconn:
-                    await aconn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    delay = 0.5
-                    on_payload("listening")
-                    async for note in aconn.notifies():
-                        on_payload(note.payload)
-            except psycopg.Error as exc:
-                log.debug("LISTEN connection lost: %s", exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+        """LISTEN on the channel of the app's schema until cancelled (see _pg_listen)."""
+        kwargs = _connect_kwargs(self.url, self.connect_timeout)
+        connect = functools.partial(psycopg.AsyncConnection.connect, self.url, **kwargs)
+        await listen_on_channel(connect, self.queries["notify_channel"], on_payload)
 
 
 def _check_can_migrate(s: _Session, pending: Sequence[Any]) -> None:

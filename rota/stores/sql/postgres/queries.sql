@@ -37,7 +37,21 @@ SELECT id FROM rota_runs
 WHERE task = %(task)s AND key = %(key)s AND status IN ('pending', 'running')
 
 -- name: notify
-SELECT pg_notify(%(channel)s, %(payload)s)
+-- The channel is scoped to the schema of rota's tables (current_schema(), what this
+-- connection resolves them with), so apps in other schemas of the database neither wake
+-- nor cancel each other's runs: `rota` for public (the channel of earlier releases),
+-- `rota:<schema>` otherwise, `rota:<md5 of schema>` past the 63-byte identifier limit.
+-- Keep the suffix expression equal in notify_channel, which listen() LISTENs on.
+SELECT pg_notify(%(channel)s || CASE
+    WHEN current_schema() = 'public' THEN ''
+    WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
+    ELSE ':' || md5(current_schema()) END, %(payload)s)
+
+-- name: notify_channel
+SELECT 'rota' || CASE
+    WHEN current_schema() = 'public' THEN ''
+    WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
+    ELSE ':' || md5(current_schema()) END
 
 -- name: claim
 -- One fencing token per claimed run (nextval per row), so ctx.token fences one attempt.

@@ -1,0 +1,53 @@
+"""The PostgreSQL listener: LISTEN on the channel of the app's schema, reconnecting.
+
+The channel is computed on the server (the `notify_channel` query) from current_schema(),
+the schema the store's connections resolve rota's tables with, with the same expression as
+the `notify` query: `rota` for public, `rota:<schema>` otherwise. Apps in other schemas of
+the same database then neither wake nor cancel this app's runs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported at run time in listen(): postgres.py reports a missing psycopg
+    import psycopg
+
+log = logging.getLogger("rota.store")
+
+
+async def channel_of(aconn: psycopg.AsyncConnection[Any], channel_sql: str) -> str:
+    """The NOTIFY channel of the schema this connection resolves rota's tables in."""
+    cur = await aconn.execute(channel_sql)
+    row = await cur.fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+async def listen(connect: Callable[[], Any], channel_sql: str, on_payload: Callable[[str], None]) -> None:
+    """LISTEN on the app's channel until cancelled, reconnecting with backoff."""
+    import psycopg
+    from psycopg import sql
+
+    delay = 0.5
+    while True:
+        try:
+            aconn = await connect()
+        except psycopg.Error:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+            continue
+        try:
+            async with aconn:
+                channel = await channel_of(aconn, channel_sql)
+                await aconn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                delay = 0.5
+                on_payload("listening")
+                async for note in aconn.notifies():
+                    on_payload(note.payload)
+        except psycopg.Error as exc:
+            log.debug("LISTEN connection lost: %s", exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)

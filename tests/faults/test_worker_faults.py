@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -44,7 +44,7 @@ class Cut:
 
     CALLS = ("claim", "heartbeat", "finish", "rescue", "poll_state", "worker_seen", "due_schedules")
     # The combined write+claim of one transaction is down while either half is.
-    COMBINED = {"finish_and_claim": ("finish", "claim")}
+    COMBINED: ClassVar[dict[str, tuple[str, str]]] = {"finish_and_claim": ("finish", "claim")}
 
     def __init__(self, app: rota.App) -> None:
         self.down: set[str] = set()

@@ -175,12 +175,18 @@ class DueSchedule:
 
 @dataclass(slots=True)
 class Materialization:
-    """The outcome of planning a schedule's due ticks (see `rota.timing.plan_ticks`)."""
+    """The outcome of planning a schedule's due ticks (see `rota.timing.plan_ticks`).
+
+    `ahead`: the schedule's next tick, not due yet, to be inserted now as a pending run due
+    at the tick (so at the tick a worker just claims it); `next_run_at` is then the tick
+    after it. The store refuses it (and sets next_run_at to `ahead` instead, so the tick is
+    planned when it comes) while the schedule is exclusive and has an active run."""
 
     run: Sequence[datetime]
     skipped: Sequence[tuple[datetime, str]]
     skipped_more: int
     next_run_at: datetime
+    ahead: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -336,8 +342,9 @@ class Store(abc.ABC):
         """Pause/resume; resuming sets next_run_at (ticks missed while paused never run)."""
 
     @abc.abstractmethod
-    def due_schedules(self, limit: int) -> list[DueSchedule]:
-        """Active, unpaused schedules whose next_run_at has come (index on next_run_at)."""
+    def due_schedules(self, limit: int, lead: float = 0.0) -> list[DueSchedule]:
+        """Active, unpaused schedules whose next_run_at has come, or comes within `lead`
+        seconds (to be materialized ahead, see Materialization.ahead); index on next_run_at."""
 
     @abc.abstractmethod
     def materialize(self, due: DueSchedule, plan: Materialization) -> bool:

@@ -323,7 +323,9 @@ class Store(abc.ABC):
     def sync_schedules(self, app: str, defs: Sequence[ScheduleDef], first_ticks: dict[str, datetime]) -> None:
         """Upsert code-declared schedules; a changed (or re-activated) definition gets
         next_run_at from `first_ticks` (now for run_immediately schedules that never ran).
-        Code schedules of `app` that are not in `defs` become inactive (history kept)."""
+        Code schedules of `app` that are not in `defs` become inactive (history kept). A
+        changed definition withdraws the runs made ahead of their tick (cancelled, the tick
+        planned again unless the new timing moves it), as update_schedule and pausing do."""
 
     @abc.abstractmethod
     def add_schedule(self, sdef: ScheduleDef, first_tick: datetime) -> None:
@@ -331,7 +333,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def update_schedule(self, sdef: ScheduleDef, next_run_at: datetime | None) -> None:
-        """Replace a schedule's definition; next_run_at None keeps the current one."""
+        """Replace a schedule's definition; next_run_at None keeps the current one (the
+        tick of a run made ahead, which this withdraws, included)."""
 
     @abc.abstractmethod
     def remove_schedule(self, name: str) -> int:
@@ -339,7 +342,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def set_paused(self, name: str, paused: bool, next_run_at: datetime | None) -> None:
-        """Pause/resume; resuming sets next_run_at (ticks missed while paused never run)."""
+        """Pause/resume; resuming sets next_run_at (ticks missed while paused never run).
+        Pausing withdraws the runs made ahead of their tick (Materialization.ahead)."""
 
     @abc.abstractmethod
     def due_schedules(self, limit: int, lead: float = 0.0) -> list[DueSchedule]:

@@ -309,15 +309,16 @@ RETURNING id
 
 -- name: withdraw_ahead
 -- A schedule paused, updated or redeployed: its tick runs made ahead of their tick and not
--- due yet are cancelled (with `definition` given: only if the stored one differs).
+-- due yet are cancelled (with `definition` given: only if the stored one differs). Their
+-- `tick` is cleared: the tick is no longer theirs, and can be materialized again.
 UPDATE rota_runs
-SET status = 'cancelled', finished_at = {now}, error = %(error)s
+SET status = 'cancelled', tick = NULL, finished_at = {now}, error = %(error)s
 WHERE schedule = %(name)s AND status = 'pending' AND tick IS NOT NULL AND attempt = 0
   AND NOT held AND due_at > {now}
   AND (%(definition)s::text IS NULL OR EXISTS (
        SELECT 1 FROM rota_schedules
        WHERE name = %(name)s AND definition IS DISTINCT FROM %(definition)s::text))
-RETURNING tick
+RETURNING scheduled_for
 
 -- name: rewind_schedule
 -- The withdrawn tick is planned again when it comes (unless the schedule's change moves it).

@@ -90,7 +90,8 @@ class Ticker:
 
     async def ticks(self, lead: float = 0.0) -> bool:
         """Materialize the schedule ticks due now (the database's now), and those due within
-        `lead` seconds ahead; True if a run was made."""
+        `lead` seconds ahead. True after a pass (runs may have been made: the claimer
+        looks, or re-arms its sleep for the due time it learned), False if none was due."""
         state = await self.db(self.store().poll_state, self.queues)
         horizon = state.now + timedelta(seconds=lead)
         tick = state.next_schedule_due

@@ -72,7 +72,7 @@ def test_the_next_tick_is_made_ahead_as_a_pending_run_due_at_the_tick(fapp: rota
     tick_pass(fapp)
     assert runs_of(fapp, "s") == []
     fake.set(minute(1) - timedelta(seconds=0.2))  # within the lead
-    tick_pass(fapp)
+    assert tick_pass(fapp).counters.ticks == 1
     (run,) = runs_of(fapp, "s")
     assert (run.status, run.scheduled_for) == ("pending", minute(1))
     assert fapp.get_schedule("s").next_run_at == minute(2)
@@ -130,7 +130,7 @@ def test_an_exclusive_schedule_with_an_active_run_is_judged_at_the_tick(
     tick_pass(fapp)
     (active,) = fapp.store.claim("busy", 10, None, 3600)  # the 00:01 run is running
     fake.set(minute(2) - timedelta(seconds=0.2))
-    tick_pass(fapp)
+    assert tick_pass(fapp).counters.ticks == 0
     assert [r.scheduled_for for r in runs_of(fapp, "s")] == [minute(1)]  # nothing ahead
     assert fapp.get_schedule("s").next_run_at == minute(2)
     # the active run ends just before the tick: the tick runs (not skipped, held or replacing)

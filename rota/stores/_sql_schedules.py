@@ -134,9 +134,11 @@ class SqlSchedules(SqlRows):
     def materialize(self, due: DueSchedule, plan: Materialization) -> bool:
         try:
             with self._tx() as s:
-                self._materialize(s, due, plan)
+                following = self._materialize(s, due, plan)
         except _Abort:
             return False
+        if following != plan.next_run_at:  # committed without the tick made ahead
+            plan.ahead = None
         return True
 
     def _bound_tick_locks(self, s: Session) -> None:
@@ -144,7 +146,8 @@ class SqlSchedules(SqlRows):
         frozen mid-tick): the worker moves on to its other schedules. A no-op where writers
         take the whole database (SQLite)."""
 
-    def _materialize(self, s: Session, due: DueSchedule, plan: Materialization) -> None:
+    def _materialize(self, s: Session, due: DueSchedule, plan: Materialization) -> datetime:
+        """Write the plan; returns the next_run_at written (plan.ahead if that was refused)."""
         self._bound_tick_locks(s)
         soonest: datetime | None = None
         for tick in plan.run:
@@ -178,6 +181,7 @@ class SqlSchedules(SqlRows):
             self._notify(s, "run")
         if soonest is not None:
             self._notify_run(s, soonest, None)
+        return following
 
     def _ahead(self, s: Session, due: DueSchedule, tick: datetime) -> bool:
         """Insert the run of a tick that has not come yet (due at the tick). Refused (False)

@@ -180,7 +180,8 @@ class Materialization:
     `ahead`: the schedule's next tick, not due yet, to be inserted now as a pending run due
     at the tick (so at the tick a worker just claims it); `next_run_at` is then the tick
     after it. The store refuses it (and sets next_run_at to `ahead` instead, so the tick is
-    planned when it comes) while the schedule is exclusive and has an active run."""
+    planned when it comes) while the schedule is exclusive and has an active run, and then
+    clears `ahead` on this object: after `materialize` it says what was written."""
 
     run: Sequence[datetime]
     skipped: Sequence[tuple[datetime, str]]

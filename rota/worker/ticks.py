@@ -143,7 +143,7 @@ class Ticker:
             message = f"schedule {due.name!r}: tick written by another instance"
             log_event(log, logging.DEBUG, "tick_locked_out", message, schedule=due.name, worker=self.worker)
             return False
-        self.counters.ticks += len(plan.run)
+        self.counters.ticks += len(plan.run) + (plan.ahead is not None)
         message = f"schedule {due.name!r}: {len(plan.run)} run(s) materialized"
         log_event(log, logging.DEBUG, "tick_materialized", message, schedule=due.name, worker=self.worker)
         self._emit_misfires(due, plan)

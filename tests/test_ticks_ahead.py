@@ -302,3 +302,72 @@ def test_an_idle_worker_with_a_long_poll_runs_a_delayed_run_on_time(app: rota.Ap
     time.sleep(0.5)  # idle, sleeping up to 30 s
     run = task.options(delay=timedelta(seconds=3)).enqueue().wait(10)  # not due within 2 s
     assert run.status == "succeeded" and 0 <= run.result < 0.1, run.result
+
+
+# -- a clean shutdown withdraws the runs it made ahead ---------------------------------------
+
+
+def _until(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+    return found
+
+
+def _stopped_inside_the_lead(app: rota.App, fake: rota.FakeClock, **options: Any) -> rota.Run:
+    """A worker makes the 00:01 tick ahead (the clock held inside the lead), then stops."""
+    from .conftest import start_worker
+
+    app.add_schedule("s", "t", every=60, **options)
+    fake.set(minute(1) - timedelta(seconds=0.2))
+    worker = start_worker(app, poll_interval=1.0)  # lead 0.3 s
+    (run,) = _until(lambda: runs_of(app, "s"))
+    assert run.status == "pending" and run.scheduled_for == minute(1)
+    assert worker.stop(wait=True, timeout=10)
+    return run
+
+
+def test_a_worker_stopped_inside_the_lead_withdraws_its_run_made_ahead(fapp: rota.App, fake: rota.FakeClock) -> None:
+    run = _stopped_inside_the_lead(fapp, fake)
+    _withdrawn(fapp, run, "which stopped before this tick came")
+    assert fapp.get_run(run.id).scheduled_for == minute(1)
+    assert [r.status for r in runs_of(fapp, "s")] == ["cancelled"]  # nothing pending left
+    assert fapp.get_schedule("s").next_run_at == minute(1)  # the tick is planned again
+
+
+@pytest.mark.parametrize("misfire", ["coalesce", "skip"])
+def test_after_a_restart_past_the_grace_the_misfire_policy_applies_as_without_ticks_ahead(
+    fapp: rota.App, fake: rota.FakeClock, misfire: str
+) -> None:
+    withdrawn = _stopped_inside_the_lead(fapp, fake, misfire=misfire, misfire_grace=10)
+    fapp.add_schedule("ref", "t", every=60, misfire=misfire, misfire_grace=10)  # never made ahead
+    assert fapp.get_schedule("ref").next_run_at == fapp.get_schedule("s").next_run_at == minute(1)
+    fake.set(minute(5, 30))  # workers come back minutes later, past the grace of every tick missed
+    tick_pass(fapp, 0.0)
+    kept = [(r.scheduled_for, r.status) for r in runs_of(fapp, "s") if r.id != withdrawn.id]
+    assert kept == [(r.scheduled_for, r.status) for r in runs_of(fapp, "ref")]
+    pending = [tick for tick, status in kept if status == "pending"]
+    assert pending == ([minute(5)] if misfire == "coalesce" else [])
+    assert fapp.get_schedule("s").next_run_at == fapp.get_schedule("ref").next_run_at == minute(6)
+
+
+def test_stopping_one_of_two_workers_inside_the_lead_still_runs_the_tick_once_on_time(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    from .conftest import start_worker
+
+    apps = [app_factory(), app_factory()]
+    for app in apps:
+        app.task(name="stamp", pass_context=True)(lambda ctx: time.time() - ctx.scheduled_for.timestamp())
+    apps[0].add_schedule("s", "stamp", every=2)
+    workers = [start_worker(app, poll_interval=1.0) for app in apps]  # lead 0.3 s
+    ahead = _until(lambda: [r for r in runs_of(apps[0], "s") if r.status == "pending"])[0]
+    (maker,) = _until(lambda: [w for w in workers if w._ticker.made_ahead.get("s") == ahead.scheduled_for])
+    assert maker.stop(wait=True, timeout=10)
+    assert time.time() < ahead.scheduled_for.timestamp(), "stopped after the tick: too slow a machine"
+    _withdrawn(apps[0], ahead, "which stopped before this tick came")
+    tick = ahead.scheduled_for
+    (run,) = _until(lambda: [r for r in runs_of(apps[0], "s") if r.scheduled_for == tick and r.id != ahead.id])
+    run = _until(lambda: (got := apps[0].get_run(run.id)).finished_at and got)
+    assert run.status == "succeeded" and 0 <= run.result < 0.25, run.result  # on time (usual lateness: ms)

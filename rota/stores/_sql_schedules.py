@@ -97,14 +97,26 @@ class SqlSchedules(SqlRows):
                 raise ScheduleNotFound(f"no active schedule named {name!r}")
             self._notify(s, "schedule")
 
-    def _withdraw_ahead(self, s: Session, name: str, why: str, definition: str | None = None) -> None:
+    def _withdraw_ahead(self, s: Session, name: str, why: str, definition: str | None = None) -> datetime | None:
         """Cancel the schedule's tick runs made ahead of their (future) tick, in the caller's
         transaction, and plan the earliest of those ticks again when it comes (the change
-        being made may move next_run_at elsewhere; see Materialization.ahead)."""
+        being made may move next_run_at elsewhere; see Materialization.ahead). Returns
+        that tick (None if nothing was withdrawn)."""
         error = simple_error("Withdrawn", f"schedule {name!r} {why} before this tick came")
         rows = s.q("withdraw_ahead", name=name, error=error, definition=definition)
-        if rows:
-            s.q("rewind_schedule", name=name, tick=min(r[0] for r in rows))
+        if not rows:
+            return None
+        tick = min(r[0] for r in rows)
+        s.q("rewind_schedule", name=name, tick=tick)
+        return self._dt(tick)
+
+    def withdraw_ahead(self, names: Sequence[str], why: str) -> dict[str, datetime]:
+        with self._tx() as s:
+            ticks = {name: self._withdraw_ahead(s, name, why) for name in names}
+            withdrawn = {name: tick for name, tick in ticks.items() if tick is not None}
+            if withdrawn:
+                self._notify(s, "schedule")  # a live worker makes the tick again
+        return withdrawn
 
     def due_schedules(self, limit: int, lead: float = 0.0) -> list[DueSchedule]:
         with self._read() as s:

@@ -347,6 +347,14 @@ class Store(abc.ABC):
         Pausing withdraws the runs made ahead of their tick (Materialization.ahead)."""
 
     @abc.abstractmethod
+    def withdraw_ahead(self, names: Sequence[str], why: str) -> dict[str, datetime]:
+        """Withdraw the named schedules' runs made ahead of their tick that are not due yet
+        and not claimed (cancelled, type Withdrawn, message "schedule ... {why} before this
+        tick came"), rewind each schedule's next_run_at to its withdrawn tick and notify
+        "schedule" (a live worker makes the tick again), in one transaction. Returns the
+        rewound tick per schedule. A worker's clean shutdown calls it for the ticks it made."""
+
+    @abc.abstractmethod
     def due_schedules(self, limit: int, lead: float = 0.0) -> list[DueSchedule]:
         """Active, unpaused schedules whose next_run_at has come, or comes within `lead`
         seconds (to be materialized ahead, see Materialization.ahead); index on next_run_at."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import timing
@@ -60,6 +60,7 @@ class Ticker:
         self._triggers: dict[tuple[str | None, float | None, str], timing.Trigger] = {}
         self._bad_schedules: set[str] = set()
         self._held_back: datetime | None = None  # a tick not made ahead: wait for the tick itself
+        self.made_ahead: dict[str, datetime] = {}  # schedule -> the last tick this worker made ahead
 
     @property
     def lead(self) -> float:
@@ -144,10 +145,34 @@ class Ticker:
             log_event(log, logging.DEBUG, "tick_locked_out", message, schedule=due.name, worker=self.worker)
             return False
         self.counters.ticks += len(plan.run) + (plan.ahead is not None)
+        if plan.ahead is not None:
+            self.made_ahead[due.name] = plan.ahead
         message = f"schedule {due.name!r}: {len(plan.run)} run(s) materialized"
         log_event(log, logging.DEBUG, "tick_materialized", message, schedule=due.name, worker=self.worker)
         self._emit_misfires(due, plan)
         return True
+
+    async def withdraw_ahead(self) -> None:
+        """A clean shutdown, once this ticker has stopped: withdraw the runs it made ahead
+        whose tick has not come (see Store.withdraw_ahead), so a tick does not outlive its
+        worker as a pending run that would fire late, past its misfire policy, on restart.
+        A live worker makes the tick again (the "schedule" wake-up). A database error is
+        logged and shutdown goes on (the run then fires when a worker next claims)."""
+        soon = datetime.now(UTC) + self.due.db_offset - timedelta(seconds=1)
+        names = sorted(name for name, tick in self.made_ahead.items() if tick > soon)
+        self.made_ahead.clear()
+        if not names:
+            return
+        why = f"had its tick made ahead by worker {self.worker}, which stopped"
+        try:
+            withdrawn = await self.db(self.store().withdraw_ahead, names, why)
+        except DatabaseError as exc:
+            log.warning("could not withdraw the runs made ahead of their tick for %s (%s)", names, exc)
+            return
+        if withdrawn:
+            ticks = ", ".join(f"{name!r} at {tick.isoformat()}" for name, tick in sorted(withdrawn.items()))
+            message = f"worker {self.worker} withdrew the runs it made ahead of their tick: {ticks}"
+            log_event(log, logging.INFO, "ticks_withdrawn", message, worker=self.worker)
 
     def _plan(self, due: DueSchedule, now: datetime, lead: float = 0.0) -> Materialization | str:
         try:

@@ -58,6 +58,15 @@ TABLES: tuple[Table, ...] = (
         definition="handler start - the tick's scheduled_for",
     ),
     Table(
+        key="W3.delayed",
+        title="W3 delayed-run lateness: runs enqueued with a delay, long poll interval",
+        unit="ms p50",
+        primary="p50_ms",
+        extras=(("p95_ms", "p95 ms"), ("p99_ms", "p99 ms"), ("max_ms", "max ms")),
+        lower_is_better=True,
+        definition="handler start - the run's due time (scheduled_for)",
+    ),
+    Table(
         key="W4.idle",
         title="W4 idle cost: worker with many schedules, none due",
         unit="% of a core",

@@ -277,6 +277,11 @@ def _issue12() -> tuple[Target, ...]:
         key = f"rota-{short}-lateness"
         out.append(Target(f"W3 {b}: tick lateness p50 ≤ 2 ms", _value(key, "p50_ms"), lambda v: v <= 2, " ms", "12"))
         out.append(Target(f"W3 {b}: tick lateness p99 ≤ 5 ms", _value(key, "p99_ms"), lambda v: v <= 5, " ms", "12"))
+        key = f"rota-{short}-delayed"
+        out.append(Target(f"W3 {b}: delayed lateness p50 ≤ 3 ms", _value(key, "p50_ms"), lambda v: v <= 3, " ms", "12"))
+        out.append(
+            Target(f"W3 {b}: delayed lateness p99 ≤ 10 ms", _value(key, "p99_ms"), lambda v: v <= 10, " ms", "12")
+        )
         for state in ("idle", "schedules", "backlog"):
             key = f"rota-{short}-memory-{state}"
             text = f"W9 {b}: worker peak RSS ({state}) ≤ 80 MiB"

@@ -79,6 +79,16 @@ def hold(i: int, seconds: float) -> float:
     return now
 
 
+@app.task(name="bench.due", pass_context=True)
+def due(ctx: rota.RunContext) -> float:
+    """W3 delayed: handler start minus the run's due time (scheduled_for), in seconds."""
+    lateness = time.time() - ctx.scheduled_for.timestamp()
+    bench_probe = probe()
+    if bench_probe is not None:
+        bench_probe.append(lateness)
+    return lateness
+
+
 if os.environ.get("BENCH_ROTA_TICK") == "1":
 
     @app.schedule(every=timedelta(seconds=1), name=TICK_SCHEDULE, pass_context=True)

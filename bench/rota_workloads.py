@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import random
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,7 +39,7 @@ REQUIRED_APP_API = ("task", "schedule", "run_worker", "get_run", "list_runs", "a
 DRAIN_CONCURRENCY = 100  # claims are bounded by free slots: same batch as the raw ceiling
 ENQUEUE_CHUNK = 5_000
 # workloads that take a minute or more per run get fewer runs (W5: ~1M rows per run)
-LONG_RUNS = {"W3.lateness": 3, "W4.idle": 3, "W5.backlog": 1, "W6.rescue": 3}
+LONG_RUNS = {"W3.lateness": 3, "W3.delayed": 3, "W4.idle": 3, "W5.backlog": 1, "W6.rescue": 3}
 
 
 def rota_unavailable() -> str | None:
@@ -215,6 +216,34 @@ def lateness(ctx: Ctx, backend: Backend, warmup_ticks: int = 2) -> Metrics:
         if recorded:
             metrics["db_p50_ms"] = latency_metrics(recorded)["p50_ms"]
         return metrics
+
+
+DELAYED_POLL_INTERVAL = 10.0  # a long poll: each run must shorten the worker's sleep itself
+DELAYED_SPACING = 0.25  # seconds between enqueues: several delayed runs are pending at once
+
+
+def delayed(ctx: Ctx, backend: Backend, warmup: int = 2, low: float = 0.5, high: float = 8.0) -> Metrics:
+    """W3 delayed: after `warmup` runs due at once (dropped), ctx.ticks runs enqueued one
+    every DELAYED_SPACING s with a random delay in [low, high] s to an idle worker polling
+    every DELAYED_POLL_INTERVAL s; handler start - the run's due time (scheduled_for)."""
+    rng = random.Random(12)
+    with database(ctx, backend) as url:
+        m = load_app_module(url)
+        probe_path, reader = new_probe(ctx)
+        env = {"ROTA_POLL_INTERVAL": str(DELAYED_POLL_INTERVAL)}
+        workers = start_workers(ctx, url, env=env)(probe_path)
+        wanted = warmup + ctx.ticks
+        try:
+            for _ in range(warmup):  # due at once: the worker is up and warm after these
+                m.due.enqueue()
+            procs.wait_for(lambda: reader.total() >= warmup, 60.0, "worker start", workers, 0.05)
+            for _ in range(ctx.ticks):
+                m.due.options(delay=timedelta(seconds=rng.uniform(low, high))).enqueue()
+                time.sleep(DELAYED_SPACING)
+            procs.wait_for(lambda: reader.total() >= wanted, high + 60.0, f"{wanted} delayed runs", workers, 0.05)
+        finally:
+            procs.stop_all(workers)
+        return latency_metrics(reader.samples(warmup, wanted))
 
 
 # --- W4 ----------------------------------------------------------------------------------
@@ -401,6 +430,14 @@ _SPECS: tuple[tuple[str, str, str, str, str, dict[str, Any]], ...] = (
     ),
     ("pickup", "W2.pickup", "rota", "pickup", "run_worker() defaults", {}),
     ("lateness", "W3.lateness", "rota", "lateness", "every=1s, first 2 ticks dropped", {}),
+    (
+        "delayed",
+        "W3.delayed",
+        "rota",
+        "delayed",
+        f"delay 0.5-8 s, one enqueue per {DELAYED_SPACING} s, poll_interval={DELAYED_POLL_INTERVAL:g}",
+        {},
+    ),
     ("idle", "W4.idle", "rota", "idle", "app.add_schedule(cron='0 0 1 1 *') each", {}),
     ("backlog", "W5.backlog", "rota", "backlog", "half succeeded, half due in 30 days", {}),
     (

@@ -44,8 +44,9 @@ class SqlStore(SqlSchedules):
                 results = [(run_id, True) for run_id in self._insert_plain(s, runs)]
             else:
                 results = drive(s, self._insert_steps(runs))
-            if notify and self._wakes(runs, results):
-                self._notify(s, "run")
+            due = self._wake_due(runs, results) if notify else None
+            if due is not None:
+                self._notify_run(s, *due)
             return results
 
     # Whether `_insert_plain` may run in a caller's transaction (it must not where it reads
@@ -61,20 +62,21 @@ class SqlStore(SqlSchedules):
             results = [(run_id, True) for run_id in self._insert_plain(s, runs)]
         else:
             results = drive(s, self._insert_steps(runs))
-        if self._wakes(runs, results):
-            s.q("notify", channel=NOTIFY_CHANNEL, payload="run")
+        due = self._wake_due(runs, results)
+        if due is not None:
+            query, params = self._notice(due)
+            s.q(query, **params)
         return results
 
     async def insert_runs_in_async(self, s: AsyncSession, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
         if not runs:
             return []
         results = await drive_async(s, self._insert_steps(runs))
-        if self._wakes(runs, results):
-            await s.q("notify", channel=NOTIFY_CHANNEL, payload="run")
+        due = self._wake_due(runs, results)
+        if due is not None:
+            query, params = self._notice(due)
+            await s.q(query, **params)
         return results
-
-    def _wakes(self, runs: Sequence[NewRun], results: Sequence[tuple[int, bool]]) -> bool:
-        return any(created for _, created in results) and self._due_soon(runs)
 
     def _insert_steps(self, runs: Sequence[NewRun]) -> InsertSteps:
         """Insert runs one statement each, as (query, params) steps that a sync or an async

@@ -7,7 +7,7 @@ import abc
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from ..errors import DatabaseError, PermissionDenied
@@ -20,9 +20,8 @@ from .base import (
 
 Row = tuple[Any, ...]
 NOTIFY_CHANNEL = "rota"
-# A new run due within this many seconds wakes idle workers; later ones are found by the
-# workers' regular poll, which also tells them when the next run is due.
-NOTIFY_HORIZON = 2.0
+# When new runs are due: (the earliest scheduled_for given, the smallest delay from now).
+Due = tuple[datetime | None, float | None]
 
 
 class Session(Protocol):
@@ -158,16 +157,40 @@ class SqlBase(Store, abc.ABC):
             "retry_of": r.retry_of,
         }
 
-    def _due_soon(self, runs: Sequence[NewRun]) -> bool:
-        horizon = datetime.now().astimezone() + timedelta(seconds=NOTIFY_HORIZON)
-        if self.clock is not None:
-            horizon = self.clock.now() + timedelta(seconds=NOTIFY_HORIZON)
-        return any(
-            r.status == PENDING
-            and not r.held
-            and (r.delay <= NOTIFY_HORIZON if r.scheduled_for is None else r.scheduled_for <= horizon)
-            for r in runs
-        )
+    def _local_now(self) -> datetime:
+        return self.clock.now() if self.clock is not None else datetime.now(UTC)
+
+    def _wake_due(self, runs: Sequence[NewRun], results: Sequence[tuple[int, bool]]) -> Due | None:
+        """When the new runs that may wake a worker are due; None if none was created."""
+        if not any(created for _, created in results):
+            return None
+        ready = [r for r in runs if r.status == PENDING and not r.held]
+        at = [r.scheduled_for for r in ready if r.scheduled_for is not None]
+        delay = [r.delay for r in ready if r.scheduled_for is None]
+        if not (at or delay):
+            return None
+        return (min(at) if at else None, min(delay) if delay else None)
+
+    def _due_now(self, at: datetime | None, delay: float | None) -> bool:
+        return (delay is not None and delay <= 0) or (at is not None and at <= self._local_now())
+
+    def _notify_run(self, s: Session, at: datetime | None, delay: float | None = None) -> None:
+        """Wake idle workers for new runs (every new run, however far ahead, so a sleeping
+        worker never waits for its poll): `run` when one is due now, else `run:<epoch
+        seconds>`, when the earliest is due (on this store's clock, the database's)."""
+        if self._due_now(at, delay):
+            self._notify(s, "run")
+            return
+        later = None if delay is None else self._local_now() + timedelta(seconds=delay)
+        due = min(t for t in (at, later) if t is not None)
+        self._notify(s, f"run:{due.timestamp():.6f}")
+
+    def _notice(self, due: Due) -> tuple[str, dict[str, Any]]:
+        """The statement that wakes workers at the commit of a caller's transaction."""
+        at, delay = due
+        if self._due_now(at, delay):
+            return "notify", {"channel": NOTIFY_CHANNEL, "payload": "run"}
+        return "notify_due", {"channel": NOTIFY_CHANNEL, "at": self._ts(at), "delay": delay}
 
 
 def _missing_privileges(rows: Sequence[Row]) -> str:

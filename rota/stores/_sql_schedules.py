@@ -51,6 +51,7 @@ class SqlSchedules(SqlRows):
         now = self.now()
         with self._tx() as s:
             for d in defs:
+                self._withdraw_ahead(s, d.name, "was redeployed with a new definition", d.definition)
                 first = first_ticks[d.name]
                 start = now if d.run_immediately else first
                 s.q(
@@ -76,6 +77,7 @@ class SqlSchedules(SqlRows):
 
     def update_schedule(self, sdef: ScheduleDef, next_run_at: datetime | None) -> None:
         with self._tx() as s:
+            self._withdraw_ahead(s, sdef.name, "was updated")
             if not s.q("update_schedule", **self._schedule_params(sdef, next_run_at)):
                 raise ScheduleNotFound(f"no active schedule named {sdef.name!r}")
             self._notify(s, "schedule")
@@ -89,13 +91,39 @@ class SqlSchedules(SqlRows):
 
     def set_paused(self, name: str, paused: bool, next_run_at: datetime | None) -> None:
         with self._tx() as s:
+            if paused:
+                self._withdraw_ahead(s, name, "was paused")
             if not s.q("set_paused", name=name, paused=paused, next_run_at=self._ts(next_run_at)):
                 raise ScheduleNotFound(f"no active schedule named {name!r}")
             self._notify(s, "schedule")
 
-    def due_schedules(self, limit: int) -> list[DueSchedule]:
+    def _withdraw_ahead(self, s: Session, name: str, why: str, definition: str | None = None) -> datetime | None:
+        """Cancel the schedule's tick runs made ahead of their (future) tick, in the caller's
+        transaction, and plan the earliest of those ticks again when it comes (the change
+        being made may move next_run_at elsewhere; see Materialization.ahead). Returns
+        that tick (None if nothing was withdrawn)."""
+        error = simple_error("Withdrawn", f"schedule {name!r} {why} before this tick came")
+        rows = s.q("withdraw_ahead", name=name, error=error, definition=definition)
+        if not rows:
+            return None
+        tick = min(r[0] for r in rows)
+        s.q("rewind_schedule", name=name, tick=tick)
+        return self._dt(tick)
+
+    def withdraw_ahead(self, names: Sequence[str], why: str) -> dict[str, datetime]:
+        with self._tx() as s:
+            ticks = {name: self._withdraw_ahead(s, name, why) for name in names}
+            withdrawn = {name: tick for name, tick in ticks.items() if tick is not None}
+            if withdrawn:
+                self._notify(s, "schedule")  # a live worker makes the tick again
+        return withdrawn
+
+    def due_schedules(self, limit: int, lead: float = 0.0) -> list[DueSchedule]:
         with self._read() as s:
-            rows = s.q("due_schedules", limit=limit)
+            if lead > 0:
+                rows = s.q("due_schedules_ahead", limit=limit, lead=lead)
+            else:
+                rows = s.q("due_schedules", limit=limit)
         return [self._due_from_row(r) for r in rows]
 
     def _tick_run(self, due: DueSchedule, tick: datetime | None, **extra: Any) -> NewRun:
@@ -118,9 +146,11 @@ class SqlSchedules(SqlRows):
     def materialize(self, due: DueSchedule, plan: Materialization) -> bool:
         try:
             with self._tx() as s:
-                self._materialize(s, due, plan)
+                following = self._materialize(s, due, plan)
         except _Abort:
             return False
+        if following != plan.next_run_at:  # committed without the tick made ahead
+            plan.ahead = None
         return True
 
     def _bound_tick_locks(self, s: Session) -> None:
@@ -128,33 +158,54 @@ class SqlSchedules(SqlRows):
         frozen mid-tick): the worker moves on to its other schedules. A no-op where writers
         take the whole database (SQLite)."""
 
-    def _materialize(self, s: Session, due: DueSchedule, plan: Materialization) -> None:
+    def _materialize(self, s: Session, due: DueSchedule, plan: Materialization) -> datetime:
+        """Write the plan; returns the next_run_at written (plan.ahead if that was refused)."""
         self._bound_tick_locks(s)
-        woke = False
+        soonest: datetime | None = None
         for tick in plan.run:
             if s.q("insert_run", **self._run_params(self._tick_run(due, tick))):
-                woke = True
+                soonest = soonest or tick
                 continue
             if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
                 raise _Abort  # another instance materialized this tick
-            woke = self._overlap(s, due, tick, manual=False)[1] or woke
+            if self._overlap(s, due, tick, manual=False)[1]:
+                soonest = soonest or tick
         for tick, reason in plan.skipped:
             skipped = self._tick_run(due, tick, status="skipped", error=simple_error("Misfire", reason))
             s.q("insert_run", **self._run_params(skipped))
+        following = plan.next_run_at
+        if plan.ahead is not None:
+            if self._ahead(s, due, plan.ahead):
+                soonest = soonest or plan.ahead
+            else:
+                following = plan.ahead  # planned when it comes (overlap judged at the tick)
         if not s.q(
             "advance_schedule",
             name=due.name,
             old=self._ts(due.next_run_at),
-            new=self._ts(plan.next_run_at),
+            new=self._ts(following),
             skipped_more=plan.skipped_more,
         ):
             raise _Abort
         if due.overlap != "concurrent" and s.q("promote_held", schedule=due.name):
             # Holding the schedule's row lock now: an active run that ended while we were
             # inserting held ticks could not see them; we handed its slot on ourselves.
-            woke = True
-        if woke:
             self._notify(s, "run")
+        if soonest is not None:
+            self._notify_run(s, soonest, None)
+        return following
+
+    def _ahead(self, s: Session, due: DueSchedule, tick: datetime) -> bool:
+        """Insert the run of a tick that has not come yet (due at the tick). Refused (False)
+        while an exclusive schedule has an active run: a run that ends before the tick
+        must still let the tick run under overlap=skip, so the policy is applied then."""
+        if due.overlap != "concurrent" and s.q("schedule_busy", schedule=due.name):
+            return False
+        if s.q("insert_run", **self._run_params(self._tick_run(due, tick))):
+            return True
+        if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
+            raise _Abort  # another instance materialized this tick
+        return False  # a run of the schedule became active meanwhile
 
     def _overlap(
         self, s: Session, due: DueSchedule, tick: datetime | None, *, manual: bool, **extra: Any

@@ -175,12 +175,19 @@ class DueSchedule:
 
 @dataclass(slots=True)
 class Materialization:
-    """The outcome of planning a schedule's due ticks (see `rota.timing.plan_ticks`)."""
+    """The outcome of planning a schedule's due ticks (see `rota.timing.plan_ticks`).
+
+    `ahead`: the schedule's next tick, not due yet, to be inserted now as a pending run due
+    at the tick (so at the tick a worker just claims it); `next_run_at` is then the tick
+    after it. The store refuses it (and sets next_run_at to `ahead` instead, so the tick is
+    planned when it comes) while the schedule is exclusive and has an active run, and then
+    clears `ahead` on this object: after `materialize` it says what was written."""
 
     run: Sequence[datetime]
     skipped: Sequence[tuple[datetime, str]]
     skipped_more: int
     next_run_at: datetime
+    ahead: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -333,7 +340,9 @@ class Store(abc.ABC):
     def sync_schedules(self, app: str, defs: Sequence[ScheduleDef], first_ticks: dict[str, datetime]) -> None:
         """Upsert code-declared schedules; a changed (or re-activated) definition gets
         next_run_at from `first_ticks` (now for run_immediately schedules that never ran).
-        Code schedules of `app` that are not in `defs` become inactive (history kept)."""
+        Code schedules of `app` that are not in `defs` become inactive (history kept). A
+        changed definition withdraws the runs made ahead of their tick (cancelled, the tick
+        planned again unless the new timing moves it), as update_schedule and pausing do."""
 
     @abc.abstractmethod
     def add_schedule(self, sdef: ScheduleDef, first_tick: datetime) -> None:
@@ -341,7 +350,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def update_schedule(self, sdef: ScheduleDef, next_run_at: datetime | None) -> None:
-        """Replace a schedule's definition; next_run_at None keeps the current one."""
+        """Replace a schedule's definition; next_run_at None keeps the current one (the
+        tick of a run made ahead, which this withdraws, included)."""
 
     @abc.abstractmethod
     def remove_schedule(self, name: str) -> int:
@@ -349,11 +359,21 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def set_paused(self, name: str, paused: bool, next_run_at: datetime | None) -> None:
-        """Pause/resume; resuming sets next_run_at (ticks missed while paused never run)."""
+        """Pause/resume; resuming sets next_run_at (ticks missed while paused never run).
+        Pausing withdraws the runs made ahead of their tick (Materialization.ahead)."""
 
     @abc.abstractmethod
-    def due_schedules(self, limit: int) -> list[DueSchedule]:
-        """Active, unpaused schedules whose next_run_at has come (index on next_run_at)."""
+    def withdraw_ahead(self, names: Sequence[str], why: str) -> dict[str, datetime]:
+        """Withdraw the named schedules' runs made ahead of their tick that are not due yet
+        and not claimed (cancelled, type Withdrawn, message "schedule ... {why} before this
+        tick came"), rewind each schedule's next_run_at to its withdrawn tick and notify
+        "schedule" (a live worker makes the tick again), in one transaction. Returns the
+        rewound tick per schedule. A worker's clean shutdown calls it for the ticks it made."""
+
+    @abc.abstractmethod
+    def due_schedules(self, limit: int, lead: float = 0.0) -> list[DueSchedule]:
+        """Active, unpaused schedules whose next_run_at has come, or comes within `lead`
+        seconds (to be materialized ahead, see Materialization.ahead); index on next_run_at."""
 
     @abc.abstractmethod
     def materialize(self, due: DueSchedule, plan: Materialization) -> bool:

@@ -232,10 +232,18 @@ class PostgresStore(SqlStore):
         return f"%({name})s"
 
     def _notify(self, s: Any, payload: str) -> None:
-        if payload == "run" and not self._wakeups.now_or_later():
-            s.deferred_wake = True  # a trailing NOTIFY follows after commit
+        if payload.startswith("run") and not self._wakeups.now_or_later():
+            s.deferred_wake = True  # a trailing NOTIFY ("run": look now) follows after commit
             return
         s.q("notify", channel=NOTIFY_CHANNEL, payload=payload)
+
+    def _notify_run(self, s: Any, at: datetime | None, delay: float | None = None) -> None:
+        if delay is None or self._due_now(at, delay):
+            super()._notify_run(s, at, delay)  # due now, or at a known time
+        elif not self._wakeups.now_or_later():
+            s.deferred_wake = True
+        else:  # due after a delay: now + delay on the database's clock, not this host's
+            s.q("notify_due", channel=NOTIFY_CHANNEL, at=self._ts(at), delay=delay)
 
     def _send_wakeup(self) -> None:
         with contextlib.suppress(DatabaseError), self._read() as s:

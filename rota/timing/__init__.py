@@ -42,6 +42,7 @@ from .misfire import (
     check_misfire,
     check_overlap,
     plan_ticks,
+    tick_ahead,
 )
 from .triggers import CronTrigger, IntervalTrigger, Trigger, make_trigger
 from .zones import resolve_zone
@@ -62,4 +63,5 @@ __all__ = [
     "next_fire_times",
     "plan_ticks",
     "resolve_zone",
+    "tick_ahead",
 ]

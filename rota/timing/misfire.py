@@ -97,6 +97,17 @@ def plan_ticks(
     return _plan_coalesce(missed, run, following)
 
 
+def tick_ahead(next_run_at: datetime, now: datetime, lead: timedelta) -> datetime | None:
+    """The tick to materialize before it comes: `next_run_at` (as `plan_ticks` left it)
+    when it is after `now` and at most `lead` ahead, else None. The schedule's next fire
+    time after it is ``trigger.next_after(tick)``. A tick in the future is never a misfire:
+    the misfire plan is made with the real `now`, and this only looks past it."""
+    tick, now = _utc(next_run_at, "next_run_at"), _utc(now, "now")
+    if lead <= timedelta(0) or not now < tick <= now + lead:
+        return None
+    return tick
+
+
 @dataclass
 class _Missed:
     """The missed ticks of one plan: the oldest ones listed, the rest only counted."""

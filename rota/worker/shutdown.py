@@ -1,5 +1,6 @@
 """The worker's lifecycle controls: start on a thread, stop (thread-safe), signals, and
-the graceful shutdown: stop claiming, drain up to `shutdown_timeout`, hand unfinished runs
+the graceful shutdown: stop claiming (and making ticks), withdraw the runs this worker made
+ahead of a tick not come yet (see ticks.py), drain up to `shutdown_timeout`, hand unfinished runs
 back (pending again at once, the attempt not counted), flush outcomes, release this
 process's named locks, mark the worker stopped. A second signal skips the drain."""
 
@@ -22,6 +23,7 @@ from .db import Db
 from .executors import Executors
 from .prefetch import Prefetch
 from .service import wait_event
+from .ticks import Ticker
 from .view import WorkerView
 from .wakeups import DueTimes
 
@@ -47,6 +49,7 @@ class Lifecycle:
     _finisher: Finisher
     _due: DueTimes
     _prefetch: Prefetch
+    _ticker: Ticker
 
     async def run(self) -> None:
         raise NotImplementedError
@@ -110,11 +113,13 @@ class Lifecycle:
     def _wake_all(self) -> None:
         self._executors.slot_freed.set()
         self._due.wake.set()
+        self._due.tick_wake.set()  # the ticker sees it must stop (see _withdraw_ticks_ahead)
 
     async def _shutdown(self, background: list[asyncio.Task[None]]) -> None:
         poll = background[0]
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.shield(poll), 5)
+        await self._withdraw_ticks_ahead(background)
         await self._drain()
         await self._hand_back_unfinished()
         await self._completer.wait_idle()  # let a write in progress (the completer's) finish first
@@ -126,6 +131,14 @@ class Lifecycle:
         await asyncio.gather(*background, return_exceptions=True)
         await self._db(self.app.release_process_locks)
         await self._mark_stopped()
+
+    async def _withdraw_ticks_ahead(self, background: list[asyncio.Task[None]]) -> None:
+        """Before the drain (which may outlast a tick): once the ticker has stopped, withdraw
+        the runs it made ahead of a tick that has not come. A kill -9 leaves them."""
+        ticker = next(task for task in background if task.get_name() == "rota-ticks")
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(asyncio.shield(ticker), 5)
+        await self._ticker.withdraw_ahead()
 
     async def _mark_stopped(self) -> None:
         self.state = "stopped"

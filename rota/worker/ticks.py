@@ -1,12 +1,22 @@
 """Ticks: turning due schedule ticks into runs, in their own task, so a tick insert that
-waits on a row lock (another host frozen mid-transaction) never holds up claims or rescue."""
+waits on a row lock (another host frozen mid-transaction) never holds up claims or rescue.
+
+Ahead of time: the ticker wakes `lead` seconds before the next tick and inserts its run
+then, as a pending run due at the tick (Materialization.ahead), so at the tick a worker
+only claims it, as it claims a delayed run: one round trip instead of poll, materialize,
+poll and claim. The lead (AHEAD, at most the poll interval) is long enough for the wake-up
+to reach every worker before the tick (NOTIFY: milliseconds; SQLite's change watch: at most
+200 ms apart) and short, because a run made ahead is visible as pending before its tick:
+pausing, updating or redeploying the schedule in that window withdraws it (cancelled, the
+tick planned again), and an exclusive schedule with an active run gets no run ahead (its
+overlap policy is applied at the tick). Misfire decisions use the real now."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import timing
@@ -20,6 +30,7 @@ from .service import wait_event
 from .wakeups import DueTimes
 
 log = logging.getLogger("rota.worker")
+AHEAD = 0.3  # seconds: see the module's docstring
 
 
 class Ticker:
@@ -48,50 +59,69 @@ class Ticker:
         self.sleep_or_stop: Callable[[float], Awaitable[bool]] = lambda delay: _never(delay)
         self._triggers: dict[tuple[str | None, float | None, str], timing.Trigger] = {}
         self._bad_schedules: set[str] = set()
+        self._held_back: datetime | None = None  # a tick not made ahead: wait for the tick itself
+        self.made_ahead: dict[str, datetime] = {}  # schedule -> the last tick this worker made ahead
+
+    @property
+    def lead(self) -> float:
+        """How long before a tick its run is made (bounded by the poll interval: a worker
+        polling fast, as in tests, keeps its runs ahead within one poll)."""
+        return min(AHEAD, self.poll_interval)
+
+    def _wake_at(self) -> float | None:
+        at = self.due.schedule_due
+        if at is None or self.due.schedule_due_at == self._held_back:
+            return at
+        return at - self.lead
 
     async def run(self) -> None:
-        """The ticker task: wait for a due tick (or the next poll), materialize, repeat."""
+        """The ticker task: wait for the next tick (`lead` ahead) or poll, materialize, repeat."""
         due = self.due
         while self.claiming():
             deadline = time.monotonic() + self.poll_interval
-            await wait_event(due.tick_wake, due.until(deadline, due.schedule_due))
+            await wait_event(due.tick_wake, due.until(deadline, self._wake_at()))
             due.tick_wake.clear()
-            if not self.claiming() or not due.due(due.schedule_due):
+            if not self.claiming() or not due.due(self._wake_at()):
                 continue
             try:
-                if await self.ticks():
-                    due.wake.set()  # the claimer claims the runs just made
+                if await self.ticks(self.lead):
+                    due.wake.set()  # the claimer claims the runs just made (or sleeps until due)
             except DatabaseError as exc:
                 await self.sleep_or_stop(self.outage.failed(exc))
 
-    async def ticks(self) -> bool:
-        """Materialize the schedule ticks due now (the database's now); True if a run may
-        have become due."""
+    async def ticks(self, lead: float = 0.0) -> bool:
+        """Materialize the schedule ticks due now (the database's now), and those due within
+        `lead` seconds ahead. True after a pass (runs may have been made: the claimer
+        looks, or re-arms its sleep for the due time it learned), False if none was due."""
         state = await self.db(self.store().poll_state, self.queues)
-        if state.next_schedule_due is None or state.next_schedule_due > state.now:
+        horizon = state.now + timedelta(seconds=lead)
+        tick = state.next_schedule_due
+        if tick is None or tick > horizon or (tick > state.now and tick == self._held_back):
             self.due.learn(state)
             return False
-        planned_at = state.now
-        woke, more = await self.materialize(state.now)
-        state = await self.db(self.store().poll_state, self.queues)
-        self.due.learn(state)
+        woke, more = await self.materialize(state.now, lead=lead)
+        after = await self.db(self.store().poll_state, self.queues)
+        self.due.learn(after)
         if woke:
             self.due.run_due = time.monotonic()
-        stuck = state.next_schedule_due is not None and state.next_schedule_due <= planned_at
-        if stuck and not more:
+        tick = after.next_schedule_due
+        # Still within the lead after this pass: refused ahead (an exclusive schedule busy)
+        # or taken by another instance; look again at the tick, not in a busy loop.
+        self._held_back = tick if tick is not None and state.now < tick <= horizon and not more else None
+        if tick is not None and tick <= state.now and not more:
             # Still due for the time just planned: a schedule this worker cannot plan
             # (logged once). Look again at the next regular poll, not in a busy loop.
             self.due.schedule_due = None
-        return woke
+        return True
 
-    async def materialize(self, now: datetime, limit: int = 100) -> tuple[bool, bool]:
-        """Turn due schedule ticks into runs. Returns (whether a run may have become due,
-        whether more ticks are due at `now` than this pass took: a full batch of schedules,
-        or a plan that stopped at its tick limit)."""
+    async def materialize(self, now: datetime, limit: int = 100, lead: float = 0.0) -> tuple[bool, bool]:
+        """Turn due schedule ticks (and those due within `lead` s) into runs. Returns
+        (whether a run may have become due now, whether more ticks are due at `now` than
+        this pass took: a full batch of schedules, or a plan that stopped at its tick limit)."""
         woke = more = False
-        batch = await self.db(self.store().due_schedules, limit)
+        batch = await self.db(self.store().due_schedules, limit, lead)
         for due in batch:
-            plan = self._plan(due, now)
+            plan = self._plan(due, now, lead)
             if isinstance(plan, str):  # cannot be planned: record why, so it stops being due
                 await self.db(self.store().mark_plan_error, due, plan)
                 continue
@@ -114,23 +144,49 @@ class Ticker:
             message = f"schedule {due.name!r}: tick written by another instance"
             log_event(log, logging.DEBUG, "tick_locked_out", message, schedule=due.name, worker=self.worker)
             return False
-        self.counters.ticks += len(plan.run)
+        self.counters.ticks += len(plan.run) + (plan.ahead is not None)
+        if plan.ahead is not None:
+            self.made_ahead[due.name] = plan.ahead
         message = f"schedule {due.name!r}: {len(plan.run)} run(s) materialized"
         log_event(log, logging.DEBUG, "tick_materialized", message, schedule=due.name, worker=self.worker)
         self._emit_misfires(due, plan)
         return True
 
-    def _plan(self, due: DueSchedule, now: datetime) -> Materialization | str:
+    async def withdraw_ahead(self) -> None:
+        """A clean shutdown, once this ticker has stopped: withdraw the runs it made ahead
+        whose tick has not come (see Store.withdraw_ahead), so a tick does not outlive its
+        worker as a pending run that would fire late, past its misfire policy, on restart.
+        A live worker makes the tick again (the "schedule" wake-up). A database error is
+        logged and shutdown goes on (the run then fires when a worker next claims)."""
+        soon = datetime.now(UTC) + self.due.db_offset - timedelta(seconds=1)
+        names = sorted(name for name, tick in self.made_ahead.items() if tick > soon)
+        self.made_ahead.clear()
+        if not names:
+            return
+        why = f"had its tick made ahead by worker {self.worker}, which stopped"
+        try:
+            withdrawn = await self.db(self.store().withdraw_ahead, names, why)
+        except DatabaseError as exc:
+            log.warning("could not withdraw the runs made ahead of their tick for %s (%s)", names, exc)
+            return
+        if withdrawn:
+            ticks = ", ".join(f"{name!r} at {tick.isoformat()}" for name, tick in sorted(withdrawn.items()))
+            message = f"worker {self.worker} withdrew the runs it made ahead of their tick: {ticks}"
+            log_event(log, logging.INFO, "ticks_withdrawn", message, worker=self.worker)
+
+    def _plan(self, due: DueSchedule, now: datetime, lead: float = 0.0) -> Materialization | str:
         try:
             trigger = self._trigger(due)
             grace = timedelta(seconds=due.misfire_grace)
             plan = timing.plan_ticks(trigger, due.next_run_at, now, misfire=due.misfire, grace=grace)
+            ahead = timing.tick_ahead(plan.next_run_at, now, timedelta(seconds=lead))
+            following = plan.next_run_at if ahead is None else trigger.next_after(ahead)
         except ConfigurationError as exc:
             if due.name not in self._bad_schedules:
                 self._bad_schedules.add(due.name)
                 log.error("schedule %r cannot be planned on this worker and is left alone: %s", due.name, exc)
             return str(exc)
-        return Materialization(plan.run, plan.skipped, plan.skipped_more, plan.next_run_at)
+        return Materialization(plan.run, plan.skipped, plan.skipped_more, following, ahead)
 
     def _trigger(self, due: DueSchedule) -> timing.Trigger:
         key = (due.cron, due.every, due.tz)

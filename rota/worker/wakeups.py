@@ -5,14 +5,22 @@ due now: LISTEN/NOTIFY on PostgreSQL, a cheap `data_version` watch on SQLite."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import DatabaseError
 from ..stores.base import PollState, Store
+
+# Wake this much before a due run and step the loop (yielding) up to its due time: the
+# event loop's timers round up to the millisecond (epoll), which made runs start up to 1 ms
+# late; waking early costs at most this much of stepping per due run.
+EARLY = 0.0015
+# The database clock is learned from several polls (see DueTimes.learn).
+_CLOCK_SAMPLES = 8
 
 
 class DueTimes:
@@ -21,10 +29,12 @@ class DueTimes:
     def __init__(self) -> None:
         self.run_due: float | None = None  # monotonic
         self.schedule_due: float | None = None  # monotonic
+        self.schedule_due_at: datetime | None = None  # the same, on the database clock
         self.db_offset = timedelta(0)  # database clock minus local clock
         self.claimed_at = 0.0  # monotonic time of the last claim that found runs
         self.wake = asyncio.Event()  # the claimer: look for runs now
         self.tick_wake = asyncio.Event()  # the ticker: look at schedules now
+        self._clock: collections.deque[float] = collections.deque(maxlen=_CLOCK_SAMPLES)
 
     def bind(self) -> None:
         self.wake = asyncio.Event()
@@ -32,11 +42,41 @@ class DueTimes:
 
     def learn(self, state: PollState) -> None:
         """Translate due times on the database clock into this process's monotonic clock."""
-        mono, db_now = time.monotonic(), state.now
+        db_now = state.now
         self.db_offset = db_now - datetime.now(UTC)
+        offset = self.learn_clock(db_now.timestamp(), time.monotonic())
         run, sched = state.next_run_due, state.next_schedule_due
-        self.run_due = None if run is None else mono + (run - db_now).total_seconds()
-        self.schedule_due = None if sched is None else mono + (sched - db_now).total_seconds()
+        self.run_due = None if run is None else run.timestamp() - offset
+        self.schedule_due = None if sched is None else sched.timestamp() - offset
+        self.schedule_due_at = sched
+
+    def learn_clock(self, db_epoch: float, mono: float) -> float:
+        """The database clock minus the monotonic clock, from a reading taken at `mono`.
+
+        `mono` is read after the round trip, so each sample is low by that reply's delay
+        (and any wait for the loop): the highest of the last few samples is the closest to
+        the truth, so one slow reply does not make the next runs start late. A step of
+        the database clock (or a new database) moves the estimate as soon as it is lower
+        than every recent sample or within a few polls."""
+        sample = db_epoch - mono
+        if self._clock and sample < min(self._clock) - 1.0:
+            self._clock.clear()  # the database clock stepped back (or another database)
+        self._clock.append(sample)
+        return max(self._clock)
+
+    def mono_of(self, db_epoch: float) -> float:
+        """A time on the database clock (epoch seconds) on this process's monotonic clock."""
+        if self._clock:
+            return db_epoch - max(self._clock)
+        return time.monotonic() + db_epoch - time.time() - self.db_offset.total_seconds()
+
+    def run_at(self, db_epoch: float) -> None:
+        """A run is due at `db_epoch` (a wake-up said so): wake the claimer then, if that is
+        sooner than it would otherwise look."""
+        at = self.mono_of(db_epoch)
+        if self.run_due is None or at < self.run_due:
+            self.run_due = at
+            self.wake.set()  # the claimer re-arms its sleep for the sooner time
 
     def run_now(self) -> None:
         self.run_due = time.monotonic()
@@ -50,10 +90,14 @@ class DueTimes:
     def due(at: float | None) -> bool:
         return at is not None and time.monotonic() >= at
 
-    @staticmethod
-    def until(*deadlines: float | None) -> float:
+    def until(self, *deadlines: float | None) -> float:
+        """Seconds to wait for the soonest deadline; for the due run, EARLY less (the
+        caller's loop then steps up to it: see EARLY)."""
         soonest = min(d for d in deadlines if d is not None)
-        return max(0.0, soonest - time.monotonic())
+        left = soonest - time.monotonic()
+        if soonest == self.run_due:
+            left -= EARLY
+        return max(0.0, left)
 
 
 class Wakeups:
@@ -64,17 +108,24 @@ class Wakeups:
         self.due = due
         self.free_slots = free_slots
         self.cancel: Callable[[int], None] = lambda run_id: None
+        self.refresh: Callable[[], Awaitable[None]] | None = None  # learn due times (poll_state)
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def on_wakeup(self, payload: str) -> None:
-        """A store notification, on the loop."""
-        if payload.startswith("cancel:"):
+        """A store notification, on the loop: `run` (a run is due now), `run:<epoch>` (a
+        run is due then, on the database clock), `schedule`, `cancel:<run id>`."""
+        kind, _, arg = payload.partition(":")
+        if kind == "cancel":
             with contextlib.suppress(ValueError):
-                self.cancel(int(payload[7:]))
+                self.cancel(int(arg))
             return
-        if payload == "schedule":
+        if kind == "schedule":
             self.due.schedule_now()
             return
+        if arg:
+            with contextlib.suppress(ValueError):
+                self.due.run_at(float(arg))
+                return
         self.due.run_now()
 
     def notify_threadsafe(self, payload: str) -> None:
@@ -100,7 +151,8 @@ class Wakeups:
             listeners.remove(self.notify_threadsafe)
 
     async def _watch_data_version(self, store: Any) -> None:
-        """Another process committed to the SQLite file: look for work (cheap, no disk I/O).
+        """Another process committed to the SQLite file: learn when the next run and tick
+        are due (a read, not a claim; the claimer then claims now or sleeps until then).
         Every 20 ms while runs keep coming, every 50 ms once none was claimed for 5 s (our
         own heartbeats also change the file, so "quiet" is judged by claims, not changes)."""
         seen = None
@@ -112,5 +164,17 @@ class Wakeups:
             except DatabaseError:
                 continue
             if seen is not None and version != seen and self.free_slots():
-                self.due.run_now()
+                await self._changed()
             seen = version
+
+    async def _changed(self) -> None:
+        if self.refresh is None:
+            self.due.run_now()
+            return
+        try:
+            await self.refresh()
+        except DatabaseError:
+            self.due.run_now()  # the claimer's own path reports the error
+            return
+        self.due.wake.set()  # claim now, or sleep until the run learned is due
+        self.due.tick_wake.set()

@@ -130,6 +130,7 @@ class Worker(Lifecycle):
         self._ticker.claiming = self._ticker_claiming
         self._ticker.sleep_or_stop = self._sleep_or_stop
         self._wakeups.cancel = self._leases.request_cancel
+        self._wakeups.refresh = self._poller.refresh_due
         self._poller.queues, self._poller.poll_interval = self.queues, self.poll_interval
         self._poller.batch = max(1, self.concurrency // 2)
         self._poller.claiming = lambda: self._claiming

@@ -53,6 +53,16 @@ SELECT 'rota' || CASE
     WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
     ELSE ':' || md5(current_schema()) END
 
+-- name: notify_due
+-- A new run due later: `run:<epoch seconds>` on the database clock (the earlier of `at` and
+-- now + `delay`), so a sleeping worker wakes then instead of at its next poll.
+-- On the schema's channel, as notify.
+SELECT pg_notify(%(channel)s || CASE
+    WHEN current_schema() = 'public' THEN ''
+    WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
+    ELSE ':' || md5(current_schema()) END, 'run:' || extract(epoch FROM least(
+    %(at)s::timestamptz, {now} + make_interval(secs => %(delay)s::float8)))::text)
+
 -- name: claim
 -- One fencing token per claimed run (nextval per row), so ctx.token fences one attempt.
 -- The update finds each candidate by the address (ctid) of the row version the subquery
@@ -323,6 +333,32 @@ SET status = 'cancelled', finished_at = {now},
 WHERE schedule = %(name)s AND status = 'pending'
 RETURNING id
 
+-- name: withdraw_ahead
+-- A schedule paused, updated or redeployed: its tick runs made ahead of their tick and not
+-- due yet are cancelled (with `definition` given: only if the stored one differs). Their
+-- `tick` is cleared: the tick is no longer theirs, and can be materialized again.
+UPDATE rota_runs
+SET status = 'cancelled', tick = NULL, finished_at = {now}, error = %(error)s
+WHERE schedule = %(name)s AND status = 'pending' AND tick IS NOT NULL AND attempt = 0
+  AND NOT held AND due_at > {now}
+  AND (%(definition)s::text IS NULL OR EXISTS (
+       SELECT 1 FROM rota_schedules
+       WHERE name = %(name)s AND definition IS DISTINCT FROM %(definition)s::text))
+RETURNING scheduled_for
+
+-- name: rewind_schedule
+-- The withdrawn tick is planned again when it comes (unless the schedule's change moves it).
+UPDATE rota_schedules SET next_run_at = %(tick)s
+WHERE name = %(name)s AND next_run_at > %(tick)s
+RETURNING name
+
+-- name: schedule_busy
+-- An exclusive schedule with a pending or running run (held ones included): its next tick
+-- is not made ahead, so the overlap policy is judged at the tick.
+SELECT 1 FROM rota_runs
+WHERE schedule = %(schedule)s AND exclusive AND status IN ('pending', 'running')
+LIMIT 1
+
 -- name: set_paused
 UPDATE rota_schedules
 SET paused = %(paused)s, next_run_at = coalesce(%(next_run_at)s, next_run_at), updated_at = {now}
@@ -334,6 +370,15 @@ SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grac
        priority, max_attempts, timeout, backoff, next_run_at
 FROM rota_schedules
 WHERE active AND NOT paused AND next_run_at <= {now}
+ORDER BY next_run_at
+LIMIT %(limit)s
+
+-- name: due_schedules_ahead
+-- As due_schedules, with the ticks due within `lead` seconds (made ahead of their tick).
+SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue,
+       priority, max_attempts, timeout, backoff, next_run_at
+FROM rota_schedules
+WHERE active AND NOT paused AND next_run_at <= {now} + make_interval(secs => %(lead)s)
 ORDER BY next_run_at
 LIMIT %(limit)s
 

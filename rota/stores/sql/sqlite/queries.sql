@@ -36,6 +36,9 @@ WHERE task = :task AND key = :key AND status IN ('pending', 'running')
 -- name: notify
 SELECT :channel, :payload
 
+-- name: notify_due
+SELECT :channel, :at, :delay
+
 -- name: next_token
 SELECT value + 1 FROM rota_counters WHERE name = 'token'
 
@@ -238,6 +241,32 @@ UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
 WHERE schedule = :name AND status = 'pending'
 RETURNING id
 
+-- name: withdraw_ahead
+-- A schedule paused, updated or redeployed: its tick runs made ahead of their tick and not
+-- due yet are cancelled (with `definition` given: only if the stored one differs). Their
+-- `tick` is cleared: the tick is no longer theirs, and can be materialized again.
+UPDATE rota_runs
+SET status = 'cancelled', tick = NULL, finished_at = {now}, error = :error
+WHERE schedule = :name AND status = 'pending' AND tick IS NOT NULL AND attempt = 0
+  AND NOT held AND due_at > {now}
+  AND (:definition IS NULL OR EXISTS (
+       SELECT 1 FROM rota_schedules
+       WHERE name = :name AND definition IS NOT :definition))
+RETURNING scheduled_for
+
+-- name: rewind_schedule
+-- The withdrawn tick is planned again when it comes (unless the schedule's change moves it).
+UPDATE rota_schedules SET next_run_at = :tick
+WHERE name = :name AND next_run_at > :tick
+RETURNING name
+
+-- name: schedule_busy
+-- An exclusive schedule with a pending or running run (held ones included): its next tick
+-- is not made ahead, so the overlap policy is judged at the tick.
+SELECT 1 FROM rota_runs
+WHERE schedule = :schedule AND exclusive AND status IN ('pending', 'running')
+LIMIT 1
+
 -- name: set_paused
 UPDATE rota_schedules
 SET paused = :paused, next_run_at = coalesce(:next_run_at, next_run_at), updated_at = {now}
@@ -249,6 +278,15 @@ SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grac
        priority, max_attempts, timeout, backoff, next_run_at
 FROM rota_schedules
 WHERE active AND NOT paused AND next_run_at <= {now}
+ORDER BY next_run_at
+LIMIT :limit
+
+-- name: due_schedules_ahead
+-- As due_schedules, with the ticks due within `lead` seconds (made ahead of their tick).
+SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue,
+       priority, max_attempts, timeout, backoff, next_run_at
+FROM rota_schedules
+WHERE active AND NOT paused AND next_run_at <= {now} + :lead
 ORDER BY next_run_at
 LIMIT :limit
 

@@ -64,6 +64,15 @@ def _seconds(low: float, *, allow_zero: bool = False) -> Callable[[str], float]:
     return parse
 
 
+def _switch(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise _Invalid("1 or 0 (true/false, yes/no, on/off)")
+
+
 def parse_duration(raw: str) -> timedelta:
     """`90`, `90s`, `15m`, `12h`, `7d` (a plain number is seconds)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", raw)
@@ -175,6 +184,13 @@ SETTINGS: dict[str, Setting] = {
         _s("metrics_port", _int(1, 65535), None, "Serve the worker's Prometheus /metrics on this port", "off"),
         _s("log_level", _choice(LOG_LEVELS), "info", "Log level: " + ", ".join(LOG_LEVELS), "info"),
         _s("log_format", _choice(LOG_FORMATS), "text", "Log format: text, or json (one object per line)", "text"),
+        _s(
+            "log_every_run",
+            _switch,
+            False,
+            "Log every run's success (else the first 20 a second, then one summary line)",
+            "0",
+        ),
         _s("dashboard_host", _text, "127.0.0.1", "Address the dashboard binds", "127.0.0.1"),
         _s("dashboard_port", _int(1, 65535), 8000, "Port the dashboard listens on", "8000"),
         _s("dashboard_token", _text, None, "Bearer token the dashboard requires", "none", secret=True),

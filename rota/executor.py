@@ -27,7 +27,9 @@ class DaemonPool:
     thread wait for one, and the owner calls `grow()` every few milliseconds while calls
     wait (rota.worker.handoff does, from its sweep). Tiny calls then share a few threads
     instead of a hundred threads fighting for the GIL, while calls that block still get
-    threads of their own within a few periods (see `grow`).
+    threads of their own within a few periods (see `grow`). A thread that has waited `IDLE`
+    seconds without a call ends (the last one stays), so threads added for a burst of
+    blocked calls go away once they are not needed, and busy threads are never restarted.
     """
 
     def __init__(self, limit: int, name: str, lazy: bool = False) -> None:
@@ -39,7 +41,6 @@ class DaemonPool:
         self._threads = 0
         self._idle = 0  # idle threads minus queued calls (negative: calls wait for a thread)
         self._ended = 0  # calls finished (grow's sign of progress)
-        self._retire = 0  # threads to end after their current call (grow found too many)
         self._streak = 0  # looks in a row that added threads
         self._serial = 0
         self._closed = False
@@ -73,18 +74,29 @@ class DaemonPool:
 
     def _loop(self) -> None:
         while True:
-            fn = self._queue.get()
+            try:
+                fn = self._queue.get(timeout=IDLE)
+            except queue.Empty:
+                if self._retired():
+                    return
+                continue
             if fn is None:
                 return
             with contextlib.suppress(BaseException):  # callers catch everything themselves
                 fn()
             with self._lock:
                 self._ended += 1
-                if self._retire > 0 and self._threads > 1:
-                    self._retire -= 1
-                    self._threads -= 1
-                    return
                 self._idle += 1
+
+    def _retired(self) -> bool:
+        """This thread waited IDLE seconds for a call: end it unless it is the last one or
+        a call is queued for it (idle threads minus queued calls, counted under the lock)."""
+        with self._lock:
+            if self._idle <= 0 or self._threads <= 1 or self._closed:
+                return False
+            self._idle -= 1
+            self._threads -= 1
+            return True
 
     def grow(self) -> int:
         """Fit the threads to what they do (the owner calls this every few milliseconds
@@ -93,10 +105,10 @@ class DaemonPool:
         longer than a period), or calls that waited then still wait while the process used
         less than `BUSY` CPU (threads wait on I/O). It adds 1, 2, 4, ... threads on looks in
         a row (at most one per waiting call, up to the limit): one slow call adds a thread,
-        calls that stay blocked get theirs within a few looks. If instead calls end while
-        the CPU is busy, more threads would only fight for the GIL: half of the threads end
-        after their current call. Returns the change in threads (a blocked call keeps its
-        thread)."""
+        calls that stay blocked get theirs within a few looks. Calls that end while the CPU
+        is busy add none (more threads would only fight for the GIL). Threads end only when
+        idle for IDLE seconds (see `_loop`): ending busy ones, only to start them again at
+        the next wait, cost a few % of the worker's CPU. Returns the threads added."""
         now, cpu = time.monotonic(), time.process_time()
         with self._lock:
             ended0, waiting0, then, cpu0 = self._last
@@ -109,15 +121,11 @@ class DaemonPool:
             if waiting > 0 and (not progressed or (progressed < waiting0 and not busy)):
                 return self._add(min(waiting, self.limit - self._threads))
             self._streak = 0
-            if progressed and busy:
-                self._retire = self._threads // 2
-                return -self._retire
             return 0
 
     def _add(self, room: int) -> int:
         n = min(room, 1 << self._streak)
         self._streak += 1
-        self._retire = 0
         self._start(n)
         self._idle += n
         return n
@@ -131,6 +139,7 @@ class DaemonPool:
 
 
 BUSY = 0.5  # CPU seconds per second above which waiting calls wait for the GIL, not for I/O
+IDLE = 1.0  # seconds a thread waits for a call before it ends (the last thread stays)
 
 
 def handler_path(fn: Callable[..., Any]) -> tuple[str, str]:

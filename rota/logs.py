@@ -15,6 +15,10 @@ Event names (stable; operators alert on them):
   concurrency/queues at start).
 - run_claimed, run_succeeded, run_failed, run_retrying, run_rescued, run_cancelled,
   run_timed_out: run transitions (run_id, task, schedule, attempt, worker, duration, error).
+- runs_succeeded: info, at most once a second: successes beyond the first 20 of that second,
+  counted instead of logged one by one (count, window, by_task: the top tasks, worker).
+  ROTA_LOG_EVERY_RUN=1 logs every success. Failures, retries, timeouts, cancellations are
+  always logged one by one.
 - lease_lost: a worker lost a run's lease (run_id, worker).
 - tick_materialized, tick_locked_out: a schedule tick written by this instance, or lost to
   another instance that wrote it first (schedule).
@@ -47,6 +51,7 @@ EVENTS = (
     "run_rescued",
     "run_cancelled",
     "run_timed_out",
+    "runs_succeeded",
     "lease_lost",
     "tick_materialized",
     "tick_locked_out",

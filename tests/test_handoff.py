@@ -55,7 +55,8 @@ def test_a_lazy_pool_grows_a_thread_per_blocked_call() -> None:
     pool.close()
 
 
-def test_grow_ends_surplus_threads_when_calls_end_with_the_cpu_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_idle_threads_end_a_busy_cpu_alone_ends_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(executor, "IDLE", 0.3)  # seconds without a call before a thread ends
     pool = DaemonPool(100, "t", lazy=True)
     release = threading.Event()
     for _ in range(8):
@@ -67,11 +68,27 @@ def test_grow_ends_surplus_threads_when_calls_end_with_the_cpu_busy(monkeypatch:
     monkeypatch.setattr(executor, "BUSY", 0.0)  # any CPU counts as busy
     pool.submit(lambda: None)
     wait_for(lambda: pool.backlog == 0)
-    assert pool.grow() == -4  # half of the threads end after their next call
-    for _ in range(20):
-        pool.submit(lambda: None)
-    wait_for(lambda: pool.threads == 4, what="four threads ending")
-    assert pool.backlog == 0
+    assert pool.grow() == 0 and pool.threads == 8  # calls end with the CPU busy: no thread ends
+    wait_for(lambda: pool.threads == 1, what="the idle threads ending (the last one stays)")
+    done: list[int] = []
+    for i in range(20):
+        pool.submit(lambda i=i: done.append(i))
+    wait_for(lambda: len(done) == 20, what="20 calls on the remaining thread")
+    assert pool.threads == 1 and pool.backlog == 0
+    pool.close()
+
+
+def test_a_thread_kept_busy_does_not_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(executor, "IDLE", 0.2)
+    pool = DaemonPool(100, "t", lazy=False)  # a thread per call while none is idle
+    release = threading.Event()
+    pool.submit(lambda: release.wait(10))
+    pool.submit(lambda: release.wait(10))
+    wait_for(lambda: pool.threads == 2)
+    time.sleep(0.5)  # longer than IDLE, but both threads are in a call
+    assert pool.threads == 2
+    release.set()
+    wait_for(lambda: pool.threads == 1, what="one idle thread ending")
     pool.close()
 
 

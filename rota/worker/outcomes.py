@@ -3,6 +3,7 @@ cancelled, unknown task, corrupt arguments; and the log line of that transition.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .. import config
 from ..errors import Cancelled
 from ..logs import log_event
 from ..serialization import encode, encode_error, error_payload, simple_error, storable
@@ -18,6 +20,7 @@ from ..tasks import Backoff
 from ..transactional import COMMITTED
 from .active import Active, CorruptArguments
 from .counters import WorkerCounters
+from .sampling import SuccessSampler, emitter
 
 log = logging.getLogger("rota.worker")
 
@@ -41,6 +44,13 @@ class Decider:
         self.counters = counters
         self.task_names = task_names  # the app's tasks (a live mapping: names for the error)
         self.db_offset = db_offset  # database clock minus local clock (learned by each poll)
+        every_run = config.from_env("log_every_run")  # ROTA_LOG_EVERY_RUN
+        self.sampler = None if every_run else SuccessSampler(emitter(log, worker), later=_later)
+
+    def flush(self) -> None:
+        """Log the success summary of the current window (at shutdown)."""
+        if self.sampler is not None:
+            self.sampler.flush()
 
     def decide(self, active: Active, kind: str, value: Any) -> Outcome:
         c = active.claim
@@ -102,6 +112,8 @@ class Decider:
         if not log.isEnabledFor(logging.WARNING if kind == "timeout" else _LEVELS[record.status]):
             return  # the hot path: build nothing nobody reads
         c = active.claim
+        if record.status == "succeeded" and self.sampler is not None and not self.sampler.admit(c.task):
+            return  # counted in the window's runs_succeeded line
         duration = round(time.monotonic() - active.started, 6)
         fields: dict[str, Any] = {
             "run_id": str(c.id),
@@ -126,6 +138,16 @@ def _line(level: int, event: str, message: str, fields: dict[str, Any]) -> None:
     for the calling frame (a fifth of a line's cost; the formats do not show it)."""
     extra = {"event": event, "fields": fields}
     log.handle(log.makeRecord(log.name, level, __file__, 0, message, (), None, "log", extra))
+
+
+def _later(delay: float, fn: Callable[[], None]) -> None:
+    """Call fn after `delay` seconds on the running event loop (none: the next success or
+    the shutdown flush ends the window)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    loop.call_later(delay, fn)
 
 
 def _error_text(error: str) -> str:

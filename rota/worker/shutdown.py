@@ -142,6 +142,7 @@ class Lifecycle:
 
     async def _mark_stopped(self) -> None:
         self.state = "stopped"
+        self._finisher.decider.flush()  # the last window's runs_succeeded line
         with contextlib.suppress(DatabaseError):
             await self._db(self.store.worker_seen, self.id, "stopped")
         log_event(log, logging.INFO, "worker_stopped", f"worker {self.id} stopped", worker=self.id)

@@ -237,6 +237,7 @@ class Worker(Lifecycle):
                 if claimed == 0:
                     return executed
         finally:
+            self._decider.flush()
             self._executors.handoff.reopen()
             self._db.reopen()
 

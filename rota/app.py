@@ -207,6 +207,7 @@ class App(Client, AsyncClient):
     ) -> None:
         """Run a worker on the running event loop until stopped."""
         options.setdefault("metrics_port", config.value("metrics_port"))  # ROTA_METRICS_PORT
+        options.setdefault("prefetch", config.value("prefetch"))  # ROTA_PREFETCH
         worker = self.worker(
             concurrency=concurrency,
             queues=list(queues) if queues else config.value("queues"),  # else ROTA_QUEUES

@@ -181,6 +181,13 @@ SETTINGS: dict[str, Setting] = {
         ),
         _s("prune_interval", _seconds(0), 300.0, "Seconds between pruning passes", "300"),
         _s("pool_size", _int(1, 1000), None, "PostgreSQL connections per process (PostgreSQL only)", "10"),
+        _s(
+            "prefetch",
+            _int(0, 100000),
+            None,
+            "Runs a worker may claim ahead of its free slots in a backlog of short runs (0: off)",
+            "concurrency, at least 50",
+        ),
         _s("metrics_port", _int(1, 65535), None, "Serve the worker's Prometheus /metrics on this port", "off"),
         _s("log_level", _choice(LOG_LEVELS), "info", "Log level: " + ", ".join(LOG_LEVELS), "info"),
         _s("log_format", _choice(LOG_FORMATS), "text", "Log format: text, or json (one object per line)", "text"),

@@ -61,6 +61,7 @@ def busy_port() -> Iterator[int]:
         (("worker", BASIC, "-q", "mail", "-q", "bad queue!"), ("--queue", "'bad queue!'", "letters, digits")),
         (("worker", BASIC, "--lease", "inf"), ("--lease", "inf")),
         (("worker", BASIC, "-c", "0"), ("--concurrency", "0")),
+        (("worker", BASIC, "--prefetch", "-1"), ("--prefetch", "-1", "0<=x<=100000")),
         (("dashboard", BASIC, "--port", "99999"), ("--port", "99999")),
         (("explain", "* * * * *", "--count", "100000000"), ("--count", "100000000", "1<=x<=1000")),
         (("explain", "* * * * *", "--after", "notadate"), ("--after", "'notadate'", "ISO time")),

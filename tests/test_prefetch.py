@@ -13,6 +13,7 @@ import pytest
 
 import rota
 import rota.worker.prefetch
+from rota.worker import Worker
 from rota.worker.prefetch import Prefetch, default_limit, prefetch_limit
 
 from .conftest import start_worker
@@ -161,6 +162,34 @@ def test_the_prefetch_setting_is_validated() -> None:
     for bad in (-1, 1.5, True, "2"):
         with pytest.raises(rota.ConfigurationError, match="prefetch must be an integer >= 0"):
             prefetch_limit(bad)  # type: ignore[arg-type]
+
+
+def test_rota_prefetch_reaches_the_worker_and_an_argument_beats_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ROTA_PREFETCH (and `rota worker --prefetch`, which passes it the same way) sets the
+    worker's bound; run_worker(prefetch=) wins over the variable."""
+    app = rota.App(f"sqlite:///{tmp_path}/p.db")
+    built: list[int] = []
+
+    class Built(Exception):
+        pass
+
+    def worker(**options: Any) -> None:
+        built.append(Worker(app, **options)._prefetch.limit)
+        raise Built
+
+    monkeypatch.setattr(app, "worker", worker)
+    monkeypatch.setenv("ROTA_PREFETCH", "0")
+    with pytest.raises(Built):
+        app.run_worker(concurrency=3)
+    with pytest.raises(Built):
+        app.run_worker(concurrency=3, prefetch=9)
+    monkeypatch.delenv("ROTA_PREFETCH")
+    with pytest.raises(Built):
+        app.run_worker(concurrency=3)
+    assert built == [0, 9, 50]
+    app.close()
 
 
 @pytest.mark.slow

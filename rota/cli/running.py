@@ -73,6 +73,7 @@ def _flag_or_app(app: App, name: str, flag: Any) -> Any:
 @click.option("--poll-interval", type=float, help=config.help_line("poll_interval"))
 @click.option("--shutdown-timeout", type=float, help=config.help_line("shutdown_timeout"))
 @click.option("--metrics-port", type=PORT, help=config.help_line("metrics_port"))
+@click.option("--prefetch", type=click.IntRange(0, 100000), help=config.help_line("prefetch"))
 @log_options
 @click.pass_context
 @handle_errors
@@ -100,6 +101,7 @@ def worker(ctx: click.Context, /, app_path: str, **flags: Any) -> None:
         lease=_flag_or_app(app, "lease", flags["lease"]),
         poll_interval=_flag_or_app(app, "poll_interval", flags["poll_interval"]),
         metrics_port=metrics_port,
+        prefetch=config.value("prefetch", flags["prefetch"]),
     )
 
 

@@ -36,6 +36,10 @@ WHERE task = :task AND key = :key AND status IN ('pending', 'running')
 -- name: notify
 SELECT :channel, :payload
 
+-- name: notify_channel
+-- (no LISTEN/NOTIFY on SQLite: wake-ups are in-process and the data_version watch)
+SELECT 'rota'
+
 -- name: notify_due
 SELECT :channel, :at, :delay
 

@@ -3,12 +3,13 @@
 #               the dashboard on http://127.0.0.1:$(DEMO_PORT)/ (loopback only)
 #   make test   runs ruff, mypy and the whole test suite (PostgreSQL/Redis suites skip
 #               with one line saying how to enable them when those servers are absent)
+# Also: make docs (the documentation site, strict), make package-smoke (build, install, run).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest docs docs-serve package-smoke bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +22,8 @@ demo: $(STAMP)
 	$(BIN)/rota demo --port $(DEMO_PORT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check rota tests bench
-	$(BIN)/ruff format --check rota tests bench
+	$(BIN)/ruff check rota tests bench tools
+	$(BIN)/ruff format --check rota tests bench tools
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -31,6 +32,24 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test: lint typecheck pytest
+
+# The documentation site (MkDocs + Material, mkdocs.yml): --strict, so a broken link, a missing
+# snippet or a missing API reference fails the build (.ci/run runs it).
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ".[dev,docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean
+	$(BIN)/python tools/check_offline.py site
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# Build the sdist and wheel, install the wheel into a fresh venv and run it (.ci/package-smoke).
+package-smoke: $(STAMP)
+	PYTHON=$(BIN)/python bash .ci/package-smoke
 
 BENCH_VENV ?= .venv-bench
 $(BENCH_VENV)/.installed: pyproject.toml bench/requirements.txt
@@ -43,4 +62,4 @@ bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) .mypy_cache .pytest_cache .ruff_cache site dist

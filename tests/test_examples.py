@@ -58,6 +58,7 @@ def load_fastapi_example(db_url: str, monkeypatch: Any) -> ModuleType:
     return module
 
 
+# --8<-- [start:fastapi-quote]
 def test_fastapi_example_awaits_results_and_mounts_the_dashboard(db_url: str, monkeypatch: Any) -> None:
     from fastapi.testclient import TestClient
 
@@ -70,8 +71,10 @@ def test_fastapi_example_awaits_results_and_mounts_the_dashboard(db_url: str, mo
         assert client.get("/rota/healthz").status_code == 200
         stats = client.get("/rota/api/stats")
         assert stats.status_code == 200 and stats.json()["runs"]["succeeded"] == 1
+# --8<-- [end:fastapi-quote]
 
 
+# --8<-- [start:fastapi-signup]
 @NEEDS_TXN
 def test_fastapi_signup_commits_the_user_and_its_run_together(db_url: str, monkeypatch: Any) -> None:
     from fastapi.testclient import TestClient
@@ -87,6 +90,7 @@ def test_fastapi_signup_commits_the_user_and_its_run_together(db_url: str, monke
             emails = [row[0] for row in conn.execute("SELECT email FROM users").fetchall()]
         assert emails == ["ada@example.com"]
         assert len(example.app.list_runs(task="shop.send_welcome")) == 1
+# --8<-- [end:fastapi-signup]
 
 
 DJANGO = EXAMPLES / "django_project"
@@ -96,6 +100,7 @@ def manage(db_url: str, *args: str) -> str:
     return run(["manage.py", *args], DJANGO, env_with(DATABASE_URL=db_url, DJANGO_SETTINGS_MODULE="mysite.settings"))
 
 
+# --8<-- [start:django-worker]
 def test_django_management_command_runs_a_worker(db_url: str) -> None:
     pytest.importorskip("django")
     manage(db_url, "migrate", "-v", "0")
@@ -110,8 +115,10 @@ def test_django_management_command_runs_a_worker(db_url: str) -> None:
         manage(db_url, "shell", "-v", "0", "-c", check).strip()
         == "succeeded receipt for order 1 sent to ada@example.com"
     )
+# --8<-- [end:django-worker]
 
 
+# --8<-- [start:django-view]
 @NEEDS_TXN
 def test_django_view_enqueues_inside_transaction_atomic(db_url: str) -> None:
     pytest.importorskip("django")
@@ -132,3 +139,4 @@ def test_django_view_enqueues_inside_transaction_atomic(db_url: str) -> None:
         ]
     )
     assert manage(db_url, "shell", "-v", "0", "-c", script).split() == ["200", "refused", "1", "1"]
+# --8<-- [end:django-view]

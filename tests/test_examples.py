@@ -71,6 +71,8 @@ def test_fastapi_example_awaits_results_and_mounts_the_dashboard(db_url: str, mo
         assert client.get("/rota/healthz").status_code == 200
         stats = client.get("/rota/api/stats")
         assert stats.status_code == 200 and stats.json()["runs"]["succeeded"] == 1
+
+
 # --8<-- [end:fastapi-quote]
 
 
@@ -90,6 +92,8 @@ def test_fastapi_signup_commits_the_user_and_its_run_together(db_url: str, monke
             emails = [row[0] for row in conn.execute("SELECT email FROM users").fetchall()]
         assert emails == ["ada@example.com"]
         assert len(example.app.list_runs(task="shop.send_welcome")) == 1
+
+
 # --8<-- [end:fastapi-signup]
 
 
@@ -115,6 +119,8 @@ def test_django_management_command_runs_a_worker(db_url: str) -> None:
         manage(db_url, "shell", "-v", "0", "-c", check).strip()
         == "succeeded receipt for order 1 sent to ada@example.com"
     )
+
+
 # --8<-- [end:django-worker]
 
 
@@ -139,4 +145,6 @@ def test_django_view_enqueues_inside_transaction_atomic(db_url: str) -> None:
         ]
     )
     assert manage(db_url, "shell", "-v", "0", "-c", script).split() == ["200", "refused", "1", "1"]
+
+
 # --8<-- [end:django-view]

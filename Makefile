@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test lint typecheck pytest docs docs-serve package-smoke bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml rota/_version.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"

@@ -5,6 +5,7 @@ processes and hosts: one run per tick, leases with fencing tokens, nothing lost 
 dies, a clean shutdown and a complete history. SQLite by default, PostgreSQL across hosts.
 """
 
+from ._version import __version__
 from .app import App, ScheduleSpec
 from .clock import Clock, FakeClock
 from .errors import (
@@ -43,8 +44,6 @@ from .models import (
 from .tasks import Backoff, RunContext, RunHandle, Task, TaskCall, TaskOptions
 from .timing import explain, next_fire_times
 from .worker import Worker
-
-__version__ = "0.1.0"
 
 __all__ = [
     "CANCELLED",

@@ -25,6 +25,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import rota
 from rota import config
 from rota.cli import main
 
@@ -167,9 +168,13 @@ def test_the_checker_catches_a_wrong_command() -> None:
     assert check_command(["--version"]) is None
 
 
-def test_rota_version_runs() -> None:
+def test_rota_version_is_the_package_version() -> None:
+    """One source: rota/_version.py gives rota.__version__, `rota --version` and (through
+    pyproject.toml's dynamic version) the installed package's metadata."""
     result = CliRunner().invoke(main, ["--version"])
-    assert result.exit_code == 0 and result.output.strip(), result.output
+    assert (result.exit_code, result.output) == (0, f"rota {rota.__version__}\n")
+    assert 'version = {attr = "rota._version.__version__"}' in (ROOT / "pyproject.toml").read_text()
+    assert rota.__version__ in (ROOT / "CHANGELOG.md").read_text()
 
 
 # -- the generated reference ------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import click
 
 from .. import config, logs
+from .._version import __version__
 from ..app import App
 from ..errors import RotaError
 from ..logs import log_event
@@ -160,7 +161,7 @@ def setup_logging(
 @click.option("--database-url", default=None, help=config.help_line("database_url"))
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 @log_options
-@click.version_option(package_name="rota")
+@click.version_option(version=__version__, prog_name="rota", message="%(prog)s %(version)s")
 @click.pass_context
 def main(
     ctx: click.Context, database_url: str | None, verbose: int, log_level: str | None, log_format: str | None

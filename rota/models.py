@@ -96,7 +96,7 @@ class Run:
         return entries
 
     def to_json(self) -> dict[str, Any]:
-        """The CLI/API shape: the field names of DESIGN.md, times as ISO-8601 UTC."""
+        """The CLI/API shape (`--json`, the JSON API): these field names, times as ISO-8601 UTC."""
         return {
             "id": self.id,
             "task": self.task,

@@ -205,3 +205,16 @@ def test_the_events_page_must_name_every_event() -> None:
     hooks.render("log-events", page, "events.md")  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="missing \\['run_failed'\\]"):
         hooks.render("hook-events", page.replace("`run_failed`\n", "", 1), "events.md")  # type: ignore[attr-defined]
+
+
+def test_no_page_points_to_design_md_or_names_the_test_database() -> None:
+    """DESIGN.md is not in the repository; `.../test` is the database the test suite wipes:
+    only the Development page may name it, as the suite's own."""
+    wrong = []
+    for page in PAGES:
+        text = page.read_text()
+        if "DESIGN.md" in text:
+            wrong.append(f"{rel(page)} points to DESIGN.md")
+        if rel(page) != "docs/development.md" and re.search(r"(postgresql|postgres)://[^\s`'\"]*/test\b", text):
+            wrong.append(f"{rel(page)} names the test database in a URL")
+    assert wrong == []

@@ -40,8 +40,10 @@ DEFAULT_RETENTION: dict[str, timedelta] = dict(config.DEFAULT_RETENTION)  # a se
 class App(Client, AsyncClient):
     """A rota application: tasks, schedules, and the database they live in.
 
-    >>> app = rota.App()                         # ROTA_DATABASE_URL, else sqlite:///rota.db
-    >>> app = rota.App("postgresql://postgres@127.0.0.1:5432/test", concurrency=8)
+    ```python
+    app = rota.App()  # ROTA_DATABASE_URL, else sqlite:///rota.db
+    app = rota.App("postgresql://rota@db.example/rota", concurrency=8)  # several hosts
+    ```
     """
 
     def __init__(

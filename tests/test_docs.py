@@ -217,4 +217,7 @@ def test_no_page_points_to_design_md_or_names_the_test_database() -> None:
             wrong.append(f"{rel(page)} points to DESIGN.md")
         if rel(page) != "docs/development.md" and re.search(r"(postgresql|postgres)://[^\s`'\"]*/test\b", text):
             wrong.append(f"{rel(page)} names the test database in a URL")
+    for module in sorted((ROOT / "rota").rglob("*.py")):  # docstrings show on the API pages
+        if "DESIGN.md" in module.read_text() or re.search(r"postgres(ql)?://\S*/test\b", module.read_text()):
+            wrong.append(f"{rel(module)} points to DESIGN.md or names the test database")
     assert wrong == []

@@ -221,3 +221,32 @@ def test_no_page_points_to_design_md_or_names_the_test_database() -> None:
         if "DESIGN.md" in module.read_text() or re.search(r"postgres(ql)?://\S*/test\b", module.read_text()):
             wrong.append(f"{rel(module)} points to DESIGN.md or names the test database")
     assert wrong == []
+
+
+def _fenced(page: str, lang: str) -> list[str]:
+    return [body for found, body in FENCE.findall((ROOT / page).read_text()) if found == lang]
+
+
+def test_the_deploy_guide_stops_workers_with_sigterm_and_a_longer_grace_period() -> None:
+    """The systemd unit, the image and the Kubernetes manifest of the Deploy guide send SIGTERM
+    to rota itself and wait longer than its shutdown_timeout before killing it."""
+    yaml = pytest.importorskip("yaml")
+    (unit,) = _fenced("docs/how-to/deploy.md", "ini")
+    settings = dict(line.split("=", 1) for line in unit.splitlines() if "=" in line and not line.startswith("#"))
+    drain = float(re.search(r"ROTA_SHUTDOWN_TIMEOUT=(\d+)", unit)[1])  # type: ignore[index]
+    assert settings["KillSignal"] == "SIGTERM" and float(settings["TimeoutStopSec"]) > drain
+    assert settings["ExecStart"].split()[:2] == ["/srv/myapp/.venv/bin/rota", "worker"]
+
+    (dockerfile,) = _fenced("docs/how-to/deploy.md", "dockerfile")
+    assert "STOPSIGNAL SIGTERM" in dockerfile
+    cmd = json.loads(re.search(r"^CMD (\[.*\])$", dockerfile, re.M)[1])  # type: ignore[index]
+    assert cmd[:2] == ["rota", "worker"]  # the exec form: rota is PID 1 and gets the signal
+
+    (manifest,) = _fenced("docs/how-to/deploy.md", "yaml")
+    docs = {d["kind"]: d for d in yaml.safe_load_all(manifest)}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert pod["terminationGracePeriodSeconds"] > float(env["ROTA_SHUTDOWN_TIMEOUT"])
+    assert container["command"][:2] == ["rota", "worker"]
+    assert docs["Job"]["spec"]["template"]["spec"]["containers"][0]["command"] == ["rota", "migrate"]

@@ -50,14 +50,17 @@ class Sessions:
         return f"{body}.{self._sign(body)}"
 
     def _parse(self, cookie: str) -> tuple[int, int, str] | None:
+        """(issued, expires, nonce) of a cookie we signed, else None: any other value, a
+        non-ASCII one included (another site on the same host may plant one), is no session."""
+        if not cookie.isascii():
+            return None
         body, _, signature = cookie.rpartition(".")
         parts = body.split(".")
         if len(parts) != 4 or parts[0] != "v1" or not hmac.compare_digest(signature, self._sign(body)):
             return None
-        try:
-            return int(parts[1]), int(parts[2]), parts[3]
-        except ValueError:
+        if not (parts[1].isdigit() and parts[2].isdigit()):
             return None
+        return int(parts[1]), int(parts[2]), parts[3]
 
     def valid(self, cookie: str | None) -> bool:
         parsed = self._parse(cookie) if cookie else None

@@ -33,6 +33,7 @@ BAD = {
     "dashboard_host": " ",
     "dashboard_port": "0",
     "dashboard_token": " ",
+    "dashboard_forwarded_allow_ips": "localhost",
     "dashboard_allowed_hosts": "dash.internal,evil.example/path",
 }
 
@@ -79,6 +80,7 @@ def test_a_bad_variable_is_one_line_naming_variable_value_and_what_is_valid(
         ("log_every_run", " On", True),
         ("log_every_run", "0", False),
         ("dashboard_port", "8080", 8080),
+        ("dashboard_forwarded_allow_ips", "10.1.2.3/8, ::1,*", ["10.0.0.0/8", "::1", "*"]),
         ("dashboard_allowed_hosts", "dash.internal, localhost,", ["dash.internal", "localhost"]),
         ("dashboard_allowed_hosts", "*", ["*"]),
     ],
@@ -130,7 +132,9 @@ def test_argument_beats_flag_beats_variable(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_readme_lists_every_variable() -> None:
-    readme = (ROOT / "README.md").read_text()
+    """In the README or a page of docs/ (the README is becoming a docs site)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    readme = "\n".join(page.read_text() for page in pages if page.exists())
     missing = [s.env for s in config.SETTINGS.values() if f"`{s.env}`" not in readme]
     assert missing == []
 

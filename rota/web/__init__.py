@@ -75,7 +75,7 @@ def create_app(
         or not 60 <= session_ttl <= 366 * 86400
     ):
         raise ConfigurationError(f"session_ttl must be from 60 to {366 * 86400} seconds, got {session_ttl!r}")
-    sessions = Sessions(token, ttl=session_ttl) if token is not None else None
+    sessions = Sessions(token, ttl=session_ttl, store=lambda: app.store) if token is not None else None
     throttle = LoginThrottle()
     routes = [
         Route("/", page),

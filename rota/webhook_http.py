@@ -65,6 +65,8 @@ def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> i
         if not location:
             raise DeliveryFailed(f"HTTP {status} without a Location from {origin_label(current)}")
         target = urljoin(current, location)
+        if not target.isprintable() or " " in target:
+            raise DeliveryFailed(f"HTTP {status} redirect to a URL with spaces or control characters not followed")
         parts = urlsplit(target)
         if parts.scheme not in ("http", "https"):
             raise DeliveryFailed(f"HTTP {status} redirect to a {parts.scheme or 'relative'}: URL not followed")

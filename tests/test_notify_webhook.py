@@ -125,6 +125,14 @@ def test_a_redirect_on_the_same_origin_is_followed_as_the_same_post(serve: Any, 
     assert b1 == b2 and b"run_failed" in b2 and h2["Authorization"] == "Bearer s3cret"
 
 
+def test_a_redirect_to_an_unusable_url_is_not_followed_nor_logged(serve: Any, caplog: Any) -> None:
+    server = serve(lambda h: h.reply(307, Location="/new path/SeCrEt\x01"))
+    hook = rota.notify.Webhook(f"{server.origin}/hook", retries=0)
+    deliver(hook, event())
+    assert hook.given_up == 1 and len(server.seen) == 1
+    assert "spaces or control characters not followed" in caplog.text and "SeCrEt" not in caplog.text
+
+
 def test_endless_redirects_end_the_attempt(serve: Any) -> None:
     server = serve(lambda h: h.reply(307, Location=h.path + "x"))
     hook = rota.notify.Webhook(f"{server.origin}/a", retries=0)

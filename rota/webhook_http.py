@@ -11,18 +11,23 @@
 - **URLs in messages show the origin only** (`origin_label`): Slack-style webhooks carry
   their secret in the path or the query, so neither is ever logged.
 
-Plain http.client (standard library): a webhook POST needs nothing more.
+Plain http.client (standard library): a webhook POST needs nothing more. A proxy named by
+HTTP_PROXY / HTTPS_PROXY (and not bypassed by NO_PROXY) is used as urllib would use it: an
+http:// URL is sent through it, an https:// one through a CONNECT tunnel.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Mapping
-from urllib.parse import SplitResult, urljoin, urlsplit
+from typing import Any
+from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 
 MAX_REDIRECTS = 5
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -82,42 +87,86 @@ def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> i
 def _post_once(
     url: str, body: bytes, headers: Mapping[str, str], deadline: float, timeout: float
 ) -> tuple[int, str | None]:
-    parts = urlsplit(url)
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise TimeoutError(f"no answer from {origin_label(url)} within {timeout:g} s")
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = kind(parts.hostname or "", parts.port, timeout=remaining)
-    fired = threading.Event()
-    held: list[socket.socket] = []  # the socket, kept: the connection forgets it on "close"
-    watchdog = threading.Timer(remaining, _abort, (conn, held, fired))
-    watchdog.daemon = True
-    watchdog.start()
+    conn, target, extra = _connection(urlsplit(url), remaining)
+    watch = _Watch(conn, remaining)
     try:
         conn.connect()
-        held.append(conn.sock)
-        if fired.is_set():
-            raise TimeoutError
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        conn.request("POST", path, body=body, headers=dict(headers))
+        watch.check()
+        conn.request("POST", target, body=body, headers={**headers, **extra})
         response = conn.getresponse()
         response.read(ANSWER_LIMIT)
-        if fired.is_set():
-            raise TimeoutError
+        watch.check()
         return response.status, response.getheader("location")
     except (OSError, http.client.HTTPException):
-        if fired.is_set():
+        if watch.fired.is_set():
             raise TimeoutError(f"no complete answer from {origin_label(url)} within {timeout:g} s") from None
         raise
     finally:
-        watchdog.cancel()
+        watch.timer.cancel()
         conn.close()
 
 
-def _abort(conn: http.client.HTTPConnection, held: list[socket.socket], fired: threading.Event) -> None:
-    """The deadline passed: wake the blocked call (shut the plain socket down, under any TLS)."""
-    fired.set()
-    for sock in [*held, conn.sock]:
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+def _connection(parts: SplitResult, timeout: float) -> tuple[http.client.HTTPConnection, str, dict[str, str]]:
+    """The connection for `parts` (through the proxy that HTTP(S)_PROXY / NO_PROXY name, as
+    urllib would), the request target, and the headers for the proxy."""
+    host, port, https = parts.hostname or "", parts.port, parts.scheme == "https"
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    kind = http.client.HTTPSConnection if https else http.client.HTTPConnection
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(host):
+        return kind(host, port, timeout=timeout), path, {}
+    via = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    auth = {}
+    if via.username is not None:
+        pair = f"{unquote(via.username)}:{unquote(via.password or '')}".encode()
+        auth["Proxy-Authorization"] = "Basic " + base64.b64encode(pair).decode()
+    if https:  # a CONNECT tunnel: the proxy sees neither the path nor the headers
+        conn = kind(via.hostname or "", via.port or 80, timeout=timeout)
+        conn.set_tunnel(host, port, headers=auth)
+        return conn, path, {}
+    shown_host = f"[{host}]" if ":" in host else host
+    absolute = f"http://{shown_host}{f':{port}' if port else ''}{path}"
+    return http.client.HTTPConnection(via.hostname or "", via.port or 80, timeout=timeout), absolute, auth
+
+
+class _Watch:
+    """The attempt's deadline: when it passes, shut down every socket the connection opened
+    (the plain socket, under any TLS), which wakes whatever call is blocked on it."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float) -> None:
+        self.fired = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        create = conn._create_connection  # type: ignore[attr-defined]
+
+        def created(*args: Any, **kwargs: Any) -> socket.socket:
+            sock: socket.socket = create(*args, **kwargs)
+            with self._lock:
+                self._sockets.append(sock)
+            if self.fired.is_set():
+                _shutdown(sock)
+            return sock
+
+        conn._create_connection = created  # type: ignore[attr-defined]
+        self.timer = threading.Timer(seconds, self._fire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def check(self) -> None:
+        if self.fired.is_set():
+            raise TimeoutError
+
+    def _fire(self) -> None:
+        self.fired.set()
+        with self._lock:
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shutdown(sock)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)

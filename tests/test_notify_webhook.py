@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import threading
@@ -44,7 +45,7 @@ class Handler(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError):  # the client hung up (a drip cut short)
             self.server.answer(self)
 
-    do_POST = do_GET = _record
+    do_POST = do_GET = do_CONNECT = _record
 
     def reply(self, status: int, **headers: str) -> None:
         self.send_response(status)
@@ -71,6 +72,13 @@ def serve() -> Iterator[Callable[[Callable[[Handler], None]], Recorded]]:
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
 
 
 def event(n: int = 1) -> Event:
@@ -201,3 +209,35 @@ def test_origin_label() -> None:
 def test_a_webhook_url_without_a_usable_host_is_refused(url: str) -> None:
     with pytest.raises(rota.ConfigurationError, match="http:// or https:// URL with a host"):
         rota.notify.Webhook(url)
+
+
+# -- proxies (HTTP_PROXY, HTTPS_PROXY, NO_PROXY, as urllib reads them) ---------------------------
+def test_an_http_url_goes_through_the_http_proxy(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    proxy = serve(lambda h: h.reply(204))
+    monkeypatch.setenv("HTTP_PROXY", proxy.origin.replace("http://", "http://me:p%40ss@"))
+    hook = rota.notify.Webhook("http://hooks.invalid:8080/services/x?y=1", headers=SECRET, retries=0)
+    deliver(hook, event())
+    assert hook.sent == 1
+    ((method, path, headers, body),) = proxy.seen
+    assert (method, path, headers["Host"]) == ("POST", "http://hooks.invalid:8080/services/x?y=1", "hooks.invalid:8080")
+    assert headers["Proxy-Authorization"] == "Basic " + base64.b64encode(b"me:p@ss").decode()
+    assert headers["Authorization"] == "Bearer s3cret" and b"run_failed" in body
+
+
+def test_no_proxy_bypasses_it(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    proxy, direct = serve(lambda h: h.reply(500)), serve(lambda h: h.reply(200))
+    monkeypatch.setenv("HTTP_PROXY", proxy.origin)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    hook = rota.notify.Webhook(f"{direct.origin}/hook", retries=0)
+    deliver(hook, event())
+    assert hook.sent == 1 and proxy.seen == [] and len(direct.seen) == 1
+
+
+def test_an_https_url_goes_through_a_connect_tunnel(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    proxy = serve(lambda h: h.reply(200))  # then hangs up: the TLS handshake fails
+    monkeypatch.setenv("HTTPS_PROXY", proxy.origin)
+    hook = rota.notify.Webhook("https://hooks.invalid/services/x", headers=SECRET, retries=0)
+    deliver(hook, event())
+    assert hook.given_up == 1
+    ((method, path, headers, _),) = proxy.seen
+    assert (method, path) == ("CONNECT", "hooks.invalid:443") and "Authorization" not in headers

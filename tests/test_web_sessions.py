@@ -127,7 +127,7 @@ def test_a_sign_out_the_database_cannot_record_is_said(
 
     monkeypatch.setattr(app.store, "signout_add", unavailable)
     out = client.post("/logout", follow_redirects=False)
-    assert out.status_code == 503 and "could not record it" in out.json()["error"]
+    assert out.status_code == 503 and "could not record the sign-out" in out.json()["error"]
     assert COOKIE not in client.cookies  # the browser forgets it anyway
     assert TestClient(web, cookies={COOKIE: cookie}).get("/api/stats").status_code == 401  # and so does this one
     assert "sign-out not recorded in the database" in caplog.text

@@ -6,8 +6,10 @@ allowed hosts, a limit on request bodies.
   the token to `/login`) or by opening `/?token=<token>` once, which redirects to `/` at
   once; `POST /logout` ends the session. The cookie is signed, expires and never holds the
   token (rota.web.sessions); it is HttpOnly and SameSite=Lax. A sign-out is kept in the
-  database, so it holds across restarts and for every dashboard on that database. Failed sign-ins are logged and
-  throttled per client (429 with Retry-After). Tokens are compared with `hmac.compare_digest`.
+  database, so it holds across restarts and for every dashboard on that database. Failed
+  sign-ins are logged and throttled per client (429 with Retry-After); the client is the TCP
+  peer unless `rota dashboard --forwarded-allow-ips` names trusted proxies. Tokens are
+  compared with `hmac.compare_digest`.
 - Actions (any method but GET/HEAD/OPTIONS) from another site are refused (403) whatever the
   credentials: browsers say where a request comes from (Sec-Fetch-Site, else Origin); a
   request that says nothing (curl, scripts) is not from a browser page and passes.
@@ -108,8 +110,8 @@ class Credentials:
         except RotaError as exc:
             log.error("dashboard sign-out not recorded in the database: %s", redact_text(str(exc)))
             response = error_response(
-                "signed out of this dashboard, but the database could not record it: other dashboards on "
-                "this database may accept the session until it expires; sign out again when it is back",
+                "signed out of this dashboard, but the database could not record the sign-out: another "
+                "dashboard on this database would still accept a copy of this cookie until it expires",
                 503,
             )
         response.delete_cookie(COOKIE, path=_cookie_path(request), httponly=True, samesite="lax")

@@ -234,7 +234,7 @@ SETTINGS: dict[str, Setting] = {
             "dashboard_allowed_hosts",
             _hosts,
             None,
-            "Host names the dashboard answers (comma-separated; * for any)",
+            "Host names the dashboard answers (comma-separated; * for any, with a token)",
             "loopback names without a token, any with one",
         ),
     )

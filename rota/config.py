@@ -14,6 +14,7 @@ that shows a database or locks URL.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -134,6 +135,27 @@ def _hosts(raw: str) -> list[str]:
     return names
 
 
+def _peers(raw: str) -> list[str]:
+    """Addresses or networks of proxies whose X-Forwarded-For/-Proto are believed, or *."""
+    names = [p.strip() for p in raw.split(",") if p.strip()]
+    try:
+        if not names:
+            raise ValueError(raw)
+        return [_peer(name) for name in names]
+    except ValueError:
+        raise _Invalid(
+            "comma-separated proxy IP addresses or networks such as 127.0.0.1,10.0.0.0/8 (or * for any)"
+        ) from None
+
+
+def _peer(name: str) -> str:
+    if name == "*":
+        return name
+    if "/" in name:
+        return str(ipaddress.ip_network(name, strict=False))
+    return str(ipaddress.ip_address(name))
+
+
 def _text(raw: str) -> str:
     if not raw.strip():
         raise _Invalid("a non-empty string")
@@ -202,10 +224,17 @@ SETTINGS: dict[str, Setting] = {
         _s("dashboard_port", _int(1, 65535), 8000, "Port the dashboard listens on", "8000"),
         _s("dashboard_token", _text, None, "Bearer token the dashboard requires", "none", secret=True),
         _s(
+            "dashboard_forwarded_allow_ips",
+            _peers,
+            None,
+            "Proxies whose X-Forwarded-For/-Proto the dashboard believes (comma-separated IPs or networks)",
+            "none: the peer's own address",
+        ),
+        _s(
             "dashboard_allowed_hosts",
             _hosts,
             None,
-            "Host names the dashboard answers (comma-separated; * for any)",
+            "Host names the dashboard answers (comma-separated; * for any, with a token)",
             "loopback names without a token, any with one",
         ),
     )

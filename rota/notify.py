@@ -18,8 +18,10 @@ Delivery runs on the events dispatcher, never on a worker's loop: each attempt i
 `timeout`, failed attempts are retried `retries` times with exponential backoff (starting
 at `backoff` seconds), then the notification is given up with an error in the log.
 
-HTTP goes through the standard library (urllib): httpx is only a test dependency of rota,
-and a webhook POST needs nothing more; mail through smtplib (STARTTLS or SMTPS optional).
+HTTP goes through the standard library (rota.webhook_http over http.client): `timeout`
+bounds a webhook attempt as a whole, redirects are followed only on the URL's own origin,
+and logs show the URL's origin only (`https://hooks.example.com/…`), never its path or query,
+which often hold the webhook's secret. Mail goes through smtplib (STARTTLS or SMTPS optional).
 """
 
 from __future__ import annotations
@@ -30,14 +32,14 @@ import logging
 import os
 import smtplib
 import ssl as tls
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from email.message import EmailMessage
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import ConfigurationError
 from .events import NOTIFY_ON, Event, check_events
+from .webhook_http import origin_label, post
 
 log = logging.getLogger("rota.notify")
 
@@ -127,23 +129,25 @@ class Notifier:
 
 
 class Webhook(Notifier):
-    """POST the event as JSON to `url`; any 2xx is success, anything else is retried."""
+    """POST the event as JSON to `url`; any 2xx is success, anything else is retried.
+
+    `timeout` bounds each attempt as a whole; a redirect is followed only to the same
+    origin (as the same POST), any other redirect fails the attempt (rota.webhook_http)."""
 
     def __init__(self, url: str, *, headers: Mapping[str, str] | None = None, **options: Any) -> None:
         super().__init__(**options)
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ConfigurationError(f"Webhook url must be an http:// or https:// URL, got {url!r}")
+        if not isinstance(url, str) or not _http_url(url):
+            shown = origin_label(url) if isinstance(url, str) and "://" in url else repr(url)
+            raise ConfigurationError(f"Webhook url must be an http:// or https:// URL with a host, got {shown}")
         self.url = url
         self.headers = {"Content-Type": "application/json", "User-Agent": "rota", **(headers or {})}
 
     def __repr__(self) -> str:
-        return f"Webhook({self.url.split('?')[0]!r})"
+        return f"Webhook({origin_label(self.url)!r})"
 
     def send(self, event: Event) -> None:
         body = json.dumps(self.payload(event), default=str).encode()
-        request = urllib.request.Request(self.url, data=body, headers=self.headers, method="POST")
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            response.read()
+        post(self.url, body, self.headers, self.timeout)
 
 
 class Email(Notifier):
@@ -204,6 +208,16 @@ class Email(Notifier):
             if self.username is not None:
                 smtp.login(self.username, self.password or "")
             smtp.send_message(self.message(event))
+
+
+def _http_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return False
+    clean = url.isprintable() and " " not in url
+    return clean and parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _positive(name: str, value: object) -> float:

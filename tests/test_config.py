@@ -33,6 +33,7 @@ BAD = {
     "dashboard_host": " ",
     "dashboard_port": "0",
     "dashboard_token": " ",
+    "dashboard_forwarded_allow_ips": "localhost",
     "dashboard_allowed_hosts": "dash.internal,evil.example/path",
 }
 
@@ -79,6 +80,7 @@ def test_a_bad_variable_is_one_line_naming_variable_value_and_what_is_valid(
         ("log_every_run", " On", True),
         ("log_every_run", "0", False),
         ("dashboard_port", "8080", 8080),
+        ("dashboard_forwarded_allow_ips", "10.1.2.3/8, ::1,*", ["10.0.0.0/8", "::1", "*"]),
         ("dashboard_allowed_hosts", "dash.internal, localhost,", ["dash.internal", "localhost"]),
         ("dashboard_allowed_hosts", "*", ["*"]),
     ],

@@ -173,6 +173,7 @@ def enqueue(ctx: click.Context, /, app_path: str, task: str, args_json: str, kwa
     multiple=True,
     help=config.help_line("dashboard_allowed_hosts") + " Repeatable; the names replace the default.",
 )
+@click.option("--forwarded-allow-ips", "proxies", default=None, help=config.help_line("dashboard_forwarded_allow_ips"))
 @click.pass_context
 @handle_errors
 def dashboard(
@@ -182,6 +183,7 @@ def dashboard(
     port: int | None,
     token: str | None,
     allowed_hosts: tuple[str, ...],
+    proxies: str | None,
 ) -> None:
     """Serve the web dashboard, JSON API and /metrics for APP (needs rota[web])."""
     setup_logging(ctx, default="info")
@@ -189,17 +191,18 @@ def dashboard(
     port = config.value("dashboard_port", port)
     token = config.value("dashboard_token", token)
     hosts = config.value("dashboard_allowed_hosts", _host_names(allowed_hosts))
+    forwarded = config.value("dashboard_forwarded_allow_ips", _proxies(proxies))
     assert host is not None and port is not None
     try:
         from .. import web
     except ImportError as exc:
         raise click.ClickException(str(exc)) from exc
-    if token or web.is_loopback(host):  # else web.serve refuses first, naming the missing token
-        check_port(port, host, "--port")
+    web.check_open(token or None, host, hosts)  # before the port check: name the missing token
+    check_port(port, host, "--port")
     app = load_app(app_path)
     apply_database_flag(ctx, app)
     try:
-        web.serve(app, host=host, port=port, token=token or None, allowed_hosts=hosts)
+        web.serve(app, host=host, port=port, token=token or None, allowed_hosts=hosts, forwarded_allow_ips=forwarded)
     finally:
         app.close()
 
@@ -213,6 +216,16 @@ def _host_names(flags: tuple[str, ...]) -> list[str] | None:
     except ValueError as exc:
         bad = ", ".join(repr(h) for h in flags)
         raise click.BadParameter(f"{bad}: expected {exc}", param_hint="--allowed-host") from None
+
+
+def _proxies(flag: str | None) -> list[str] | None:
+    """--forwarded-allow-ips (None if not given), checked as ROTA_DASHBOARD_FORWARDED_ALLOW_IPS is."""
+    if flag is None:
+        return None
+    try:
+        return config.SETTINGS["dashboard_forwarded_allow_ips"].parse(flag)  # type: ignore[no-any-return]
+    except ValueError as exc:
+        raise click.BadParameter(f"{flag!r}: expected {exc}", param_hint="--forwarded-allow-ips") from None
 
 
 @main.command()

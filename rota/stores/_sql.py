@@ -209,6 +209,16 @@ class SqlStore(SqlSchedules):
             for r in rows
         ]
 
+    # -- dashboard sign-outs -------------------------------------------------------------
+    def signout_add(self, nonce: str, expires_at: int, at: float) -> None:
+        with self._tx() as s:
+            s.q("signout_prune", at=at)
+            s.q("signout_add", nonce=nonce, expires_at=expires_at)
+
+    def signed_out(self, nonce: str, at: float) -> bool:
+        with self._read() as s:
+            return bool(s.q("signed_out", nonce=nonce, at=at))
+
     # -- retention -----------------------------------------------------------------------
     def prune(self, status: str, older_than: float, limit: int) -> int:
         return len(self._one("prune", status=status, older_than=older_than, limit=limit))

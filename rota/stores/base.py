@@ -473,6 +473,15 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def list_locks(self) -> list[LockInfo]: ...
 
+    # -- dashboard sign-outs (rota.web.sessions) ------------------------------------------
+    @abc.abstractmethod
+    def signout_add(self, nonce: str, expires_at: int, at: float) -> None:
+        """Remember that the session `nonce` signed out, until `expires_at`; forget the
+        sign-outs expired at `at` (both in the dashboard's Unix seconds)."""
+
+    @abc.abstractmethod
+    def signed_out(self, nonce: str, at: float) -> bool: ...
+
     # -- retention -----------------------------------------------------------------------
     @abc.abstractmethod
     def prune(self, status: str, older_than: float, limit: int) -> int:

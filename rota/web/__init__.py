@@ -46,7 +46,7 @@ from .auth import LOGIN_BODY_LIMIT, MAX_BODY, TOKEN_ENV, Guard, resolve_token
 from .metrics import make_registry, metrics
 from .sessions import SESSION_TTL, LoginThrottle, Sessions
 
-__all__ = ["create_app", "is_loopback", "serve"]
+__all__ = ["check_open", "create_app", "is_loopback", "serve"]
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -75,7 +75,7 @@ def create_app(
         or not 60 <= session_ttl <= 366 * 86400
     ):
         raise ConfigurationError(f"session_ttl must be from 60 to {366 * 86400} seconds, got {session_ttl!r}")
-    sessions = Sessions(token, ttl=session_ttl) if token is not None else None
+    sessions = Sessions(token, ttl=session_ttl, store=lambda: app.store) if token is not None else None
     throttle = LoginThrottle()
     routes = [
         Route("/", page),
@@ -160,24 +160,64 @@ def serve(
     port: int = 8000,
     token: str | None = None,
     allowed_hosts: Sequence[str] | None = None,
+    forwarded_allow_ips: Sequence[str] | None = None,
 ) -> None:
     """Run the dashboard with uvicorn until interrupted. Without a token it only binds to a
     loopback address, and only answers requests addressed to a loopback name (or to
-    `allowed_hosts`, which otherwise defaults as in create_app)."""
+    `allowed_hosts`, which otherwise defaults as in create_app; `*` needs a token).
+    X-Forwarded-For/-Proto are believed only from the proxies in `forwarded_allow_ips`
+    (addresses, networks or `*`); by default the client is the peer itself."""
     import uvicorn
 
     token = resolve_token(token)
-    if token is None and not is_loopback(host):
-        raise ConfigurationError(
-            f"refusing to serve the dashboard on {host!r} without a token: anyone who can reach it could "
-            f"trigger and cancel runs. Set {TOKEN_ENV} (e.g. "
-            f"export {TOKEN_ENV}=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')) or pass "
-            "--token, or bind to 127.0.0.1"
-        )
+    check_open(token, host, allowed_hosts)
     allowed = allowed_hosts if allowed_hosts is not None else None if token else (*LOOPBACK_NAMES, host)
     web = create_app(app, token=token, allowed_hosts=allowed)
-    shown = f"[{host}]" if ":" in host else host
-    how = "sign in with the token" if token else "no token: loopback only"
-    print(f"rota dashboard for {app.database_label} on http://{shown}:{port}/ ({how})", flush=True)
+    proxies = list(forwarded_allow_ips or ())
+    print(
+        f"rota dashboard for {app.database_label} on {_banner(host, port, token, allowed_hosts, proxies)}", flush=True
+    )
     # No access log: a browser's first visit may carry ?token= in its URL.
-    uvicorn.run(web, host=host, port=port, access_log=False, log_level="info")
+    uvicorn.run(
+        web,
+        host=host,
+        port=port,
+        access_log=False,
+        log_level="info",
+        proxy_headers=bool(proxies),  # uvicorn's default believes any loopback peer
+        forwarded_allow_ips=proxies or None,
+    )
+
+
+def check_open(token: str | None, host: str, allowed_hosts: Sequence[str] | None) -> None:
+    """Refuse what an open dashboard (no token) must not do: a public bind, or any Host name."""
+    if token is not None:
+        return
+    how = (
+        f"Set {TOKEN_ENV} (e.g. export {TOKEN_ENV}=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')) "
+        "or pass --token"
+    )
+    if not is_loopback(host):
+        raise ConfigurationError(
+            f"refusing to serve the dashboard on {host!r} without a token: anyone who can reach it could "
+            f"trigger and cancel runs. {how}, or bind to 127.0.0.1"
+        )
+    if allowed_hosts is not None and "*" in allowed_hosts:
+        raise ConfigurationError(
+            "refusing --allowed-host '*' (ROTA_DASHBOARD_ALLOWED_HOSTS=*) without a token: any web page you "
+            f"visit could reach the dashboard through DNS rebinding and trigger or cancel runs. {how}, "
+            "or name the hosts (e.g. --allowed-host dash.internal)"
+        )
+
+
+def _banner(host: str, port: int, token: str | None, allowed: Sequence[str] | None, proxies: list[str]) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    if token:
+        how = "sign in with the token"
+    elif allowed is None:
+        how = "no token: loopback only"
+    else:
+        how = f"no token: loopback only, answering Host {', '.join(allowed)}"
+    if proxies:
+        how += f"; believing X-Forwarded-For from {', '.join(proxies)}"
+    return f"http://{shown}:{port}/ ({how})"

@@ -36,6 +36,7 @@ from ..models import FINAL_STATUSES, STATUSES, iso
 from ..serialization import check_text
 from ..stores.base import RunFilter
 from . import records
+from .params import integer as _int  # every numeric query parameter is parsed there
 
 T = TypeVar("T")
 log = logging.getLogger("rota.web")
@@ -140,16 +141,6 @@ def _run_id(request: Request) -> int:
     if raw.isascii() and raw.isdigit() and len(raw) <= 19 and 1 <= int(raw) <= MAX_RUN_ID:
         return int(raw)
     raise RunNotFound(f"no run with id {raw!r}: run ids are integers from 1 to {MAX_RUN_ID}")
-
-
-def _int(params: Mapping[str, str], name: str, default: int | None, low: int, high: int) -> int | None:
-    raw = params.get(name)
-    if raw is None:
-        return default
-    value = int(raw) if raw.isascii() and raw.lstrip("-").isdigit() and len(raw) <= 20 else low - 1
-    if not low <= value <= high:
-        raise ConfigurationError(f"{name} must be an integer from {low} to {high}, got {raw!r}")
-    return value
 
 
 def _bool(params: Mapping[str, str], name: str) -> bool:

@@ -5,8 +5,11 @@ allowed hosts, a limit on request bodies.
   session cookie. A browser gets the cookie by signing in on the page (a form that POSTs
   the token to `/login`) or by opening `/?token=<token>` once, which redirects to `/` at
   once; `POST /logout` ends the session. The cookie is signed, expires and never holds the
-  token (rota.web.sessions); it is HttpOnly and SameSite=Lax. Failed sign-ins are logged and
-  throttled per client (429 with Retry-After). Tokens are compared with `hmac.compare_digest`.
+  token (rota.web.sessions); it is HttpOnly and SameSite=Lax. A sign-out is kept in the
+  database, so it holds across restarts and for every dashboard on that database. Failed
+  sign-ins are logged and throttled per client (429 with Retry-After); the client is the TCP
+  peer unless `rota dashboard --forwarded-allow-ips` names trusted proxies. Tokens are
+  compared with `hmac.compare_digest`.
 - Actions (any method but GET/HEAD/OPTIONS) from another site are refused (403) whatever the
   credentials: browsers say where a request comes from (Sec-Fetch-Site, else Origin); a
   request that says nothing (curl, scripts) is not from a browser page and passes.
@@ -27,12 +30,14 @@ import os
 from collections.abc import Iterable
 from urllib.parse import parse_qs, urlsplit
 
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import ConfigurationError
+from ..config import redact_text
+from ..errors import ConfigurationError, RotaError
 from .api import error_response
 from .sessions import LoginThrottle, Sessions
 
@@ -71,11 +76,16 @@ class Credentials:
     def token_ok(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(errors="replace"), self._token)
 
-    def request_ok(self, request: Request) -> bool:
+    def bearer_ok(self, request: Request) -> bool:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and self.token_ok(given.strip()):
+        return scheme.lower() == "bearer" and self.token_ok(given.strip())
+
+    async def request_ok(self, request: Request) -> bool:
+        """The bearer token, else a session (checked in a worker thread: it asks the database)."""
+        if self.bearer_ok(request):
             return True
-        return self.sessions.valid(request.cookies.get(COOKIE))
+        cookie = request.cookies.get(COOKIE)
+        return cookie is not None and await run_in_threadpool(self.sessions.valid, cookie)
 
     def signed_in(self, request: Request) -> Response:
         """Redirect to the page (relative: works under a mount) with a new session cookie."""
@@ -91,9 +101,19 @@ class Credentials:
         )
         return response
 
-    def signed_out(self, request: Request) -> Response:
-        self.sessions.revoke(request.cookies.get(COOKIE))
-        response = RedirectResponse("./", status_code=303)
+    async def signed_out(self, request: Request) -> Response:
+        """Forget the cookie in the browser, and the session here and in the database; if the
+        database cannot record it, say so (503): other dashboards may still accept it."""
+        response: Response = RedirectResponse("./", status_code=303)
+        try:
+            await run_in_threadpool(self.sessions.revoke, request.cookies.get(COOKIE))
+        except RotaError as exc:
+            log.error("dashboard sign-out not recorded in the database: %s", redact_text(str(exc)))
+            response = error_response(
+                "signed out of this dashboard, but the database could not record the sign-out: another "
+                "dashboard on this database would still accept a copy of this cookie until it expires",
+                503,
+            )
         response.delete_cookie(COOKIE, path=_cookie_path(request), httponly=True, samesite="lax")
         return response
 
@@ -225,7 +245,7 @@ class Guard:
         if path == "/login":
             return await self.login(request)
         if path == "/logout":
-            return self.credentials.signed_out(request) if request.method == "POST" else None
+            return await self.credentials.signed_out(request) if request.method == "POST" else None
         if path == "/" and "token" in request.query_params:
             return self.attempt(request, request.query_params["token"])
         bearer = "authorization" in request.headers
@@ -234,7 +254,12 @@ class Guard:
             return error_response(
                 f"too many wrong tokens: try again in {seconds} s", 429, {"retry-after": str(seconds)}
             )
-        if self.credentials.request_ok(request):
+        try:
+            ok = await self.credentials.request_ok(request)
+        except RotaError as exc:
+            log.warning("dashboard session not checked: %s", redact_text(str(exc)))
+            return error_response("database unavailable: cannot check the session", 503)
+        if ok:
             if bearer:
                 self.throttle.succeeded(client_of(request))
             return None

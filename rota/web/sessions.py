@@ -3,8 +3,14 @@
 A session cookie is `v1.<issued>.<expires>.<nonce>.<signature>`: Unix seconds when it was
 issued and when it expires, a random nonce per sign-in, and an HMAC-SHA256 over the rest with
 a key derived from the dashboard token. Changing the token changes the key, so every session
-signed with the old one stops working; signing out forgets the nonce (until it would have
-expired anyway). The cookie never contains the token.
+signed with the old one stops working. The cookie never contains the token; a cookie that is
+not one we signed (non-ASCII bytes included) is no session.
+
+Signing out records the nonce in the database (`rota_dashboard_signouts`, until the session
+would have expired anyway; expired entries are deleted at each sign-out), so a signed-out
+cookie stays refused after a restart and by every other dashboard on the same database. The
+dashboard also remembers its own sign-outs in memory, which holds even while the database is
+unreachable. Checking a cookie therefore asks the database: call `valid` off the event loop.
 
 Failed sign-ins are counted per client address. The first FREE_FAILURES are free; after
 that each further attempt must wait twice as long as the previous one (1 s, 2 s, 4 s, ...
@@ -22,6 +28,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..stores.base import Store
 
 SESSION_TTL = 12 * 3600.0  # seconds a sign-in lasts
 FREE_FAILURES = 3
@@ -33,13 +43,21 @@ Clock = Callable[[], float]
 
 
 class Sessions:
-    def __init__(self, token: str, *, ttl: float = SESSION_TTL, clock: Clock = time.time) -> None:
+    def __init__(
+        self,
+        token: str,
+        *,
+        ttl: float = SESSION_TTL,
+        clock: Clock = time.time,
+        store: Callable[[], Store] | None = None,
+    ) -> None:
         if not ttl > 0:
             raise ValueError(f"the session lifetime must be a positive number of seconds, got {ttl!r}")
         self._key = hmac.new(token.encode(), b"rota dashboard session key v1", hashlib.sha256).digest()
         self.ttl = ttl
         self.clock = clock
-        self._revoked: dict[str, float] = {}  # nonce -> expiry of a signed-out session
+        self._store = store  # where sign-outs are kept (None: this process's memory only)
+        self._revoked: dict[str, float] = {}  # nonce -> expiry of a session signed out here
 
     def _sign(self, body: str) -> str:
         return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
@@ -50,29 +68,40 @@ class Sessions:
         return f"{body}.{self._sign(body)}"
 
     def _parse(self, cookie: str) -> tuple[int, int, str] | None:
+        """(issued, expires, nonce) of a cookie we signed, else None: any other value, a
+        non-ASCII one included (another site on the same host may plant one), is no session."""
+        if not cookie.isascii():
+            return None
         body, _, signature = cookie.rpartition(".")
         parts = body.split(".")
         if len(parts) != 4 or parts[0] != "v1" or not hmac.compare_digest(signature, self._sign(body)):
             return None
-        try:
-            return int(parts[1]), int(parts[2]), parts[3]
-        except ValueError:
+        if not (parts[1].isdigit() and parts[2].isdigit()):
             return None
+        return int(parts[1]), int(parts[2]), parts[3]
 
     def valid(self, cookie: str | None) -> bool:
+        """Signed by us, not expired, not signed out (asks the database: blocking)."""
         parsed = self._parse(cookie) if cookie else None
         if parsed is None:
             return False
         issued, expires, nonce = parsed
         now = self.clock()
-        return issued <= now + 60 and now < expires and nonce not in self._revoked
+        if not (issued <= now + 60 and now < expires) or nonce in self._revoked:
+            return False
+        return self._store is None or not self._store().signed_out(nonce, now)
 
     def revoke(self, cookie: str | None) -> None:
+        """Sign the session out here at once, then in the database (blocking; a RotaError
+        from the store means the other dashboards may still accept it)."""
         parsed = self._parse(cookie) if cookie else None
-        if parsed is not None:
-            now = self.clock()
-            self._revoked = {n: t for n, t in self._revoked.items() if t > now}
-            self._revoked[parsed[2]] = parsed[1]
+        now = self.clock()
+        if parsed is None or parsed[1] <= now:
+            return
+        self._revoked = {n: t for n, t in self._revoked.items() if t > now}
+        self._revoked[parsed[2]] = parsed[1]
+        if self._store is not None:
+            self._store().signout_add(parsed[2], parsed[1], now)
 
 
 @dataclass(slots=True)

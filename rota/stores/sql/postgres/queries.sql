@@ -493,6 +493,17 @@ SELECT name, owner, token, acquired_at, expires_at,
        owner IS NOT NULL AND expires_at > {now}
 FROM rota_locks ORDER BY name
 
+-- Dashboard sign-outs (rota.web.sessions); times are the dashboard's Unix seconds (:at).
+-- name: signout_add
+INSERT INTO rota_dashboard_signouts (nonce, expires_at) VALUES (%(nonce)s, %(expires_at)s)
+ON CONFLICT (nonce) DO NOTHING
+
+-- name: signout_prune
+DELETE FROM rota_dashboard_signouts WHERE expires_at <= %(at)s
+
+-- name: signed_out
+SELECT 1 FROM rota_dashboard_signouts WHERE nonce = %(nonce)s AND expires_at > %(at)s
+
 -- name: prune
 WITH doomed AS (
     SELECT id FROM rota_runs

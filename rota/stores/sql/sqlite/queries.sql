@@ -403,6 +403,17 @@ SELECT name, owner, token, acquired_at, expires_at,
        owner IS NOT NULL AND expires_at > {now}
 FROM rota_locks ORDER BY name
 
+-- Dashboard sign-outs (rota.web.sessions); times are the dashboard's Unix seconds (:at).
+-- name: signout_add
+INSERT INTO rota_dashboard_signouts (nonce, expires_at) VALUES (:nonce, :expires_at)
+ON CONFLICT (nonce) DO NOTHING
+
+-- name: signout_prune
+DELETE FROM rota_dashboard_signouts WHERE expires_at <= :at
+
+-- name: signed_out
+SELECT 1 FROM rota_dashboard_signouts WHERE nonce = :nonce AND expires_at > :at
+
 -- name: prune
 DELETE FROM rota_runs
 WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_status

@@ -1,0 +1,12 @@
+-- rota schema, version 8 (PostgreSQL): signed-out dashboard sessions (rota.web.sessions).
+--
+-- A sign-out is remembered here, not in the dashboard's memory, so that it survives a
+-- restart and holds for every dashboard on this database. `nonce` is the session's random
+-- nonce (never the token); `expires_at` is when the session would have expired anyway
+-- (Unix seconds): the row is useless after it and deleted at a later sign-out.
+CREATE TABLE rota_dashboard_signouts (
+    nonce      text   NOT NULL PRIMARY KEY,
+    expires_at bigint NOT NULL
+);
+
+CREATE INDEX rota_dashboard_signouts_expiry ON rota_dashboard_signouts (expires_at);

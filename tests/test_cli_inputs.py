@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import rota
 import rota.testing
 from rota.cli import main
 
@@ -36,7 +37,12 @@ def one_error_line(code: int, out: str, *needles: str) -> None:
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/rota.db"
+    """A migrated, empty database (a read-only command refuses a missing one)."""
+    url = f"sqlite:///{tmp_path}/rota.db"
+    app = rota.App(url)
+    app.migrate()
+    app.close()
+    return url
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import click
 
 from .. import config, logs
 from ..app import App
-from ..errors import RotaError
+from ..errors import ConfigurationError, RotaError
 from ..logs import log_event
 from .display import clean
 
@@ -29,7 +29,16 @@ log = logging.getLogger("rota.cli")
 
 
 class RotaGroup(click.Group):
-    """A click group whose errors are one line (`error: ...`) with passwords redacted."""
+    """A click group whose errors are one line (`error: ...`) with passwords redacted, and
+    whose global options are accepted after the subcommand too (`rota worker APP
+    --database-url ...`): add_command gives every command a copy (listed in its --help)."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        taken = {opt for p in cmd.params for opt in getattr(p, "opts", ())}
+        for option in global_options(cmd.name or ""):
+            if not taken.intersection(option.opts):
+                cmd.params.append(option)
+        super().add_command(cmd, name)
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:  # type: ignore[override]
         extra.pop("standalone_mode", None)
@@ -67,7 +76,7 @@ def error_text(exc: BaseException) -> str:
     message = " ".join(str(exc).split())
     cause = exc.__cause__
     while cause is not None:
-        first = " ".join(str(cause).strip().splitlines()[:1])
+        first = " ".join(" ".join(str(cause).strip().splitlines()[:1]).split())
         if first and first not in message:
             message += f" (caused by: {first})"
         cause = cause.__cause__
@@ -109,9 +118,43 @@ def load_app(target: str) -> App:
     return obj
 
 
-def database_app(ctx: click.Context) -> App:
-    """An App for commands that only touch the database (no tasks)."""
-    return App(ctx.find_root().obj["database_url"])
+def database_app(ctx: click.Context, *, check: bool = True, **options: Any) -> App:
+    """An App for commands that only touch the database (no tasks). If `check` (all but rota
+    migrate), the database must exist and hold rota's tables: a read or a change never creates
+    one (a mistyped path would read as an empty database)."""
+    app = App(ctx.find_root().obj["database_url"], **options)
+    if check:
+        check_database(app, database_source(ctx))
+    return app
+
+
+def database_source(ctx: click.Context) -> str:
+    """Where the database URL came from, for messages."""
+    if ctx.find_root().obj["database_url"] is not None:
+        return "from --database-url"
+    if os.environ.get("ROTA_DATABASE_URL"):
+        return "from ROTA_DATABASE_URL"
+    return "the default: neither --database-url nor ROTA_DATABASE_URL is set"
+
+
+def check_database(app: App, source: str) -> None:
+    """ConfigurationError, one line, if the App's database does not exist or has no rota
+    tables; nothing is created (the SQLite file is not opened unless it exists)."""
+    point = "point at yours with --database-url URL (or ROTA_DATABASE_URL)"
+    path = getattr(app._store, "path", None)
+    if path is not None and not os.path.exists(path):
+        where = f"{os.path.abspath(path)} ({app.database_label}, {source})"
+        raise ConfigurationError(f"no database at {where}: {point}, or create it with `rota migrate`")
+    if app._store.schema_version()[0] == 0:
+        where = f"{app.database_label} ({source})"
+        raise ConfigurationError(f"no rota tables in {where}: {point}, or create them with `rota migrate`")
+
+
+def database_line(app: App) -> str:
+    """The header line of a listing: which database it read (SQLite: the absolute path too)."""
+    path = getattr(app._store, "path", None)
+    where = f" ({os.path.abspath(path)})" if path is not None and not os.path.isabs(path) else ""
+    return f"database: {app.database_label}{where}"
 
 
 def apply_database_flag(ctx: click.Context, app: App) -> None:
@@ -131,6 +174,39 @@ def apply_database_flag(ctx: click.Context, app: App) -> None:
 
 def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
+
+
+GLOBAL_NOTE = "Global: also accepted before the command."
+NO_DATABASE = ("explain", "demo")  # read no database (demo has its own --database)
+
+
+def global_options(command: str) -> list[click.Option]:
+    """Fresh copies of the group's options for a subcommand; a value given there overrides
+    the one given before the command. --log-level/--log-format re-apply the logging setup."""
+    options = [
+        click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_set_global, help="More logging (-vv for debug). " + GLOBAL_NOTE),
+        click.Option(["--log-level"], type=click.Choice(config.LOG_LEVELS), expose_value=False, callback=_set_global, help=config.help_line("log_level") + " " + GLOBAL_NOTE),
+        click.Option(["--log-format"], type=click.Choice(config.LOG_FORMATS), expose_value=False, callback=_set_global, help=config.help_line("log_format") + " " + GLOBAL_NOTE),
+    ]  # fmt: skip
+    if command not in NO_DATABASE:
+        database = click.Option(
+            ["--database-url"],
+            expose_value=False,
+            callback=_set_global,
+            help=config.help_line("database_url") + " " + GLOBAL_NOTE,
+        )
+        options.insert(0, database)
+    return options
+
+
+def _set_global(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is None or value == 0 or param.name is None:
+        return
+    root = ctx.find_root()
+    root.ensure_object(dict)
+    root.obj[param.name] = value
+    if param.name != "database_url":
+        setup_logging(ctx)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (field names as in the docs).")

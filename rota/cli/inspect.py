@@ -9,11 +9,20 @@ from typing import Any
 
 import click
 
-from .. import timing
-from ..app import App
+from .. import config, timing
 from ..models import STATUSES, Run, ScheduleInfo, WorkerInfo, iso
-from .base import database_app, handle_errors, json_option, main, print_json, utc_option
-from .display import Column, clean, duration, table, when
+from .base import (
+    check_database,
+    database_app,
+    database_line,
+    database_source,
+    handle_errors,
+    json_option,
+    main,
+    print_json,
+    utc_option,
+)
+from .display import Column, clean, duration, line, table, when
 
 MAX_EXPLAIN = 1000
 MAX_LIMIT = 10000
@@ -25,7 +34,7 @@ MAX_LIMIT = 10000
 @handle_errors
 def migrate(ctx: click.Context, dry_run: bool) -> None:
     """Apply pending schema migrations."""
-    app = database_app(ctx)
+    app = database_app(ctx, check=False)
     applied = app.migrate(dry_run=dry_run)
     current, latest = app._store.schema_version()
     verb = "would apply" if dry_run else "applied"
@@ -73,10 +82,12 @@ def _schedule_row(s: ScheduleInfo, now: datetime, utc: bool) -> tuple[Any, ...]:
 @handle_errors
 def schedules(ctx: click.Context, as_json: bool, utc: bool, include_inactive: bool) -> None:
     """List schedules with next/last run and counters."""
-    items = database_app(ctx).list_schedules(include_inactive=include_inactive)
+    app = database_app(ctx)
+    items = app.list_schedules(include_inactive=include_inactive)
     if as_json:
         print_json([s.to_json() for s in items])
         return
+    line(database_line(app))
     now = _now()
     headers = [h for h, _ in SCHEDULE_COLUMNS[:6]] + _times(utc, "next run", "last run") + ["last", "runs/ok/fail/skip"]
     columns = [Column(h, keep) for h, (_, keep) in zip(headers, SCHEDULE_COLUMNS, strict=True)]
@@ -131,10 +142,12 @@ def _summary(run: Run) -> str | None:
 @handle_errors
 def runs(ctx: click.Context, /, limit: int, as_json: bool, utc: bool, **flt: Any) -> None:
     """List runs, newest first."""
-    items = database_app(ctx).list_runs(limit=limit, **flt)
+    app = database_app(ctx)
+    items = app.list_runs(limit=limit, **flt)
     if as_json:
         print_json([r.to_json() for r in items])
         return
+    line(database_line(app))
     now = _now()
     headers = [h for h, _, _ in RUN_COLUMNS]
     headers[5:7] = _times(utc, "scheduled", "started")
@@ -196,11 +209,14 @@ def _took(started: str | None, finished: str | None) -> str:
 @handle_errors
 def locks(ctx: click.Context, as_json: bool, utc: bool, locks_url: str | None) -> None:
     """List named locks: holder, token, expiry."""
-    app = App(ctx.find_root().obj["database_url"], locks_url=locks_url)
+    app = database_app(ctx, check=False, locks_url=locks_url)
+    if app.locks_url is None:  # locks in the run store: it must exist (Redis is only read)
+        check_database(app, database_source(ctx))
     items = app.list_locks()
     if as_json:
         print_json([i.to_json() for i in items])
         return
+    line(f"locks: {config.redact_url(app.locks_url)}" if app.locks_url else database_line(app))
     now = _now()
     columns = [Column("name", 100), Column("held", 90), Column("owner", 50), Column("token", 40)]
     columns.append(Column(_times(utc, "expires")[0], 80))
@@ -214,10 +230,12 @@ def locks(ctx: click.Context, as_json: bool, utc: bool, locks_url: str | None) -
 @handle_errors
 def workers(ctx: click.Context, as_json: bool, utc: bool) -> None:
     """List workers seen recently."""
-    items = database_app(ctx).list_workers()
+    app = database_app(ctx)
+    items = app.list_workers()
     if as_json:
         print_json([w.to_json() for w in items])
         return
+    line(database_line(app))
     now = _now()
     headers = ["worker", "state", "alive", "concurrency", "stuck", "queues", *_times(utc, "started", "last seen")]
     columns = [Column(h, keep) for h, keep in zip(headers, (100, 90, 80, 50, 60, 40, 30, 70), strict=True)]

@@ -106,6 +106,16 @@ def test_bad_worker_variables_are_one_line(url: str, env: dict[str, str | None],
     one_error_line(code, out, f"{name}=")
 
 
+@pytest.mark.parametrize("flags", [(), ("-c", "4")])
+def test_a_bad_variable_stops_the_worker_though_the_app_sets_it_in_code(url: str, flags: tuple[str, ...]) -> None:
+    code, out = cli(
+        "--database-url", url, "worker", "tests.apps.in_code:app", *flags, env={"ROTA_CONCURRENCY": "seven"}
+    )
+    one_error_line(code, out, "ROTA_CONCURRENCY='seven' is not valid", "whole number")
+    code, out = cli("--database-url", url, "dashboard", BASIC, env={"ROTA_LEASE": "soon"})
+    one_error_line(code, out, "ROTA_LEASE='soon' is not valid")
+
+
 def test_passwords_never_printed() -> None:
     for bad in (
         "postgresq://u:hunter2@localhost/db?password=hunter3",

@@ -144,11 +144,11 @@ def test_each_listing_names_the_database_it_read(db_url: str, tmp_path: Path, mo
     for command in ("runs", "schedules", "workers", "locks"):
         code, out = cli("--database-url", db_url, command)
         assert code == 0, out
-        assert out.splitlines()[0] == f"database: {app.database_label}", out
+        assert out.splitlines()[0].startswith(f"database: {app.database_label}; times: local, "), out
         code, out = cli("--database-url", db_url, command, "--json")
         assert isinstance(json.loads(out), list), out  # JSON unchanged: no header
     app.close()
     monkeypatch.chdir(tmp_path)
     if db_url.startswith("sqlite"):  # the default, relative URL: the absolute path too
         code, out = cli("runs", env={"ROTA_DATABASE_URL": None})
-        assert out.splitlines()[0] == f"database: sqlite:///rota.db ({tmp_path}/rota.db)", out
+        assert out.splitlines()[0].startswith(f"database: sqlite:///rota.db ({tmp_path}/rota.db); times: local, "), out

@@ -20,8 +20,9 @@ import click
 
 from .. import config, logs
 from ..app import App
-from ..errors import ConfigurationError, RotaError
+from ..errors import ConfigurationError, RotaError, RunNotFound
 from ..logs import log_event
+from ..models import Run
 from .display import clean
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -148,6 +149,25 @@ def check_database(app: App, source: str) -> None:
     if app._store.schema_version()[0] == 0:
         where = f"{app.database_label} ({source})"
         raise ConfigurationError(f"no rota tables in {where}: {point}, or create them with `rota migrate`")
+
+
+GAPS = (
+    "run ids are not contiguous: retention prunes old runs, and on PostgreSQL an enqueue that "
+    "rolled back (a transactional one) or found its key taken uses up an id"
+)
+
+
+def find_run(app: App, run_id: str) -> Run:
+    """app.get_run, and when an id below the newest is missing, why ids have gaps."""
+    try:
+        return app.get_run(run_id)
+    except RunNotFound as exc:
+        if not (run_id.isascii() and run_id.isdigit()):
+            raise
+        newest = app.list_runs(limit=1)
+        top = int(newest[0].id) if newest else 0
+        hint = GAPS if int(run_id) < top else (f"the newest run is {top}" if top else "there are no runs yet")
+        raise RunNotFound(f"{exc}; {hint}") from None
 
 
 def database_line(app: App) -> str:

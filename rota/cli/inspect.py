@@ -10,12 +10,14 @@ from typing import Any
 import click
 
 from .. import config, timing
+from ..app import App
 from ..models import STATUSES, Run, ScheduleInfo, WorkerInfo, iso
 from .base import (
     check_database,
     database_app,
     database_line,
     database_source,
+    find_run,
     handle_errors,
     json_option,
     main,
@@ -49,6 +51,15 @@ def _times(utc: bool, *headers: str) -> list[str]:
     return [f"{h} (UTC)" if utc else h for h in headers]
 
 
+def _header(app: App, utc: bool, source: str | None = None) -> None:
+    """The line above a table: the database (or `source`) it read and the zone of its
+    absolute times."""
+    here = datetime.now().astimezone()
+    offset = here.strftime("%z")
+    zone = "UTC" if utc else f"local, {here.tzname()} (UTC{offset[:3]}:{offset[3:]})"
+    line(f"{source or database_line(app)}; times: {zone}")
+
+
 SCHEDULE_COLUMNS = (
     ("name", 100),
     ("task", 50),
@@ -69,7 +80,8 @@ def _schedule_row(s: ScheduleInfo, now: datetime, utc: bool) -> tuple[Any, ...]:
     if s.plan_error is not None:
         state = f"{state}, cannot plan!"
     counts = f"{s.run_count}/{s.success_count}/{s.failure_count}/{s.skip_count}"
-    next_run, last_run = when(s.next_run_at, now, utc=utc), when(s.last_run_at, now, utc=utc)
+    next_run = "paused" if s.paused else when(s.next_run_at, now, utc=utc)  # resume plans afresh
+    last_run = when(s.last_run_at, now, utc=utc)
     row = (s.name, s.task, s.cron or every, s.tz, s.overlap, state, next_run, last_run, s.last_status, counts)
     return (*row, s.plan_error)
 
@@ -87,7 +99,7 @@ def schedules(ctx: click.Context, as_json: bool, utc: bool, include_inactive: bo
     if as_json:
         print_json([s.to_json() for s in items])
         return
-    line(database_line(app))
+    _header(app, utc)
     now = _now()
     headers = [h for h, _ in SCHEDULE_COLUMNS[:6]] + _times(utc, "next run", "last run") + ["last", "runs/ok/fail/skip"]
     columns = [Column(h, keep) for h, (_, keep) in zip(headers, SCHEDULE_COLUMNS, strict=True)]
@@ -147,7 +159,7 @@ def runs(ctx: click.Context, /, limit: int, as_json: bool, utc: bool, **flt: Any
     if as_json:
         print_json([r.to_json() for r in items])
         return
-    line(database_line(app))
+    _header(app, utc)
     now = _now()
     headers = [h for h, _, _ in RUN_COLUMNS]
     headers[5:7] = _times(utc, "scheduled", "started")
@@ -168,7 +180,7 @@ RUN_FIELDS = (
 @handle_errors
 def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Show one run, with every attempt and its error."""
-    run = database_app(ctx).get_run(run_id)
+    run = find_run(database_app(ctx), run_id)
     data = run.to_json()
     if as_json:
         print_json(data)
@@ -180,9 +192,10 @@ def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
             click.echo(f"{field:>14}: {clean(shown, newlines=False)}")
     for attempt in run.attempts:
         took = _took(attempt.get("started_at"), attempt.get("finished_at"))
+        finished = attempt["finished_at"] or "still running"
         click.echo(
             f"\nattempt {attempt['attempt']} on {clean(attempt['worker'])}: {attempt['status']} "
-            f"({attempt['started_at']} .. {attempt['finished_at']}{took})"
+            f"({attempt['started_at'] or 'not started'} .. {finished}{took})"
         )
         error = attempt.get("error")
         if error:
@@ -216,7 +229,7 @@ def locks(ctx: click.Context, as_json: bool, utc: bool, locks_url: str | None) -
     if as_json:
         print_json([i.to_json() for i in items])
         return
-    line(f"locks: {config.redact_url(app.locks_url)}" if app.locks_url else database_line(app))
+    _header(app, utc, f"locks: {config.redact_url(app.locks_url)}" if app.locks_url else None)
     now = _now()
     columns = [Column("name", 100), Column("held", 90), Column("owner", 50), Column("token", 40)]
     columns.append(Column(_times(utc, "expires")[0], 80))
@@ -235,7 +248,7 @@ def workers(ctx: click.Context, as_json: bool, utc: bool) -> None:
     if as_json:
         print_json([w.to_json() for w in items])
         return
-    line(database_line(app))
+    _header(app, utc)
     now = _now()
     headers = ["worker", "state", "alive", "concurrency", "stuck", "queues", *_times(utc, "started", "last seen")]
     columns = [Column(h, keep) for h, keep in zip(headers, (100, 90, 80, 50, 60, 40, 30, 70), strict=True)]

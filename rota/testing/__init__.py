@@ -109,7 +109,7 @@ def call(task: Task[..., Any], *args: Any, context: RunContext | None = None, **
     """Run one task's handler here, as a worker would: arguments and result go through JSON
     (a value the queue could not carry fails the same way), a handler with pass_context=True
     gets `context` (default: `fake_context(task)`), an async handler is awaited."""
-    args_text, kwargs_text = encode_arguments(task.name, args, kwargs)
+    args_text, kwargs_text = encode_arguments(task.name, args, kwargs, task.fn, int(task.opts.pass_context))
     decoded_args, decoded_kwargs = json.loads(args_text), json.loads(kwargs_text)
     if task.opts.pass_context:
         decoded_args.insert(0, context or fake_context(task))

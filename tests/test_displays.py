@@ -187,3 +187,27 @@ def test_the_duration_metric_labels_a_retried_attempt_retried(app: rota.App) -> 
         if s.name.endswith("_count") and s.value
     }
     assert labels == {"retried"}
+
+
+def test_run_ids_are_strings_in_every_json_output(db_url: str) -> None:
+    import json
+
+    app = make_app(db_url)
+    app.schedule(every=timedelta(hours=1), name="hourly")(lambda: None)
+    rota.testing.run_pending(app)
+    later = app.task(name="later")(lambda: None).options(delay=3600).enqueue()
+    outputs = [
+        cli(db_url, "runs", "--json"),
+        cli(db_url, "run", later.id, "--json"),
+        cli(db_url, "trigger", "hourly", "--json"),
+        cli(db_url, "cancel", later.id, "--json"),
+    ]
+    result = CliRunner().invoke(main, ["--database-url", db_url, "enqueue", "tests.apps.basic:app", "noop", "--json"])
+    assert isinstance(json.loads(result.output)["id"], str), result.output
+    for code, out in outputs:
+        assert code == 0, out
+        data = json.loads(out)
+        for run in data if isinstance(data, list) else [data]:
+            assert isinstance(run["id"], str) and run["id"].isdigit(), run
+            assert run["retry_of"] is None or isinstance(run["retry_of"], str)
+    app.close()

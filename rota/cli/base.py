@@ -152,8 +152,9 @@ def check_database(app: App, source: str) -> None:
 
 
 GAPS = (
-    "run ids are not contiguous: retention prunes old runs, and on PostgreSQL an enqueue that "
-    "rolled back (a transactional one) or found its key taken uses up an id"
+    "run ids are not contiguous: retention prunes old runs, and on PostgreSQL an insert that "
+    "rolled back (a transactional enqueue) or met a conflict (a key already taken, a schedule "
+    "tick another worker wrote first) uses up an id"
 )
 
 

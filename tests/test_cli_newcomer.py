@@ -77,6 +77,16 @@ def test_every_command_lists_the_global_options_in_its_help() -> None:
     assert "ROTA_DATABASE_URL" in out and "also accepted before the command" in " ".join(out.split())
 
 
+def test_an_option_of_some_commands_given_elsewhere_says_where_it_goes() -> None:
+    code, out = cli("--json", "runs")
+    assert code == 2 and out.count("\n") == 1, out
+    assert "--json here: it goes after the command" in out and "(e.g. rota runs --json)" in out, out
+    code, out = cli("pause", "nightly", "--json")
+    assert code == 2 and "`rota pause` does not take it" in out and "runs" in out, out
+    code, out = cli("runs", "--bogus")
+    assert code == 2 and "No such option '--bogus'" in out, out
+
+
 def test_a_real_worker_takes_database_url_after_app(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/w.db"
     app = make_app(url)

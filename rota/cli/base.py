@@ -34,6 +34,19 @@ class RotaGroup(click.Group):
     whose global options are accepted after the subcommand too (`rota worker APP
     --database-url ...`): add_command gives every command a copy (listed in its --help)."""
 
+    def _where_it_goes(self, exc: click.NoSuchOption) -> str:
+        """An option of some commands given where it does not apply: say where it goes."""
+        name = exc.option_name
+        takers = sorted(
+            c for c, cmd in self.commands.items() if any(name in getattr(p, "opts", ()) for p in cmd.params)
+        )
+        if not takers:
+            return exc.format_message()
+        here = exc.ctx.command.name if exc.ctx is not None and exc.ctx.command is not self else None
+        where = f"`rota {here}` does not take it" if here else "it goes after the command"
+        example = "runs" if "runs" in takers else takers[0]
+        return f"no such option {name} here: {where}; the commands that take it: {', '.join(takers)} (e.g. rota {example} {name})"
+
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         taken = {opt for p in cmd.params for opt in getattr(p, "opts", ())}
         for option in global_options(cmd.name or ""):
@@ -48,6 +61,9 @@ class RotaGroup(click.Group):
         except click.exceptions.Abort:
             _say("aborted")
             sys.exit(1)
+        except click.NoSuchOption as exc:
+            _say(self._where_it_goes(exc))
+            sys.exit(exc.exit_code)
         except click.ClickException as exc:
             _say(exc.format_message())
             sys.exit(exc.exit_code)

@@ -178,12 +178,12 @@ class Lifecycle:
             log_event(log, logging.ERROR, "hand_back_failed", message, worker=self.id, run_ids=_ids(held))
             return
         tasks = {a.claim.id: a.claim.task for a in unfinished}
-        for run_id in sorted(back):
-            what = f"run {run_id} {tasks.get(run_id, '(claimed ahead, not started)')}"
-            message = (
-                f"{what} handed back: worker {self.id} shut down before it finished; another worker takes it at once"
-            )
-            log_event(log, logging.WARNING, "run_handed_back", message, run_id=str(run_id), worker=self.id)
+        for run_id in sorted(back):  # a run claimed ahead and never started: info, not a warning
+            task = tasks.get(run_id)
+            what, level = (f"run {run_id} {task}", logging.WARNING) if task else (f"run {run_id}", logging.INFO)
+            how = "before it finished" if task else "before it started (claimed ahead)"
+            message = f"{what} handed back: worker {self.id} shut down {how}; another worker takes it at once"
+            log_event(log, level, "run_handed_back", message, run_id=str(run_id), worker=self.id)
 
     def _install_signals(self) -> None:
         if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():

@@ -281,7 +281,9 @@ def main(
     """rota: a job scheduler and task queue backed by your database.
 
     Commands that run code take APP as `module:attribute` (like uvicorn); commands that only
-    read or change the database need no APP. Tables for people, --json for scripts.
+    read or change the database need no APP (and never create one: `rota migrate` does).
+    Tables for people, --json for scripts. --database-url, -v, --log-level and --log-format
+    also go after the command.
     """
     ctx.ensure_object(dict)
     ctx.obj["database_url"] = database_url

@@ -175,7 +175,10 @@ class Client(Declarations):
         return info
 
     def list_workers(self, *, stale_after: float | None = None) -> list[WorkerInfo]:
-        return self.store.list_workers(stale_after if stale_after is not None else self.lease * 2)
+        """Workers seen recently. One whose last heartbeat is older than `stale_after` (default:
+        this App's lease, the longest a live worker goes between heartbeats with room to spare)
+        reads `lost`, not alive, at once: its runs are being rescued."""
+        return self.store.list_workers(stale_after if stale_after is not None else self.lease)
 
     def stats(self) -> dict[str, Any]:
         """Counts by status, live workers and their capacity, this process's worker ids."""

@@ -5,7 +5,8 @@ wins, then a `rota` command-line flag, then the environment, then the default be
 `App.__init__` resolves the arguments it was not given through `value()`; the `rota`
 commands render `help_line()` into their --help and the README table comes from
 `markdown_table()`. A bad variable stops the start with one line naming the variable, the
-value and what is valid.
+value and what is valid: `check_environment()` parses every variable that is set when a
+worker or the dashboard starts, also those whose setting was given in code or by a flag.
 
 Also here: `redact_url()` and `redact_text()`, which take passwords out of URLs (userinfo
 and `?password=`) and out of any text that echoes one (driver messages), for every place
@@ -259,6 +260,14 @@ def from_env(name: str, environ: Mapping[str, str] | None = None) -> Any:
     except _Invalid as exc:
         shown = "***" if setting.secret else redact_url(raw)
         raise ConfigurationError(f"{setting.env}={shown!r} is not valid: expected {exc}") from None
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Parse every ROTA_* variable that is set: ConfigurationError (one line naming the first
+    bad one) even when code or a flag gives that setting, so a typo never hides until the day
+    the argument is removed. A worker's start calls this (a bad variable stops the start)."""
+    for name in SETTINGS:
+        from_env(name, environ)
 
 
 def source(name: str, argument: Any = None, environ: Mapping[str, str] | None = None) -> str:

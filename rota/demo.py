@@ -4,12 +4,15 @@ each run as it starts and ends. Everything here is ordinary rota usage."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import random
 import shutil
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -66,15 +69,82 @@ def build_demo_app(database_url: str) -> App:
     return app
 
 
-def _printer(event: str, claim: Claimed, at: float) -> None:
+RUN_EVENTS = {
+    "run_succeeded": "succeeded",
+    "run_retrying": "pending",
+    "run_failed": "failed",
+    "run_cancelled": "cancelled",
+    "run_timed_out": "timed out",
+}
+
+
+def _print_run(
+    event: str, at: float, run_id: object, task: str, attempt: object, schedule: str | None, detail: str
+) -> None:
     stamp = time.strftime("%H:%M:%S", time.localtime(at))
-    origin = f" [dim]schedule {claim.schedule}[/]" if claim.schedule else ""
     word = "retry" if event == "pending" else event
-    style = STYLE.get(event, "white")
-    console.print(
-        f"{stamp} [{style}]{word:>9}[/] run {claim.id:<5} {claim.task} (attempt {claim.attempt}){origin}",
-        highlight=False,
-    )
+    line = Text(f"{stamp} ") + Text(f"{word:>9}", style=STYLE.get(event, "red"))
+    line += Text(f" run {run_id!s:<5} {task} (attempt {attempt})")
+    if schedule:
+        line += Text(f" schedule {schedule}", style="dim")
+    if detail:
+        line += Text(f": {detail}")
+    console.print(line, soft_wrap=True, highlight=False)  # never a newline inside a line
+
+
+def _printer(event: str, claim: Claimed, at: float) -> None:
+    """The start of each run (its end is printed from the worker's log line: _RunLines)."""
+    if event == "started":
+        _print_run(event, at, claim.id, claim.task, claim.attempt, claim.schedule, "")
+
+
+class _RunLines(logging.Handler):
+    """Prints the worker's run_* log lines in the demo's format, error and backoff included;
+    the usual log handlers skip them (`_not_run_lines`), so each end is printed once."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = RUN_EVENTS.get(getattr(record, "event", ""))
+        if event is None:
+            return
+        f: dict[str, Any] = getattr(record, "fields", None) or {}
+        detail = str(f.get("error") or "")
+        if "retry_in" in f:
+            detail += f"; retry in {f['retry_in']:g} s"
+        _print_run(
+            event, record.created, f.get("run_id"), str(f.get("task")), f.get("attempt"), f.get("schedule"), detail
+        )
+
+
+class _NotRunLines(logging.Filter):
+    """For the usual handlers: no run_* line (_RunLines prints it), nothing below `level`."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self.level and getattr(record, "event", None) not in RUN_EVENTS
+
+
+@contextlib.contextmanager
+def _run_lines() -> Iterator[None]:
+    """For the demo's duration: run lines through _RunLines (info level), each once; other
+    lines as configured (--log-level, default warning)."""
+    worker_log = logging.getLogger("rota.worker")
+    handler, level = _RunLines(), worker_log.level
+    usual = [h for h in logging.getLogger().handlers if getattr(h, "_rota", False)]
+    only = _NotRunLines(worker_log.getEffectiveLevel())
+    for h in usual:
+        h.addFilter(only)
+    worker_log.addHandler(handler)
+    worker_log.setLevel(min(logging.INFO, worker_log.getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        worker_log.removeHandler(handler)
+        worker_log.setLevel(level)
+        for h in usual:
+            h.removeFilter(only)
 
 
 def rota_command() -> str:
@@ -106,14 +176,16 @@ def serve_dashboard(app: App, port: int) -> str | None:
 def run_demo(database_url: str, seconds: float | None = None, dashboard_port: int | None = 8000) -> None:
     app = build_demo_app(database_url)
     send_welcome, flaky, fetch = app.demo_tasks  # type: ignore[attr-defined]
-    console.print(f"[bold]rota demo[/] on {app.database_label}: 3 tasks, 3 schedules. Ctrl-C stops (drains first).")
+    banner = Text("rota demo", style="bold") + Text(f" on {app.database_label}: 3 tasks, 3 schedules.")
+    console.print(banner + Text(" Ctrl-C stops (drains first)."), soft_wrap=True, highlight=False)
     url = serve_dashboard(app, dashboard_port) if dashboard_port is not None else None
     if url:
-        console.print(f"Dashboard: [bold]{url}[/]", highlight=False)
+        console.print(Text("Dashboard: ") + Text(url, style="bold"), soft_wrap=True, highlight=False)
     elif dashboard_port is not None:
         console.print("No dashboard: install rota[web] (pip install 'rota[web]') to see the runs in a browser.")
     hint = f"{rota_command()} --database-url {app.database_label} runs"
-    console.print(Text("Try in another terminal: ") + Text(hint, style="bold") + Text("\n"))
+    # soft_wrap: a narrow terminal may fold the line, but no newline lands inside the command
+    console.print(Text("Try in another terminal: ") + Text(hint, style="bold") + Text("\n"), soft_wrap=True)
     worker = app.worker(concurrency=4, install_signal_handlers=True)
     worker.observe(_printer)
     stop = threading.Event()
@@ -134,7 +206,8 @@ def run_demo(database_url: str, seconds: float | None = None, dashboard_port: in
         await worker.run()
 
     try:
-        asyncio.run(main())
+        with _run_lines():
+            asyncio.run(main())
     finally:
         stop.set()
         app.close()

@@ -19,7 +19,13 @@ Event names (stable; operators alert on them):
   counted instead of logged one by one (count, window, by_task: the top tasks, worker).
   ROTA_LOG_EVERY_RUN=1 logs every success. Failures, retries, timeouts, cancellations are
   always logged one by one.
+  run_retrying also has retry_in: the backoff in seconds before the next attempt (duration
+  is the failed attempt's own).
 - lease_lost: a worker lost a run's lease (run_id, worker).
+- run_handed_back: a run a stopping worker gave back for another worker to take at once, the
+  attempt not counted (run_id, worker): warning if its handler had started, info if it was
+  only claimed ahead; hand_back_failed: error, the hand-back could not be written, the runs
+  wait for their lease (run_ids, worker).
 - tick_materialized, tick_locked_out: a schedule tick written by this instance, or lost to
   another instance that wrote it first (schedule).
 - database_unavailable, database_back: one line each per outage (error, duration).
@@ -53,6 +59,8 @@ EVENTS = (
     "run_timed_out",
     "runs_succeeded",
     "lease_lost",
+    "run_handed_back",
+    "hand_back_failed",
     "tick_materialized",
     "tick_locked_out",
     "database_unavailable",

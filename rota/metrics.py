@@ -98,7 +98,8 @@ def _gauge(name: str, doc: str, worker_id: str, value: float) -> Any:
 
 
 def _run_observer(registry: Any) -> Callable[[str, Claimed, float], None]:
-    """Per-run histograms: duration (by task and status) and lateness of the start."""
+    """Per-run histograms: duration (by task and the attempt's status: succeeded, failed,
+    retried, cancelled, ...) and lateness of the start."""
     from prometheus_client import Histogram
 
     duration = Histogram(
@@ -115,7 +116,8 @@ def _run_observer(registry: Any) -> Callable[[str, Claimed, float], None]:
             lateness.labels(claim.task).observe(max(0.0, (claim.started_at - claim.scheduled_for).total_seconds()))
             return
         began = started.pop(claim.id, None)
-        if began is not None:
-            duration.labels(claim.task, event).observe(max(0.0, at - began))
+        if began is not None:  # an attempt that will be retried is recorded as "retried", not "pending"
+            status = "retried" if event == "pending" else event
+            duration.labels(claim.task, status).observe(max(0.0, at - began))
 
     return observe

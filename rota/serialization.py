@@ -3,9 +3,12 @@ wrote into a table, so arguments, results and errors are JSON and nothing else."
 
 from __future__ import annotations
 
+import functools
+import inspect
+import itertools
 import json
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import ConfigurationError, SerializationError
@@ -42,28 +45,53 @@ def _check(value: Any, where: str) -> None:
     )
 
 
-def encode_arguments(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
-    """JSON text of a call's arguments, or a SerializationError naming the bad argument.
+def encode_arguments(
+    task: str, args: Sequence[Any], kwargs: Mapping[str, Any], fn: Callable[..., Any] | None = None, skip: int = 0
+) -> tuple[str, str]:
+    """JSON text of a call's arguments, or a SerializationError naming the bad argument:
+    positional ones counted from 1, with the parameter's name when `fn` (the handler) is
+    given (`skip`: its leading parameters the caller does not pass, e.g. ctx).
 
     Stricter than json.dumps: a dict key that is not a str is refused rather than silently
     turned into one (the handler would receive {"1": ...} for {1: ...})."""
     for i, arg in enumerate(args):
         if type(arg) not in _SCALARS:
-            _check(arg, f"argument {i} of {task}()")
+            _check(arg, _positional(task, i, fn, skip))
     for name, arg in kwargs.items():
         if type(arg) not in _SCALARS:
             _check(arg, f"argument {name!r} of {task}()")
     encoded = _encoder.encode(list(args)), _encoder.encode(dict(kwargs))
     if not (encoded[0].isascii() and encoded[1].isascii()):
-        _check_utf8(task, args, kwargs)
+        _check_utf8(task, args, kwargs, fn, skip)
     return encoded
 
 
-def _check_utf8(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+def _positional(task: str, index: int, fn: Callable[..., Any] | None, skip: int) -> str:
+    """`argument 2 (email) of shop.send()`: counted from 1, named when the handler says."""
+    names = _parameter_names(fn) if fn is not None else ()
+    at = index + skip
+    name = f" ({names[at]})" if at < len(names) else ""
+    return f"argument {index + 1}{name} of {task}()"
+
+
+@functools.lru_cache(maxsize=1024)
+def _parameter_names(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The names of fn's parameters that take positional arguments (before any *args)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(itertools.takewhile(lambda n: n, (p.name if p.kind in kinds else "" for p in parameters)))
+
+
+def _check_utf8(
+    task: str, args: Sequence[Any], kwargs: Mapping[str, Any], fn: Callable[..., Any] | None, skip: int
+) -> None:
     """Name the argument holding a lone surrogate (text that is not UTF-8: no store keeps it)."""
     try:
         for i, arg in enumerate(args):
-            _walk_text(arg, f"argument {i} of {task}()")
+            _walk_text(arg, _positional(task, i, fn, skip))
         for name, arg in kwargs.items():
             _walk_text(name, f"an argument name of {task}()")
             _walk_text(arg, f"argument {name!r} of {task}()")

@@ -346,7 +346,8 @@ class TaskCall(Generic[P, R]):
         self.connection = connection
 
     def _new_run(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewRun:
-        a, k = encode_arguments(self.task.name, args, kwargs)
+        task = self.task
+        a, k = encode_arguments(task.name, args, kwargs, task.fn, int(task.opts.pass_context))
         return NewRun(
             task=self.task.name,
             args=a,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import rota
 import rota.testing
 from rota.cli import main
 
@@ -36,7 +37,12 @@ def one_error_line(code: int, out: str, *needles: str) -> None:
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/rota.db"
+    """A migrated, empty database (a read-only command refuses a missing one)."""
+    url = f"sqlite:///{tmp_path}/rota.db"
+    app = rota.App(url)
+    app.migrate()
+    app.close()
+    return url
 
 
 @pytest.fixture
@@ -98,6 +104,16 @@ def test_a_busy_metrics_or_dashboard_port_is_refused_before_start(url: str, busy
 def test_bad_worker_variables_are_one_line(url: str, env: dict[str, str | None], name: str) -> None:
     code, out = cli("--database-url", url, "worker", BASIC, env=env)
     one_error_line(code, out, f"{name}=")
+
+
+@pytest.mark.parametrize("flags", [(), ("-c", "4")])
+def test_a_bad_variable_stops_the_worker_though_the_app_sets_it_in_code(url: str, flags: tuple[str, ...]) -> None:
+    code, out = cli(
+        "--database-url", url, "worker", "tests.apps.in_code:app", *flags, env={"ROTA_CONCURRENCY": "seven"}
+    )
+    one_error_line(code, out, "ROTA_CONCURRENCY='seven' is not valid", "whole number")
+    code, out = cli("--database-url", url, "dashboard", BASIC, env={"ROTA_LEASE": "soon"})
+    one_error_line(code, out, "ROTA_LEASE='soon' is not valid")
 
 
 def test_passwords_never_printed() -> None:

@@ -24,7 +24,11 @@ ISO_MICRO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+")
 def render(url: str, width: int, *args: str) -> list[str]:
     result = CliRunner(env={"COLUMNS": str(width)}).invoke(main, ["--database-url", url, *args])
     assert result.exit_code == 0, result.output
-    return result.output.splitlines()
+    lines = result.output.splitlines()
+    if "--json" in args:
+        return lines
+    assert lines[0].startswith("database: ") and len(lines[0]) <= width, lines[0]  # which database it read
+    return lines[1:]
 
 
 @pytest.fixture

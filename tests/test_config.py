@@ -123,6 +123,26 @@ def test_a_bad_variable_stops_the_app(tmp_path: Path, monkeypatch: pytest.Monkey
     assert rota.App(f"sqlite:///{tmp_path}/rota.db", concurrency=3).concurrency == 3  # not read when given
 
 
+def test_a_bad_variable_stops_a_worker_even_when_code_sets_the_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROTA_CONCURRENCY", "seven")
+    app = rota.App(f"sqlite:///{tmp_path}/rota.db", concurrency=3)  # the App is built (a client needs no worker)
+    with pytest.raises(ConfigurationError, match=r"^ROTA_CONCURRENCY='seven' is not valid: expected a whole number"):
+        app.worker(install_signal_handlers=False)
+    app.close()
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_every_bad_variable_stops_a_worker_start(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = rota.App(f"sqlite:///{tmp_path}/rota.db", concurrency=2, lease=3, poll_interval=0.1, retention=None)
+    setting = config.SETTINGS[name]
+    monkeypatch.setenv(setting.env, BAD[name])
+    with pytest.raises(ConfigurationError, match=f"^{setting.env}="):
+        app.worker(concurrency=2, queues=["q"], lease=3, poll_interval=0.1, install_signal_handlers=False)
+    app.close()
+
+
 def test_argument_beats_flag_beats_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROTA_CONCURRENCY", "7")
     url = f"sqlite:///{tmp_path}/rota.db"

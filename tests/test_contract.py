@@ -71,7 +71,7 @@ def test_non_json_argument_is_refused_naming_it(app: rota.App) -> None:
 
     with pytest.raises(rota.SerializationError, match=r"argument 'when' of t\(\) is a datetime.datetime"):
         t.enqueue(1, when=datetime.now(UTC))
-    with pytest.raises(rota.SerializationError, match=r"argument 0 of t\(\)\[1\] is a decimal.Decimal"):
+    with pytest.raises(rota.SerializationError, match=r"argument 1 of t\(\)\[1\] is a decimal.Decimal"):
         t.enqueue([1, Decimal("2")])
     with pytest.raises(rota.SerializationError, match="nan"):
         t.enqueue(float("nan"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import os
 import random
+import re
 import shutil
 import subprocess
 import time
@@ -117,7 +118,8 @@ def test_sigterm_drains_then_hands_back_and_another_worker_takes_over_at_once(
         run = app.get_run(run_id)
         assert run.status == "running" and run.attempt == 1  # the handed-back attempt did not count
         assert run.history[-1]["status"] == "handed back"
-    assert "handed back 2 unfinished run(s)" in procs.output(0)
+    handed = re.findall(r"run (\d+) chaos handed back: worker", procs.output(0))
+    assert [int(i) for i in handed] == sorted(ids[:2]), procs.output(0)  # one line per run, event run_handed_back
     app.close()
 
 

@@ -52,7 +52,7 @@ def test_a_delay_short_of_the_limit_is_accepted_and_readable(app: rota.App) -> N
 
 def test_a_lone_surrogate_in_arguments_is_refused_naming_the_argument(app: rota.App) -> None:
     t = _task(app)
-    with pytest.raises(rota.SerializationError, match=r"argument 1 of t\(\) 'x\\udc80' contains a lone surrogate"):
+    with pytest.raises(rota.SerializationError, match=r"argument 2 of t\(\) 'x\\udc80' contains a lone surrogate"):
         t.enqueue("fine", "x\udc80")
     with pytest.raises(rota.SerializationError, match=r"argument 'data' of t\(\)\['k'\]\[0\] .* lone surrogate"):
         t.enqueue(data={"k": ["\ud800"]})

@@ -108,6 +108,85 @@ def test_a_fresh_app(rota_app, rota_clock):
 """
 
 
+ORDERS = """
+import psycopg
+
+import rota
+
+app = rota.App("postgresql://orders@db.internal:5432/orders")  # production; tests bind it
+
+
+@app.task(name="orders.confirm")
+def confirm(order_id: int) -> str:
+    return f"order {order_id} confirmed"
+
+
+def place_order(database_url: str, order_id: int, *, declined: bool = False) -> None:
+    \"\"\"The endpoint: the order row and its confirmation commit together, or neither.\"\"\"
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO orders (id) VALUES (%s)", (order_id,))
+        confirm.options(connection=conn).enqueue(order_id)
+        if declined:
+            raise RuntimeError("payment declined")
+"""
+
+ORDERS_CONFTEST = """
+import os
+
+import psycopg
+import pytest
+
+import orders
+import rota.testing
+
+
+@pytest.fixture
+def rota_database_url():
+    with rota.testing.postgres_schema(os.environ["ORDERS_TEST_DATABASE"]) as url:
+        yield url
+
+
+@pytest.fixture
+def rota_app(rota_bind):
+    return rota_bind(orders.app)
+
+
+@pytest.fixture
+def orders_db(rota_database_url):
+    with psycopg.connect(rota_database_url) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+    return rota_database_url
+"""
+
+ORDERS_TESTS = """
+import psycopg
+import pytest
+
+import orders
+import rota.testing
+
+
+def test_an_order_and_its_confirmation_commit_together(rota_app, orders_db):
+    assert rota_app.database_url == orders_db and "search_path" in orders_db
+    orders.place_order(orders_db, 1)
+    run = rota.testing.assert_enqueued(rota_app, orders.confirm, 1)
+    assert rota.testing.run_pending(rota_app) == 1
+    assert rota_app.get_run(run.id).result == "order 1 confirmed"
+
+
+def test_a_declined_order_enqueues_nothing(rota_app, orders_db):
+    with pytest.raises(RuntimeError, match="declined"):
+        orders.place_order(orders_db, 2, declined=True)
+    rota.testing.assert_not_enqueued(rota_app, orders.confirm)
+    with psycopg.connect(orders_db) as conn:
+        assert conn.execute("SELECT count(*) FROM orders").fetchone() == (0,)
+
+
+def test_the_app_is_restored_after_each_test():
+    assert orders.app.database_url == "postgresql://orders@db.internal:5432/orders"
+"""
+
+
 def plugin_args() -> list[str]:
     """-p loads the plugin unless rota is installed with its entry point (then it autoloads)."""
     installed = any(ep.name == "rota" for ep in entry_points(group="pytest11"))
@@ -120,6 +199,45 @@ def test_the_plugin_in_a_sample_app(pytester: pytest.Pytester, monkeypatch: Any)
     result = pytester.runpytest(*plugin_args(), "-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=4)
     sys.modules.pop("shop", None)
+
+
+@pytest.mark.postgres
+def test_the_plugin_on_a_postgresql_schema_with_the_callers_transaction(
+    pytester: pytest.Pytester, monkeypatch: Any
+) -> None:
+    from tests.conftest import PG_URL, require
+
+    require("postgres")
+    monkeypatch.setenv("ORDERS_TEST_DATABASE", PG_URL)
+    pytester.makepyfile(orders=ORDERS, conftest=ORDERS_CONFTEST, test_orders=ORDERS_TESTS)
+    monkeypatch.syspath_prepend(str(pytester.path))
+    result = pytester.runpytest(*plugin_args(), "-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=3)
+    sys.modules.pop("orders", None)
+
+
+def test_every_fixture_has_a_docstring(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_nothing="def test_nothing(): pass")
+    result = pytester.runpytest(*plugin_args(), "-p", "no:cacheprovider", "--fixtures")
+    text = result.stdout.str()
+    for name in ("rota_app", "rota_bind", "rota_clock", "rota_database_url"):
+        assert name in text
+        block = text.split(name, 1)[1].split("\n\n", 1)[0]
+        assert "no docstring available" not in block, block
+
+
+def test_bind_is_public_and_restores_the_app(tmp_path: Any) -> None:
+    import rota
+    import rota.testing
+
+    app = rota.App(f"sqlite:///{tmp_path}/prod.db")
+    clock = rota.FakeClock()
+    with rota.testing.bind(app, f"sqlite:///{tmp_path}/test.db", clock) as bound:
+        assert bound is app and app.clock is clock and app.database_url.endswith("test.db")
+    assert app.database_url.endswith("prod.db") and app.clock is None
+    assert "bind" in rota.testing.__all__ and "postgres_schema" in rota.testing.__all__
+    with pytest.raises(ValueError, match="is not a postgresql:// URL"), rota.testing.postgres_schema("sqlite:///x.db"):
+        pass
 
 
 def test_the_default_rota_app_fixture(pytester: pytest.Pytester) -> None:

@@ -21,8 +21,9 @@ import click
 from .. import config, logs
 from .._version import __version__
 from ..app import App
-from ..errors import RotaError
+from ..errors import ConfigurationError, RotaError, RunNotFound
 from ..logs import log_event
+from ..models import Run
 from .display import clean
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,7 +31,29 @@ log = logging.getLogger("rota.cli")
 
 
 class RotaGroup(click.Group):
-    """A click group whose errors are one line (`error: ...`) with passwords redacted."""
+    """A click group whose errors are one line (`error: ...`) with passwords redacted, and
+    whose global options are accepted after the subcommand too (`rota worker APP
+    --database-url ...`): add_command gives every command a copy (listed in its --help)."""
+
+    def _where_it_goes(self, exc: click.NoSuchOption) -> str:
+        """An option of some commands given where it does not apply: say where it goes."""
+        name = exc.option_name
+        takers = sorted(
+            c for c, cmd in self.commands.items() if any(name in getattr(p, "opts", ()) for p in cmd.params)
+        )
+        if not takers:
+            return exc.format_message()
+        here = exc.ctx.command.name if exc.ctx is not None and exc.ctx.command is not self else None
+        where = f"`rota {here}` does not take it" if here else "it goes after the command"
+        example = "runs" if "runs" in takers else takers[0]
+        return f"no such option {name} here: {where}; the commands that take it: {', '.join(takers)} (e.g. rota {example} {name})"
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        taken = {opt for p in cmd.params for opt in getattr(p, "opts", ())}
+        for option in global_options(cmd.name or ""):
+            if not taken.intersection(option.opts):
+                cmd.params.append(option)
+        super().add_command(cmd, name)
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:  # type: ignore[override]
         extra.pop("standalone_mode", None)
@@ -39,6 +62,9 @@ class RotaGroup(click.Group):
         except click.exceptions.Abort:
             _say("aborted")
             sys.exit(1)
+        except click.NoSuchOption as exc:
+            _say(self._where_it_goes(exc))
+            sys.exit(exc.exit_code)
         except click.ClickException as exc:
             _say(exc.format_message())
             sys.exit(exc.exit_code)
@@ -68,7 +94,7 @@ def error_text(exc: BaseException) -> str:
     message = " ".join(str(exc).split())
     cause = exc.__cause__
     while cause is not None:
-        first = " ".join(str(cause).strip().splitlines()[:1])
+        first = " ".join(" ".join(str(cause).strip().splitlines()[:1]).split())
         if first and first not in message:
             message += f" (caused by: {first})"
         cause = cause.__cause__
@@ -110,9 +136,63 @@ def load_app(target: str) -> App:
     return obj
 
 
-def database_app(ctx: click.Context) -> App:
-    """An App for commands that only touch the database (no tasks)."""
-    return App(ctx.find_root().obj["database_url"])
+def database_app(ctx: click.Context, *, check: bool = True, **options: Any) -> App:
+    """An App for commands that only touch the database (no tasks). If `check` (all but rota
+    migrate), the database must exist and hold rota's tables: a read or a change never creates
+    one (a mistyped path would read as an empty database)."""
+    app = App(ctx.find_root().obj["database_url"], **options)
+    if check:
+        check_database(app, database_source(ctx))
+    return app
+
+
+def database_source(ctx: click.Context) -> str:
+    """Where the database URL came from, for messages."""
+    if ctx.find_root().obj["database_url"] is not None:
+        return "from --database-url"
+    if os.environ.get("ROTA_DATABASE_URL"):
+        return "from ROTA_DATABASE_URL"
+    return "the default: neither --database-url nor ROTA_DATABASE_URL is set"
+
+
+def check_database(app: App, source: str) -> None:
+    """ConfigurationError, one line, if the App's database does not exist or has no rota
+    tables; nothing is created (the SQLite file is not opened unless it exists)."""
+    point = "point at yours with --database-url URL (or ROTA_DATABASE_URL)"
+    path = getattr(app._store, "path", None)
+    if path is not None and not os.path.exists(path):
+        where = f"{os.path.abspath(path)} ({app.database_label}, {source})"
+        raise ConfigurationError(f"no database at {where}: {point}, or create it with `rota migrate`")
+    if app._store.schema_version()[0] == 0:
+        where = f"{app.database_label} ({source})"
+        raise ConfigurationError(f"no rota tables in {where}: {point}, or create them with `rota migrate`")
+
+
+GAPS = (
+    "run ids are not contiguous: retention prunes old runs, and on PostgreSQL an insert that "
+    "rolled back (a transactional enqueue) or met a conflict (a key already taken, a schedule "
+    "tick another worker wrote first) uses up an id"
+)
+
+
+def find_run(app: App, run_id: str) -> Run:
+    """app.get_run, and when an id below the newest is missing, why ids have gaps."""
+    try:
+        return app.get_run(run_id)
+    except RunNotFound as exc:
+        if not (run_id.isascii() and run_id.isdigit()):
+            raise
+        newest = app.list_runs(limit=1)
+        top = int(newest[0].id) if newest else 0
+        hint = GAPS if int(run_id) < top else (f"the newest run is {top}" if top else "there are no runs yet")
+        raise RunNotFound(f"{exc}; {hint}") from None
+
+
+def database_line(app: App) -> str:
+    """The header line of a listing: which database it read (SQLite: the absolute path too)."""
+    path = getattr(app._store, "path", None)
+    where = f" ({os.path.abspath(path)})" if path is not None and not os.path.isabs(path) else ""
+    return f"database: {app.database_label}{where}"
 
 
 def apply_database_flag(ctx: click.Context, app: App) -> None:
@@ -132,6 +212,39 @@ def apply_database_flag(ctx: click.Context, app: App) -> None:
 
 def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
+
+
+GLOBAL_NOTE = "Global: also accepted before the command."
+NO_DATABASE = ("explain", "demo")  # read no database (demo has its own --database)
+
+
+def global_options(command: str) -> list[click.Option]:
+    """Fresh copies of the group's options for a subcommand; a value given there overrides
+    the one given before the command. --log-level/--log-format re-apply the logging setup."""
+    options = [
+        click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_set_global, help="More logging (-vv for debug). " + GLOBAL_NOTE),
+        click.Option(["--log-level"], type=click.Choice(config.LOG_LEVELS), expose_value=False, callback=_set_global, help=config.help_line("log_level") + " " + GLOBAL_NOTE),
+        click.Option(["--log-format"], type=click.Choice(config.LOG_FORMATS), expose_value=False, callback=_set_global, help=config.help_line("log_format") + " " + GLOBAL_NOTE),
+    ]  # fmt: skip
+    if command not in NO_DATABASE:
+        database = click.Option(
+            ["--database-url"],
+            expose_value=False,
+            callback=_set_global,
+            help=config.help_line("database_url") + " " + GLOBAL_NOTE,
+        )
+        options.insert(0, database)
+    return options
+
+
+def _set_global(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is None or value == 0 or param.name is None:
+        return
+    root = ctx.find_root()
+    root.ensure_object(dict)
+    root.obj[param.name] = value
+    if param.name != "database_url":
+        setup_logging(ctx)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (field names as in the docs).")
@@ -169,7 +282,9 @@ def main(
     """rota: a job scheduler and task queue backed by your database.
 
     Commands that run code take APP as `module:attribute` (like uvicorn); commands that only
-    read or change the database need no APP. Tables for people, --json for scripts.
+    read or change the database need no APP (and never create one: `rota migrate` does).
+    Tables for people, --json for scripts. --database-url, -v, --log-level and --log-format
+    also go after the command.
     """
     ctx.ensure_object(dict)
     ctx.obj["database_url"] = database_url

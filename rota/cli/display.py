@@ -79,6 +79,18 @@ def when(value: datetime | None, now: datetime, *, utc: bool = False) -> str | N
     return shown.strftime("%Y-%m-%d %H:%M")
 
 
+def line(text: str, console: Console | None = None) -> None:
+    """Print one line of plain text that never wraps: cut in the middle (`…`) to the terminal
+    width, so both ends of a long path or URL stay readable."""
+    console = console or Console()
+    text = clean(text, newlines=False)
+    width = console.width
+    if len(text) > width and width > 10:
+        keep = width - 1
+        text = text[: keep // 2] + "…" + text[len(text) - (keep - keep // 2) :]
+    console.print(Text(text), no_wrap=True, overflow="ignore", crop=False)
+
+
 @dataclass(frozen=True)
 class Column:
     header: str

@@ -9,11 +9,22 @@ from typing import Any
 
 import click
 
-from .. import timing
+from .. import config, timing
 from ..app import App
 from ..models import STATUSES, Run, ScheduleInfo, WorkerInfo, iso
-from .base import database_app, handle_errors, json_option, main, print_json, utc_option
-from .display import Column, clean, duration, table, when
+from .base import (
+    check_database,
+    database_app,
+    database_line,
+    database_source,
+    find_run,
+    handle_errors,
+    json_option,
+    main,
+    print_json,
+    utc_option,
+)
+from .display import Column, clean, duration, line, table, when
 
 MAX_EXPLAIN = 1000
 MAX_LIMIT = 10000
@@ -25,7 +36,7 @@ MAX_LIMIT = 10000
 @handle_errors
 def migrate(ctx: click.Context, dry_run: bool) -> None:
     """Apply pending schema migrations."""
-    app = database_app(ctx)
+    app = database_app(ctx, check=False)
     applied = app.migrate(dry_run=dry_run)
     current, latest = app._store.schema_version()
     verb = "would apply" if dry_run else "applied"
@@ -38,6 +49,15 @@ def _now() -> datetime:
 
 def _times(utc: bool, *headers: str) -> list[str]:
     return [f"{h} (UTC)" if utc else h for h in headers]
+
+
+def _header(app: App, utc: bool, source: str | None = None) -> None:
+    """The line above a table: the database (or `source`) it read and the zone of its
+    absolute times."""
+    here = datetime.now().astimezone()
+    offset = here.strftime("%z")
+    zone = "UTC" if utc else f"local, {here.tzname()} (UTC{offset[:3]}:{offset[3:]})"
+    line(f"{source or database_line(app)}; times: {zone}")
 
 
 SCHEDULE_COLUMNS = (
@@ -60,7 +80,8 @@ def _schedule_row(s: ScheduleInfo, now: datetime, utc: bool) -> tuple[Any, ...]:
     if s.plan_error is not None:
         state = f"{state}, cannot plan!"
     counts = f"{s.run_count}/{s.success_count}/{s.failure_count}/{s.skip_count}"
-    next_run, last_run = when(s.next_run_at, now, utc=utc), when(s.last_run_at, now, utc=utc)
+    next_run = "paused" if s.paused else when(s.next_run_at, now, utc=utc)  # resume plans afresh
+    last_run = when(s.last_run_at, now, utc=utc)
     row = (s.name, s.task, s.cron or every, s.tz, s.overlap, state, next_run, last_run, s.last_status, counts)
     return (*row, s.plan_error)
 
@@ -73,10 +94,12 @@ def _schedule_row(s: ScheduleInfo, now: datetime, utc: bool) -> tuple[Any, ...]:
 @handle_errors
 def schedules(ctx: click.Context, as_json: bool, utc: bool, include_inactive: bool) -> None:
     """List schedules with next/last run and counters."""
-    items = database_app(ctx).list_schedules(include_inactive=include_inactive)
+    app = database_app(ctx)
+    items = app.list_schedules(include_inactive=include_inactive)
     if as_json:
         print_json([s.to_json() for s in items])
         return
+    _header(app, utc)
     now = _now()
     headers = [h for h, _ in SCHEDULE_COLUMNS[:6]] + _times(utc, "next run", "last run") + ["last", "runs/ok/fail/skip"]
     columns = [Column(h, keep) for h, (_, keep) in zip(headers, SCHEDULE_COLUMNS, strict=True)]
@@ -131,10 +154,12 @@ def _summary(run: Run) -> str | None:
 @handle_errors
 def runs(ctx: click.Context, /, limit: int, as_json: bool, utc: bool, **flt: Any) -> None:
     """List runs, newest first."""
-    items = database_app(ctx).list_runs(limit=limit, **flt)
+    app = database_app(ctx)
+    items = app.list_runs(limit=limit, **flt)
     if as_json:
         print_json([r.to_json() for r in items])
         return
+    _header(app, utc)
     now = _now()
     headers = [h for h, _, _ in RUN_COLUMNS]
     headers[5:7] = _times(utc, "scheduled", "started")
@@ -155,7 +180,7 @@ RUN_FIELDS = (
 @handle_errors
 def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Show one run, with every attempt and its error."""
-    run = database_app(ctx).get_run(run_id)
+    run = find_run(database_app(ctx), run_id)
     data = run.to_json()
     if as_json:
         print_json(data)
@@ -167,9 +192,10 @@ def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
             click.echo(f"{field:>14}: {clean(shown, newlines=False)}")
     for attempt in run.attempts:
         took = _took(attempt.get("started_at"), attempt.get("finished_at"))
+        finished = attempt["finished_at"] or "still running"
         click.echo(
             f"\nattempt {attempt['attempt']} on {clean(attempt['worker'])}: {attempt['status']} "
-            f"({attempt['started_at']} .. {attempt['finished_at']}{took})"
+            f"({attempt['started_at'] or 'not started'} .. {finished}{took})"
         )
         error = attempt.get("error")
         if error:
@@ -196,11 +222,14 @@ def _took(started: str | None, finished: str | None) -> str:
 @handle_errors
 def locks(ctx: click.Context, as_json: bool, utc: bool, locks_url: str | None) -> None:
     """List named locks: holder, token, expiry."""
-    app = App(ctx.find_root().obj["database_url"], locks_url=locks_url)
+    app = database_app(ctx, check=False, locks_url=locks_url)
+    if app.locks_url is None:  # locks in the run store: it must exist (Redis is only read)
+        check_database(app, database_source(ctx))
     items = app.list_locks()
     if as_json:
         print_json([i.to_json() for i in items])
         return
+    _header(app, utc, f"locks: {config.redact_url(app.locks_url)}" if app.locks_url else None)
     now = _now()
     columns = [Column("name", 100), Column("held", 90), Column("owner", 50), Column("token", 40)]
     columns.append(Column(_times(utc, "expires")[0], 80))
@@ -214,10 +243,12 @@ def locks(ctx: click.Context, as_json: bool, utc: bool, locks_url: str | None) -
 @handle_errors
 def workers(ctx: click.Context, as_json: bool, utc: bool) -> None:
     """List workers seen recently."""
-    items = database_app(ctx).list_workers()
+    app = database_app(ctx)
+    items = app.list_workers()
     if as_json:
         print_json([w.to_json() for w in items])
         return
+    _header(app, utc)
     now = _now()
     headers = ["worker", "state", "alive", "concurrency", "stuck", "queues", *_times(utc, "started", "last seen")]
     columns = [Column(h, keep) for h, keep in zip(headers, (100, 90, 80, 50, 60, 40, 30, 70), strict=True)]

@@ -79,6 +79,7 @@ def _flag_or_app(app: App, name: str, flag: Any) -> Any:
 @handle_errors
 def worker(ctx: click.Context, /, app_path: str, **flags: Any) -> None:
     """Run a worker for APP until SIGTERM/SIGINT (then drain and hand back)."""
+    config.check_environment()  # a bad ROTA_* variable stops the start, before APP is imported
     for name in ("lease", "poll_interval", "shutdown_timeout"):
         value = flags[name]
         if value is not None and not (
@@ -186,6 +187,7 @@ def dashboard(
     proxies: str | None,
 ) -> None:
     """Serve the web dashboard, JSON API and /metrics for APP (needs rota[web])."""
+    config.check_environment()  # a bad ROTA_* variable stops the start
     setup_logging(ctx, default="info")
     host = config.value("dashboard_host", host)
     port = config.value("dashboard_port", port)

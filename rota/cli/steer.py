@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import click
 
-from .base import database_app, handle_errors, json_option, main, print_json
+from .base import database_app, find_run, handle_errors, json_option, main, print_json
 from .display import when
 
 
@@ -54,7 +54,7 @@ def resume(ctx: click.Context, name: str) -> None:
 def cancel(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Cancel a run (pending: at once; running: asked to stop)."""
     app = database_app(ctx)
-    before = app.get_run(run_id)
+    before = find_run(app, run_id)
     run = app.cancel(run_id)
     if as_json:
         print_json(run.to_json())
@@ -74,5 +74,7 @@ def cancel(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @handle_errors
 def retry(ctx: click.Context, run_id: str) -> None:
     """Run a finished run again (a new run; history stays)."""
-    handle = database_app(ctx).retry(run_id)
+    app = database_app(ctx)
+    find_run(app, run_id)
+    handle = app.retry(run_id)
     click.echo(f"run {handle.id} enqueued (retry of {run_id})")

@@ -1,6 +1,7 @@
 """Helpers for testing code that uses rota: run what is due inline, check what was enqueued,
-call a handler directly. The pytest plugin (rota.testing.plugin, loaded automatically when
-rota is installed) adds the fixtures `rota_app`, `rota_clock` and `rota_bind`.
+call a handler directly, point an App at a test database. The pytest plugin
+(rota.testing.plugin, loaded automatically when rota is installed) adds the fixtures
+`rota_app`, `rota_clock`, `rota_bind` and `rota_database_url`.
 
     def test_signup_sends_welcome(app):
         signup("a@b.c")
@@ -10,6 +11,10 @@ rota is installed) adds the fixtures `rota_app`, `rota_clock` and `rota_bind`.
 
 Use a `rota.FakeClock` (`App(..., clock=clock)`) to move time for delayed runs, retries
 and schedules: `clock.advance(hours=1); run_pending(app)`.
+
+Code that enqueues inside its own psycopg transaction needs the App on PostgreSQL: bind it
+to a fresh schema, `with postgres_schema(url) as test_url, bind(app, test_url, clock): ...`,
+and give the code under test `test_url` for its own connections (docs/how-to/testing.md).
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ import asyncio
 import contextlib
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from ..app import App
 from ..clock import FakeClock
@@ -36,6 +43,7 @@ __all__ = [
     "bind",
     "call",
     "fake_context",
+    "postgres_schema",
     "run_pending",
 ]
 
@@ -101,7 +109,7 @@ def call(task: Task[..., Any], *args: Any, context: RunContext | None = None, **
     """Run one task's handler here, as a worker would: arguments and result go through JSON
     (a value the queue could not carry fails the same way), a handler with pass_context=True
     gets `context` (default: `fake_context(task)`), an async handler is awaited."""
-    args_text, kwargs_text = encode_arguments(task.name, args, kwargs)
+    args_text, kwargs_text = encode_arguments(task.name, args, kwargs, task.fn, int(task.opts.pass_context))
     decoded_args, decoded_kwargs = json.loads(args_text), json.loads(kwargs_text)
     if task.opts.pass_context:
         decoded_args.insert(0, context or fake_context(task))
@@ -114,13 +122,50 @@ def call(task: Task[..., Any], *args: Any, context: RunContext | None = None, **
 @contextlib.contextmanager
 def bind(app: App, database_url: str, clock: FakeClock | None = None) -> Iterator[App]:
     """Point an existing App (with its tasks, schedules and hooks) at another database and
-    clock for the duration, e.g. a temporary SQLite file in a test; restored afterwards."""
+    clock for the duration; restored (and the test database's connections closed) afterwards.
+
+        with rota.testing.bind(myproject.tasks.app, "sqlite:///tmp/t.db", rota.FakeClock()) as app:
+            ...
+
+    `database_url` is any URL the App accepts: a temporary SQLite file, or a PostgreSQL
+    database or schema (see `postgres_schema`). rota's tables are created at once, so the
+    code under test's own connections see them (a transactional enqueue needs them)."""
     saved = (app.database_url, app.clock, app._store, app._ready)
     app.events.close()
     app.database_url, app.clock = database_url, clock
     app._store, app._ready = open_store(database_url, clock, **app._store_options), False
     try:
+        app.store  # noqa: B018 - migrates the test database now
         yield app
     finally:
         app.close()
         app.database_url, app.clock, app._store, app._ready = saved
+
+
+@contextlib.contextmanager
+def postgres_schema(database_url: str, *, prefix: str = "rota_test") -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema in the database of `database_url`, dropped (with
+    everything in it) afterwards. Yields a URL whose `search_path` is that schema: pass it to
+    `bind` (or override the `rota_database_url` fixture with it), and to the code under test
+    for its own psycopg connections, so its tables and rota's live side by side and a
+    transactional enqueue (`task.options(connection=conn)`) sees the App's tables.
+
+        with rota.testing.postgres_schema("postgresql://app@127.0.0.1:5432/myapp_test") as url:
+            ...
+
+    Name a database your tests may write to, never production's: only the new schema is
+    touched. Needs psycopg (`pip install 'rota[postgres]'`)."""
+    import psycopg
+
+    if not database_url.startswith(("postgresql://", "postgres://")):
+        raise ValueError(f"{database_url!r} is not a postgresql:// URL")
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    separator = "&" if "?" in database_url else "?"
+    url = f"{database_url}{separator}options={quote(f'-csearch_path={schema}')}"
+    try:
+        yield url
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')

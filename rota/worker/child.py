@@ -1,17 +1,28 @@
 """The body of an isolated run (isolation="process"): a fresh child process per run,
-killed at its timeout or when the run is cancelled or its lease is lost."""
+killed at its timeout or when the run is cancelled or its lease is lost.
+
+A child dies with its worker: a worker killed with -9 cannot kill it, so the child asks
+Linux to SIGKILL it when its parent dies (PR_SET_PDEATHSIG) and, everywhere, watches its
+parent's pid and exits quietly (status 0, nothing written) once it is gone. Its run is
+rescued when the worker's lease expires, like every run of a dead worker."""
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import multiprocessing
 import multiprocessing.connection
+import os
+import signal
+import sys
 import threading
 import time
 from typing import Any
 
 from ..serialization import encode_result, error_payload
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _child_main(
@@ -22,8 +33,11 @@ def _child_main(
     args: str,
     kwargs: str,
     context: dict[str, Any] | None,
+    worker_pid: int | None = None,
 ) -> None:
     """Entry point of an isolated run: import the handler, call it, send back JSON."""
+    if worker_pid is not None:
+        _die_with(worker_pid)
     try:
         target: Any = importlib.import_module(module)
         for part in qualname.split("."):
@@ -40,11 +54,38 @@ def _child_main(
             import asyncio
 
             result = asyncio.run(_await(result))
-        conn.send(("ok", encode_result(task, result)))
+        _send(conn, ("ok", encode_result(task, result)))
     except BaseException as exc:
-        conn.send(("error", error_payload(exc)))
+        _send(conn, ("error", error_payload(exc)))
     finally:
         conn.close()
+
+
+def _send(conn: multiprocessing.connection.Connection, outcome: tuple[str, Any]) -> None:
+    """Send the outcome; if the worker is gone (a broken pipe), exit quietly: nobody reads."""
+    try:
+        conn.send(outcome)
+    except OSError:  # BrokenPipeError, ConnectionResetError
+        os._exit(0)
+
+
+def _die_with(worker_pid: int) -> None:
+    """End this child when the worker `worker_pid` dies (see the module docstring)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watcher below still ends it
+    if os.getppid() != worker_pid:  # it died before we asked
+        os._exit(0)
+    threading.Thread(target=_watch_parent, args=(worker_pid,), name="rota-child-watch", daemon=True).start()
+
+
+def _watch_parent(worker_pid: int, every: float = 0.5) -> None:
+    while os.getppid() == worker_pid:
+        time.sleep(every)
+    os._exit(0)
 
 
 async def _await(awaitable: Any) -> Any:
@@ -67,7 +108,8 @@ def run_in_child(
     ("cancelled", None) | ("crashed", exit code)."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main, args=(child, module, qualname, task, args, kwargs, context), daemon=True)
+    call = (child, module, qualname, task, args, kwargs, context, os.getpid())
+    proc = ctx.Process(target=_child_main, args=call, daemon=True)
     proc.start()
     child.close()
     deadline = None if timeout is None else _now() + timeout

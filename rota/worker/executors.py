@@ -123,6 +123,7 @@ class ThreadExecutor(_Decidable):
         if not active.stuck:
             active.stuck = True
             self.stuck += 1
+            self.slots.stuck_changed()
 
     def _returned(self, active: Active) -> None:
         """A decided run's thread finally returned: its slot is free now."""
@@ -130,6 +131,7 @@ class ThreadExecutor(_Decidable):
             active.stuck = False
             self.stuck -= 1
             self.slots.slot_freed.set()
+            self.slots.stuck_changed()
 
 
 class TransactionalExecutor(ThreadExecutor):
@@ -209,6 +211,7 @@ class Executors:
         self.slot_freed = asyncio.Event()
         self.handoff = Handoff(concurrency * 2 + 4, deliver)
         self.by_kind: dict[str, Executor] = {name: make(self) for name, make in EXECUTORS.items()}
+        self.stuck_changed: Callable[[], None] = lambda: None  # on the loop: the registry shows it at once
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.handoff.loop = loop

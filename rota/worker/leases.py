@@ -66,11 +66,21 @@ class Leases:
         except DatabaseError as exc:
             self.outage.failed(exc)
             return
+        await self.report()
+
+    async def report(self) -> None:
+        """Write this worker's state and stuck count to the registry (`rota workers`)."""
         state, stuck = self.registry()
         try:  # the registry is secondary: its failure must not lose the renewal's news
             await self.db(self.store().worker_seen, self.worker, state, stuck)
         except DatabaseError as exc:
             log.debug("could not update the worker registry: %s", exc)
+
+    def report_soon(self) -> None:
+        """The stuck count changed: show it now, not at the next heartbeat (on the loop)."""
+        task = asyncio.get_running_loop().create_task(self.report())
+        self._confirming.add(task)
+        task.add_done_callback(self._confirming.discard)
 
     async def renew(self) -> None:
         """Renew the lease of every run this worker holds (running, or its outcome queued or

@@ -128,8 +128,12 @@ class Decider:
         if kind == "timeout":
             log_event(log, logging.WARNING, "run_timed_out", f"run {c.id} {c.task} timed out", **fields)
         status = record.status
-        what = "retrying" if status == "pending" else status
-        message = f"run {c.id} {c.task} {what} after {duration:.3f} s (attempt {c.attempt}/{c.max_attempts})"
+        attempt = f"(attempt {c.attempt}/{c.max_attempts})"
+        if status == "pending":  # the attempt's duration, then the backoff before the next one
+            fields["retry_in"] = round(record.retry_in, 3)
+            message = f"run {c.id} {c.task} failed after {duration:.3f} s {attempt}; retrying in {record.retry_in:g} s"
+        else:
+            message = f"run {c.id} {c.task} {status} after {duration:.3f} s {attempt}"
         _line(_LEVELS[status], _EVENTS[status], message, fields)
 
 

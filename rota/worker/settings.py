@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
+from .. import config
 from ..errors import ConfigurationError
 from .view import WorkerView
 
@@ -34,6 +35,7 @@ class WorkerSettings:
         heartbeat_interval: float | None,
         flush_interval: float,
     ) -> WorkerSettings:
+        config.check_environment()  # a bad ROTA_* variable stops the start, even if overridden
         lease_s = positive("lease", _or(lease, view.lease))
         heartbeat = positive("heartbeat_interval", _or(heartbeat_interval, lease_s / 3))
         if heartbeat >= lease_s:

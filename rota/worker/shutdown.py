@@ -174,11 +174,16 @@ class Lifecycle:
         try:
             back = await self._db(self.store.hand_back, held, reason)
         except DatabaseError as exc:
-            log.error(
-                "could not hand back %d run(s) (%s); they will be rescued when their lease expires", len(held), exc
-            )
+            message = f"could not hand back {len(held)} run(s) ({exc}); they will be rescued when their lease expires"
+            log_event(log, logging.ERROR, "hand_back_failed", message, worker=self.id, run_ids=_ids(held))
             return
-        log.warning("handed back %d unfinished run(s) for another worker to take at once: %s", len(back), sorted(back))
+        tasks = {a.claim.id: a.claim.task for a in unfinished}
+        for run_id in sorted(back):  # a run claimed ahead and never started: info, not a warning
+            task = tasks.get(run_id)
+            what, level = (f"run {run_id} {task}", logging.WARNING) if task else (f"run {run_id}", logging.INFO)
+            how = "before it finished" if task else "before it started (claimed ahead)"
+            message = f"{what} handed back: worker {self.id} shut down {how}; another worker takes it at once"
+            log_event(log, level, "run_handed_back", message, run_id=str(run_id), worker=self.id)
 
     def _install_signals(self) -> None:
         if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
@@ -194,3 +199,7 @@ class Lifecycle:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 self._loop.remove_signal_handler(sig)
+
+
+def _ids(held: list[tuple[int, int]]) -> list[str]:
+    return [str(run_id) for run_id, _ in held]

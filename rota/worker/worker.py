@@ -118,6 +118,7 @@ class Worker(Lifecycle):
         self._leases.lease, self._leases.interval = self.lease, self.heartbeat_interval
         self._leases.complete = self._deliver
         self._leases.registry = lambda: (self.state, self._executors.stuck)
+        self._executors.stuck_changed = self._leases.report_soon
         self._completer.after_outage = self._poller.after_outage
         self._completer.sleep_or_stop = self._sleep_or_stop
         self._rescuer.use_db_start = self.app.clock is None

@@ -458,9 +458,10 @@ ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}
 UPDATE rota_workers SET last_seen = {now}, state = %(state)s WHERE id = %(id)s
 
 -- name: list_workers
+-- A worker whose heartbeat is older than stale_after (a lease) reads lost, not alive.
 SELECT id, host, pid, concurrency, queues,
        CASE WHEN state NOT IN ('stopped', 'lost')
-                 AND last_seen < {now} - make_interval(secs => %(stale_after)s * 1.5)
+                 AND last_seen < {now} - make_interval(secs => %(stale_after)s)
             THEN 'lost' ELSE state END,
        started_at, last_seen,
        last_seen >= {now} - make_interval(secs => %(stale_after)s) AND state NOT IN ('stopped', 'lost')

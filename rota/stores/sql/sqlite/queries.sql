@@ -370,8 +370,9 @@ ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}
 UPDATE rota_workers SET last_seen = {now}, state = :state WHERE id = :id
 
 -- name: list_workers
+-- A worker whose heartbeat is older than stale_after (a lease) reads lost, not alive.
 SELECT id, host, pid, concurrency, queues,
-       CASE WHEN state NOT IN ('stopped', 'lost') AND last_seen < {now} - :stale_after * 1.5
+       CASE WHEN state NOT IN ('stopped', 'lost') AND last_seen < {now} - :stale_after
             THEN 'lost' ELSE state END,
        started_at, last_seen,
        last_seen >= {now} - :stale_after AND state NOT IN ('stopped', 'lost')

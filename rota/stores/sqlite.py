@@ -406,7 +406,7 @@ def _claimed(rows: list[Any]) -> list[Claimed]:
     ts = datetime.fromtimestamp
     rows.sort(key=lambda r: r[0])
     return [Claimed(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], ts(r[10], UTC), ts(r[11], UTC),
-                    ts(r[12], UTC)) for r in rows]  # fmt: skip
+                    ts(r[12], UTC), r[13], r[14]) for r in rows]  # fmt: skip
 
 
 def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:

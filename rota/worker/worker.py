@@ -126,6 +126,7 @@ class Worker(Lifecycle):
         self._claimer.prefetch = self._prefetch
         self._leases.prefetch = self._prefetch
         self._prefetch.claiming = lambda: self._claiming
+        self._prefetch.running = self._executors.inflight
         self._ticker.queues, self._ticker.poll_interval = self.queues, self.poll_interval
         self._ticker.claiming = self._ticker_claiming
         self._ticker.sleep_or_stop = self._sleep_or_stop

@@ -81,7 +81,8 @@ WHERE r.ctid = ANY(ARRAY(
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
-          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until
+          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
+          r.priority, extract(epoch FROM r.due_at)::float8
 
 -- name: claim_in_queues
 -- as claim, for some queues only
@@ -97,7 +98,8 @@ WHERE r.ctid = ANY(ARRAY(
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
-          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until
+          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
+          r.priority, extract(epoch FROM r.due_at)::float8
 
 -- name: heartbeat
 UPDATE rota_runs r SET lease_until = {now} + make_interval(secs => %(lease)s)

@@ -146,6 +146,12 @@ def finish_batches(outcomes: Sequence[Outcome]) -> list[tuple[str, dict[str, Any
     return [(query, {"rows": _json(rows)}) for query, rows in batches if rows]
 
 
+def finished_schedules_lock(outcomes: Sequence[Outcome]) -> tuple[str, dict[str, Any]]:
+    """The statement that locks the schedules of all of `outcomes`' runs in name order, before
+    the batches of `finish_batches` in one transaction (see lock_finished_schedules)."""
+    return "lock_finished_schedules", {"ids": [o.id for o in outcomes]}
+
+
 def claim_call(owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> tuple[str, dict[str, Any]]:
     """The named claim statement and its parameters."""
     params: dict[str, Any] = {"owner": owner, "limit": limit, "lease": lease}

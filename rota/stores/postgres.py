@@ -51,6 +51,7 @@ from ._pg_session import (
     claim_call,
     claimed,
     finish_batches,
+    finished_schedules_lock,
     pipelined,
 )
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
@@ -393,11 +394,14 @@ class PostgresStore(SqlStore):
     def _finish_and_claim(
         self, outcomes: Sequence[Outcome], owner: str, limit: int, queues: Sequence[str] | None, lease: float
     ) -> tuple[set[int], list[Claimed]]:
-        calls = [*finish_batches(outcomes), claim_call(owner, limit, queues, lease)]
+        batches = finish_batches(outcomes)
+        # two statements in one transaction: their schedules locked in one order first
+        lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
+        calls = [*lock, *batches, claim_call(owner, limit, queues, lease)]
         with self._session(False, pipeline=True) as s:
             for query, params in calls:
                 s.send(query, **params)
-        *written, claims = s.received
+        *written, claims = s.received[len(lock) :]
         return {r[0] for rows in written for r in rows}, claimed(claims)
 
     def _write_rows(self, query: str, rows: str) -> set[int]:

@@ -164,6 +164,17 @@ WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND (SELECT count(*) FROM locked) >= 0
 RETURNING r.id
 
+-- name: lock_finished_schedules
+-- The schedules of a whole batch's runs, locked in name order first, when one transaction
+-- writes the batch in two statements (finish_succeeded, then finish, then the claim): each
+-- statement locks its own runs' schedules in name order, but across the two the order could
+-- invert ({A succeeded, B failed} against {B succeeded, A failed}) and two finishers deadlock.
+SELECT s.name FROM rota_schedules s
+WHERE s.name IN (SELECT schedule FROM rota_runs
+                 WHERE id = ANY(%(ids)s::bigint[]) AND schedule IS NOT NULL AND status = 'running')
+ORDER BY s.name
+FOR UPDATE OF s
+
 -- name: finish_transactional
 -- a transactional handler's success, in the handler's own transaction (rota.transactional):
 -- the run's schedule locked first, as finish does; the time is the commit's, not the

@@ -97,6 +97,10 @@ SET status = :status, result = :result, error = :error, lease_until = NULL,
                     ELSE json_insert(attempts, '$[#]', json(:history)) END
 WHERE id = :id AND token = :token AND status = 'running'
 
+-- name: lock_finished_schedules
+-- (SQLite: a write transaction holds the whole file; no lock order to keep)
+SELECT :ids
+
 -- name: finish_transactional
 -- a transactional handler's success, in the handler's own transaction (rota.transactional)
 UPDATE rota_runs

@@ -123,6 +123,7 @@ class ThreadExecutor(_Decidable):
         if not active.stuck:
             active.stuck = True
             self.stuck += 1
+            self.slots.stuck_changed()
 
     def _returned(self, active: Active) -> None:
         """A decided run's thread finally returned: its slot is free now."""
@@ -130,6 +131,7 @@ class ThreadExecutor(_Decidable):
             active.stuck = False
             self.stuck -= 1
             self.slots.slot_freed.set()
+            self.slots.stuck_changed()
 
 
 class TransactionalExecutor(ThreadExecutor):
@@ -207,6 +209,7 @@ class Executors:
         self.store = store  # transactional handlers open their transaction on it
         self.inflight: dict[int, Active] = {}
         self.slot_freed = asyncio.Event()
+        self.stuck_changed: Callable[[], None] = lambda: None  # the registry shows it soon (Leases)
         self.handoff = Handoff(concurrency * 2 + 4, deliver)
         self.by_kind: dict[str, Executor] = {name: make(self) for name, make in EXECUTORS.items()}
 

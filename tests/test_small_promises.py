@@ -4,13 +4,21 @@ lease taken by another process noticed, a client read retried once across a cut.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
 
 import rota
 
 from .conftest import start_worker
-from .procs import wait_until
+from .procs import ROOT, wait_until
 
 
 def test_the_stuck_count_does_not_lag_by_a_heartbeat(app_factory: Callable[..., rota.App]) -> None:
@@ -33,3 +41,39 @@ def test_the_stuck_count_does_not_lag_by_a_heartbeat(app_factory: Callable[..., 
     release.set()
     wait_until(lambda: worker.stuck == 0, 10, "the thread to return")
     wait_until(lambda: app.stats()["stuck"] == 0 and other.stats()["stuck"] == 0, 2, "both to show its end")
+
+
+@contextlib.contextmanager
+def _unwritable(folder: Path) -> Iterator[None]:
+    """A directory this user cannot write: immutable for root (who ignores modes), 0555 else."""
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not available here (root writes any directory)")
+        undo = ["chattr", "-i", str(folder)]
+    else:
+        folder.chmod(0o555)
+        undo = ["chmod", "755", str(folder)]
+    try:
+        yield
+    finally:
+        subprocess.run(undo, check=True)
+
+
+def test_a_sqlite_database_the_worker_cannot_create_is_refused_at_start(tmp_path: Path) -> None:
+    """Not retried forever as "database unavailable": refused with the reason, in one line."""
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    url = f"sqlite:///{folder}/rota.db"
+    with _unwritable(folder):
+        app = rota.App(url)
+        worker = app.worker(install_signal_handlers=False)
+        expected = r"cannot write in '.*locked', the directory of the SQLite database"
+        with pytest.raises(rota.PermissionDenied, match=expected):
+            asyncio.run(asyncio.wait_for(worker.run(), 10))
+        app.close()
+        cmd = [sys.executable, "-m", "rota", "--database-url", url, "worker", "tests.apps.basic:app"]
+        env = {**os.environ, "ROTA_DATABASE_URL": url}
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        lines = [line for line in done.stderr.splitlines() + done.stdout.splitlines() if "cannot write in" in line]
+        assert done.returncode != 0 and len(lines) == 1, done.stderr + done.stdout
+        assert "Traceback" not in done.stderr + done.stdout

@@ -77,3 +77,25 @@ def test_a_sqlite_database_the_worker_cannot_create_is_refused_at_start(tmp_path
         lines = [line for line in done.stderr.splitlines() + done.stdout.splitlines() if "cannot write in" in line]
         assert done.returncode != 0 and len(lines) == 1, done.stderr + done.stdout
         assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_a_sqlite_lease_taken_after_the_hosts_clock_stepped_is_lost_at_once(tmp_path: Path) -> None:
+    """SQLite judges a lock's expiry on this host's clock: when that clock steps past the
+    expiry (NTP, a resume from suspend: the monotonic clock did not move), another process
+    takes the lock; the holder must know now, not at its next renewal (ttl/3 later)."""
+    clock = rota.FakeClock()  # the host's clock, shared by both apps (two processes on one host)
+    url = f"sqlite:///{tmp_path}/locks.db"
+    holder, thief = rota.App(url, clock=clock), rota.App(url, clock=clock)
+    try:
+        lease = holder.try_lock("nightly", ttl=30)
+        assert lease is not None and not lease.lost
+        clock.advance(seconds=31)
+        taken = thief.try_lock("nightly", ttl=30)
+        assert taken is not None and taken.token == lease.token + 1
+        assert lease.lost
+        with pytest.raises(rota.LockLost):
+            lease.__exit__(None, None, None)
+        assert [lock.owner for lock in thief.list_locks()] == [taken.owner]  # ours not released
+    finally:
+        holder.close()
+        thief.close()

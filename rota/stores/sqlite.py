@@ -116,6 +116,10 @@ class SQLiteStore(SqlStore):
     def _now(self) -> float:
         return self.clock.now().timestamp() if self.clock is not None else time.time()
 
+    def host_clock(self) -> float:
+        """The database's clock: this host's (or the FakeClock), as Unix seconds."""
+        return self._now()
+
     @contextmanager
     def _tx(self) -> Iterator[_Session]:
         # Writers of this process queue on a mutex instead of meeting in SQLite's busy

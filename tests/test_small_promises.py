@@ -99,3 +99,40 @@ def test_a_sqlite_lease_taken_after_the_hosts_clock_stepped_is_lost_at_once(tmp_
     finally:
         holder.close()
         thief.close()
+
+
+@pytest.mark.postgres
+def test_a_client_read_across_a_connection_cut_is_retried_once(pg_url: str) -> None:
+    """The pooled connections are terminated (a failover, a restart): list_runs reads again on
+    a new connection instead of raising DatabaseTransient."""
+    import uuid
+
+    import psycopg
+
+    from .conftest import PG_URL
+
+    name = f"rota_cut_{uuid.uuid4().hex[:10]}"
+    app = rota.App(f"{pg_url}&application_name={name}", retention=None)
+
+    @app.task(name="t")
+    def t() -> None: ...
+
+    t.enqueue()
+    assert len(app.list_runs()) == 1
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        cut = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchall()
+    assert cut
+    wait_until(
+        lambda: (
+            not psycopg.connect(PG_URL, autocommit=True)
+            .execute("SELECT 1 FROM pg_stat_activity WHERE application_name = %s", (name,))
+            .fetchall()
+        ),
+        10,
+        "the backends to end",
+    )
+    assert [r.task for r in app.list_runs()] == ["t"]
+    assert app.get_run(app.list_runs()[0].id).task == "t"
+    app.close()

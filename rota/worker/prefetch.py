@@ -92,9 +92,9 @@ class Prefetch:
 
     def room(self) -> int:
         """How many more runs may be claimed ahead now."""
-        if not self.active():
+        if not self.backlog or not self.claiming():
             return 0
-        return max(0, self.size() - len(self.held))
+        return max(0, self.size() - len(self.held))  # (the hot path: the pace once)
 
     def active(self) -> bool:
         return self.backlog and self.size() > 0 and self.claiming()

@@ -82,11 +82,16 @@ def test_after_short_runs_a_backlog_of_slow_runs_is_shared_fairly(
     started, _ = _executing(tmp_path)
     counts = [started[pid] for pid in pids]
     assert sum(counts) == SLOW and all(app.get_run(i).status == "succeeded" for i in ids)
-    # ideal: 12 and 12 in three rounds (2.4 s); hoarding gave 24 and 0 in six rounds (5 s)
+    # ideal: 12 and 12 in three rounds (2.4 s); hoarding gave 24 and 0 in six rounds (4.8 s)
     assert min(counts) >= SLOW // 2 - 3, counts
     # each check is two reads apart (a claim may start between them): a short slack only
     assert unfair <= 0.5, f"{unfair:.2f} s with slow runs held while the other worker had free slots"
-    assert makespan < 4.0, f"{makespan:.2f} s for {SLOW} runs of {SECONDS} s on 2 x {SLOTS} slots"
+    slow = [app.get_run(i) for i in ids]
+    began_at = min(r.started_at for r in slow if r.started_at is not None)
+    phase = (max(r.finished_at for r in slow if r.finished_at is not None) - began_at).total_seconds()
+    rounds = phase / SECONDS  # 3 when shared (the first claim of them to the last end)
+    assert rounds < 4.5, f"{phase:.2f} s for {SLOW} runs of {SECONDS} s on 2 x {SLOTS} slots"
+    assert makespan < 20, makespan  # the whole backlog, short runs and start-up included
     app.close()
 
 

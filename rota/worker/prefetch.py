@@ -123,10 +123,9 @@ class Prefetch:
             self.held[run_id] = (self.held[run_id][0], deadline)
 
     def next(self) -> Claimed | None:
-        """The first held run in start order whose lease is known to hold, to start now;
-        None if there is none, or the worker is stopping. A run whose lease may have run out
-        (no renewal came through, e.g. during an outage) waits for the heartbeat: kept or
-        dropped."""
+        """The first held run (start order) whose lease is known to hold, to start now; None if there is
+        none, or the worker is stopping. A run whose lease may have run out (no renewal
+        came through, e.g. during an outage) waits for the heartbeat: kept or dropped."""
         if not self.held or not self.claiming():
             return None
         now = time.monotonic()

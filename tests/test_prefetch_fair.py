@@ -5,17 +5,20 @@ sits on slow runs it has not started while the other has free slots (both stores
 from __future__ import annotations
 
 import collections
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import rota
 import rota.worker.prefetch
+from rota.errors import DatabaseUnavailable
 from rota.worker.prefetch import Prefetch
 
-from .conftest import make_app
+from .conftest import make_app, start_worker
 from .procs import WorkerProcs, wait_until
 from .test_crashes import enqueue, log_lines
 
@@ -126,3 +129,65 @@ def test_the_pace_counts_a_handler_at_its_age_once_it_runs_longer_than_the_mean(
     running.update({i: Running(0.0) for i in range(105, 110)})  # mixed: one slow slot
     p.running = {100: running[100], **{i: running[i] for i in range(105, 109)}}
     assert p.size() == 50  # four slots still free every millisecond
+
+
+def _blocker_and_held(app: rota.App) -> tuple[Any, list[rota.RunHandle], threading.Event]:
+    gate = threading.Event()
+
+    @app.task(name="job")
+    def job(i: int) -> int:
+        if i < 0:
+            gate.wait(30)
+        return i
+
+    job.enqueue(0).wait(10)  # a handler ended: the pace is known (instant)
+    blocker = job.options(priority=9).enqueue(-1)
+    quick = [rota.RunHandle(app, run_id) for run_id in job.enqueue_many([((i,), {}) for i in range(1, 11)])]
+    return blocker, quick, gate
+
+
+def test_held_runs_are_handed_back_once_the_running_handler_outlasts_the_horizon(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    """One slot, instant handlers so far; then a handler that blocks: the runs held behind it
+    go back to pending at once (for any other worker), not when it ends."""
+    app = app_factory()
+    worker = start_worker(app, concurrency=1)
+    blocker, quick, gate = _blocker_and_held(app)
+    try:
+
+        def handed_back() -> bool:  # all pending; those claimed (held behind the blocker) handed back
+            runs = [h.refresh() for h in quick]
+            back = [r for r in runs if r.history]
+            return bool(back) and all(r.status == "pending" for r in runs)
+
+        wait_until(handed_back, 5, "the held runs handed back while the blocker runs")
+        assert not worker._prefetch.held and blocker.refresh().status == "running"
+        back = [r for r in (h.refresh() for h in quick) if r.history]
+        assert all(r.attempt == 0 and r.history[-1]["status"] == "handed back" for r in back)
+        assert all("handlers ran slower" in r.history[-1]["error"]["message"] for r in back)
+    finally:
+        gate.set()
+    assert all(h.wait(10).status == "succeeded" for h in quick)
+
+
+def test_held_runs_whose_hand_back_fails_stay_held_and_run(
+    app_factory: Callable[..., rota.App], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = app_factory()
+
+    def away(*args: Any) -> set[int]:
+        raise DatabaseUnavailable("simulated outage")
+
+    monkeypatch.setattr(app.store, "hand_back", away)
+    worker = start_worker(app, concurrency=1)
+    blocker, quick, gate = _blocker_and_held(app)
+    try:
+        wait_until(lambda: blocker.refresh().status == "running" and len(worker._prefetch.held) > 0, 10, "held runs")
+        time.sleep(0.3)  # the pace says hand back; the database says no: kept (and renewed)
+        held = len(worker._prefetch.held)
+        assert held > 0 and all(h.refresh().status == "running" for h in quick if int(h.id) in worker._prefetch.held)
+    finally:
+        gate.set()
+    assert all(h.wait(10).status == "succeeded" for h in quick)
+    assert all(h.refresh().attempt == 1 for h in quick)

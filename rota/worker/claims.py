@@ -54,6 +54,7 @@ class Claimer:
         self.queues: list[str] | None = None
         self.lease = 0.0
         self.observers: list[Observer] = []
+        self._trim_after = 0.0  # no hand-back before (one failed: the database is away)
 
     async def claim_some(self) -> tuple[int, int]:
         """Claim up to the free slots, plus the prefetch room, if a run is due; start what
@@ -173,6 +174,8 @@ class Claimer:
     async def trim(self) -> None:
         """Hand back the held runs the handlers' current pace would not start within the
         hold horizon (they turned slow): another worker may have free slots for them now."""
+        if time.monotonic() < self._trim_after:
+            return
         extra = self.prefetch.take_excess()
         if not extra:
             return
@@ -182,6 +185,7 @@ class Claimer:
             back = await self.db(self.store().hand_back, held, reason)
         except DatabaseError as exc:
             self.prefetch.rehold(extra)  # still ours: kept, renewed, started or handed back later
+            self._trim_after = time.monotonic() + 1.0  # the database is away: not every CHECK
             log.debug("could not hand back %d run(s) held ahead: %s", len(held), exc)
             return
         log.debug("handed back %d run(s) held ahead (handlers slowed down): %s", len(back), sorted(back))

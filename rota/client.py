@@ -187,13 +187,15 @@ class Client(Declarations):
         counts = runs["runs"]
         workers = [w for w in self.list_workers() if w.alive]
         local = [w for w in self._workers if w.state in ("running", "draining")]
+        ours = {w.id for w in local}  # this process's workers: their own live count, not the registry's
+        stuck = sum(w.stuck for w in workers if w.id not in ours) + sum(w.stuck for w in local)
         return {
             **runs,
             "running": counts["running"],
             "pending": counts["pending"],
             "workers": len(workers),
             "capacity": sum(w.concurrency for w in workers),
-            "stuck": sum(w.stuck for w in workers),
+            "stuck": stuck,
             "worker_id": local[0].id if local else None,
             "worker_ids": [w.id for w in local],
             "local_inflight": sum(len(w.inflight) for w in local),

@@ -14,7 +14,10 @@ renewal (the process was paused, the backend unreachable), the lease is *lost*: 
 turns true and leaving the `with` block raises `LockLost`, so the caller knows its critical
 section may not have been exclusive. The holder's own deadline is measured on its monotonic
 clock from the moment it *sent* the acquire or renew, so it ends no later than the backend's
-expiry: `lost` may turn true a little early, never late. A lease that is lost stays lost
+expiry: `lost` may turn true a little early, never late. On SQLite the expiry is on this
+host's clock (each process writes its own `now`), so the holder checks that clock too: when
+it steps (NTP, a resume from suspend) another process may take the lock at once, and `lost`
+says so at once, not at the next renewal. A lease that is lost stays lost
 (it is never renewed back to life, even if nobody else took the lock meanwhile).
 """
 
@@ -86,15 +89,25 @@ class Lease:
         # Our own view of the expiry, on the monotonic clock. It starts when the call that set
         # the backend's expiry *started*, so it never ends later than the backend's.
         self._valid_until = time.monotonic() + ttl if valid_until is None else valid_until
+        # The same on the backend's clock when that is this host's (SQLite), else None.
+        self._expires: float | None = None
         self._lost = False
         self._released = False
 
     @property
     def lost(self) -> bool:
         """True once a renewal was refused or the TTL passed without one."""
-        if not self._lost and not self._released and time.monotonic() >= self._valid_until:
+        if not self._lost and not self._released and (time.monotonic() >= self._valid_until or self._expired()):
             self._lost = True
         return self._lost
+
+    def _expired(self) -> bool:
+        """Past the expiry on the backend's own clock, when it is this host's (SQLite): a
+        step of that clock lets another process take the lock before our monotonic deadline."""
+        if self._expires is None:
+            return False
+        now = self._manager.backend_clock()
+        return now is not None and now >= self._expires
 
     @property
     def released(self) -> bool:
@@ -109,13 +122,14 @@ class Lease:
         backend unreachable (then it stays held until its TTL runs out; see `lost`)."""
         if self._released or self.lost:  # past its TTL it is lost: never renewed back to life
             return False
-        started = time.monotonic()
+        started, clock = time.monotonic(), self._manager.backend_clock()
         try:
             ok = self._manager.backend.renew(self.name, self.owner, self.token, self.ttl)
         except DatabaseUnavailable:
             return False
         if ok:
             self._valid_until = started + self.ttl
+            self._expires = None if clock is None else clock + self.ttl
         elif not self._released:  # refused because we released it meanwhile is not a loss
             self._lost = True
         return ok
@@ -344,15 +358,24 @@ class LockManager:
         check_lock_name(name)
         ttl = _check_ttl(ttl)
         owner = f"{_process_id()}:{uuid.uuid4().hex[:12]}"
-        started = time.monotonic()
+        started, clock = time.monotonic(), self.backend_clock()
         token = self.backend.acquire(name, owner, ttl)
         if token is None:
             return None
         lease = Lease(self, name, owner, token, ttl, valid_until=started + ttl)
+        lease._expires = None if clock is None else clock + ttl
         with self._held_lock:
             self._held.add(lease)
         self._renewer.add(lease, started + ttl / 3)
         return lease
+
+    def backend_clock(self) -> float | None:
+        """The backend's clock (seconds) if it is this host's, else None (see StoreLocks.clock)."""
+        clock = getattr(self.backend, "clock", None)
+        try:
+            return clock() if clock is not None else None
+        except DatabaseUnavailable:
+            return None
 
     def acquire(self, name: str, ttl: float, wait: float) -> Lease:
         wait = _check_wait(wait)

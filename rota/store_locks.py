@@ -33,5 +33,13 @@ class StoreLocks:
     def list(self) -> list[LockInfo]:
         return self.app.store.list_locks()
 
+    def clock(self) -> float | None:
+        """The clock the expiry is judged on, in seconds, when it is this host's (SQLite:
+        every process writes its own `now`), else None (PostgreSQL: the server's clock). A
+        holder checks it besides its monotonic clock: a step of the host's clock (NTP, a
+        resume from suspend) lets another process take the lock at once."""
+        host_clock = getattr(self.app.store, "host_clock", None)
+        return host_clock() if host_clock is not None else None
+
 
 __all__ = ["StoreLocks"]

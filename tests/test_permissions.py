@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 import rota
 from rota.cli import main as cli
+from rota.stores.queries import load_migrations
 
 from .conftest import PG_URL, make_app
 
@@ -150,6 +151,9 @@ def test_a_read_only_sqlite_file_gives_a_clear_error() -> None:
         path.chmod(0o444)
         app = rota.App(f"sqlite:///{path}")
         if os.geteuid() == 0:
+            # rota's own SQL read here, as root: the checkout may be unreadable by nobody
+            load_migrations("sqlite")
+            app.store  # noqa: B018 - its named queries
             code, message = _as_nobody(app.prepare)
         else:
             code, message = 1, ""

@@ -17,6 +17,7 @@ from ..errors import (
     DatabaseError,
     DatabaseTransient,
     DatabaseUnavailable,
+    PermissionDenied,
 )
 from ._sql_base import Row
 from .base import Claimed, Outcome
@@ -144,6 +145,23 @@ def finish_batches(outcomes: Sequence[Outcome]) -> list[tuple[str, dict[str, Any
     ]
     batches = (("finish_succeeded", plain), ("finish", other))
     return [(query, {"rows": _json(rows)}) for query, rows in batches if rows]
+
+
+def _check_can_migrate(s: _Session, pending: Sequence[Any]) -> None:
+    can, role, schema = s.q("probe_can_migrate")[0]
+    if not can:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
+        raise PermissionDenied(
+            f"database role {role!r} lacks CREATE on schema {schema!r}, needed to apply migrations "
+            f"{names}: run `rota migrate` as the schema's owner, or GRANT CREATE ON SCHEMA "
+            f'"{schema}" TO "{role}"'
+        )
+
+
+def finished_schedules_lock(outcomes: Sequence[Outcome]) -> tuple[str, dict[str, Any]]:
+    """The statement that locks the schedules of all of `outcomes`' runs in name order, before
+    the batches of `finish_batches` in one transaction (see lock_finished_schedules)."""
+    return "lock_finished_schedules", {"ids": [o.id for o in outcomes]}
 
 
 def claim_call(owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> tuple[str, dict[str, Any]]:

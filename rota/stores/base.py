@@ -78,6 +78,8 @@ class Claimed:
     scheduled_for: datetime
     started_at: datetime
     lease_until: datetime
+    priority: int = 0  # with `due`, the order held runs start in (the claim's order)
+    due: float = 0.0  # due_at, Unix seconds
 
 
 @dataclass(slots=True)

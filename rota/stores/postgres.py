@@ -27,7 +27,6 @@ from ..errors import (
     DatabaseError,
     DatabaseTransient,
     DatabaseUnavailable,
-    PermissionDenied,
     SchemaVersionError,
 )
 from ..models import FINAL_STATUSES, PENDING, RUNNING
@@ -36,6 +35,7 @@ from ._pg_listen import listen as listen_on_channel
 from ._pg_lists import runs_where
 from ._pg_session import (
     _AsyncSession,
+    _check_can_migrate,
     _connect_kwargs,
     _is_retry_at_once,
     _json,
@@ -51,6 +51,7 @@ from ._pg_session import (
     claim_call,
     claimed,
     finish_batches,
+    finished_schedules_lock,
     pipelined,
 )
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
@@ -109,6 +110,7 @@ class PostgresStore(SqlStore):
         self.exact_count_limit = EXACT_COUNT_LIMIT
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._pool_lock = threading.Lock()
+        self._cuts = 0  # connections cut while in use (a read retries once after one)
         self._wakeups = _WakeupLimiter(self._send_wakeup)
         self._own_identity: Row | None = None
         self._handler_conns = PostgresHandlerConnections(self)  # rota.transactional
@@ -178,7 +180,20 @@ class PostgresStore(SqlStore):
         except psycopg.Error as exc:
             if used is None or used.broken:
                 self._drop_pool(pool)
+                self._cuts += used is not None  # a connection that worked was cut (see _select)
             raise _translate(exc, self.url) from exc
+
+    def _select(self, query: str, suffix: str = "", /, **params: Any) -> list[Row]:
+        """A client read (runs, schedules), once more on a new connection when the one it
+        used was cut (failover, restart): reads are idempotent. Not when the database is away."""
+        cuts = self._cuts
+        try:
+            return super()._select(query, suffix, **params)
+        except DatabaseTransient:
+            if self._cuts == cuts:
+                raise
+            log.info("a connection was cut during a read; reading again on a new one")
+            return super()._select(query, suffix, **params)
 
     def _drop_pool(self, pool: psycopg_pool.ConnectionPool[Any]) -> None:
         """A connection broke (failover, terminated backends, network): its idle siblings
@@ -393,11 +408,14 @@ class PostgresStore(SqlStore):
     def _finish_and_claim(
         self, outcomes: Sequence[Outcome], owner: str, limit: int, queues: Sequence[str] | None, lease: float
     ) -> tuple[set[int], list[Claimed]]:
-        calls = [*finish_batches(outcomes), claim_call(owner, limit, queues, lease)]
+        batches = finish_batches(outcomes)
+        # two statements in one transaction: their schedules locked in one order first
+        lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
+        calls = [*lock, *batches, claim_call(owner, limit, queues, lease)]
         with self._session(False, pipeline=True) as s:
             for query, params in calls:
                 s.send(query, **params)
-        *written, claims = s.received
+        *written, claims = s.received[len(lock) :]
         return {r[0] for rows in written for r in rows}, claimed(claims)
 
     def _write_rows(self, query: str, rows: str) -> set[int]:
@@ -477,17 +495,6 @@ class PostgresStore(SqlStore):
         kwargs = _connect_kwargs(self.url, self.connect_timeout)
         connect = functools.partial(psycopg.AsyncConnection.connect, self.url, **kwargs)
         await listen_on_channel(connect, self.queries["notify_channel"], on_payload)
-
-
-def _check_can_migrate(s: _Session, pending: Sequence[Any]) -> None:
-    can, role, schema = s.q("probe_can_migrate")[0]
-    if not can:
-        names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
-        raise PermissionDenied(
-            f"database role {role!r} lacks CREATE on schema {schema!r}, needed to apply migrations "
-            f"{names}: run `rota migrate` as the schema's owner, or GRANT CREATE ON SCHEMA "
-            f'"{schema}" TO "{role}"'
-        )
 
 
 __all__ = ["PostgresStore", "redact"]

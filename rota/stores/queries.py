@@ -3,6 +3,7 @@ start with `-- name: <name>`, and its numbered migrations as `sql/<dialect>/NNNN
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -32,6 +33,13 @@ class Migration:
 
 
 def load_migrations(dialect: str) -> list[Migration]:
+    """The numbered migrations of `dialect`, in order. Read once per process (a process
+    that dropped privileges later, or a checkout it can no longer read, still has them)."""
+    return list(_migrations(dialect))
+
+
+@functools.cache
+def _migrations(dialect: str) -> tuple[Migration, ...]:
     folder = resources.files("rota.stores") / "sql" / dialect
     found = []
     for entry in folder.iterdir():
@@ -44,7 +52,7 @@ def load_migrations(dialect: str) -> list[Migration]:
     # numbers must run 1, 2, 3 ... without a gap (a gap would hide a migration forever).
     if versions != list(range(1, len(versions) + 1)):
         raise RuntimeError(f"{dialect} migrations must be numbered 1, 2, 3 ... without gaps: {versions}")
-    return found
+    return tuple(found)
 
 
 def latest_version(migrations: list[Migration]) -> int:

@@ -101,6 +101,7 @@ class SQLiteStore(SqlStore):
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
             except sqlite3.Error as exc:
+                self._check_file()  # a file or directory this user cannot write: refused, not retried
                 raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
             self._local.conn = conn
             with self._all_lock:
@@ -114,6 +115,10 @@ class SQLiteStore(SqlStore):
 
     def _now(self) -> float:
         return self.clock.now().timestamp() if self.clock is not None else time.time()
+
+    def host_clock(self) -> float:
+        """The database's clock: this host's (or the FakeClock), as Unix seconds."""
+        return self._now()
 
     @contextmanager
     def _tx(self) -> Iterator[_Session]:
@@ -189,12 +194,14 @@ class SQLiteStore(SqlStore):
             mode = stat.filemode(os.stat(self.path).st_mode)
             raise PermissionDenied(
                 f"cannot write the SQLite database {self.path!r}: the file is read-only for {user} "
-                f"(mode {mode}); a worker and `rota migrate` must write it: make it writable (chmod u+w)"
+                f"(mode {mode}{_refused(self.path)}); a worker and `rota migrate` must write it: make it "
+                "writable (chmod u+w)"
             )
         if not os.access(directory, os.W_OK):
             raise PermissionDenied(
                 f"cannot write in {directory!r}, the directory of the SQLite database {self.path!r}, as "
-                f"{user}: SQLite creates its journal files (-wal, -shm) there; make it writable"
+                f"{user} (mode {stat.filemode(os.stat(directory).st_mode)}{_refused(directory)}): SQLite "
+                "creates the file and its journal files (-wal, -shm) there; make it writable"
             )
 
     # -- migrations ----------------------------------------------------------------------
@@ -401,12 +408,20 @@ class SQLiteStore(SqlStore):
         return {**run_stats(self.run_counts()), "database": f"sqlite:///{self.path}"}
 
 
+def _refused(path: str) -> str:
+    """Why a path whose mode allows this user to write is still read-only, if it is."""
+    st = os.stat(path)
+    if os.geteuid() != 0 and not (st.st_uid == os.geteuid() and st.st_mode & stat.S_IWUSR):
+        return ""  # the mode says why
+    return "; its mode allows writing: is it immutable (lsattr) or on a read-only mount?"
+
+
 def _claimed(rows: list[Any]) -> list[Claimed]:
     """Claimed runs in id order; times are Unix seconds in SQLite."""
     ts = datetime.fromtimestamp
     rows.sort(key=lambda r: r[0])
     return [Claimed(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], ts(r[10], UTC), ts(r[11], UTC),
-                    ts(r[12], UTC)) for r in rows]  # fmt: skip
+                    ts(r[12], UTC), r[13], r[14]) for r in rows]  # fmt: skip
 
 
 def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..errors import DatabaseError
 from ..logs import log_event
 from ..stores.base import Claimed, Store, finishes_with_claims
 from ..tasks import Task
@@ -23,6 +24,7 @@ from .service import wait_event
 from .wakeups import DueTimes
 
 log = logging.getLogger("rota.worker")
+CHECK = 0.01  # while runs are held and no slot frees: look at the handlers' pace this often
 Observer = Callable[[str, Claimed, float], None]
 
 
@@ -52,6 +54,7 @@ class Claimer:
         self.queues: list[str] | None = None
         self.lease = 0.0
         self.observers: list[Observer] = []
+        self._trim_after = 0.0  # no hand-back before (one failed: the database is away)
 
     async def claim_some(self) -> tuple[int, int]:
         """Claim up to the free slots, plus the prefetch room, if a run is due; start what
@@ -68,8 +71,7 @@ class Claimer:
         if len(claimed) < want:
             self.due.run_due = None
         self.prefetch.backlog = len(claimed) == want
-        for c in claimed:
-            self.prefetch.hold(c, deadline)
+        self.prefetch.hold_all(claimed, deadline)
         self.start_held()
         return len(claimed), want
 
@@ -139,14 +141,54 @@ class Claimer:
             if remaining <= 0:
                 return
             slot_freed.clear()
-            await wait_event(slot_freed, remaining)
+            await self._wait_slot(remaining)
 
     async def wait_for_slots(self, deadline: float) -> None:
+        """Until a slot frees or `deadline` (the next poll)."""
         slot_freed = self.executors.slot_freed
         slot_freed.clear()
-        if self.wanted() > 0:
+        while self.wanted() <= 0 and not slot_freed.is_set():
+            remaining = self.due.until(deadline)
+            if remaining <= 0 or await self._wait_slot(remaining):
+                return
+
+    async def _wait_slot(self, timeout: float) -> bool:
+        """Wait for slot_freed, at most `timeout`. While runs are (or may be) held, look every CHECK
+        seconds: at the pace (hand back what it would not start soon: trim), and for a
+        wake-up (a run enqueued meanwhile may go ahead of the held ones: claim it, if the
+        horizon has room, into start order). True to claim now."""
+        slot_freed = self.executors.slot_freed
+        if not self.prefetch.held and not self.prefetch.size():
+            await wait_event(slot_freed, timeout)
+            return False
+        await wait_event(slot_freed, min(timeout, CHECK))
+        if slot_freed.is_set():
+            return False
+        await self.trim()
+        if not self.due.wake.is_set():
+            return False
+        self.due.wake.clear()
+        self.prefetch.backlog = True
+        return self.wanted() > 0
+
+    async def trim(self) -> None:
+        """Hand back the held runs the handlers' current pace would not start within the
+        hold horizon (they turned slow): another worker may have free slots for them now."""
+        if time.monotonic() < self._trim_after:
             return
-        await wait_event(slot_freed, self.due.until(deadline))
+        extra = self.prefetch.take_excess()
+        if not extra:
+            return
+        held = [(claim.id, claim.token) for claim, _ in extra]
+        reason = f"worker {self.worker} held it ahead, then its handlers ran slower: handed back for another worker"
+        try:
+            back = await self.db(self.store().hand_back, held, reason)
+        except DatabaseError as exc:
+            self.prefetch.rehold(extra)  # still ours: kept, renewed, started or handed back later
+            self._trim_after = time.monotonic() + 1.0  # the database is away: not every CHECK
+            log.debug("could not hand back %d run(s) held ahead: %s", len(held), exc)
+            return
+        log.debug("handed back %d run(s) held ahead (handlers slowed down): %s", len(back), sorted(back))
 
     async def sleep_until(self, deadline: float) -> None:
         """Until the next poll, the next due run, or a wake-up."""

@@ -23,6 +23,7 @@ from .db import Db
 from .executors import Executors
 from .outage import Outage
 from .prefetch import Prefetch
+from .service import wait_event
 
 log = logging.getLogger("rota.worker")
 
@@ -53,12 +54,25 @@ class Leases:
         self.registry: Callable[[], tuple[str, int]] = lambda: ("running", 0)
         self.prefetch = Prefetch(0)  # runs claimed ahead: renewed like running ones
         self._confirming: set[asyncio.Task[None]] = set()
+        self.changed = asyncio.Event()  # the registry row should be written now
 
     async def run(self) -> None:
-        """The heartbeat task: renew every `interval` seconds."""
+        """The heartbeat task: renew every `interval` seconds; between beats, write the
+        registry at once when the number of stuck handler threads changed (app.stats() and
+        `rota workers` must not lag by a heartbeat)."""
+        beat = time.monotonic() + self.interval
         while True:
-            await asyncio.sleep(self.interval)
-            await self.heartbeat()
+            self.changed.clear()
+            await wait_event(self.changed, beat - time.monotonic())
+            if time.monotonic() >= beat:
+                await self.heartbeat()
+                beat = time.monotonic() + self.interval
+            else:
+                await self.seen()
+
+    def registry_changed(self) -> None:
+        """On the loop: what the registry shows changed (a stuck thread came or went)."""
+        self.changed.set()
 
     async def heartbeat(self) -> None:
         try:
@@ -66,21 +80,15 @@ class Leases:
         except DatabaseError as exc:
             self.outage.failed(exc)
             return
-        await self.report()
+        await self.seen()
 
-    async def report(self) -> None:
-        """Write this worker's state and stuck count to the registry (`rota workers`)."""
+    async def seen(self) -> None:
+        """Write the worker registry row (state, stuck threads)."""
         state, stuck = self.registry()
         try:  # the registry is secondary: its failure must not lose the renewal's news
             await self.db(self.store().worker_seen, self.worker, state, stuck)
         except DatabaseError as exc:
             log.debug("could not update the worker registry: %s", exc)
-
-    def report_soon(self) -> None:
-        """The stuck count changed: show it now, not at the next heartbeat (on the loop)."""
-        task = asyncio.get_running_loop().create_task(self.report())
-        self._confirming.add(task)
-        task.add_done_callback(self._confirming.discard)
 
     async def renew(self) -> None:
         """Renew the lease of every run this worker holds (running, or its outcome queued or

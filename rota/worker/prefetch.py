@@ -8,14 +8,22 @@ handler ends, the loop starts the next held run at once, without a round trip; t
 loop tops the buffer up in the background, in batches of half of it (taking the finished
 outcomes along, see Store.finish_and_claim).
 
-Bounds, and fairness across workers. A worker holds at most about WINDOW seconds of work
-ahead: `slots * WINDOW / mean` runs at the recent mean handler duration, and never more
-than `limit` (default `default_limit`: the concurrency, at least 50). Only while there is
-a backlog (the last claim got all it asked for). So a held run waits some milliseconds,
-far less than an idle worker's poll interval: no other worker would have run it sooner.
-Long handlers are never claimed ahead (for 5 slots, none once runs take 100 ms on
-average): a worker must not sit on work another idle worker could run. Held runs start in
-claim order (a higher priority run claimed later waits behind them, for those few ms).
+Bounds, and fairness across workers. A worker holds only what it expects to start within
+WINDOW seconds (the hold horizon) at the handlers' current pace, and never more than
+`limit` (default `default_limit`: the concurrency, at least 50). The pace is the rate at
+which slots free: each running handler is expected to take the recent mean duration, or
+its age once it runs longer than that (so a switch to long handlers shows at once, while
+they run, not only when they end). When the pace drops below what the held runs need, the
+claimer hands the excess back (the lowest in start order first) for another worker to take
+now (Claimer.trim). Only while there is a backlog (the last claim got all it asked for).
+So a held run waits some milliseconds, far less than an idle worker's poll interval: no
+other worker would have run it sooner. Long handlers are never claimed ahead (for 5 slots,
+none once runs take 100 ms), and none before a handler has ended (unknown durations).
+
+Order. Held runs start in the claim's order, priority DESC, due_at, id (a run claimed later
+with a higher priority goes ahead of those held), so a higher-priority run waits behind
+held ones for at most the horizon (the buffer is topped up, in claim order, before it
+drains).
 
 A held run is never started once the worker stops claiming (shutdown hands it back at once
 without counting an attempt), once its cancellation is requested (it is recorded
@@ -30,17 +38,23 @@ wait; writing the handler's start would cost the round trip prefetch saves. Kill
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ..errors import ConfigurationError
 from ..stores.base import Claimed
 
-WINDOW = 0.02  # seconds of work (at the recent mean handler duration) held ahead at most
+WINDOW = 0.02  # the hold horizon: seconds until a held run starts, at the current pace, at most
 _WEIGHT = 0.2  # of the newest duration in the running mean
 
 
+def start_order(claim: Claimed) -> tuple[int, float, int]:
+    """The order held runs start in: the claim's, priority DESC, due_at, id."""
+    return (-claim.priority, claim.due, claim.id)
+
+
 class Prefetch:
-    """The held runs, in claim order, and whether more may be held."""
+    """The held runs, in start order, and whether more may be held."""
 
     def __init__(self, limit: int, slots: int = 1) -> None:
         self.limit = limit
@@ -48,21 +62,39 @@ class Prefetch:
         self.held: dict[int, tuple[Claimed, float]] = {}  # run id -> (claim, lease known until)
         self.backlog = False  # the last claim got all it asked for
         self.mean: float | None = None  # running mean of recent handler durations (seconds)
+        self.running: Mapping[int, Any] = {}  # the handlers running, oldest first (Executors.inflight)
         self.claiming: Callable[[], bool] = lambda: True
         self.doubted: set[int] = set()  # a wake-up said cancelled: not started until confirmed
 
     def size(self) -> int:
-        """How many runs to hold: about WINDOW seconds of work, at most `limit`."""
+        """How many runs to hold: those the slots start within WINDOW at the current pace,
+        at most `limit`; none before a handler has ended (durations unknown)."""
         mean = self.mean
         if self.limit <= 0 or mean is None:
             return 0
-        return min(self.limit, int(self.slots * WINDOW / max(mean, 1e-6)))
+        return min(self.limit, int(WINDOW * self.pace(mean)))
+
+    def pace(self, mean: float) -> float:
+        """Runs per second the slots are expected to start now: each slot frees after the
+        mean duration, or, once its handler runs longer than that, after the handler's age
+        (re-estimated while handlers run, not only when they end). Oldest first: the loop
+        stops at the first handler younger than the mean (almost always the first)."""
+        mean = max(mean, 1e-6)
+        now = time.monotonic()
+        slow, rate = 0, 0.0
+        for active in self.running.values():
+            age = now - active.started
+            if age <= mean:
+                break
+            slow += 1
+            rate += 1.0 / age
+        return rate + max(0, self.slots - slow) / mean
 
     def room(self) -> int:
         """How many more runs may be claimed ahead now."""
-        if not self.active():
+        if not self.backlog or not self.claiming():
             return 0
-        return max(0, self.size() - len(self.held))
+        return max(0, self.size() - len(self.held))  # (the hot path: the pace once)
 
     def active(self) -> bool:
         return self.backlog and self.size() > 0 and self.claiming()
@@ -74,7 +106,16 @@ class Prefetch:
 
     def hold(self, claim: Claimed, deadline: float) -> None:
         """Hold a claimed run; its lease is known to last until `deadline` (monotonic)."""
-        self.held[claim.id] = (claim, deadline)
+        self.hold_all((claim,), deadline)
+
+    def hold_all(self, claims: Iterable[Claimed], deadline: float) -> None:
+        """Hold claimed runs (leases known to last until `deadline`), merged with those held
+        in start order: a higher-priority run claimed later starts before them."""
+        held = self.held
+        for claim in claims:
+            held[claim.id] = (claim, deadline)
+        if len(held) > 1:
+            self.held = dict(sorted(held.items(), key=lambda item: start_order(item[1][0])))
 
     def renewed(self, alive: set[int], deadline: float) -> None:
         """The heartbeat renewed the leases of `alive` until `deadline` (monotonic)."""
@@ -82,7 +123,7 @@ class Prefetch:
             self.held[run_id] = (self.held[run_id][0], deadline)
 
     def next(self) -> Claimed | None:
-        """The oldest held run whose lease is known to hold, to start now; None if there is
+        """The first held run (start order) whose lease is known to hold, to start now; None if there is
         none, or the worker is stopping. A run whose lease may have run out (no renewal
         came through, e.g. during an outage) waits for the heartbeat: kept or dropped."""
         if not self.held or not self.claiming():
@@ -93,6 +134,19 @@ class Prefetch:
                 del self.held[run_id]
                 return claim
         return None
+
+    def take_excess(self) -> list[tuple[Claimed, float]]:
+        """The held runs the current pace would not start within WINDOW (the last in start
+        order), no longer held: to hand back (see Claimer.trim)."""
+        extra = len(self.held) - self.size()
+        if extra <= 0:
+            return []
+        return [self.held.pop(run_id) for run_id in list(self.held)[-extra:]]
+
+    def rehold(self, entries: list[tuple[Claimed, float]]) -> None:
+        """Hold again what take_excess gave (the hand-back could not be written)."""
+        for claim, deadline in entries:
+            self.hold_all((claim,), deadline)
 
     def get(self, run_id: int) -> Claimed | None:
         entry = self.held.get(run_id)

@@ -118,7 +118,7 @@ class Worker(Lifecycle):
         self._leases.lease, self._leases.interval = self.lease, self.heartbeat_interval
         self._leases.complete = self._deliver
         self._leases.registry = lambda: (self.state, self._executors.stuck)
-        self._executors.stuck_changed = self._leases.report_soon
+        self._executors.stuck_changed = self._leases.registry_changed
         self._completer.after_outage = self._poller.after_outage
         self._completer.sleep_or_stop = self._sleep_or_stop
         self._rescuer.use_db_start = self.app.clock is None
@@ -127,6 +127,7 @@ class Worker(Lifecycle):
         self._claimer.prefetch = self._prefetch
         self._leases.prefetch = self._prefetch
         self._prefetch.claiming = lambda: self._claiming
+        self._prefetch.running = self._executors.inflight
         self._ticker.queues, self._ticker.poll_interval = self.queues, self.poll_interval
         self._ticker.claiming = self._ticker_claiming
         self._ticker.sleep_or_stop = self._sleep_or_stop
@@ -216,6 +217,7 @@ class Worker(Lifecycle):
         self._stop_requested = asyncio.Event()
         self._due.bind()
         self._executors.bind(self._loop)
+        self._leases.changed = asyncio.Event()
         self._wakeups.loop = self._loop
         self._completer.ready = asyncio.Event()
 

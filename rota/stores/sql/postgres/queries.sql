@@ -81,7 +81,8 @@ WHERE r.ctid = ANY(ARRAY(
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
-          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until
+          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
+          r.priority, extract(epoch FROM r.due_at)::float8
 
 -- name: claim_in_queues
 -- as claim, for some queues only
@@ -97,7 +98,8 @@ WHERE r.ctid = ANY(ARRAY(
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
-          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until
+          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
+          r.priority, extract(epoch FROM r.due_at)::float8
 
 -- name: heartbeat
 UPDATE rota_runs r SET lease_until = {now} + make_interval(secs => %(lease)s)
@@ -161,6 +163,17 @@ WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
   AND (SELECT count(*) FROM locked) >= 0
 RETURNING r.id
+
+-- name: lock_finished_schedules
+-- The schedules of a whole batch's runs, locked in name order first, when one transaction
+-- writes the batch in two statements (finish_succeeded, then finish, then the claim): each
+-- statement locks its own runs' schedules in name order, but across the two the order could
+-- invert ({A succeeded, B failed} against {B succeeded, A failed}) and two finishers deadlock.
+SELECT s.name FROM rota_schedules s
+WHERE s.name IN (SELECT schedule FROM rota_runs
+                 WHERE id = ANY(%(ids)s::bigint[]) AND schedule IS NOT NULL AND status = 'running')
+ORDER BY s.name
+FOR UPDATE OF s
 
 -- name: finish_transactional
 -- a transactional handler's success, in the handler's own transaction (rota.transactional):

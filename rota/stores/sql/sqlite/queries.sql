@@ -61,7 +61,7 @@ FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank FROM (
     LIMIT :limit)) AS c
 WHERE rota_runs.id = c.id
 RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-          scheduled_for, started_at, lease_until
+          scheduled_for, started_at, lease_until, priority, due_at
 
 -- name: claim_in_queues
 UPDATE rota_runs
@@ -76,7 +76,7 @@ FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank FROM (
     LIMIT :limit)) AS c
 WHERE rota_runs.id = c.id
 RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-          scheduled_for, started_at, lease_until
+          scheduled_for, started_at, lease_until, priority, due_at
 
 -- name: heartbeat
 UPDATE rota_runs SET lease_until = {now} + :lease
@@ -96,6 +96,10 @@ SET status = :status, result = :result, error = :error, lease_until = NULL,
     attempts = CASE WHEN :history IS NULL THEN attempts
                     ELSE json_insert(attempts, '$[#]', json(:history)) END
 WHERE id = :id AND token = :token AND status = 'running'
+
+-- name: lock_finished_schedules
+-- (SQLite: a write transaction holds the whole file; no lock order to keep)
+SELECT :ids
 
 -- name: finish_transactional
 -- a transactional handler's success, in the handler's own transaction (rota.transactional)

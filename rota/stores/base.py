@@ -59,6 +59,10 @@ class NewRun:
     status: str = "pending"
     error: str | None = None
     retry_of: int | None = None
+    # `key` + `unique_for` seconds: the key's run created within that window (not cancelled)
+    # is returned instead of a new one. `after`: ids of runs that must succeed first.
+    unique_for: float | None = None
+    after: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)

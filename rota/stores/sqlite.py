@@ -100,6 +100,7 @@ class SQLiteStore(SqlStore):
                 )
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
+                conn.execute("PRAGMA recursive_triggers=ON")  # dependents' cancellation cascades (0010)
             except sqlite3.Error as exc:
                 raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
             self._local.conn = conn

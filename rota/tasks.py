@@ -169,6 +169,7 @@ class RunContext:
     __slots__ = (
         "_cancel",
         "_connection",
+        "_parents",
         "attempt",
         "max_attempts",
         "run_id",
@@ -189,8 +190,10 @@ class RunContext:
         schedule: str | None,
         cancel: threading.Event | None = None,
         connection: Any = None,
+        parents: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self._connection = connection
+        self._parents = parents
         self.run_id = run_id
         self.task = task
         self.attempt = attempt
@@ -210,6 +213,13 @@ class RunContext:
                 "@app.task(transactional=True)"
             )
         return self._connection
+
+    @property
+    def parents(self) -> Mapping[str, Any]:
+        """The runs named in `after=`: parent id (str) -> its decoded result (read on first use)."""
+        if callable(self._parents):
+            self._parents = self._parents()
+        return self._parents if self._parents is not None else {}
 
     @property
     def cancelled(self) -> bool:

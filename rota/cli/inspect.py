@@ -145,6 +145,7 @@ def runs(ctx: click.Context, /, limit: int, as_json: bool, utc: bool, **flt: Any
 RUN_FIELDS = (
     *("id", "task", "schedule", "status", "attempt", "max_attempts", "queue", "priority", "key", "args"),
     *("kwargs", "scheduled_for", "started_at", "finished_at", "worker", "token", "result", "corrupt"),
+    *("parents", "dependents", "waiting_on"),
 )
 
 
@@ -155,14 +156,15 @@ RUN_FIELDS = (
 @handle_errors
 def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Show one run, with every attempt and its error."""
-    run = database_app(ctx).get_run(run_id)
-    data = run.to_json()
+    app = database_app(ctx)
+    run = app.get_run(run_id)
+    data = run.to_json() | app.run_links(run.id)
     if as_json:
         print_json(data)
         return
     for field in RUN_FIELDS:
         value = data.get(field)
-        if value is not None:
+        if value is not None and value != [] and not (field == "waiting_on" and value == 0):
             shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else value
             click.echo(f"{field:>14}: {clean(shown, newlines=False)}")
     for attempt in run.attempts:

@@ -106,6 +106,15 @@ class SqlStore(SqlSchedules):
         with self._read() as s:
             return {status: int(n) for status, n in s.q("count_by_status")}
 
+    def run_links(self, run_id: int) -> tuple[list[int], list[int]]:
+        with self._read() as s:
+            parents = [int(r[0]) for r in s.q("run_parents", id=run_id)]
+            return parents, [int(r[0]) for r in s.q("run_dependents", id=run_id)]
+
+    def parent_results(self, run_id: int) -> dict[int, str | None]:
+        with self._read() as s:
+            return {int(r[0]): r[1] for r in s.q("parent_results", id=run_id)}
+
     def cancel(self, run_id: int, reason: str) -> str | None:
         error = simple_error("Cancelled", reason)
         with self._tx() as s:

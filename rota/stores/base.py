@@ -437,6 +437,14 @@ class Store(abc.ABC):
         """Raw rows of a `web_*` named query over rota_runs (decoded by rota.web, which shows
         an undecodable value as corrupt): filtered and ordered as `list_runs`, or one id."""
 
+    def run_links(self, run_id: int) -> tuple[list[int], list[int]]:
+        """(parents, dependents) of a run (`after=`), ids ascending."""
+        return [], []
+
+    def parent_results(self, run_id: int) -> dict[int, str | None]:
+        """The stored (JSON) results of a run's parents, by parent id."""
+        return {}
+
     @abc.abstractmethod
     def cancel(self, run_id: int, reason: str) -> str | None:
         """Pending -> cancelled at once; running -> cancel requested (the owner stops it).

@@ -716,3 +716,7 @@ SELECT child FROM rota_deps WHERE parent = %(id)s ORDER BY child
 -- name: parent_results
 SELECT r.id, r.result FROM rota_deps d JOIN rota_runs r ON r.id = d.parent
 WHERE d.child = %(id)s ORDER BY r.id
+
+-- name: web_run_waiting
+-- (run_rows appends WHERE id = ...)
+SELECT waiting_on FROM rota_runs

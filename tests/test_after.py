@@ -219,3 +219,17 @@ def test_the_cli_and_the_api_show_parents_and_dependents(db_url: str) -> None:
         detail = client.get(f"/api/runs/{child.id}").json()
     assert (detail["parents"], detail["dependents"], detail["waiting_on"]) == ([a.id], [], 1)
     app.close()
+
+
+def test_pruning_a_dependent_drops_its_edges(db_url: str, clock: rota.FakeClock) -> None:
+    app, step = flow_app(db_url, clock=clock)
+    a = step.enqueue(1)
+    child = step.options(after=[a]).enqueue(2)
+    end(app, a.id, "failed")
+    clock.advance(10)
+    assert app.store.prune("cancelled", 5, 100) == 1
+    assert app.run_links(a.id)["dependents"] == []
+    with app.store._read() as s:  # type: ignore[attr-defined]
+        assert s.q_text("SELECT count(*) FROM rota_deps")[0][0] == 0
+    assert child.id not in {r.id for r in app.list_runs()}
+    app.close()

@@ -192,3 +192,15 @@ def test_unique_for_with_the_async_api(app: rota.App) -> None:
 
     first, second = asyncio.run(both())
     assert first.created and (second.id, second.created) == (first.id, False)
+
+
+def test_pruning_a_run_drops_its_key_s_record(db_url: str, clock: rota.FakeClock) -> None:
+    app, sync = sync_app(db_url, clock)
+    first = sync.options(key="k", unique_for=600).enqueue(1)
+    finish(app, first.id, "succeeded")
+    clock.advance(10)
+    assert app.store.prune("succeeded", 5, 100) == 1
+    with app.store._read() as s:  # type: ignore[attr-defined]
+        assert s.q_text("SELECT count(*) FROM rota_unique")[0][0] == 0
+    assert sync.options(key="k", unique_for=600).enqueue(1).created
+    app.close()

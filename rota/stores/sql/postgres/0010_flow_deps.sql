@@ -72,3 +72,18 @@ CREATE TRIGGER rota_run_settled AFTER UPDATE OF status ON rota_runs FOR EACH ROW
           AND OLD.status IN ('pending', 'running')
           AND NEW.status NOT IN ('pending', 'running'))
     EXECUTE FUNCTION rota_run_settled();
+
+-- Pruning a run (retention, `rota prune`) drops its edges as a child and its key's record,
+-- once per DELETE statement: a pruned run can no longer wait for anything nor be returned.
+CREATE INDEX rota_unique_run ON rota_unique (run_id);
+
+CREATE FUNCTION rota_runs_pruned() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM rota_deps d USING gone g WHERE d.child = g.id;
+    DELETE FROM rota_unique u USING gone g WHERE u.run_id = g.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER rota_runs_pruned AFTER DELETE ON rota_runs REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION rota_runs_pruned();

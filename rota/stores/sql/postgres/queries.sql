@@ -587,6 +587,12 @@ FROM (VALUES ('rota_runs'), ('rota_schedules'), ('rota_workers'), ('rota_locks')
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE NOT has_table_privilege(x.obj, x.priv)
 UNION ALL
+-- the tables of 0010 (flow-deps), once they exist
+SELECT current_user, current_schema(), x.obj, x.priv
+FROM (VALUES ('rota_deps'), ('rota_unique')) AS t(obj)
+CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
+WHERE CASE WHEN to_regclass(x.obj) IS NULL THEN false ELSE NOT has_table_privilege(x.obj, x.priv) END
+UNION ALL
 SELECT current_user, current_schema(), 'rota_migrations', 'SELECT'
 WHERE NOT has_table_privilege('rota_migrations', 'SELECT')
 UNION ALL

@@ -50,3 +50,12 @@ BEGIN
       AND id IN (SELECT child FROM rota_deps WHERE parent = NEW.id)
       AND status = 'pending';
 END;
+
+-- Pruning a run drops its edges as a child and its key's record (see PostgreSQL).
+CREATE INDEX rota_unique_run ON rota_unique (run_id);
+
+CREATE TRIGGER rota_run_pruned AFTER DELETE ON rota_runs
+BEGIN
+    DELETE FROM rota_deps WHERE child = OLD.id;
+    DELETE FROM rota_unique WHERE run_id = OLD.id;
+END;

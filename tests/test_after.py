@@ -233,3 +233,15 @@ def test_pruning_a_dependent_drops_its_edges(db_url: str, clock: rota.FakeClock)
         assert s.q_text("SELECT count(*) FROM rota_deps")[0][0] == 0
     assert child.id not in {r.id for r in app.list_runs()}
     app.close()
+
+
+def test_fake_context_gives_a_handler_its_parents(app: rota.App) -> None:
+    import rota.testing
+
+    @app.task(name="report", pass_context=True)
+    def report(ctx: rota.RunContext) -> int:
+        return sum(ctx.parents.values())
+
+    ctx = rota.testing.fake_context(report, parents={"1": 2, "3": 4})
+    assert rota.testing.call(report, context=ctx) == 6
+    assert rota.testing.fake_context(report).parents == {}

@@ -662,7 +662,7 @@ SELECT pg_postmaster_start_time()
 -- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) =======
 
 -- name: unique_take
--- transition: none (rota_unique only)
+-- (rota_unique only: changes no run)
 -- A keyed enqueue with unique_for: one atomic upsert of the key's row. It returns the run
 -- to hand back (created within `window` seconds and not cancelled), or NULL: then this
 -- enqueue creates the run and records it with unique_put in the same transaction. A
@@ -679,7 +679,7 @@ ON CONFLICT (task, key) DO UPDATE SET
 RETURNING run_id
 
 -- name: unique_put
--- transition: none (rota_unique only)
+-- (rota_unique only: changes no run)
 -- The key's newest run: one just created (created now), or the pending/running twin an
 -- enqueue got instead (created when it was).
 INSERT INTO rota_unique AS u (task, key, run_id, created_at)
@@ -688,7 +688,7 @@ VALUES (%(task)s, %(key)s, %(id)s, CASE WHEN %(twin)s::boolean
 ON CONFLICT (task, key) DO UPDATE SET run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at
 
 -- name: lock_parents
--- transition: none (flags the parents: has_dependents)
+-- transition: mark_parents (no status change: sets has_dependents on the parents)
 -- after=: lock the parents in id order (a finish of one waits until this enqueue commits,
 -- so its trigger sees the new edges) and flag them; their status says what the child waits for.
 WITH p AS (

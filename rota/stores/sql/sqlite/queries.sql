@@ -531,7 +531,7 @@ SELECT NULL
 -- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) =======
 
 -- name: unique_take
--- transition: none (rota_unique only)
+-- (rota_unique only: changes no run)
 -- As in PostgreSQL (see there); SQLite's write lock makes it atomic.
 INSERT INTO rota_unique AS u (task, key, run_id, created_at)
 VALUES (:task, :key, NULL, {now})
@@ -545,13 +545,13 @@ ON CONFLICT (task, key) DO UPDATE SET
 RETURNING run_id
 
 -- name: unique_put
--- transition: none (rota_unique only)
+-- (rota_unique only: changes no run)
 INSERT INTO rota_unique AS u (task, key, run_id, created_at)
 VALUES (:task, :key, :id, CASE WHEN :twin THEN (SELECT created_at FROM rota_runs WHERE id = :id) ELSE {now} END)
 ON CONFLICT (task, key) DO UPDATE SET run_id = excluded.run_id, created_at = excluded.created_at
 
 -- name: lock_parents
--- transition: none (flags the parents: has_dependents)
+-- transition: mark_parents (no status change: sets has_dependents on the parents)
 UPDATE rota_runs SET has_dependents = 1
 WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, status, task

@@ -245,3 +245,38 @@ def test_fake_context_gives_a_handler_its_parents(app: rota.App) -> None:
     ctx = rota.testing.fake_context(report, parents={"1": 2, "3": 4})
     assert rota.testing.call(report, context=ctx) == 6
     assert rota.testing.fake_context(report).parents == {}
+
+
+def test_a_chain_is_at_most_251_runs_deep_and_a_failure_cancels_all_of_it(db_url: str) -> None:
+    from rota.stores._flow import MAX_CHAIN
+
+    app, step = flow_app(db_url)
+    root = prev = step.enqueue(0)
+    chain = []
+    for i in range(MAX_CHAIN):
+        prev = step.options(after=[prev]).enqueue(i)
+        chain.append(prev)
+    with pytest.raises(rota.ConfigurationError, match="chain of 252 runs each waiting for the previous; at most 251"):
+        step.options(after=[prev]).enqueue(-1)
+    end(app, root.id, "failed")  # one transaction cancels the 250 behind it
+    assert {r.status for r in app.list_runs(limit=500) if r.id != root.id} == {"cancelled"}
+    assert chain[-1].refresh().error["message"] == f"parent run {chain[-2].id} (step) ended cancelled"  # type: ignore[index]
+    app.close()
+
+
+def test_only_waiting_links_count_toward_the_chain(db_url: str) -> None:
+    """A pipeline that enqueues each step after the previous one succeeded never grows."""
+    app, step = flow_app(db_url)
+
+    def depth(run: rota.RunHandle) -> int:
+        with app.store._read() as s:  # type: ignore[attr-defined]
+            return int(s.q_text(f"SELECT after_depth FROM rota_runs WHERE id = {int(run.id)}")[0][0])
+
+    prev = step.enqueue(0)
+    for i in range(3):
+        nxt = step.options(after=[prev]).enqueue(i)
+        assert nxt.refresh().waiting_on == 1 and depth(nxt) == 1
+        end(app, prev.id, "succeeded", "1")
+        assert depth(nxt) == 0  # released: no longer part of a waiting chain
+        prev = nxt
+    app.close()

@@ -17,6 +17,9 @@ from .base import NewRun
 Row = tuple[Any, ...]
 Steps = Generator[tuple[str, dict[str, Any]], list[Row], Any]
 Params = Callable[[NewRun], dict[str, Any]]
+# The longest chain of waiting runs (links): a failure cancels the rest of a chain through
+# nested trigger calls, which both databases limit (SQLite to 1,000 levels).
+MAX_CHAIN = 250
 
 
 def insert_one(params: Params, r: NewRun) -> Steps:
@@ -29,15 +32,15 @@ def insert_one(params: Params, r: NewRun) -> Steps:
         rows = yield "unique_take", {"task": r.task, "key": r.key, "window": r.unique_for}
         if rows and rows[0][0] is not None:
             return int(rows[0][0]), False
-    waiting = 0
+    waiting = depth = 0
     if r.after:
-        r, waiting = yield from _check_parents(r)
+        r, waiting, depth = yield from _check_parents(r)
     run_id, created = yield from _insert_keyed(params, r)
     if r.key is not None and r.unique_for is not None:
         yield "unique_put", {"task": r.task, "key": r.key, "id": run_id, "twin": not created}
     if created and r.after:
         yield "add_deps", {"ids": json.dumps(sorted(set(r.after))), "child": run_id}
-        yield "depend_run", {"id": run_id, "waiting": waiting}
+        yield "depend_run", {"id": run_id, "waiting": waiting, "depth": depth}
     return run_id, created
 
 
@@ -45,19 +48,27 @@ def _check_parents(r: NewRun) -> Steps:
     ids = sorted(set(r.after))
     rows = yield "lock_parents", {"ids": json.dumps(ids)}
     found = {int(row[0]): (str(row[1]), str(row[2])) for row in rows}
+    depths = {int(row[0]): int(row[3]) for row in rows}
     missing = [i for i in ids if i not in found]
     if missing:
         shown = ", ".join(str(i) for i in missing[:10]) + (" ..." if len(missing) > 10 else "")
         raise ConfigurationError(
             f"after= names {len(missing)} run id(s) that do not exist: {shown}; pass handles or ids of enqueued runs"
         )
-    waiting = sum(1 for i in ids if found[i][0] in (PENDING, RUNNING))
+    waiting = [i for i in ids if found[i][0] in (PENDING, RUNNING)]
     ended = [i for i in ids if found[i][0] not in (PENDING, RUNNING, SUCCEEDED)]
     if ended:
         status, task = found[ended[0]]
         error = simple_error("DependencyFailed", f"parent run {ended[0]} ({task}) ended {status}")
-        return replace(r, status="cancelled", held=False, error=error), 0
-    return replace(r, held=waiting > 0), waiting
+        return replace(r, status="cancelled", held=False, error=error), 0, 0
+    depth = 1 + max((depths[i] for i in waiting), default=-1)
+    if depth > MAX_CHAIN:
+        raise ConfigurationError(
+            f"after= would make a chain of {depth + 1} runs each waiting for the previous; at most "
+            f"{MAX_CHAIN + 1} (a failure cancels the rest of a chain in one transaction): "
+            "enqueue later steps once earlier ones succeeded"
+        )
+    return replace(r, held=bool(waiting)), len(waiting), depth
 
 
 def _insert_keyed(params: Params, r: NewRun) -> Steps:

@@ -34,6 +34,10 @@ CREATE INDEX rota_deps_child ON rota_deps (child);
 -- Constant defaults: no table rewrite, however many runs there are.
 ALTER TABLE rota_runs ADD COLUMN waiting_on integer NOT NULL DEFAULT 0;
 ALTER TABLE rota_runs ADD COLUMN has_dependents boolean NOT NULL DEFAULT false;
+-- How many waiting runs deep a dependent is (0 if no parent was waiting): after= refuses
+-- chains deeper than rota.flow.MAX_CHAIN, so a failure's cascade stays within the
+-- trigger's nesting limits (max_stack_depth here, SQLITE_MAX_TRIGGER_DEPTH there).
+ALTER TABLE rota_runs ADD COLUMN after_depth integer NOT NULL DEFAULT 0;
 
 CREATE FUNCTION rota_run_settled() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -43,6 +47,7 @@ BEGIN
         UPDATE rota_runs c
         SET waiting_on = c.waiting_on - 1,
             held = c.waiting_on > 1,
+            after_depth = CASE WHEN c.waiting_on = 1 THEN 0 ELSE c.after_depth END,
             scheduled_for = CASE WHEN c.waiting_on = 1 THEN greatest(c.scheduled_for, at) ELSE c.scheduled_for END,
             due_at = CASE WHEN c.waiting_on = 1 THEN greatest(c.due_at, at) ELSE c.due_at END
         WHERE c.id IN (SELECT d.child FROM rota_deps d WHERE d.parent = NEW.id)

@@ -699,7 +699,7 @@ WITH p AS (
 )
 UPDATE rota_runs r SET has_dependents = true
 FROM p WHERE r.id = p.id
-RETURNING r.id, r.status, r.task
+RETURNING r.id, r.status, r.task, r.after_depth
 
 -- name: add_deps
 INSERT INTO rota_deps (parent, child)
@@ -709,7 +709,7 @@ ON CONFLICT DO NOTHING
 -- name: depend_run
 -- transition: enqueue
 -- The new dependent's count of parents still to succeed (it was inserted held, or cancelled).
-UPDATE rota_runs SET waiting_on = %(waiting)s,
+UPDATE rota_runs SET waiting_on = %(waiting)s, after_depth = %(depth)s,
     finished_at = CASE WHEN status = 'cancelled' THEN {now} ELSE finished_at END
 WHERE id = %(id)s
 

@@ -22,6 +22,7 @@ CREATE INDEX rota_deps_child ON rota_deps (child);
 
 ALTER TABLE rota_runs ADD COLUMN waiting_on INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE rota_runs ADD COLUMN has_dependents INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE rota_runs ADD COLUMN after_depth INTEGER NOT NULL DEFAULT 0;  -- see PostgreSQL
 
 CREATE TRIGGER rota_run_settled AFTER UPDATE OF status ON rota_runs
 WHEN NEW.has_dependents
@@ -31,6 +32,7 @@ BEGIN
     UPDATE rota_runs
     SET waiting_on = waiting_on - 1,
         held = waiting_on > 1,
+        after_depth = CASE WHEN waiting_on = 1 THEN 0 ELSE after_depth END,
         scheduled_for = CASE WHEN waiting_on = 1
                              THEN max(scheduled_for, coalesce(NEW.finished_at, (julianday('now') - 2440587.5) * 86400.0))
                              ELSE scheduled_for END,

@@ -554,7 +554,7 @@ ON CONFLICT (task, key) DO UPDATE SET run_id = excluded.run_id, created_at = exc
 -- transition: mark_parents (no status change: sets has_dependents on the parents)
 UPDATE rota_runs SET has_dependents = 1
 WHERE id IN (SELECT value FROM json_each(:ids))
-RETURNING id, status, task
+RETURNING id, status, task, after_depth
 
 -- name: add_deps
 INSERT INTO rota_deps (parent, child)
@@ -564,7 +564,7 @@ ON CONFLICT DO NOTHING
 
 -- name: depend_run
 -- transition: enqueue
-UPDATE rota_runs SET waiting_on = :waiting,
+UPDATE rota_runs SET waiting_on = :waiting, after_depth = :depth,
     finished_at = CASE WHEN status = 'cancelled' THEN {now} ELSE finished_at END
 WHERE id = :id
 

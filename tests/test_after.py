@@ -280,3 +280,29 @@ def test_only_waiting_links_count_toward_the_chain(db_url: str) -> None:
         assert depth(nxt) == 0  # released: no longer part of a waiting chain
         prev = nxt
     app.close()
+
+
+def test_a_dependent_enqueued_while_its_parent_finishes_is_never_left_waiting(db_url: str) -> None:
+    """The race the parents' row lock closes: the finish either sees the new edge (and
+    releases the child) or commits first (and the enqueue sees a succeeded parent)."""
+    import threading
+
+    app, step = flow_app(db_url)
+    children = []
+    for _ in range(30):
+        parent = step.enqueue(0)
+        c = claim_one(app, parent.id)
+        barrier = threading.Barrier(2)
+
+        def finish(c: Any = c, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            app.store.finish([Outcome(c.id, c.token, "succeeded", result="1")])
+
+        thread = threading.Thread(target=finish)
+        thread.start()
+        barrier.wait()
+        children.append(step.options(after=[parent]).enqueue(1))
+        thread.join(10)
+        end(app, children[-1].id, "succeeded", "1")  # released either way: it can be claimed
+    assert all(child.refresh().status == "succeeded" for child in children)
+    app.close()

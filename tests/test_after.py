@@ -211,6 +211,8 @@ def test_the_cli_and_the_api_show_parents_and_dependents(db_url: str) -> None:
     assert (data["parents"], data["dependents"], data["waiting_on"]) == ([a.id], [], 1)
     text = runner.invoke(main, ["--database-url", db_url, "run", a.id]).output
     assert f'dependents: ["{child.id}"]' in text
+    listing = runner.invoke(main, ["--database-url", db_url, "runs"]).output
+    assert "waiting for 1 parent run(s) to succeed" in listing
     from starlette.testclient import TestClient
 
     from rota.web import create_app

@@ -116,6 +116,8 @@ def _summary(run: Run) -> str | None:
         return f"{run.error.get('type')}: {run.error.get('message')}"[:200]
     if run.result is not None:
         return json.dumps(run.result)[:200]
+    if run.waiting_on:
+        return f"waiting for {run.waiting_on} parent run(s) to succeed"
     return None
 
 

@@ -308,3 +308,27 @@ def test_a_dependent_enqueued_while_its_parent_finishes_is_never_left_waiting(db
         end(app, children[-1].id, "succeeded", "1")  # released either way: it can be claimed
     assert all(child.refresh().status == "succeeded" for child in children)
     app.close()
+
+
+def test_a_flow_on_a_psycopg_async_connection(pg_url: str) -> None:
+    import asyncio
+
+    import psycopg
+
+    app, step = flow_app(pg_url)
+
+    async def scenario() -> tuple[rota.RunHandle, rota.RunHandle, rota.RunHandle]:
+        conn = await psycopg.AsyncConnection.connect(pg_url)
+        async with conn:
+            async with conn.transaction():
+                a = await step.options(connection=conn, key="k", unique_for=600).enqueue_async(1)
+                twin = await step.options(connection=conn, key="k", unique_for=600).enqueue_async(1)
+                child = await step.options(connection=conn, after=[a]).enqueue_async(2)
+            return a, twin, child
+
+    a, twin, child = asyncio.run(scenario())
+    assert a.created and (twin.id, twin.created) == (a.id, False)
+    assert app.run_links(child.id) == {"parents": [a.id], "dependents": [], "waiting_on": 1}
+    end(app, a.id, "succeeded", "1")
+    assert child.refresh().waiting_on == 0
+    app.close()

@@ -332,3 +332,21 @@ def test_a_flow_on_a_psycopg_async_connection(pg_url: str) -> None:
     end(app, a.id, "succeeded", "1")
     assert child.refresh().waiting_on == 0
     app.close()
+
+
+def test_a_fan_in_of_1000_parents_is_released_by_the_last_finish(db_url: str) -> None:
+    app, step = flow_app(db_url)
+    store = app.store
+    parents = [i for i, _ in store.insert_runs([step.options()._new_run((i,), {}) for i in range(1000)])]
+    child = step.options(after=parents).enqueue(-1)
+    assert child.refresh().waiting_on == 1000
+    claimed = store.claim("w", 1000, None, 30)
+    assert len(claimed) == 1000  # the child is not among them
+    for start in range(0, 1000, 100):
+        batch = claimed[start : start + 100]
+        store.finish([Outcome(c.id, c.token, "succeeded", result="1") for c in batch])
+        assert child.refresh().waiting_on == 900 - start
+    run = child.refresh()
+    assert (run.status, run.held) == ("pending", False)
+    assert [c.id for c in store.claim("w", 10, None, 30)] == [int(child.id)]
+    app.close()

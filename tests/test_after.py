@@ -354,3 +354,13 @@ def test_a_fan_in_of_1000_parents_is_released_by_the_last_finish(db_url: str) ->
     assert (run.status, run.held) == ("pending", False)
     assert [c.id for c in store.claim("w", 10, None, 30)] == [int(child.id)]
     app.close()
+
+
+def test_a_keyed_dependent_s_twin_is_returned_without_new_edges(db_url: str) -> None:
+    app, step = flow_app(db_url)
+    a = step.enqueue(1)
+    first = step.options(key="report", after=[a]).enqueue(2)
+    twin = step.options(key="report", after=[a]).enqueue(2)
+    assert first.created and (twin.id, twin.created) == (first.id, False)
+    assert app.run_links(a.id)["dependents"] == [first.id]
+    app.close()

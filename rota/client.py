@@ -143,6 +143,17 @@ class Client(Declarations):
             raise RunNotFound(f"no run with id {run_id!r}")
         return run
 
+    def run_links(self, run_id: str | int) -> dict[str, Any]:
+        """A run's `after=` links: {"parents": [ids], "dependents": [ids], "waiting_on": n},
+        ids as strings; `waiting_on` counts the parents that have yet to succeed."""
+        run = self.get_run(run_id)
+        parents, dependents = self.store.run_links(int(run.id))
+        return {
+            "parents": [str(i) for i in parents],
+            "dependents": [str(i) for i in dependents],
+            "waiting_on": run.waiting_on,
+        }
+
     def list_runs(
         self,
         status: str | None = None,

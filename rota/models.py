@@ -63,6 +63,8 @@ class Run:
     history: list[dict[str, Any]] = field(default_factory=list)
     retry_of: str | None = None
     held: bool = False
+    # after=: how many parents have yet to succeed (the run waits, pending and held, until 0)
+    waiting_on: int = 0
     # The stored fields that could not be decoded (a row written by hand, by an older rota, or
     # damaged): JSON that is not valid, a time past year 9999. They read as [] / {} / None (a
     # time as datetime.max) here and as null in to_json(), with a "corrupt" note saying why.

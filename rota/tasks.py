@@ -169,6 +169,7 @@ class RunContext:
     __slots__ = (
         "_cancel",
         "_connection",
+        "_parents",
         "attempt",
         "max_attempts",
         "run_id",
@@ -189,8 +190,10 @@ class RunContext:
         schedule: str | None,
         cancel: threading.Event | None = None,
         connection: Any = None,
+        parents: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self._connection = connection
+        self._parents = parents
         self.run_id = run_id
         self.task = task
         self.attempt = attempt
@@ -210,6 +213,13 @@ class RunContext:
                 "@app.task(transactional=True)"
             )
         return self._connection
+
+    @property
+    def parents(self) -> Mapping[str, Any]:
+        """The runs named in `after=`: parent id (str) -> its decoded result (read on first use)."""
+        if callable(self._parents):
+            self._parents = self._parents()
+        return self._parents if self._parents is not None else {}
 
     @property
     def cancelled(self) -> bool:
@@ -307,11 +317,19 @@ class Task(Generic[P, R]):
         retries: int | None = None,
         backoff: Backoff | float | None = None,
         connection: object = None,
+        unique_for: timedelta | float | None = None,
+        after: Iterable[RunHandle | str | int] | RunHandle | str | int | None = None,
     ) -> TaskCall[P, R]:
         """Per-enqueue options: when (delay or run_at), priority, queue, dedup key, limits,
-        and `connection`: enqueue inside that connection's open transaction (`rota.txn`)."""
+        `connection`: enqueue inside that connection's open transaction (`rota.txn`),
+        `unique_for`: with `key`, return the key's run created within that window (not
+        cancelled) instead of a new one; `after`: run once these runs all succeeded."""
+        from .flow import check_unique_for, parent_ids
+
         opts = self.opts.merged(priority=priority, queue=queue, timeout=timeout, retries=retries, backoff=backoff)
-        return TaskCall(self, opts, when=_when(delay, run_at), key=_check_key(key), connection=connection)
+        call = TaskCall(self, opts, when=_when(delay, run_at), key=_check_key(key), connection=connection)
+        call.unique_for, call.after = check_unique_for(unique_for, call.key), parent_ids(after)
+        return call
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> RunHandle:
         return TaskCall(self, self.opts).enqueue(*args, **kwargs)
@@ -329,7 +347,7 @@ class Task(Generic[P, R]):
 class TaskCall(Generic[P, R]):
     """A task with per-enqueue options bound (returned by `Task.options`)."""
 
-    __slots__ = ("connection", "key", "opts", "task", "when")
+    __slots__ = ("after", "connection", "key", "opts", "task", "unique_for", "when")
 
     def __init__(
         self,
@@ -344,6 +362,8 @@ class TaskCall(Generic[P, R]):
         self.when = when
         self.key = key
         self.connection = connection
+        self.unique_for: float | None = None
+        self.after: tuple[int, ...] = ()
 
     def _new_run(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewRun:
         task = self.task
@@ -360,6 +380,8 @@ class TaskCall(Generic[P, R]):
             max_attempts=self.opts.max_attempts,
             timeout=self.opts.timeout,
             backoff=_backoff_json(self.opts, self.task.opts),
+            unique_for=self.unique_for,
+            after=self.after,
         )
 
     def _new_runs(self, calls: Iterable[Call]) -> list[NewRun]:

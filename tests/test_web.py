@@ -103,7 +103,8 @@ def test_reads_have_the_cli_shapes(client: TestClient, filled: rota.App) -> None
         assert {k: v for k, v in summary.items() if k in record and k != "error"} == {
             k: v for k, v in record.items() if k in summary and k != "error"
         }
-        assert get(client, f"/api/runs/{full.id}") == {**record, "corrupt": [], "raw": {}}
+        links = filled.run_links(full.id)  # parents, dependents, waiting_on (as `rota run --json`)
+        assert get(client, f"/api/runs/{full.id}") == {**record, **links, "corrupt": [], "raw": {}}
     assert runs[0]["error"] == {"type": "ValueError", "message": f"bad input {XSS}"}
     assert runs[1]["result_preview"] == '{"fine":true}' and runs[1]["args_preview"] == "[1]"
 

@@ -139,6 +139,8 @@ def _summary(run: Run) -> str | None:
         return f"{run.error.get('type')}: {run.error.get('message')}"[:200]
     if run.result is not None:
         return json.dumps(run.result)[:200]
+    if run.waiting_on:
+        return f"waiting for {run.waiting_on} parent run(s) to succeed"
     return None
 
 
@@ -170,6 +172,7 @@ def runs(ctx: click.Context, /, limit: int, as_json: bool, utc: bool, **flt: Any
 RUN_FIELDS = (
     *("id", "task", "schedule", "status", "attempt", "max_attempts", "queue", "priority", "key", "args"),
     *("kwargs", "scheduled_for", "started_at", "finished_at", "worker", "token", "result", "corrupt"),
+    *("parents", "dependents", "waiting_on"),
 )
 
 
@@ -180,14 +183,15 @@ RUN_FIELDS = (
 @handle_errors
 def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Show one run, with every attempt and its error."""
-    run = find_run(database_app(ctx), run_id)
-    data = run.to_json()
+    app = database_app(ctx)
+    run = find_run(app, run_id)
+    data = run.to_json() | app.run_links(run.id)
     if as_json:
         print_json(data)
         return
     for field in RUN_FIELDS:
         value = data.get(field)
-        if value is not None:
+        if value is not None and value != [] and not (field == "waiting_on" and value == 0):
             shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else value
             click.echo(f"{field:>14}: {clean(shown, newlines=False)}")
     for attempt in run.attempts:

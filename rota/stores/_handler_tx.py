@@ -61,6 +61,7 @@ def sqlite_handler_tx(store: SQLiteStore) -> Iterator[SQLiteHandlerTx]:
     try:
         conn = sqlite3.connect(store.path, isolation_level=None, timeout=store.busy_timeout, factory=_HandlerConnection)
         conn.execute(f"PRAGMA synchronous={store.synchronous.upper()}")
+        conn.execute("PRAGMA recursive_triggers=ON")  # dependents' cancellation cascades (0010)
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
         raise _translate(exc, store.path) from exc

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ..errors import ConfigurationError
 from ..models import RUNNING, LockInfo, Run, WorkerInfo
 from ..serialization import simple_error
+from ._flow import insert_one
 from ._sql_base import NOTIFY_CHANNEL, Row, Session, SqlBase, _plain
 from ._sql_schedules import SqlSchedules
 from ._steps import AsyncSession, InsertSteps, drive, drive_async
@@ -79,29 +79,12 @@ class SqlStore(SqlSchedules):
         return results
 
     def _insert_steps(self, runs: Sequence[NewRun]) -> InsertSteps:
-        """Insert runs one statement each, as (query, params) steps that a sync or an async
-        session executes (`drive`, `drive_async`): one logic for every kind of connection.
-        A keyed run whose task has a pending or running twin is not inserted; the twin's id
-        comes back with created=False. If the twin finishes between our conflicting insert
-        and the lookup, insert again (each statement sees fresh data under READ COMMITTED;
-        under SQLite's write lock it cannot happen)."""
+        """Insert runs one statement (or a few) each, as (query, params) steps that a sync or
+        an async session executes (`drive`, `drive_async`): one logic for every kind of
+        connection. Keys, uniqueness windows and dependencies: see `_flow.insert_one`."""
         results: list[tuple[int, bool]] = []
         for r in runs:
-            for _ in range(5):
-                rows = yield "insert_run", self._run_params(r)
-                if rows:
-                    results.append((int(rows[0][0]), True))
-                    break
-                if r.key is None:
-                    raise ConfigurationError(f"run of {r.task} conflicts with an existing run")  # pragma: no cover
-                existing = yield "find_keyed", {"task": r.task, "key": r.key}
-                if existing:
-                    results.append((int(existing[0][0]), False))
-                    break
-            else:  # pragma: no cover - needs a twin finishing five times in a row
-                raise ConfigurationError(
-                    f"could not insert run of {r.task} with key {r.key!r}: its twins kept finishing"
-                )
+            results.append((yield from insert_one(self._run_params, r)))
         return results
 
     # -- inspection and control ----------------------------------------------------------
@@ -122,6 +105,15 @@ class SqlStore(SqlSchedules):
     def count_by_status(self) -> dict[str, int]:
         with self._read() as s:
             return {status: int(n) for status, n in s.q("count_by_status")}
+
+    def run_links(self, run_id: int) -> tuple[list[int], list[int]]:
+        with self._read() as s:
+            parents = [int(r[0]) for r in s.q("run_parents", id=run_id)]
+            return parents, [int(r[0]) for r in s.q("run_dependents", id=run_id)]
+
+    def parent_results(self, run_id: int) -> dict[int, str | None]:
+        with self._read() as s:
+            return {int(r[0]): r[1] for r in s.q("parent_results", id=run_id)}
 
     def cancel(self, run_id: int, reason: str) -> str | None:
         error = simple_error("Cancelled", reason)

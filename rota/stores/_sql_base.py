@@ -35,7 +35,13 @@ class Session(Protocol):
 def _plain(runs: Sequence[NewRun]) -> bool:
     """No keys, schedules or special status: the bulk insert path applies."""
     return all(
-        r.key is None and r.schedule is None and r.retry_of is None and r.status == PENDING and not r.held for r in runs
+        r.key is None
+        and r.schedule is None
+        and r.retry_of is None
+        and r.status == PENDING
+        and not r.held
+        and not r.after
+        for r in runs
     )
 
 

@@ -111,6 +111,7 @@ class SqlRows(SqlBase):
             history=_loads(r[23] or "[]", [], "attempts", corrupt),
             retry_of=str(r[24]) if r[24] is not None else None,
             held=bool(r[25]),
+            waiting_on=int(r[26] or 0) if len(r) > 26 else 0,
             corrupt=tuple(corrupt),
         )
 

@@ -59,6 +59,10 @@ class NewRun:
     status: str = "pending"
     error: str | None = None
     retry_of: int | None = None
+    # `key` + `unique_for` seconds: the key's run created within that window (not cancelled)
+    # is returned instead of a new one. `after`: ids of runs that must succeed first.
+    unique_for: float | None = None
+    after: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -434,6 +438,14 @@ class Store(abc.ABC):
     def run_rows(self, query: str, flt: RunFilter | None = None, run_id: int | None = None, **params: Any) -> list[Any]:
         """Raw rows of a `web_*` named query over rota_runs (decoded by rota.web, which shows
         an undecodable value as corrupt): filtered and ordered as `list_runs`, or one id."""
+
+    def run_links(self, run_id: int) -> tuple[list[int], list[int]]:
+        """(parents, dependents) of a run (`after=`), ids ascending."""
+        return [], []
+
+    def parent_results(self, run_id: int) -> dict[int, str | None]:
+        """The stored (JSON) results of a run's parents, by parent id."""
+        return {}
 
     @abc.abstractmethod
     def cancel(self, run_id: int, reason: str) -> str | None:

@@ -319,6 +319,11 @@ class PostgresStore(SqlStore):
                                 r.max_attempts, r.timeout, r.backoff))  # fmt: skip
         return ids
 
+    def insert_runs(self, runs: Sequence[NewRun], *, notify: bool = True) -> list[tuple[int, bool]]:
+        """Again at once after a deadlock (a dependent's parents locked in id order while a
+        finisher locks some of them in another order): PostgreSQL rolled it all back."""
+        return self._again(functools.partial(super().insert_runs, notify=notify), runs)
+
     # Plain runs may be COPYed in a caller's transaction: their ids come from the sequence.
     bulk_in_foreign_tx = True
 

@@ -100,6 +100,7 @@ class SQLiteStore(SqlStore):
                 )
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
+                conn.execute("PRAGMA recursive_triggers=ON")  # dependents' cancellation cascades (0010)
             except sqlite3.Error as exc:
                 self._check_file()  # a file or directory this user cannot write: refused, not retried
                 raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc

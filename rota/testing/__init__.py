@@ -93,8 +93,10 @@ def fake_context(
     scheduled_for: datetime | None = None,
     schedule: str | None = None,
     cancelled: bool = False,
+    parents: dict[str, Any] | None = None,
 ) -> RunContext:
-    """A RunContext as a worker would pass it (for handlers declared with pass_context=True)."""
+    """A RunContext as a worker would pass it (for handlers declared with pass_context=True);
+    `parents` is what `ctx.parents` returns (parent run id -> result, for after= runs)."""
     name = task if isinstance(task, str) else task.name
     if max_attempts is None:
         max_attempts = task.opts.retries + 1 if isinstance(task, Task) else attempt
@@ -102,7 +104,7 @@ def fake_context(
     if cancelled:
         cancel.set()
     when = scheduled_for or datetime.now(UTC)
-    return RunContext(run_id, name, attempt, max_attempts, token, when, schedule, cancel)
+    return RunContext(run_id, name, attempt, max_attempts, token, when, schedule, cancel, parents=dict(parents or {}))
 
 
 def call(task: Task[..., Any], *args: Any, context: RunContext | None = None, **kwargs: Any) -> Any:

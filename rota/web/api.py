@@ -205,7 +205,13 @@ async def _detail(request: Request, run_id: int) -> dict[str, Any]:
     rows = await _call(store.run_rows, "web_run_detail", run_id=run_id)
     if not rows:
         raise RunNotFound(f"no run with id '{run_id}'")
-    return records.detail(tuple(rows[0]))
+    parents, dependents = await _call(store.run_links, run_id)
+    waiting = await _call(store.run_rows, "web_run_waiting", run_id=run_id)
+    return records.detail(tuple(rows[0])) | {
+        "parents": [str(i) for i in parents],
+        "dependents": [str(i) for i in dependents],
+        "waiting_on": int(waiting[0][0]) if waiting else 0,
+    }
 
 
 async def workers(request: Request) -> Response:

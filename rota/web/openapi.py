@@ -79,7 +79,8 @@ SCHEMAS: dict[str, Any] = {
             "error": ANY,
             "attempts": {"type": "array", "items": ATTEMPT},
             "raw": {"type": "object", "additionalProperties": STR},
-        }
+        },
+        {"parents": {"type": "array", "items": ID}, "dependents": {"type": "array", "items": ID}, "waiting_on": INT},
     ),
     "Schedule": _obj(
         {

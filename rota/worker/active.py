@@ -62,12 +62,33 @@ def decode_arguments(c: Claimed) -> tuple[Any, Any]:
 
 def run_context(active: Active) -> RunContext:
     c = active.claim
-    return RunContext(str(c.id), c.task, c.attempt, c.max_attempts, c.token, c.scheduled_for, c.schedule, active.cancel)
+    parents = _parents_of(active.task, c.id) if active.task is not None else None
+    return RunContext(
+        str(c.id), c.task, c.attempt, c.max_attempts, c.token, c.scheduled_for, c.schedule, active.cancel,
+        parents=parents,
+    )  # fmt: skip
 
 
-def child_context(c: Claimed) -> dict[str, Any]:
+def _parents_of(task: Task[Any, Any], run_id: int) -> Any:
+    """ctx.parents, read from the store only if the handler asks."""
+    return lambda: parent_results(task, run_id)
+
+
+def parent_results(task: Task[Any, Any], run_id: int) -> dict[str, Any]:
+    """A run's parents' results, decoded (a damaged one reads as None)."""
+    decoded: dict[str, Any] = {}
+    for parent, text in task.app.store.parent_results(run_id).items():
+        try:
+            decoded[str(parent)] = None if text is None else json.loads(text)
+        except ValueError:
+            decoded[str(parent)] = None
+    return decoded
+
+
+def child_context(c: Claimed, parents: dict[str, Any] | None = None) -> dict[str, Any]:
     """The RunContext fields a child process rebuilds its context from."""
     return {
+        "parents": parents or {},
         "run_id": str(c.id),
         "task": c.task,
         "attempt": c.attempt,

@@ -21,7 +21,7 @@ from ..serialization import encode_result
 from ..stores.base import Claimed, Store
 from ..tasks import Task
 from ..transactional import call_transactional, committing
-from .active import Active, child_context, decode_arguments, run_context
+from .active import Active, child_context, decode_arguments, parent_results, run_context
 from .child import run_in_child
 from .handoff import Deliver, Handoff, Result
 
@@ -171,7 +171,7 @@ class ProcessExecutor(_Decidable):
             module, qualname = handler_path(task.fn)
         except ValueError as exc:
             return "error", exc
-        context = child_context(c) if task.opts.pass_context else None
+        context = child_context(c, parent_results(task, c.id)) if task.opts.pass_context else None
         kind, value = run_in_child(module, qualname, task.name, c.args, c.kwargs, context, c.timeout, active.cancel)
         if kind == "error":
             return "child_error", value

@@ -448,7 +448,7 @@ FROM rota_schedules
 -- name: run_columns
 SELECT id, task, status, queue, priority, args, kwargs, key, schedule, scheduled_for, due_at,
        attempt, max_attempts, timeout, owner, token, lease_until, cancel_requested, created_at,
-       started_at, finished_at, result, error, attempts::text, retry_of, held
+       started_at, finished_at, result, error, attempts::text, retry_of, held, waiting_on
 FROM rota_runs
 
 -- name: count_by_status
@@ -612,6 +612,12 @@ FROM (VALUES ('rota_runs'), ('rota_schedules'), ('rota_workers'), ('rota_locks')
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE NOT has_table_privilege(x.obj, x.priv)
 UNION ALL
+-- the tables of 0010 (flow-deps), once they exist
+SELECT current_user, current_schema(), x.obj, x.priv
+FROM (VALUES ('rota_deps'), ('rota_unique')) AS t(obj)
+CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
+WHERE CASE WHEN to_regclass(x.obj) IS NULL THEN false ELSE NOT has_table_privilege(x.obj, x.priv) END
+UNION ALL
 SELECT current_user, current_schema(), 'rota_migrations', 'SELECT'
 WHERE NOT has_table_privilege('rota_migrations', 'SELECT')
 UNION ALL
@@ -677,3 +683,71 @@ SELECT id, stuck FROM rota_workers
 SELECT pg_postmaster_start_time()
 
 -- ===== end of issue 10, worker side =====================================================
+
+-- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) =======
+
+-- name: unique_take
+-- (rota_unique only: changes no run)
+-- A keyed enqueue with unique_for: one atomic upsert of the key's row. It returns the run
+-- to hand back (created within `window` seconds and not cancelled), or NULL: then this
+-- enqueue creates the run and records it with unique_put in the same transaction. A
+-- concurrent enqueue of the key waits here on the row lock until this one commits.
+INSERT INTO rota_unique AS u (task, key, run_id, created_at)
+VALUES (%(task)s, %(key)s, NULL, {now})
+ON CONFLICT (task, key) DO UPDATE SET
+    run_id = CASE WHEN u.created_at > EXCLUDED.created_at - make_interval(secs => %(window)s::float8)
+                       AND EXISTS (SELECT 1 FROM rota_runs r WHERE r.id = u.run_id AND r.status <> 'cancelled')
+                  THEN u.run_id END,
+    created_at = CASE WHEN u.created_at > EXCLUDED.created_at - make_interval(secs => %(window)s::float8)
+                           AND EXISTS (SELECT 1 FROM rota_runs r WHERE r.id = u.run_id AND r.status <> 'cancelled')
+                      THEN u.created_at ELSE EXCLUDED.created_at END
+RETURNING run_id
+
+-- name: unique_put
+-- (rota_unique only: changes no run)
+-- The key's newest run: one just created (created now), or the pending/running twin an
+-- enqueue got instead (created when it was).
+INSERT INTO rota_unique AS u (task, key, run_id, created_at)
+VALUES (%(task)s, %(key)s, %(id)s, CASE WHEN %(twin)s::boolean
+                                        THEN (SELECT created_at FROM rota_runs WHERE id = %(id)s) ELSE {now} END)
+ON CONFLICT (task, key) DO UPDATE SET run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at
+
+-- name: lock_parents
+-- transition: mark_parents (no status change: sets has_dependents on the parents)
+-- after=: lock the parents in id order (a finish of one waits until this enqueue commits,
+-- so its trigger sees the new edges) and flag them; their status says what the child waits for.
+WITH p AS (
+    SELECT id FROM rota_runs
+    WHERE id = ANY(ARRAY(SELECT value::bigint FROM json_array_elements_text(%(ids)s::json)))
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE rota_runs r SET has_dependents = true
+FROM p WHERE r.id = p.id
+RETURNING r.id, r.status, r.task, r.after_depth
+
+-- name: add_deps
+INSERT INTO rota_deps (parent, child)
+SELECT value::bigint, %(child)s FROM json_array_elements_text(%(ids)s::json)
+ON CONFLICT DO NOTHING
+
+-- name: depend_run
+-- transition: enqueue
+-- The new dependent's count of parents still to succeed (it was inserted held, or cancelled).
+UPDATE rota_runs SET waiting_on = %(waiting)s, after_depth = %(depth)s,
+    finished_at = CASE WHEN status = 'cancelled' THEN {now} ELSE finished_at END
+WHERE id = %(id)s
+
+-- name: run_parents
+SELECT parent FROM rota_deps WHERE child = %(id)s ORDER BY parent
+
+-- name: run_dependents
+SELECT child FROM rota_deps WHERE parent = %(id)s ORDER BY child
+
+-- name: parent_results
+SELECT r.id, r.result FROM rota_deps d JOIN rota_runs r ON r.id = d.parent
+WHERE d.child = %(id)s ORDER BY r.id
+
+-- name: web_run_waiting
+-- (run_rows appends WHERE id = ...)
+SELECT waiting_on FROM rota_runs

@@ -350,7 +350,7 @@ FROM rota_schedules
 -- name: run_columns
 SELECT id, task, status, queue, priority, args, kwargs, key, schedule, scheduled_for, due_at,
        attempt, max_attempts, timeout, owner, token, lease_until, cancel_requested, created_at,
-       started_at, finished_at, result, error, attempts, retry_of, held
+       started_at, finished_at, result, error, attempts, retry_of, held, waiting_on
 FROM rota_runs
 
 -- name: count_by_status
@@ -543,3 +543,57 @@ SELECT id, stuck FROM rota_workers
 SELECT NULL
 
 -- ===== end of issue 10, worker side =====================================================
+
+-- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) =======
+
+-- name: unique_take
+-- (rota_unique only: changes no run)
+-- As in PostgreSQL (see there); SQLite's write lock makes it atomic.
+INSERT INTO rota_unique AS u (task, key, run_id, created_at)
+VALUES (:task, :key, NULL, {now})
+ON CONFLICT (task, key) DO UPDATE SET
+    run_id = CASE WHEN u.created_at > excluded.created_at - :window
+                       AND EXISTS (SELECT 1 FROM rota_runs r WHERE r.id = u.run_id AND r.status <> 'cancelled')
+                  THEN u.run_id END,
+    created_at = CASE WHEN u.created_at > excluded.created_at - :window
+                           AND EXISTS (SELECT 1 FROM rota_runs r WHERE r.id = u.run_id AND r.status <> 'cancelled')
+                      THEN u.created_at ELSE excluded.created_at END
+RETURNING run_id
+
+-- name: unique_put
+-- (rota_unique only: changes no run)
+INSERT INTO rota_unique AS u (task, key, run_id, created_at)
+VALUES (:task, :key, :id, CASE WHEN :twin THEN (SELECT created_at FROM rota_runs WHERE id = :id) ELSE {now} END)
+ON CONFLICT (task, key) DO UPDATE SET run_id = excluded.run_id, created_at = excluded.created_at
+
+-- name: lock_parents
+-- transition: mark_parents (no status change: sets has_dependents on the parents)
+UPDATE rota_runs SET has_dependents = 1
+WHERE id IN (SELECT value FROM json_each(:ids))
+RETURNING id, status, task, after_depth
+
+-- name: add_deps
+INSERT INTO rota_deps (parent, child)
+SELECT value, :child FROM json_each(:ids)
+WHERE true
+ON CONFLICT DO NOTHING
+
+-- name: depend_run
+-- transition: enqueue
+UPDATE rota_runs SET waiting_on = :waiting, after_depth = :depth,
+    finished_at = CASE WHEN status = 'cancelled' THEN {now} ELSE finished_at END
+WHERE id = :id
+
+-- name: run_parents
+SELECT parent FROM rota_deps WHERE child = :id ORDER BY parent
+
+-- name: run_dependents
+SELECT child FROM rota_deps WHERE parent = :id ORDER BY child
+
+-- name: parent_results
+SELECT r.id, r.result FROM rota_deps d JOIN rota_runs r ON r.id = d.parent
+WHERE d.child = :id ORDER BY r.id
+
+-- name: web_run_waiting
+-- (run_rows appends WHERE id = ...)
+SELECT waiting_on FROM rota_runs

@@ -126,7 +126,8 @@ class Client(Declarations):
             kwargs=changes.get("kwargs", json.loads(current.kwargs)),
             options=options,
         )
-        replan = timing_changed or info.plan_error is not None  # an error left it without a next time
+        # An error left it without a next time, or its stored next time cannot be read: plan it again.
+        replan = timing_changed or info.plan_error is not None or "next_run_at" in info.corrupt
         next_run_at = spec.trigger.next_after(store.now()) if replan else None
         store.update_schedule(spec.to_def(source="api", app=None), next_run_at)
         return self.get_schedule(name)

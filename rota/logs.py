@@ -26,6 +26,8 @@ Event names (stable; operators alert on them):
 - poll_summary: debug, once per poll, counts since the previous one: swept (rescued),
   claimed, dispatched, locked_out, skipped_at_capacity (and worker).
 - flag_ignored: a `rota` flag lost to a value the App was given in code (argument > flag).
+- schedule_corrupt: warning, once per schedule and worker: a stored schedule whose fields
+  cannot be read (e.g. a time past year 9999) is skipped until repaired (schedule, fields).
 
 Both formatters take passwords out of URLs in the message (rota.config.redact_text).
 """
@@ -59,6 +61,7 @@ EVENTS = (
     "database_back",
     "poll_summary",
     "flag_ignored",
+    "schedule_corrupt",
 )
 FIELDS = ("run_id", "task", "schedule", "attempt", "worker", "duration", "error")
 _RESERVED = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "event", "fields"}

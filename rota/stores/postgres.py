@@ -451,7 +451,7 @@ class PostgresStore(SqlStore):
                 row = s.q("poll_state_in_queues", queues=list(queues))[0]
         now = self._dt(row[0])
         assert now is not None
-        return PollState(now, self._dt(row[1]), self._dt(row[2]))
+        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": redact(self.url)}

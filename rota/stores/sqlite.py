@@ -395,7 +395,7 @@ class SQLiteStore(SqlStore):
                 row = s.q("poll_state_in_queues", queues=self._names(queues))[0]
         now = self._dt(row[0])
         assert now is not None
-        return PollState(now, self._dt(row[1]), self._dt(row[2]))
+        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": f"sqlite:///{self.path}"}

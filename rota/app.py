@@ -94,8 +94,10 @@ class App(Client, AsyncClient):
         self.database_url: str = cfg["database_url"]
         self.name = check_name("app", name)
         self.concurrency: int = cfg["concurrency"]
-        self.lease: float = cfg["lease"]
-        self.poll_interval: float = cfg["poll_interval"]
+        self.lease: float = config.check_seconds("lease", cfg["lease"], config.MIN_LEASE)
+        self.poll_interval: float = config.check_seconds(
+            "poll_interval", cfg["poll_interval"], config.MIN_POLL_INTERVAL
+        )
         self.shutdown_timeout: float = cfg["shutdown_timeout"]
         self.clock = clock
         self.locks_url: str | None = cfg["locks_url"]

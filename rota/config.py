@@ -49,15 +49,33 @@ def _int(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def _seconds(low: float, *, allow_zero: bool = False) -> Callable[[str], float]:
+# Lower bounds of the worker's timings: a smaller poll interval or lease only spins the
+# worker and the database at full CPU (a heartbeat comes every third of the lease).
+MIN_POLL_INTERVAL = 0.01
+MIN_LEASE = 1.0
+MIN_HEARTBEAT = 0.01
+MAX_SECONDS = 86400 * 365
+
+
+def check_seconds(name: str, value: Any, low: float) -> float:
+    """`value` (an argument in code) as a number of seconds from `low` to a year, else a
+    ConfigurationError naming it and the bounds."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= MAX_SECONDS:
+        raise ConfigurationError(
+            f"{name} must be a positive number of seconds, got {value!r}: at least {low:g} and at most one year"
+        )
+    return float(value)
+
+
+def _seconds(low: float, *, inclusive: bool = False) -> Callable[[str], float]:
     def parse(raw: str) -> float:
         try:
             value = float(raw.strip())
         except ValueError:
             value = math.nan
-        ok = math.isfinite(value) and (value >= low if allow_zero else value > low) and value <= 86400 * 365
+        ok = math.isfinite(value) and (value >= low if inclusive else value > low) and value <= MAX_SECONDS
         if not ok:
-            floor = f">= {low:g}" if allow_zero else f"> {low:g}"
+            floor = f">= {low:g}" if inclusive else f"> {low:g}"
             raise _Invalid(f"a number of seconds {floor} and at most one year")
         return value
 
@@ -169,9 +187,21 @@ SETTINGS: dict[str, Setting] = {
         _s("locks_url", _url("redis://host:6379/0"), None, "Redis URL for named locks", "the run store"),
         _s("concurrency", _int(1, 10000), 5, "Runs a worker executes at a time", "5"),
         _s("queues", _queues, None, "Queues a worker serves (comma-separated)", "all"),
-        _s("lease", _seconds(0), 30.0, "Lease seconds (heartbeat every third)", "30"),
-        _s("poll_interval", _seconds(0), 1.0, "Seconds between polls", "1"),
-        _s("shutdown_timeout", _seconds(0, allow_zero=True), 30.0, "Seconds to drain on SIGTERM", "30"),
+        _s(
+            "lease",
+            _seconds(MIN_LEASE, inclusive=True),
+            30.0,
+            "Lease seconds, at least 1 (heartbeat every third)",
+            "30",
+        ),
+        _s(
+            "poll_interval",
+            _seconds(MIN_POLL_INTERVAL, inclusive=True),
+            1.0,
+            "Seconds between polls, at least 0.01",
+            "1",
+        ),
+        _s("shutdown_timeout", _seconds(0, inclusive=True), 30.0, "Seconds to drain on SIGTERM", "30"),
         _s(
             "retention",
             _retention,

@@ -1,0 +1,108 @@
+"""The limits a user meets, each refused with one line naming the value and what is valid
+(issue 21): the worker's poll interval and lease, dates, JSON depth, names, queue names,
+run ids and database paths. docs/reference/limits.md lists them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import rota
+from rota import config
+from rota.cli import main
+
+BASIC = "tests.apps.basic:app"
+
+
+def cli(*args: str, env: dict[str, str | None] | None = None) -> tuple[int, str]:
+    result = CliRunner(env={"COLUMNS": "140", **(env or {})}).invoke(main, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.output
+
+
+def one_error_line(code: int, out: str, *needles: str) -> None:
+    assert code in (1, 2), out
+    assert out.startswith("error: ") and out.count("\n") == 1, out
+    assert "Traceback" not in out
+    for needle in needles:
+        assert needle in out, out
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for setting in config.SETTINGS.values():
+        monkeypatch.delenv(setting.env, raising=False)
+
+
+# -- poll interval and lease (item 14) -----------------------------------------------------
+@pytest.mark.parametrize(
+    ("env", "raw", "floor"),
+    [
+        ("ROTA_POLL_INTERVAL", "1e-300", ">= 0.01"),
+        ("ROTA_POLL_INTERVAL", "0.005", ">= 0.01"),
+        ("ROTA_LEASE", "1e-300", ">= 1"),
+        ("ROTA_LEASE", "0.5", ">= 1"),
+    ],
+)
+def test_absurdly_small_poll_or_lease_variables_are_refused(
+    monkeypatch: pytest.MonkeyPatch, env: str, raw: str, floor: str
+) -> None:
+    monkeypatch.setenv(env, raw)
+    with pytest.raises(rota.ConfigurationError) as info:
+        rota.App("sqlite:///:memory:")
+    assert str(info.value) == f"{env}={raw!r} is not valid: expected a number of seconds {floor} and at most one year"
+
+
+def test_the_lower_bounds_themselves_are_accepted(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.setenv("ROTA_POLL_INTERVAL", "0.01")
+    monkeypatch.setenv("ROTA_LEASE", "1")
+    app = rota.App(f"sqlite:///{tmp_path}/rota.db")
+    assert (app.poll_interval, app.lease) == (0.01, 1.0)
+    worker = app.worker(install_signal_handlers=False)
+    assert (worker.poll_interval, worker.lease) == (0.01, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"poll_interval": 1e-300}, r"poll_interval must be a positive number of seconds, got 1e-300: at least 0.01"),
+        ({"lease": 0.001}, r"lease must be a positive number of seconds, got 0.001: at least 1 and at most one year"),
+        ({"heartbeat_interval": 1e-9}, r"heartbeat_interval must be a positive number of seconds, got 1e-09"),
+    ],
+)
+def test_absurd_worker_arguments_are_refused(tmp_path: Any, options: dict[str, Any], message: str) -> None:
+    app = rota.App(f"sqlite:///{tmp_path}/rota.db")
+    with pytest.raises(rota.ConfigurationError, match=message):
+        app.worker(**options)
+    option, value = next(iter(options.items()))
+    if option != "heartbeat_interval":
+        with pytest.raises(rota.ConfigurationError, match=message):
+            rota.App(f"sqlite:///{tmp_path}/rota.db", **{option: value})
+
+
+def _worker_command(tmp_path: Any, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """`rota worker` for an App that leaves its timings to flags and variables, in a child
+    process (a bound not enforced would leave it running: the timeout ends the test)."""
+    (tmp_path / "timings_app.py").write_text("import rota\napp = rota.App()\n")
+    environ = {**os.environ, "ROTA_DATABASE_URL": f"sqlite:///{tmp_path}/rota.db", **(env or {})}
+    command = [sys.executable, "-m", "rota", "worker", "timings_app:app", *args]
+    done = subprocess.run(command, cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stderr
+
+
+def test_the_worker_command_refuses_a_tiny_lease_or_poll_in_one_line(tmp_path: Any) -> None:
+    code, err = _worker_command(tmp_path, "--poll-interval", "1e-300")
+    one_error_line(code, err, "poll_interval", "1e-300", "at least 0.01")
+    code, err = _worker_command(tmp_path, env={"ROTA_LEASE": "1e-300"})
+    one_error_line(code, err, "ROTA_LEASE='1e-300' is not valid", ">= 1")
+
+
+def test_the_settings_table_states_the_bounds() -> None:
+    table = config.markdown_table()
+    assert "at least 1 " in config.SETTINGS["lease"].help and "at least 0.01" in config.SETTINGS["poll_interval"].help
+    assert "at least 0.01" in table

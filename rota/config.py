@@ -289,8 +289,19 @@ def markdown_table() -> str:
 
 
 # -- redaction -------------------------------------------------------------------------------
-_USERINFO = re.compile(r"(?P<pre>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s'\"]*):(?P<pw>[^@\s'\"]*)@")
-_PARAM = re.compile(r"(?i)(?P<key>\b(?:password|passwd|pwd|sslpassword)\s*=\s*)(?P<pw>'[^']*'|[^&\s'\"]+)")
+def _spelled(word: str) -> str:
+    """A pattern for `word` with any letter also percent-encoded: libpq decodes the key
+    `pass%77ord` to `password`."""
+    return "".join(f"(?:{c}|%{ord(c.lower()):02x}|%{ord(c.upper()):02x})" for c in word)
+
+
+# The password of a URL's userinfo: up to the last "@" before the path (a password may hold
+# quotes, or an "@" its writer did not encode).
+_USERINFO = re.compile(r"(?P<pre>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s'\"]*):(?P<pw>[^\s/]*)@")
+_KEYS = "|".join(_spelled(word) for word in ("sslpassword", "password", "passwd", "pwd"))
+# key=value of a URL query or a conninfo string (the "=" perhaps encoded as %3D); a value is
+# a quoted conninfo value (with \' escapes) or everything up to "&" or a space, quotes too.
+_PARAM = re.compile(rf"(?i)(?P<key>(?<![A-Za-z0-9_])(?:{_KEYS})\s*(?:=|%3d)\s*)(?P<pw>'(?:[^'\\]|\\.)*'?|[^&\s]+)")
 
 
 def redact_url(url: str) -> str:
@@ -314,7 +325,7 @@ def redact_text(text: str, *urls: str | None) -> str:
     secrets = [pw for url in urls if url for pw in _passwords(url)] + list(_KNOWN)
     if "@" in text:  # both patterns need these characters: most log lines skip them
         text = _USERINFO.sub(lambda m: f"{m['pre']}:***@", text)
-    if "=" in text:
+    if "=" in text or "%3" in text:
         text = _PARAM.sub(lambda m: f"{m['key']}***", text)
     for secret in sorted(set(secrets), key=len, reverse=True):
         if len(secret) >= 3:
@@ -323,7 +334,8 @@ def redact_text(text: str, *urls: str | None) -> str:
 
 
 def _passwords(url: str) -> list[str]:
-    found = [m["pw"] for m in _USERINFO.finditer(url)] + [m["pw"].strip("'") for m in _PARAM.finditer(url)]
+    found = [m["pw"] for m in _USERINFO.finditer(url)]
+    found += [m["pw"].strip("'").replace("\\'", "'") for m in _PARAM.finditer(url)]
     return [p for q in found if q for p in {q, unquote(q)}]
 
 

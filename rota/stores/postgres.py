@@ -48,6 +48,7 @@ from ._pg_session import (
     _translate,
     _usable,
     _WakeupLimiter,
+    check_conninfo,
     claim_call,
     claimed,
     finish_batches,
@@ -91,6 +92,7 @@ class PostgresStore(SqlStore):
         tick_lock_timeout: float = 0.5,
     ) -> None:
         super().__init__(url, clock)
+        check_conninfo(url)
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be at least 1, got {pool_size}")
         self._settings = _session_settings(

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -100,11 +101,29 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str, ensure_ascii=False)
 
 
+# Control characters (newline, carriage return, escape...), DEL, C1 and the Unicode line
+# separators: in a message they would forge or hide log lines, so a text log shows them escaped.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape_controls(text: str) -> str:
+    """`text` on one line: each control character as a visible escape (\\n, \\r, \\t, \\x1b,
+    \\u2028), wherever it came from (a task name, an error message, an argument)."""
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
+
+
 class TextFormatter(logging.Formatter):
-    """`time level logger: message`, passwords taken out."""
+    """`time level logger: message`, passwords taken out, control characters in the message
+    escaped (a traceback appended to the line keeps its own newlines)."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
 
     def format(self, record: logging.LogRecord) -> str:
         return redact_text(super().format(record))

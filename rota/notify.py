@@ -38,6 +38,7 @@ from typing import Any
 
 from .errors import ConfigurationError
 from .events import NOTIFY_ON, Event, check_events
+from .logs import escape_controls
 
 log = logging.getLogger("rota.notify")
 
@@ -184,7 +185,7 @@ class Email(Notifier):
 
     def message(self, event: Event) -> EmailMessage:
         msg = EmailMessage()
-        msg["Subject"] = f"[rota] {self.summary(event)}"
+        msg["Subject"] = f"[rota] {escape_controls(self.summary(event))}"  # a header is one line
         msg["From"] = self.sender
         msg["To"] = ", ".join(self.to)
         lines = [f"{key}: {value}" for key, value in self.payload(event).items() if value is not None]

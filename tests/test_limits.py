@@ -7,6 +7,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -106,3 +109,69 @@ def test_the_settings_table_states_the_bounds() -> None:
     table = config.markdown_table()
     assert "at least 1 " in config.SETTINGS["lease"].help and "at least 0.01" in config.SETTINGS["poll_interval"].help
     assert "at least 0.01" in table
+
+
+# -- dates (item 5) ------------------------------------------------------------------------
+@pytest.fixture
+def west_of_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process's local zone is New York (a user west of UTC)."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize(
+    "run_at",
+    [
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(1, 1, 1, 12, tzinfo=timezone(timedelta(hours=-5))),
+        datetime(1969, 12, 31, 23, 59, tzinfo=UTC),
+    ],
+)
+def test_a_run_at_before_1970_is_refused(app: rota.App, run_at: datetime) -> None:
+    t = app.task(name="t")(lambda: None)
+    with pytest.raises(rota.ConfigurationError) as info:
+        t.options(run_at=run_at).enqueue()
+    assert str(info.value) == (
+        f"run_at {run_at.isoformat()} is too far in the past: runs must be due from 1970-01-01T00:00:00Z on "
+        "(a time in the past is due at once; for now, leave run_at out)"
+    )
+    assert app.list_runs() == []
+
+
+def test_a_run_at_in_the_past_since_1970_is_due_at_once(app: rota.App) -> None:
+    t = app.task(name="t")(lambda: None)
+    handle = t.options(run_at=datetime(1970, 1, 1, tzinfo=UTC)).enqueue()
+    assert app.get_run(handle.id).scheduled_for == datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def test_rota_runs_west_of_utc_shows_a_run_stored_at_year_1(app: rota.App, west_of_utc: None) -> None:
+    """A row written before the bound (or by hand) is still listed, in UTC, not a crash."""
+    handle = app.task(name="t")(lambda: None).enqueue()
+    store: Any = app.store
+    year_one = "'0001-01-01 00:00:00+00'" if store.dialect == "postgresql" else "-62135596800"
+    with store._tx() as s:
+        s.q_text(f"UPDATE rota_runs SET scheduled_for = {year_one}, due_at = {year_one} WHERE id = {int(handle.id)}")
+    code, out = cli("--database-url", app.database_url, "runs")
+    assert code == 0, out
+    assert " 1-01-01 00:00 " in out  # shown in UTC (strftime writes year 1 as "1")
+
+
+# -- queue names (item 16) -----------------------------------------------------------------
+@pytest.mark.parametrize("queue", ["q\n", "mail\n", "\nq", "q\r\n"])
+def test_a_queue_name_with_a_newline_fails_the_pattern(app: rota.App, queue: str) -> None:
+    t = app.task(name="t")(lambda: None)
+    with pytest.raises(rota.ConfigurationError, match=r"invalid queue name"):
+        t.options(queue=queue).enqueue()
+    with pytest.raises(rota.ConfigurationError, match=r"invalid queue name"):
+        app.task(name="u", queue=queue)(lambda: None)
+    with pytest.raises(rota.ConfigurationError):
+        app.worker(queues=[queue], install_signal_handlers=False)
+    assert app.list_runs() == []
+
+
+def test_a_worker_queue_flag_or_variable_with_a_newline_is_one_line(tmp_path: Any) -> None:
+    one_error_line(*_worker_command(tmp_path, "-q", "q\n"), "--queue", "'q\\n'")
+    one_error_line(*_worker_command(tmp_path, env={"ROTA_QUEUES": "mail,q\n"}), "ROTA_QUEUES='mail,q\\n'")

@@ -29,7 +29,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 FINAL = ("succeeded", "failed", "cancelled", "skipped")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+_QUEUE = re.compile(r"\A[A-Za-z0-9_.:-]{1,100}\Z")  # \Z: "$" would pass "q\n"
 
 
 class _Invalid(ValueError):
@@ -120,7 +120,7 @@ def _retention(raw: str) -> dict[str, timedelta]:
 
 
 def _queues(raw: str) -> list[str] | None:
-    names = [q.strip() for q in raw.split(",") if q.strip()]
+    names = [q.strip(" ") for q in raw.split(",") if q.strip(" ")]  # "q\n" stays invalid
     if not names or not all(_QUEUE.match(q) for q in names):
         raise _Invalid("comma-separated queue names of 1-100 letters, digits, '_', '-', '.' or ':'")
     return names

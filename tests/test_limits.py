@@ -4,6 +4,7 @@ run ids and database paths. docs/reference/limits.md lists them."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -175,3 +176,64 @@ def test_a_queue_name_with_a_newline_fails_the_pattern(app: rota.App, queue: str
 def test_a_worker_queue_flag_or_variable_with_a_newline_is_one_line(tmp_path: Any) -> None:
     one_error_line(*_worker_command(tmp_path, "-q", "q\n"), "--queue", "'q\\n'")
     one_error_line(*_worker_command(tmp_path, env={"ROTA_QUEUES": "mail,q\n"}), "ROTA_QUEUES='mail,q\\n'")
+
+
+# -- JSON depth (item 6) -------------------------------------------------------------------
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_arguments_nested_more_than_100_levels_are_refused_naming_the_argument(app: rota.App) -> None:
+    from rota.serialization import MAX_DEPTH
+
+    t = app.task(name="t")(lambda *a, **k: None)
+    assert MAX_DEPTH == 100
+    assert t.enqueue(_nested(99), data={"k": _nested(98)}).id  # 100 levels, the outer list included
+    for args, kwargs in (((_nested(100),), {}), ((), {"data": {"k": _nested(99)}}), ((_nested(100_000),), {})):
+        with pytest.raises(rota.SerializationError, match=r"is nested more than 100 levels deep") as info:
+            t.enqueue(*args, **kwargs)
+        assert len(str(info.value)) < 300
+    assert len(app.list_runs()) == 1
+
+
+def test_a_result_too_deep_to_encode_fails_the_run_with_a_clear_error(app: rota.App) -> None:
+    from .conftest import start_worker
+
+    @app.task(name="deep")
+    def deep() -> list[Any]:
+        return _nested(100_000)
+
+    handle = deep.enqueue()
+    start_worker(app)
+    run = handle.wait(timeout=15)
+    assert run.status == "failed" and run.error is not None
+    assert "the result of deep() is nested too deeply to store as JSON" in run.error["message"]
+
+
+@pytest.mark.parametrize("depth", [900, 100_000])
+def test_rota_runs_and_rota_run_survive_deeply_nested_stored_json(app: rota.App, depth: int) -> None:
+    """A row written by hand or another client: a depth the decoder cannot read here is shown
+    as corrupt; one it can is shown. Never a RecursionError."""
+    handle = app.task(name="t")(lambda: None).enqueue()
+    store: Any = app.store
+    text = "[" * depth + "]" * depth
+    with store._tx() as s:
+        s.q_text(
+            f"UPDATE rota_runs SET args = {store._p('a')}, result = {store._p('a')} WHERE id = {int(handle.id)}", a=text
+        )
+    for command in (["runs"], ["runs", "--json"], ["run", handle.id], ["run", handle.id, "--json"]):
+        code, out = cli("--database-url", app.database_url, *command)
+        assert code == 0 and "RecursionError" not in out, out
+        if depth > 10_000:
+            assert "corrupt" in out
+
+
+def test_enqueue_args_nested_too_deeply_is_one_line(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path}/rota.db"
+    deep = "[" * 100_000 + "]" * 100_000
+    one_error_line(*cli("--database-url", url, "enqueue", BASIC, "noop", "--args", deep), "--args", "nested too deeply")
+    over = json.dumps([_nested(100)])
+    one_error_line(*cli("--database-url", url, "enqueue", BASIC, "noop", "--args", over), "nested more than 100 levels")

@@ -162,7 +162,7 @@ def _loads(text: str | None, fallback: Any, field: str, corrupt: list[str]) -> A
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to decode here
         corrupt.append(field)
         return fallback
 

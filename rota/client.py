@@ -277,12 +277,17 @@ class Client(Declarations):
 
 
 def _run_id(run_id: object) -> int:
-    try:
-        value = int(str(run_id))
-    except ValueError:
-        raise RunNotFound(f"no run with id {run_id!r}: run ids are integers") from None
+    """An int, or a string of ASCII digits only, as the API reads them: int() would also take
+    '1_0' (10), '١' (an Arabic-Indic 1), '+1' and ' 1 '."""
+    value = -1
+    if isinstance(run_id, int) and not isinstance(run_id, bool):
+        value = run_id
+    elif isinstance(run_id, str) and run_id.isascii() and run_id.isdigit() and len(run_id) <= 19:
+        value = int(run_id)
     if not 1 <= value <= 2**63 - 1:
-        raise RunNotFound(f"no run with id {run_id!r}: run ids are integers from 1 to {2**63 - 1}")
+        raise RunNotFound(
+            f"no run with id {run_id!r}: run ids are integers from 1 to {2**63 - 1}, written in ASCII digits"
+        )
     return value
 
 

@@ -237,3 +237,25 @@ def test_enqueue_args_nested_too_deeply_is_one_line(tmp_path: Any) -> None:
     one_error_line(*cli("--database-url", url, "enqueue", BASIC, "noop", "--args", deep), "--args", "nested too deeply")
     over = json.dumps([_nested(100)])
     one_error_line(*cli("--database-url", url, "enqueue", BASIC, "noop", "--args", over), "nested more than 100 levels")
+
+
+# -- run ids (item 18) ---------------------------------------------------------------------
+@pytest.mark.parametrize("raw", ["1_0", "١", "١٠", "+1", " 1", "1 ", "0x1", "１", "1.0", "0", "9223372036854775808"])
+def test_cli_run_ids_are_ascii_digits_only(app: rota.App, raw: str) -> None:
+    t = app.task(name="t")(lambda: None)
+    handles = [t.options(delay=3600).enqueue() for _ in range(10)]  # runs 1 to 10 exist
+    assert [h.id for h in handles][:1] == ["1"] and handles[-1].id == "10"
+    for command in ("cancel", "run", "retry"):
+        code, out = cli("--database-url", app.database_url, command, raw)
+        one_error_line(code, out, f"no run with id {raw!r}", "ASCII digits")
+    assert all(r.status == "pending" for r in app.list_runs())
+    with pytest.raises(rota.RunNotFound, match="written in ASCII digits"):
+        app.cancel(raw)
+
+
+def test_plain_run_ids_still_work(app: rota.App) -> None:
+    t = app.task(name="t")(lambda: None)
+    handle = t.options(delay=3600).enqueue()
+    code, out = cli("--database-url", app.database_url, "cancel", handle.id)
+    assert code == 0 and out == f"run {handle.id} cancelled\n", out
+    assert app.get_run(int(handle.id)).status == "cancelled"

@@ -3,6 +3,7 @@ inspection, pause/resume/trigger, cancel/retry, stats (mixed into App by rota.ap
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,7 @@ from .models import FINAL_STATUSES, STATUSES, Run, ScheduleInfo, WorkerInfo
 from .serialization import encode_arguments
 from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store, run_stats
 from .tasks import Backoff, RunHandle, Task, TaskOptions, check_int
+from .timing.frequency import is_high_frequency
 
 if TYPE_CHECKING:
     from .app import App
@@ -165,7 +167,7 @@ class Client(Declarations):
         return self.store.list_runs(flt)
 
     def list_schedules(self, *, include_inactive: bool = False) -> list[ScheduleInfo]:
-        return self.store.list_schedules(include_inactive)
+        return [self._marked(s) for s in self.store.list_schedules(include_inactive)]
 
     def get_schedule(self, name: str) -> ScheduleInfo:
         _filter("schedule name", name)
@@ -173,7 +175,13 @@ class Client(Declarations):
         if info is None:
             known = [s.name for s in self.store.list_schedules(True)]
             raise ScheduleNotFound(f"no schedule named {name!r}{did_you_mean(name, known)}")
-        return info
+        return self._marked(info)
+
+    def _marked(self, info: ScheduleInfo) -> ScheduleInfo:
+        """`info` with high_frequency set against this App's threshold."""
+        if not is_high_frequency(info.cron, info.every, info.tz, cast("App", self).high_frequency):
+            return info
+        return dataclasses.replace(info, high_frequency=True)
 
     def list_workers(self, *, stale_after: float | None = None) -> list[WorkerInfo]:
         return self.store.list_workers(stale_after if stale_after is not None else self.lease * 2)

@@ -210,6 +210,13 @@ SETTINGS: dict[str, Setting] = {
             "succeeded=7d,skipped=7d,cancelled=30d,failed=30d",
         ),
         _s("prune_interval", _seconds(0), 300.0, "Seconds between pruning passes", "300"),
+        _s(
+            "high_frequency",
+            _seconds(0, inclusive=True),
+            60.0,
+            "Warn about schedules firing more often than every this many seconds (0: off)",
+            "60",
+        ),
         _s("pool_size", _int(1, 1000), None, "PostgreSQL connections per process (PostgreSQL only)", "10"),
         _s(
             "prefetch",

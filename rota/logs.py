@@ -28,6 +28,9 @@ Event names (stable; operators alert on them):
 - flag_ignored: a `rota` flag lost to a value the App was given in code (argument > flag).
 - schedule_corrupt: warning, once per schedule and worker: a stored schedule whose fields
   cannot be read (e.g. a time past year 9999) is skipped until repaired (schedule, fields).
+- schedule_high_frequency: warning, once per schedule when a worker starts: it fires more
+  often than the high_frequency threshold (ROTA_HIGH_FREQUENCY, default 60 s; 0: off)
+  (schedule, interval: its shortest gap in seconds, threshold).
 
 Both formatters take passwords out of URLs in the message (rota.config.redact_text).
 """
@@ -63,6 +66,7 @@ EVENTS = (
     "poll_summary",
     "flag_ignored",
     "schedule_corrupt",
+    "schedule_high_frequency",
 )
 FIELDS = ("run_id", "task", "schedule", "attempt", "worker", "duration", "error")
 _RESERVED = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "event", "fields"}

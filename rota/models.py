@@ -178,6 +178,9 @@ class ScheduleInfo:
     # schedule whose next_run_at is corrupt (warning once) until it is repaired by an
     # update, or a pause and resume, which plans it again.
     corrupt: tuple[str, ...] = ()
+    # It fires more often than the App's high_frequency threshold (ROTA_HIGH_FREQUENCY, default
+    # every 60 s): set by App.list_schedules() / get_schedule(), False from a bare store.
+    high_frequency: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -200,6 +203,7 @@ class ScheduleInfo:
             "skip_count": self.skip_count,
             "plan_error": self.plan_error,
             "corrupt": list(self.corrupt),
+            "high_frequency": self.high_frequency,
             "args": self.args,
             "kwargs": self.kwargs,
         }

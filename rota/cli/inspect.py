@@ -61,6 +61,8 @@ def _schedule_row(s: ScheduleInfo, now: datetime, utc: bool) -> tuple[Any, ...]:
         state = f"{state}, cannot plan!"
     if s.corrupt:
         state = f"{state}, corrupt: {', '.join(s.corrupt)}"
+    if s.high_frequency:
+        state = f"{state}, high frequency"
     counts = f"{s.run_count}/{s.success_count}/{s.failure_count}/{s.skip_count}"
     next_run, last_run = when(s.next_run_at, now, utc=utc), when(s.last_run_at, now, utc=utc)
     row = (s.name, s.task, s.cron or every, s.tz, s.overlap, state, next_run, last_run, s.last_status, counts)

@@ -1,7 +1,9 @@
 """What a worker says about the schedules when it starts, one warning per schedule at most:
 a schedule stored damaged (a field that cannot be read, e.g. a time past year 9999), which
-every worker skips until it is repaired, and a schedule that fires more often than this
-worker polls. The ticker reports a damaged schedule it meets later through the same set,
+every worker skips until it is repaired; a high-frequency schedule, firing more often than
+the App's high_frequency threshold (ROTA_HIGH_FREQUENCY, default every 60 s; event
+schedule_high_frequency); and one firing more often than this worker polls (said in the
+same warning when it is both). The ticker reports a damaged schedule it meets later through the same set,
 so each is named once per worker."""
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from ..logs import log_event
 from ..models import ScheduleInfo
+from ..timing.frequency import is_high_frequency, shortest_cron_gap
 
 log = logging.getLogger("rota.worker")
 
@@ -34,19 +37,44 @@ class ScheduleChecks:
         )
         log_event(log, logging.WARNING, "schedule_corrupt", message, schedule=name, fields=list(fields))
 
-    def at_start(self, stored: list[ScheduleInfo], in_code: Mapping[str, Any], poll_interval: float) -> None:
+    def at_start(
+        self, stored: list[ScheduleInfo], in_code: Mapping[str, Any], poll_interval: float, threshold: float
+    ) -> None:
         """The warnings of a worker's start, from the stored schedules (and those in code)."""
         for info in stored:
             if info.corrupt and info.active:
                 self.corrupt(info.name, info.corrupt)
-        intervals = {spec.name: spec.every for spec in in_code.values()}
-        intervals.update({info.name: info.every for info in stored if not info.paused})
-        for name, every in sorted(intervals.items()):
-            if every is not None and every.total_seconds() < poll_interval:
-                log.warning(
-                    "schedule %r fires every %.3g s, more often than this worker polls (every %.3g s): "
-                    "ticks may run late or be coalesced; lower poll_interval to honour it",
-                    name,
-                    every.total_seconds(),
-                    poll_interval,
-                )
+        timings = {spec.name: (spec.cron, spec.every, spec.tz) for spec in in_code.values()}
+        timings.update({i.name: (i.cron, i.every, i.tz) for i in stored if i.active and not i.paused})
+        for name, (cron, every, tz) in sorted(timings.items()):
+            seconds = every.total_seconds() if every is not None else None
+            slow_poll = seconds is not None and seconds < poll_interval
+            poll_note = (
+                f", more often than this worker polls (every {poll_interval:.3g} s): ticks may run late or be "
+                "coalesced; lower poll_interval to honour it"
+                if slow_poll
+                else ""
+            )
+            if is_high_frequency(cron, every, tz, threshold):
+                _high_frequency(name, (cron, tz), seconds, threshold, poll_note)
+            elif slow_poll:
+                log.warning("schedule %r fires every %.3g s%s", name, seconds, poll_note)
+
+
+def _high_frequency(
+    name: str, timing: tuple[str | None, str], seconds: float | None, threshold: float, poll_note: str
+) -> None:
+    """One warning (event schedule_high_frequency) for a schedule firing more often than the
+    threshold: usually a typo (every=6 meant minutes) or work for a loop inside one task."""
+    cron, tz = timing
+    interval = seconds if seconds is not None else shortest_cron_gap(cron or "", tz)
+    shown = (
+        f"every {seconds:.3g} s" if seconds is not None else f"with cron {cron!r} as often as every {interval:.3g} s"
+    )
+    message = (
+        f"schedule {name!r} fires {shown}{poll_note}; it is a high-frequency schedule (more often than every "
+        f"{threshold:g} s): each tick is a run row and a transaction. Set ROTA_HIGH_FREQUENCY to change the "
+        "threshold, 0 to turn this warning off"
+    )
+    fields = {"schedule": name, "interval": interval, "threshold": threshold}
+    log_event(log, logging.WARNING, "schedule_high_frequency", message, **fields)

@@ -211,13 +211,13 @@ class Ticker:
         for tick, why in plan.skipped:
             self.emit("run_skipped", schedule=due.name, tick=tick, detail=why)
 
-    async def warn_about_fast_schedules(self, in_code: Mapping[str, Any]) -> None:
+    async def warn_about_fast_schedules(self, in_code: Mapping[str, Any], threshold: float) -> None:
         """The start-up warnings about schedules (see schedule_checks): damaged, too fast."""
         try:
             stored = await self.db(self.store().list_schedules)
         except DatabaseError:
             stored = []
-        self.checks.at_start(stored, in_code, self.poll_interval)
+        self.checks.at_start(stored, in_code, self.poll_interval, threshold)
 
 
 async def _never(delay: float) -> bool:

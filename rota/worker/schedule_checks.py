@@ -1,10 +1,10 @@
 """What a worker says about the schedules when it starts, one warning per schedule at most:
 a schedule stored damaged (a field that cannot be read, e.g. a time past year 9999), which
-every worker skips until it is repaired; a high-frequency schedule, firing more often than
-the App's high_frequency threshold (ROTA_HIGH_FREQUENCY, default every 60 s; event
-schedule_high_frequency); and one firing more often than this worker polls (said in the
-same warning when it is both). The ticker reports a damaged schedule it meets later through the same set,
-so each is named once per worker."""
+every worker skips until it is repaired (event schedule_corrupt); a high-frequency schedule,
+firing more often than the App's high_frequency threshold (ROTA_HIGH_FREQUENCY, default
+every 60 s; event schedule_high_frequency); and one firing more often than this worker
+polls (said in the same warning when it is both). The ticker names a damaged schedule it
+meets later through the same set, so each is named once per worker."""
 
 from __future__ import annotations
 

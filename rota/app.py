@@ -59,6 +59,7 @@ class App(Client, AsyncClient):
         locks_url: str | None = None,
         retention: Mapping[str, timedelta] | None = DEFAULT_RETENTION,
         prune_interval: float | None = None,
+        high_frequency: float | None = None,
         pool_size: int | None = None,
         store_options: Mapping[str, Any] | None = None,
         notifiers: Sequence[Notifier] | None = None,
@@ -73,6 +74,7 @@ class App(Client, AsyncClient):
             shutdown_timeout=shutdown_timeout,
             locks_url=locks_url,
             prune_interval=prune_interval,
+            high_frequency=high_frequency,
             pool_size=pool_size,
             retention=None if retention is DEFAULT_RETENTION else (retention or {}),
         )
@@ -96,8 +98,10 @@ class App(Client, AsyncClient):
         self.database_url: str = cfg["database_url"]
         self.name = check_name("app", name)
         self.concurrency: int = cfg["concurrency"]
-        self.lease: float = cfg["lease"]
-        self.poll_interval: float = cfg["poll_interval"]
+        self.lease: float = config.check_seconds("lease", cfg["lease"], config.MIN_LEASE)
+        self.poll_interval: float = config.check_seconds(
+            "poll_interval", cfg["poll_interval"], config.MIN_POLL_INTERVAL
+        )
         self.shutdown_timeout: float = cfg["shutdown_timeout"]
         self.clock = clock
         self.locks_url: str | None = cfg["locks_url"]
@@ -108,6 +112,8 @@ class App(Client, AsyncClient):
             parse_locks_url(self.locks_url)  # a bad URL fails here, not at the first lock
         self.retention = _check_retention(cfg["retention"])
         self.prune_interval: float = cfg["prune_interval"]
+        # Schedules firing more often than this (seconds; 0: off) are warned about and marked.
+        self.high_frequency: float = config.check_seconds("high_frequency", cfg["high_frequency"], 0.0)
 
     def __repr__(self) -> str:
         return f"<rota.App {self.name} {self.database_label}>"

@@ -3,6 +3,7 @@ inspection, pause/resume/trigger, cancel/retry, stats (mixed into App by rota.ap
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,7 @@ from .models import FINAL_STATUSES, STATUSES, Run, ScheduleInfo, WorkerInfo
 from .serialization import encode_arguments
 from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store, run_stats
 from .tasks import Backoff, RunHandle, Task, TaskOptions, check_int
+from .timing.frequency import is_high_frequency
 
 if TYPE_CHECKING:
     from .app import App
@@ -126,7 +128,8 @@ class Client(Declarations):
             kwargs=changes.get("kwargs", json.loads(current.kwargs)),
             options=options,
         )
-        replan = timing_changed or info.plan_error is not None  # an error left it without a next time
+        # An error left it without a next time, or its stored next time cannot be read: plan it again.
+        replan = timing_changed or info.plan_error is not None or "next_run_at" in info.corrupt
         next_run_at = spec.trigger.next_after(store.now()) if replan else None
         store.update_schedule(spec.to_def(source="api", app=None), next_run_at)
         return self.get_schedule(name)
@@ -175,7 +178,7 @@ class Client(Declarations):
         return self.store.list_runs(flt)
 
     def list_schedules(self, *, include_inactive: bool = False) -> list[ScheduleInfo]:
-        return self.store.list_schedules(include_inactive)
+        return [self._marked(s) for s in self.store.list_schedules(include_inactive)]
 
     def get_schedule(self, name: str) -> ScheduleInfo:
         _filter("schedule name", name)
@@ -183,7 +186,13 @@ class Client(Declarations):
         if info is None:
             known = [s.name for s in self.store.list_schedules(True)]
             raise ScheduleNotFound(f"no schedule named {name!r}{did_you_mean(name, known)}")
-        return info
+        return self._marked(info)
+
+    def _marked(self, info: ScheduleInfo) -> ScheduleInfo:
+        """`info` with high_frequency set against this App's threshold."""
+        if not is_high_frequency(info.cron, info.every, info.tz, cast("App", self).high_frequency):
+            return info
+        return dataclasses.replace(info, high_frequency=True)
 
     def list_workers(self, *, stale_after: float | None = None) -> list[WorkerInfo]:
         """Workers seen recently. One whose last heartbeat is older than `stale_after` (default:
@@ -292,12 +301,17 @@ class Client(Declarations):
 
 
 def _run_id(run_id: object) -> int:
-    try:
-        value = int(str(run_id))
-    except ValueError:
-        raise RunNotFound(f"no run with id {run_id!r}: run ids are integers") from None
+    """An int, or a string of ASCII digits only, as the API reads them: int() would also take
+    '1_0' (10), '١' (an Arabic-Indic 1), '+1' and ' 1 '."""
+    value = -1
+    if isinstance(run_id, int) and not isinstance(run_id, bool):
+        value = run_id
+    elif isinstance(run_id, str) and run_id.isascii() and run_id.isdigit() and len(run_id) <= 19:
+        value = int(run_id)
     if not 1 <= value <= 2**63 - 1:
-        raise RunNotFound(f"no run with id {run_id!r}: run ids are integers from 1 to {2**63 - 1}")
+        raise RunNotFound(
+            f"no run with id {run_id!r}: run ids are integers from 1 to {2**63 - 1}, written in ASCII digits"
+        )
     return value
 
 

@@ -31,7 +31,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 FINAL = ("succeeded", "failed", "cancelled", "skipped")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+_QUEUE = re.compile(r"\A[A-Za-z0-9_.:-]{1,100}\Z")  # \Z: "$" would pass "q\n"
 
 
 class _Invalid(ValueError):
@@ -51,15 +51,33 @@ def _int(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def _seconds(low: float, *, allow_zero: bool = False) -> Callable[[str], float]:
+# Lower bounds of the worker's timings: a smaller poll interval or lease only spins the
+# worker and the database at full CPU (a heartbeat comes every third of the lease).
+MIN_POLL_INTERVAL = 0.01
+MIN_LEASE = 1.0
+MIN_HEARTBEAT = 0.01
+MAX_SECONDS = 86400 * 365
+
+
+def check_seconds(name: str, value: Any, low: float) -> float:
+    """`value` (an argument in code) as a number of seconds from `low` to a year, else a
+    ConfigurationError naming it and the bounds."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= MAX_SECONDS:
+        raise ConfigurationError(
+            f"{name} must be a positive number of seconds, got {value!r}: at least {low:g} and at most one year"
+        )
+    return float(value)
+
+
+def _seconds(low: float, *, inclusive: bool = False) -> Callable[[str], float]:
     def parse(raw: str) -> float:
         try:
             value = float(raw.strip())
         except ValueError:
             value = math.nan
-        ok = math.isfinite(value) and (value >= low if allow_zero else value > low) and value <= 86400 * 365
+        ok = math.isfinite(value) and (value >= low if inclusive else value > low) and value <= MAX_SECONDS
         if not ok:
-            floor = f">= {low:g}" if allow_zero else f"> {low:g}"
+            floor = f">= {low:g}" if inclusive else f"> {low:g}"
             raise _Invalid(f"a number of seconds {floor} and at most one year")
         return value
 
@@ -104,7 +122,7 @@ def _retention(raw: str) -> dict[str, timedelta]:
 
 
 def _queues(raw: str) -> list[str] | None:
-    names = [q.strip() for q in raw.split(",") if q.strip()]
+    names = [q.strip(" ") for q in raw.split(",") if q.strip(" ")]  # "q\n" stays invalid
     if not names or not all(_QUEUE.match(q) for q in names):
         raise _Invalid("comma-separated queue names of 1-100 letters, digits, '_', '-', '.' or ':'")
     return names
@@ -192,9 +210,21 @@ SETTINGS: dict[str, Setting] = {
         _s("locks_url", _url("redis://host:6379/0"), None, "Redis URL for named locks", "the run store"),
         _s("concurrency", _int(1, 10000), 5, "Runs a worker executes at a time", "5"),
         _s("queues", _queues, None, "Queues a worker serves (comma-separated)", "all"),
-        _s("lease", _seconds(0), 30.0, "Lease seconds (heartbeat every third)", "30"),
-        _s("poll_interval", _seconds(0), 1.0, "Seconds between polls", "1"),
-        _s("shutdown_timeout", _seconds(0, allow_zero=True), 30.0, "Seconds to drain on SIGTERM", "30"),
+        _s(
+            "lease",
+            _seconds(MIN_LEASE, inclusive=True),
+            30.0,
+            "Lease seconds, at least 1 (heartbeat every third)",
+            "30",
+        ),
+        _s(
+            "poll_interval",
+            _seconds(MIN_POLL_INTERVAL, inclusive=True),
+            1.0,
+            "Seconds between polls, at least 0.01",
+            "1",
+        ),
+        _s("shutdown_timeout", _seconds(0, inclusive=True), 30.0, "Seconds to drain on SIGTERM", "30"),
         _s(
             "retention",
             _retention,
@@ -203,6 +233,13 @@ SETTINGS: dict[str, Setting] = {
             "succeeded=7d,skipped=7d,cancelled=30d,failed=30d",
         ),
         _s("prune_interval", _seconds(0), 300.0, "Seconds between pruning passes", "300"),
+        _s(
+            "high_frequency",
+            _seconds(0, inclusive=True),
+            60.0,
+            "Warn about schedules firing more often than every this many seconds (0: off)",
+            "60",
+        ),
         _s("pool_size", _int(1, 1000), None, "PostgreSQL connections per process (PostgreSQL only)", "10"),
         _s(
             "prefetch",
@@ -297,8 +334,19 @@ def markdown_table() -> str:
 
 
 # -- redaction -------------------------------------------------------------------------------
-_USERINFO = re.compile(r"(?P<pre>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s'\"]*):(?P<pw>[^@\s'\"]*)@")
-_PARAM = re.compile(r"(?i)(?P<key>\b(?:password|passwd|pwd|sslpassword)\s*=\s*)(?P<pw>'[^']*'|[^&\s'\"]+)")
+def _spelled(word: str) -> str:
+    """A pattern for `word` with any letter also percent-encoded: libpq decodes the key
+    `pass%77ord` to `password`."""
+    return "".join(f"(?:{c}|%{ord(c.lower()):02x}|%{ord(c.upper()):02x})" for c in word)
+
+
+# The password of a URL's userinfo: up to the last "@" before the path (a password may hold
+# quotes, or an "@" its writer did not encode).
+_USERINFO = re.compile(r"(?P<pre>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s'\"]*):(?P<pw>[^\s/]*)@")
+_KEYS = "|".join(_spelled(word) for word in ("sslpassword", "password", "passwd", "pwd"))
+# key=value of a URL query or a conninfo string (the "=" perhaps encoded as %3D); a value is
+# a quoted conninfo value (with \' escapes) or everything up to "&" or a space, quotes too.
+_PARAM = re.compile(rf"(?i)(?P<key>(?<![A-Za-z0-9_])(?:{_KEYS})\s*(?:=|%3d)\s*)(?P<pw>'(?:[^'\\]|\\.)*'?|[^&\s]+)")
 
 
 def redact_url(url: str) -> str:
@@ -322,7 +370,7 @@ def redact_text(text: str, *urls: str | None) -> str:
     secrets = [pw for url in urls if url for pw in _passwords(url)] + list(_KNOWN)
     if "@" in text:  # both patterns need these characters: most log lines skip them
         text = _USERINFO.sub(lambda m: f"{m['pre']}:***@", text)
-    if "=" in text:
+    if "=" in text or "%3" in text:
         text = _PARAM.sub(lambda m: f"{m['key']}***", text)
     for secret in sorted(set(secrets), key=len, reverse=True):
         if len(secret) >= 3:
@@ -331,7 +379,8 @@ def redact_text(text: str, *urls: str | None) -> str:
 
 
 def _passwords(url: str) -> list[str]:
-    found = [m["pw"] for m in _USERINFO.finditer(url)] + [m["pw"].strip("'") for m in _PARAM.finditer(url)]
+    found = [m["pw"] for m in _USERINFO.finditer(url)]
+    found += [m["pw"].strip("'").replace("\\'", "'") for m in _PARAM.finditer(url)]
     return [p for q in found if q for p in {q, unquote(q)}]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -119,10 +120,23 @@ def build_schedule(
     return spec
 
 
+# Characters a name may not hold: C0 and C1 controls (newline, tab, escape...), DEL and the
+# Unicode line and paragraph separators. A name is shown on one line in logs, tables, mail
+# subjects; a newline in one would forge log lines.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def check_name(what: str, name: object) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise ConfigurationError(f"{what} name must be a non-empty string of at most 200 characters, got {name!r}")
-    return check_text(f"{what} name", name)
+    check_text(f"{what} name", name)
+    bad = _CONTROL.search(name)
+    if bad is not None:
+        raise ConfigurationError(
+            f"{what} name {name!r:.80} contains the control character {bad[0]!r} at {bad.start()}: "
+            "a name is printable text on one line (no newlines, tabs or escape characters)"
+        )
+    return name
 
 
 def _filter(what: str, value: str | None) -> str | None:

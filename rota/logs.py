@@ -32,6 +32,11 @@ Event names (stable; operators alert on them):
 - poll_summary: debug, once per poll, counts since the previous one: swept (rescued),
   claimed, dispatched, locked_out, skipped_at_capacity (and worker).
 - flag_ignored: a `rota` flag lost to a value the App was given in code (argument > flag).
+- schedule_corrupt: warning, once per schedule and worker: a stored schedule whose fields
+  cannot be read (e.g. a time past year 9999) is skipped until repaired (schedule, fields).
+- schedule_high_frequency: warning, once per schedule when a worker starts: it fires more
+  often than the high_frequency threshold (ROTA_HIGH_FREQUENCY, default 60 s; 0: off)
+  (schedule, interval: its shortest gap in seconds, threshold).
 
 Both formatters take passwords out of URLs in the message (rota.config.redact_text).
 """
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -67,6 +73,8 @@ EVENTS = (
     "database_back",
     "poll_summary",
     "flag_ignored",
+    "schedule_corrupt",
+    "schedule_high_frequency",
 )
 FIELDS = ("run_id", "task", "schedule", "attempt", "worker", "duration", "error")
 _RESERVED = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "event", "fields"}
@@ -105,11 +113,29 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str, ensure_ascii=False)
 
 
+# Control characters (newline, carriage return, escape...), DEL, C1 and the Unicode line
+# separators: in a message they would forge or hide log lines, so a text log shows them escaped.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape_controls(text: str) -> str:
+    """`text` on one line: each control character as a visible escape (\\n, \\r, \\t, \\x1b,
+    \\u2028), wherever it came from (a task name, an error message, an argument)."""
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
+
+
 class TextFormatter(logging.Formatter):
-    """`time level logger: message`, passwords taken out."""
+    """`time level logger: message`, passwords taken out, control characters in the message
+    escaped (a traceback appended to the line keeps its own newlines)."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
 
     def format(self, record: logging.LogRecord) -> str:
         return redact_text(super().format(record))

@@ -175,6 +175,14 @@ class ScheduleInfo:
     # Why the last worker could not plan it (unknown zone, bad cron); it is not due until an
     # update, a resume or a changed code definition gives it a next fire time again.
     plan_error: str | None = None
+    # The stored fields that could not be decoded (a row written by hand or damaged): a time
+    # out of range, JSON that is not valid. They read as None / [] / {}; a worker skips a
+    # schedule whose next_run_at is corrupt (warning once) until it is repaired by an
+    # update, or a pause and resume, which plans it again.
+    corrupt: tuple[str, ...] = ()
+    # It fires more often than the App's high_frequency threshold (ROTA_HIGH_FREQUENCY, default
+    # every 60 s): set by App.list_schedules() / get_schedule(), False from a bare store.
+    high_frequency: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -196,6 +204,8 @@ class ScheduleInfo:
             "failure_count": self.failure_count,
             "skip_count": self.skip_count,
             "plan_error": self.plan_error,
+            "corrupt": list(self.corrupt),
+            "high_frequency": self.high_frequency,
             "args": self.args,
             "kwargs": self.kwargs,
         }

@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 
 from .errors import ConfigurationError
 from .events import NOTIFY_ON, Event, check_events
+from .logs import escape_controls
 from .webhook_http import origin_label, post
 
 log = logging.getLogger("rota.notify")
@@ -188,7 +189,7 @@ class Email(Notifier):
 
     def message(self, event: Event) -> EmailMessage:
         msg = EmailMessage()
-        msg["Subject"] = f"[rota] {self.summary(event)}"
+        msg["Subject"] = f"[rota] {escape_controls(self.summary(event))}"  # a header is one line
         msg["From"] = self.sender
         msg["To"] = ", ".join(self.to)
         lines = [f"{key}: {value}" for key, value in self.payload(event).items() if value is not None]

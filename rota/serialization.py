@@ -7,6 +7,7 @@ import functools
 import inspect
 import itertools
 import json
+import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -18,17 +19,35 @@ encode = _encoder.encode
 decode = json.loads
 
 
-def _check(value: Any, where: str) -> None:
-    """Walk `value` and raise naming the first non-JSON part (by its path)."""
+# How deep the arguments of a run may nest (lists and objects inside each other). Deeper JSON
+# is almost always a bug (a structure that refers to itself, a parser loop), and every reader
+# must decode it within Python's recursion limit: the CLI, the dashboard, the worker.
+MAX_DEPTH = 100
+
+
+def _too_deep(where: str) -> SerializationError:
+    if len(where) > 80:  # the path to the 100th level: its start names the argument
+        where = where[:60] + "..." + where[-12:]
+    return SerializationError(
+        f"{where} is nested more than {MAX_DEPTH} levels deep (lists and objects inside each other); "
+        f"JSON arguments may nest at most {MAX_DEPTH} levels: flatten it or store it elsewhere and pass an id"
+    )
+
+
+def _check(value: Any, where: str, depth: int = 0, limit: int = MAX_DEPTH) -> None:
+    """Walk `value` and raise naming the first non-JSON part (by its path), or the first part
+    nested deeper than `limit`."""
     if value is None or isinstance(value, (str, bool, int)):
         return
+    if depth >= limit and isinstance(value, (list, tuple, dict)):
+        raise _too_deep(where)
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise SerializationError(f"{where} is {value!r}, which JSON cannot represent")
         return
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check(item, f"{where}[{i}]")
+            _check(item, f"{where}[{i}]", depth + 1, limit)
         return
     if isinstance(value, dict):
         for k, item in value.items():
@@ -36,7 +55,7 @@ def _check(value: Any, where: str) -> None:
                 raise SerializationError(
                     f"{where} has the key {k!r} of type {type(k).__name__}; JSON object keys must be str"
                 )
-            _check(item, f"{where}[{k!r}]")
+            _check(item, f"{where}[{k!r}]", depth + 1, limit)
         return
     raise SerializationError(
         f"{where} is a {type(value).__module__}.{type(value).__qualname__} ({value!r:.60}), "
@@ -134,8 +153,13 @@ def check_text(what: str, value: str, *, nul: bool = True) -> str:
 def encode_result(task: str, value: Any) -> str:
     try:
         return storable(_encoder.encode(value))
+    except RecursionError:
+        raise SerializationError(
+            f"the result of {task}() is nested too deeply to store as JSON (lists and objects inside "
+            "each other, beyond Python's recursion limit); return something flatter"
+        ) from None
     except (TypeError, ValueError):
-        _check(value, f"the result of {task}()")
+        _check(value, f"the result of {task}()", limit=sys.maxsize)  # what is not JSON; any depth
         raise  # pragma: no cover
 
 

@@ -26,9 +26,13 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 Call = tuple[Sequence[Any], Mapping[str, Any]]
-_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+# \A and \Z, not ^ and $: "$" also matches before a final newline, so "q\n" would pass.
+_QUEUE_NAME = re.compile(r"\A[A-Za-z0-9_.:\-]{1,100}\Z")
 # The latest time a run may be due: every store and every display (in any zone) can hold it.
 LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+# The earliest run_at: a time in the past is due at once, and before the Unix epoch a time
+# may not be shown in every zone or read back on every platform (year 1 west of UTC is not).
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 # The longest retry delay: a backoff past it is a typo, and its due time must stay readable.
 MAX_BACKOFF = 366 * 86400.0
 ISOLATIONS = ("none", "process")
@@ -477,11 +481,20 @@ def _when(delay: timedelta | float | None, run_at: datetime | None) -> datetime 
             raise ConfigurationError(
                 f"run_at {run_at.isoformat()} is too far ahead: runs must be due before {_LATEST_TEXT}"
             )
+        if when < EARLIEST:
+            raise ConfigurationError(
+                f"run_at {run_at.isoformat()} is too far in the past: runs must be due from "
+                f"{_iso_z(EARLIEST)} on (a time in the past is due at once; for now, leave run_at out)"
+            )
         return when
     return None
 
 
-_LATEST_TEXT = LATEST.isoformat().replace("+00:00", "Z")
+def _iso_z(value: datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+_LATEST_TEXT = _iso_z(LATEST)
 
 
 def _check_latest(what: str, shown: object, seconds: float) -> None:

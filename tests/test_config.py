@@ -24,6 +24,7 @@ BAD = {
     "shutdown_timeout": "-2",
     "retention": "forever",
     "prune_interval": "0",
+    "high_frequency": "-1",
     "pool_size": "many",
     "metrics_port": "99999",
     "prefetch": "-1",
@@ -184,3 +185,53 @@ def test_database_label_and_stats_are_redacted(pg_url: str) -> None:
     with pytest.raises(ConfigurationError) as info:
         rota.App("postgresq://user:hunter2@localhost/db?password=hunter3")
     assert "hunter2" not in str(info.value) and "hunter3" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("postgresql://u:pa'ss@h/db", "postgresql://u:***@h/db"),
+        ('postgresql://u:pa"ss@h/db', "postgresql://u:***@h/db"),
+        ("postgresql://u:p@ss@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u@h/db?password=pa'ss&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
+        ('postgresql://u@h/db?password=pa"ss', "postgresql://u@h/db?password=***"),
+        ("postgresql://u@h/db?pass%77ord=s3cret&sslmode=require", "postgresql://u@h/db?pass%77ord=***&sslmode=require"),
+        ("postgresql://u@h/db?%70%61ssword=s3cret", "postgresql://u@h/db?%70%61ssword=***"),
+        ("postgresql://u@h/db?PASS%57ORD=s3cret", "postgresql://u@h/db?PASS%57ORD=***"),
+        ('parameter: "password%3Ds3cret"', 'parameter: "password%3D***'),
+        ("host=h password='it\\'s s3cret' dbname=x", "host=h password=*** dbname=x"),
+    ],
+)
+def test_passwords_with_quotes_or_percent_encoded_keys_are_redacted(text: str, expected: str) -> None:
+    """Issue 21 item 11: libpq decodes `pass%77ord` to `password`; quotes end no password."""
+    assert config.redact_url(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("query", "needles"),
+    [
+        ("sslmod=disable", ('invalid URI query parameter: "sslmod"', "(did you mean 'sslmode'?)")),
+        ("password%3Dhunter2", ("missing key/value separator",)),
+        ("pass%77ord=hunter2&sslmod=x", ("pass%77ord=***", "did you mean 'sslmode'")),
+        ("sslmode=require&x=%00", ("forbidden value %00",)),
+    ],
+)
+def test_a_bad_conninfo_parameter_is_one_line_without_the_password(query: str, needles: tuple[str, ...]) -> None:
+    """Issue 21 item 11: libpq's parse error, raised at once (not a psycopg traceback at first
+    use), in one line that never shows the password."""
+    from click.testing import CliRunner
+
+    from rota.cli import main
+
+    url = f"postgresql://postgres:s3cret'pw@127.0.0.1:5432/test?{query}"
+    with pytest.raises(ConfigurationError) as info:
+        rota.App(url)
+    message = str(info.value)
+    assert message.startswith("invalid PostgreSQL URL postgresql://postgres:***@127.0.0.1:5432/test?")
+    for command in (["runs"], ["status"], ["schedules"]):
+        result = CliRunner(env={"ROTA_DATABASE_URL": url}).invoke(main, command)
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+        assert result.output.startswith("error: invalid PostgreSQL URL") and result.output.count("\n") == 1
+        for needle in needles:
+            assert needle in result.output and needle in message
+        assert "hunter2" not in result.output + message and "s3cret" not in result.output + message

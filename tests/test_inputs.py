@@ -25,7 +25,7 @@ def _task(app: rota.App) -> Any:
         ({"run_at": datetime(9999, 6, 1, tzinfo=UTC)}, r"run_at 9999-06-01T00:00:00\+00:00 is too far ahead"),
         ({"key": "a\x00b"}, r"key 'a\\x00b' contains a NUL character"),
         ({"key": "a\ud800"}, r"key 'a\\ud800' contains a lone surrogate"),
-        ({"queue": "bad queue!"}, r"invalid queue name 'bad queue!'.*pattern \^\[A-Za-z0-9_\.:\\-\]\{1,100\}\$"),
+        ({"queue": "bad queue!"}, r"invalid queue name 'bad queue!'.*pattern \\A\[A-Za-z0-9_\.:\\-\]\{1,100\}\\Z"),
         ({"queue": "q\x00"}, r"invalid queue name 'q\\x00'"),
     ],
 )

@@ -70,7 +70,10 @@ def when(value: datetime | None, now: datetime, *, utc: bool = False) -> str | N
     if abs(delta) < 3600:
         amount = f"{abs(delta):.0f} s" if abs(delta) < 59.5 else f"{abs(delta) // 60:.0f} min"
         return f"in {amount}" if delta > 0 else f"{amount} ago"
-    shown = value.astimezone(UTC) if utc else value.astimezone()
+    try:
+        shown = value.astimezone(UTC) if utc else value.astimezone()
+    except (OverflowError, ValueError):  # near year 1 or 9999, local time may not exist: UTC
+        shown = value.astimezone(UTC)
     today = now.astimezone(UTC) if utc else now.astimezone()
     if shown.date() == today.date():
         return shown.strftime("%H:%M:%S")

@@ -79,6 +79,10 @@ def _schedule_row(s: ScheduleInfo, now: datetime, utc: bool) -> tuple[Any, ...]:
     state = "paused" if s.paused else ("active" if s.active else "removed")
     if s.plan_error is not None:
         state = f"{state}, cannot plan!"
+    if s.corrupt:
+        state = f"{state}, corrupt: {', '.join(s.corrupt)}"
+    if s.high_frequency:
+        state = f"{state}, high frequency"
     counts = f"{s.run_count}/{s.success_count}/{s.failure_count}/{s.skip_count}"
     next_run = "paused" if s.paused else when(s.next_run_at, now, utc=utc)  # resume plans afresh
     last_run = when(s.last_run_at, now, utc=utc)

@@ -14,6 +14,7 @@ import click
 from .. import config
 from ..app import App
 from ..logs import log_event
+from ..serialization import MAX_DEPTH
 from .base import (
     apply_database_flag,
     handle_errors,
@@ -116,6 +117,10 @@ def parse_arguments(args_json: str, kwargs_json: str) -> tuple[list[Any], dict[s
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except json.JSONDecodeError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint=flag) from None
+        except RecursionError:
+            raise click.BadParameter(
+                f"is nested too deeply (JSON arguments may nest at most {MAX_DEPTH} levels)", param_hint=flag
+            ) from None
         except UnicodeEncodeError:
             raise click.BadParameter("contains a lone surrogate (not valid UTF-8 text)", param_hint=flag) from None
         if not isinstance(value, kind):

@@ -4,6 +4,7 @@ session settings, error translation, and the NOTIFY limiter (used by rota.stores
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -11,6 +12,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+from ..config import redact_text
 from ..config import redact_url as redact
 from ..errors import (
     ConfigurationError,
@@ -18,6 +20,7 @@ from ..errors import (
     DatabaseTransient,
     DatabaseUnavailable,
     PermissionDenied,
+    did_you_mean,
 )
 from ._sql_base import Row
 from .base import Claimed, Outcome
@@ -243,6 +246,21 @@ def _translate(exc: psycopg.Error, url: str) -> DatabaseError:
 def _is_retry_at_once(exc: DatabaseError) -> bool:
     cause = exc.__cause__
     return isinstance(cause, psycopg.Error) and cause.sqlstate in _RETRY_AT_ONCE
+
+
+def check_conninfo(url: str) -> None:
+    """Refuse a URL libpq cannot parse (an unknown parameter such as `sslmod`, a bad
+    percent-encoding) at once, in one line that names it, suggests the parameter meant and
+    shows no password: psycopg would raise it, with the password echoed, at first use."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        reason = redact_text(_reason(exc), url)
+        named = re.search(r'(?:parameter|option):? "([^"]*)"', reason)
+        if named and "=" not in named[1]:
+            keywords = [d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults()]
+            reason += did_you_mean(named[1], keywords)
+        raise ConfigurationError(f"invalid PostgreSQL URL {redact(url)} ({reason})") from None
 
 
 def _connect_kwargs(url: str, connect_timeout: float) -> dict[str, Any]:

@@ -13,13 +13,32 @@ from .base import (
     DueSchedule,
 )
 
+# What decoding a damaged stored value raises: a time out of Python's range (ValueError,
+# OverflowError, OSError from fromtimestamp), a value of the wrong type, and JSON nested
+# deeper than the decoder's recursion limit (RecursionError).
+_UNDECODABLE = (ValueError, OverflowError, OSError, TypeError, RecursionError)
+_MIN = datetime.min.replace(tzinfo=UTC)
+
 
 class SqlRows(SqlBase):
     """Rows to models (times through the backend's `_dt`)."""
 
+    def _due_time(self, value: Any) -> datetime | None:
+        """The soonest due time of poll_state. One that does not decode (a damaged row) reads
+        as due now: the ticker looks, skips that row and runs the others."""
+        try:
+            return self._dt(value)
+        except _UNDECODABLE:
+            return _MIN
+
     def _due_from_row(self, r: Row) -> DueSchedule:
-        next_run_at = self._dt(r[15])
-        assert next_run_at is not None
+        """A due schedule; one whose next fire time does not decode (a time out of Python's
+        range, written by hand) is marked `corrupt`: the ticker skips it, the others run."""
+        corrupt = False
+        try:
+            next_run_at = self._dt(r[15]) or _MIN
+        except _UNDECODABLE:
+            next_run_at, corrupt = _MIN, True
         return DueSchedule(
             name=r[0],
             task=r[1],
@@ -37,20 +56,40 @@ class SqlRows(SqlBase):
             timeout=r[13],
             backoff=r[14],
             next_run_at=next_run_at,
+            corrupt=corrupt,
         )
 
     def _schedule_from_row(self, r: Row) -> ScheduleInfo:
+        """As `_run_from_row`: a field that does not decode (a time out of range, JSON that is
+        not valid, an interval too long for a timedelta) reads as empty and is named in
+        `ScheduleInfo.corrupt`, so one damaged schedule does not break every listing."""
+        corrupt: list[str] = []
+
+        def when(i: int, field: str) -> datetime | None:
+            try:
+                return self._dt(r[i])
+            except _UNDECODABLE:
+                corrupt.append(field)
+                return None
+
+        def seconds(i: int, field: str) -> timedelta | None:
+            try:
+                return timedelta(seconds=r[i]) if r[i] is not None else None
+            except _UNDECODABLE:
+                corrupt.append(field)
+                return None
+
         return ScheduleInfo(
             name=r[0],
             task=r[1],
             cron=r[2],
-            every=timedelta(seconds=r[3]) if r[3] is not None else None,
+            every=seconds(3, "every"),
             tz=r[4],
-            args=_loads(r[5], [], "args", []),
-            kwargs=_loads(r[6], {}, "kwargs", []),
+            args=_loads(r[5], [], "args", corrupt) or [],
+            kwargs=_loads(r[6], {}, "kwargs", corrupt) or {},
             overlap=r[7],
             misfire=r[8],
-            misfire_grace=timedelta(seconds=r[9]),
+            misfire_grace=seconds(9, "misfire_grace") or timedelta(0),
             queue=r[10],
             priority=r[11],
             max_attempts=r[12],
@@ -58,14 +97,15 @@ class SqlRows(SqlBase):
             source=r[14],
             active=bool(r[15]),
             paused=bool(r[16]),
-            next_run_at=self._dt(r[17]),
-            last_run_at=self._dt(r[18]),
+            next_run_at=when(17, "next_run_at"),
+            last_run_at=when(18, "last_run_at"),
             last_status=r[19],
             run_count=r[20],
             success_count=r[21],
             failure_count=r[22],
             skip_count=r[23],
             plan_error=r[28],
+            corrupt=tuple(corrupt),
         )
 
     def _run_from_row(self, r: Row) -> Run:
@@ -77,7 +117,7 @@ class SqlRows(SqlBase):
         def when(i: int, field: str) -> datetime | None:
             try:
                 return self._dt(r[i])
-            except (ValueError, OverflowError, OSError, TypeError):
+            except _UNDECODABLE:
                 corrupt.append(field)
                 return datetime.max.replace(tzinfo=UTC)
 
@@ -123,7 +163,7 @@ def _loads(text: str | None, fallback: Any, field: str, corrupt: list[str]) -> A
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to decode here
         corrupt.append(field)
         return fallback
 

@@ -45,6 +45,20 @@ def _user() -> str:
         return "this user"
 
 
+def create_private(path: str) -> None:
+    """Create the database file readable by its owner only (0600, or stricter where the umask
+    says so) if it does not exist yet: it holds arguments, results and tracebacks. SQLite
+    gives its -wal and -shm files the mode of the database file. An existing file keeps its
+    mode; a file that cannot be created here is left to sqlite3 to report."""
+    if os.path.exists(path):
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:  # created meanwhile by another process, or a missing directory
+        return
+    os.close(fd)
+
+
 def _busy_timeout(text: str, url: str) -> float:
     """`?busy_timeout=` seconds a writer waits for the write lock: 0 to 3600."""
     try:

@@ -177,6 +177,9 @@ class DueSchedule:
     timeout: float | None
     backoff: str | None
     next_run_at: datetime
+    # The stored next fire time does not decode (out of range, written by hand): next_run_at
+    # is datetime.min and the ticker skips the schedule, warning once, until it is repaired.
+    corrupt: bool = False
 
 
 @dataclass(slots=True)

@@ -48,6 +48,7 @@ from ._pg_session import (
     _translate,
     _usable,
     _WakeupLimiter,
+    check_conninfo,
     claim_call,
     claimed,
     finish_batches,
@@ -92,6 +93,7 @@ class PostgresStore(SqlStore):
         tick_lock_timeout: float = 0.5,
     ) -> None:
         super().__init__(url, clock)
+        check_conninfo(url)
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be at least 1, got {pool_size}")
         self._settings = _session_settings(
@@ -474,7 +476,7 @@ class PostgresStore(SqlStore):
                 row = s.q("poll_state_in_queues", queues=list(queues))[0]
         now = self._dt(row[0])
         assert now is not None
-        return PollState(now, self._dt(row[1]), self._dt(row[2]))
+        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": redact(self.url)}

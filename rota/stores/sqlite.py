@@ -33,7 +33,16 @@ from ..errors import (
 )
 from ._handler_tx import sqlite_handler_tx
 from ._sql import NOTIFY_CHANNEL, SqlStore
-from ._sqlite_conn import _busy_timeout, _check_not_newer, _Session, _statements, _translate, _user, _writer_lock
+from ._sqlite_conn import (
+    _busy_timeout,
+    _check_not_newer,
+    _Session,
+    _statements,
+    _translate,
+    _user,
+    _writer_lock,
+    create_private,
+)
 from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from .queries import latest_version, load_migrations, load_queries
 
@@ -49,6 +58,10 @@ def sqlite_path(url: str) -> str:
             f"invalid SQLite URL {url!r}: use sqlite:///relative/path.db or sqlite:////absolute/path.db"
         )
     path = path[1:] if path.startswith("/") else path
+    if "\x00" in path:
+        raise ConfigurationError(
+            f"invalid SQLite URL {url!r}: the path {path!r} contains a NUL character (%00), which no file name can hold"
+        )
     if path in ("", ":memory:"):
         raise ConfigurationError(
             f"invalid SQLite URL {url!r}: rota needs a database file that workers share, e.g. sqlite:///rota.db"
@@ -92,6 +105,7 @@ class SQLiteStore(SqlStore):
             if self._closed:
                 raise DatabaseError("the store is closed")
             try:
+                create_private(self.path)
                 conn = sqlite3.connect(
                     self.path,
                     isolation_level=None,
@@ -403,7 +417,7 @@ class SQLiteStore(SqlStore):
                 row = s.q("poll_state_in_queues", queues=self._names(queues))[0]
         now = self._dt(row[0])
         assert now is not None
-        return PollState(now, self._dt(row[1]), self._dt(row[2]))
+        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": f"sqlite:///{self.path}"}

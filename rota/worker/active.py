@@ -56,7 +56,7 @@ def decode_arguments(c: Claimed) -> tuple[Any, Any]:
     try:
         args = [] if c.args == "[]" else json.loads(c.args)  # most runs take no arguments
         return args, ({} if c.kwargs == "{}" else json.loads(c.kwargs))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # not JSON, or nested too deeply to decode
         raise CorruptArguments(f"stored arguments are not valid JSON ({exc}); run {c.id} is not retried") from None
 
 

@@ -26,6 +26,7 @@ from ..stores.base import DueSchedule, Materialization, Store
 from .counters import WorkerCounters
 from .db import Db
 from .outage import Outage
+from .schedule_checks import ScheduleChecks
 from .service import wait_event
 from .wakeups import DueTimes
 
@@ -59,6 +60,7 @@ class Ticker:
         self.sleep_or_stop: Callable[[float], Awaitable[bool]] = lambda delay: _never(delay)
         self._triggers: dict[tuple[str | None, float | None, str], timing.Trigger] = {}
         self._bad_schedules: set[str] = set()
+        self.checks = ScheduleChecks()
         self._held_back: datetime | None = None  # a tick not made ahead: wait for the tick itself
         self.made_ahead: dict[str, datetime] = {}  # schedule -> the last tick this worker made ahead
 
@@ -121,6 +123,9 @@ class Ticker:
         woke = more = False
         batch = await self.db(self.store().due_schedules, limit, lead)
         for due in batch:
+            if due.corrupt:  # its next fire time does not decode: skipped until repaired
+                self.checks.corrupt(due.name)
+                continue
             plan = self._plan(due, now, lead)
             if isinstance(plan, str):  # cannot be planned: record why, so it stops being due
                 await self.db(self.store().mark_plan_error, due, plan)
@@ -206,23 +211,13 @@ class Ticker:
         for tick, why in plan.skipped:
             self.emit("run_skipped", schedule=due.name, tick=tick, detail=why)
 
-    async def warn_about_fast_schedules(self, in_code: Mapping[str, Any]) -> None:
-        """One warning per schedule (from code or stored) that fires more often than we poll."""
+    async def warn_about_fast_schedules(self, in_code: Mapping[str, Any], threshold: float) -> None:
+        """The start-up warnings about schedules (see schedule_checks): damaged, too fast."""
         try:
             stored = await self.db(self.store().list_schedules)
         except DatabaseError:
             stored = []
-        intervals = {spec.name: spec.every for spec in in_code.values()}
-        intervals.update({info.name: info.every for info in stored if not info.paused})
-        for name, every in sorted(intervals.items()):
-            if every is not None and every.total_seconds() < self.poll_interval:
-                log.warning(
-                    "schedule %r fires every %.3g s, more often than this worker polls (every %.3g s): "
-                    "ticks may run late or be coalesced; lower poll_interval to honour it",
-                    name,
-                    every.total_seconds(),
-                    self.poll_interval,
-                )
+        self.checks.at_start(stored, in_code, self.poll_interval, threshold)
 
 
 async def _never(delay: float) -> bool:

@@ -37,6 +37,7 @@ class WorkerView(Protocol):
     poll_interval: float
     shutdown_timeout: float
     prune_interval: float
+    high_frequency: float
     retention: dict[str, timedelta]
     clock: Clock | None
 

@@ -256,7 +256,7 @@ class Worker(Lifecycle):
             except DatabaseUnavailable as exc:
                 if await self._sleep_or_stop(self._outage.failed(exc)):
                     return False
-        await self._ticker.warn_about_fast_schedules(self.app.schedules)
+        await self._ticker.warn_about_fast_schedules(self.app.schedules, self.app.high_frequency)
         self.state = "running"
         self._emit("worker_started")
         self._log_started()

@@ -63,6 +63,7 @@ class Run:
     history: list[dict[str, Any]] = field(default_factory=list)
     retry_of: str | None = None
     held: bool = False
+    backfill: bool = False  # made by App.backfill for a past tick (not by the schedule at the time)
     # The stored fields that could not be decoded (a row written by hand, by an older rota, or
     # damaged): JSON that is not valid, a time past year 9999. They read as [] / {} / None (a
     # time as datetime.max) here and as null in to_json(), with a "corrupt" note saying why.
@@ -121,6 +122,7 @@ class Run:
             "error": self.error,
             "attempts": self.attempts,
             "retry_of": self.retry_of,
+            "backfill": self.backfill,
         } | self._corrupt_json()
 
     @property
@@ -173,6 +175,7 @@ class ScheduleInfo:
     # Why the last worker could not plan it (unknown zone, bad cron); it is not due until an
     # update, a resume or a changed code definition gives it a next fire time again.
     plan_error: str | None = None
+    jitter: timedelta | None = None  # each tick's run is due a stable offset in [0, jitter) late
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -194,6 +197,7 @@ class ScheduleInfo:
             "failure_count": self.failure_count,
             "skip_count": self.skip_count,
             "plan_error": self.plan_error,
+            "jitter": self.jitter.total_seconds() if self.jitter is not None else None,
             "args": self.args,
             "kwargs": self.kwargs,
         }

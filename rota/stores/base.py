@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from ..clock import Clock
 from ..errors import ConfigurationError
 from ..models import STATUSES, LockInfo, Run, ScheduleInfo, WorkerInfo
+from .flow import FlowStore
 
 
 @dataclass(slots=True)
@@ -59,6 +60,7 @@ class NewRun:
     status: str = "pending"
     error: str | None = None
     retry_of: int | None = None
+    due_at: datetime | None = None  # when it may start, if not scheduled_for (a jittered tick)
 
 
 @dataclass(slots=True)
@@ -149,6 +151,7 @@ class ScheduleDef:
     source: str
     app: str | None
     definition: str
+    jitter: float | None = None  # seconds: see rota.timing.jitter
 
 
 @dataclass(slots=True)
@@ -171,6 +174,7 @@ class DueSchedule:
     timeout: float | None
     backoff: str | None
     next_run_at: datetime
+    jitter: float | None = None  # seconds: each tick's run is due a stable offset late
 
 
 @dataclass(slots=True)
@@ -226,7 +230,7 @@ def run_stats(counts: RunCounts) -> dict[str, Any]:
     }
 
 
-class Store(abc.ABC):
+class Store(FlowStore, abc.ABC):
     """Atomic operations over one database. Thread-safe; one instance per App."""
 
     dialect: str

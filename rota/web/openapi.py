@@ -52,6 +52,7 @@ RUN_COMMON = {
     "started_at": _null(TIME),
     "finished_at": _null(TIME),
     "retry_of": _null(ID),
+    "backfill": BOOL,
     "corrupt": FIELDS,
 }
 ATTEMPT = {

@@ -1,0 +1,55 @@
+"""Backfill across real worker processes: two workers and a backfill of an exclusive
+schedule; the backfilled runs ran one at a time, oldest first (from the database's
+recorded start and finish times), exactly one run per tick."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import rota
+
+from .conftest import make_app
+from .procs import WorkerProcs, wait_until
+
+pytestmark = pytest.mark.slow
+APP = "tests.apps.schedules:app"
+
+
+@pytest.fixture
+def procs(db_url: str, tmp_path: Path) -> Iterator[WorkerProcs]:
+    workers = WorkerProcs(db_url, tmp_path)
+    yield workers
+    workers.stop_all()
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[rota.App]:
+    app = make_app(db_url)
+    yield app
+    app.close()
+
+
+@pytest.mark.parametrize("overlap", ["skip", "queue"])
+def test_two_workers_run_an_exclusive_schedule_s_backfill_one_at_a_time_oldest_first(
+    procs: WorkerProcs, client: rota.App, overlap: str
+) -> None:
+    client.add_schedule("bf", "slow", every=3600, args=[0.15], overlap=overlap)
+    for _ in range(2):
+        procs.start(APP, concurrency=4)
+    wait_until(lambda: len([w for w in client.list_workers() if w.alive]) >= 2, 30, "two workers to start")
+    now = datetime.now(UTC)
+    refs = client.backfill("bf", start=now - timedelta(hours=8), end=now)
+    assert len(refs) == 8
+    wait_until(lambda: all(r.refresh().status == "succeeded" for r in refs), 60, "the backfilled runs to finish")
+    runs = sorted((r.refresh() for r in refs), key=lambda r: r.started_at or now)
+    ticks = [r.scheduled_for for r in runs]
+    assert ticks == sorted(ticks) and len(set(ticks)) == 8  # oldest first, one run per tick
+    for earlier, later in zip(runs, runs[1:], strict=False):
+        assert earlier.finished_at is not None and later.started_at is not None
+        assert earlier.finished_at <= later.started_at  # never two at once
+    assert len({r.worker for r in runs}) >= 1 and all(r.backfill for r in runs)
+    assert client.backfill("bf", start=now - timedelta(hours=8), end=now) == []

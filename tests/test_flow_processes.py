@@ -1,6 +1,7 @@
-"""Backfill across real worker processes: two workers and a backfill of an exclusive
-schedule; the backfilled runs ran one at a time, oldest first (from the database's
-recorded start and finish times), exactly one run per tick."""
+"""Backfill and jitter across real worker processes: two workers and a backfill of an
+exclusive schedule (the backfilled runs ran one at a time, oldest first, from the database's
+recorded start and finish times, exactly one run per tick); a worker starting jittered ticks
+at their hashed offset, never before."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import rota
+from rota import timing
 
 from .conftest import make_app
 from .procs import WorkerProcs, wait_until
@@ -53,3 +55,21 @@ def test_two_workers_run_an_exclusive_schedule_s_backfill_one_at_a_time_oldest_f
         assert earlier.finished_at <= later.started_at  # never two at once
     assert len({r.worker for r in runs}) >= 1 and all(r.backfill for r in runs)
     assert client.backfill("bf", start=now - timedelta(hours=8), end=now) == []
+
+
+def test_a_worker_process_starts_each_jittered_tick_at_its_offset_not_before(
+    procs: WorkerProcs, client: rota.App
+) -> None:
+    spread = timedelta(seconds=1.5)
+    client.add_schedule("j", "tick", every=2, jitter=spread, misfire="all")
+    procs.start(APP, concurrency=2)
+    trigger = timing.make_trigger(every=timedelta(seconds=2))
+
+    def done() -> list[rota.Run]:
+        return [r for r in client.list_runs(schedule="j") if r.status == "succeeded"]
+
+    wait_until(lambda: len(done()) >= 3, 60, "three jittered ticks to run")
+    for run in done():
+        offset = timing.jitter_offset(trigger, "j", run.scheduled_for, spread)
+        assert run.due_at == run.scheduled_for + offset  # every host computes the same offset
+        assert run.started_at is not None and run.started_at >= run.due_at  # never before its offset

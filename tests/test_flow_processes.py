@@ -5,6 +5,7 @@ at their hashed offset, never before."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -50,7 +51,7 @@ def test_two_workers_run_an_exclusive_schedule_s_backfill_one_at_a_time_oldest_f
     runs = sorted((r.refresh() for r in refs), key=lambda r: r.started_at or now)
     ticks = [r.scheduled_for for r in runs]
     assert ticks == sorted(ticks) and len(set(ticks)) == 8  # oldest first, one run per tick
-    for earlier, later in zip(runs, runs[1:], strict=False):
+    for earlier, later in itertools.pairwise(runs):
         assert earlier.finished_at is not None and later.started_at is not None
         assert earlier.finished_at <= later.started_at  # never two at once
     assert len({r.worker for r in runs}) >= 1 and all(r.backfill for r in runs)

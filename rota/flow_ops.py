@@ -4,6 +4,7 @@ are the store's (rota.stores.flow)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
@@ -22,7 +23,7 @@ log = logging.getLogger("rota")
 
 
 class FlowClient(Client):
-    """App.backfill and App.retry_many."""
+    """App.backfill and App.retry_many (and their async twins)."""
 
     def backfill(self, name: str, *, start: datetime, end: datetime, overlap: str | None = None) -> list[RunHandle]:
         """Make one run per tick of schedule `name` in [start, end) that has no run yet (a
@@ -73,6 +74,16 @@ class FlowClient(Client):
             for run_id in batch.exclusive:
                 count += self._retry_exclusive(run_id)
         return count
+
+    async def backfill_async(
+        self, name: str, *, start: datetime, end: datetime, overlap: str | None = None
+    ) -> list[RunHandle]:
+        return await asyncio.to_thread(self.backfill, name, start=start, end=end, overlap=overlap)
+
+    async def retry_many_async(
+        self, *, status: str = "failed", task: str | None = None, since: timedelta | None = None
+    ) -> int:
+        return await asyncio.to_thread(self.retry_many, status=status, task=task, since=since)
 
     def _retry_exclusive(self, run_id: int) -> int:
         try:

@@ -238,6 +238,16 @@ def test_retry_many_keeps_keys_unique_and_exclusive_schedules_overlap(fapp: rota
     assert sorted(r.held for r in queued) == [False, True]  # one after the other, as App.retry
 
 
+def test_the_async_twins_backfill_and_retry(fapp: rota.App, fake: rota.FakeClock) -> None:
+    import asyncio
+
+    ended(fapp, "x", "failed", 2)
+    assert asyncio.run(fapp.retry_many_async(task="x")) == 2
+    outage(fapp, fake)
+    refs = asyncio.run(fapp.backfill_async("s", start=minute(1), end=minute(3)))
+    assert [r.refresh().scheduled_for for r in refs] == [minute(1), minute(2)]
+
+
 def test_retry_many_refuses_bad_arguments_with_one_line(fapp: rota.App) -> None:
     with pytest.raises(rota.ConfigurationError, match="unknown final status 'pending'"):
         fapp.retry_many(status="pending")

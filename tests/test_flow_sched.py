@@ -285,3 +285,18 @@ def test_a_populated_version_4_database_migrates_to_version_11_in_place(
         assert app.get_schedule("j").jitter == timedelta(seconds=5)
     finally:
         app.close()
+
+
+def test_the_web_api_records_say_which_runs_were_backfilled(fapp: rota.App, fake: rota.FakeClock) -> None:
+    from starlette.testclient import TestClient
+
+    from rota.web import create_app
+
+    outage(fapp, fake)
+    (ref,) = fapp.backfill("s", start=minute(2), end=minute(3))
+    with TestClient(create_app(fapp), base_url="http://localhost") as web:
+        listed = {r["id"]: r["backfill"] for r in web.get("/api/runs", params={"limit": 100}).json()}
+        assert listed[ref.id] is True and list(listed.values()).count(True) == 1
+        assert web.get(f"/api/runs/{ref.id}").json()["backfill"] is True
+        (schedule,) = web.get("/api/schedules").json()
+        assert schedule["jitter"] is None

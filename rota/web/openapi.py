@@ -104,7 +104,7 @@ SCHEMAS: dict[str, Any] = {
             "args": {"type": "array"},
             "kwargs": {"type": "object"},
         },
-        {"plan_error": _null("string")},
+        {"plan_error": _null("string"), "jitter": _null("number")},
     ),
     "Worker": _obj(
         {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from ..errors import ScheduleNotFound
@@ -19,6 +19,10 @@ class SqlFlow(SqlSchedules):
     def _id_list(self, ids: Sequence[int]) -> Any:
         return json.dumps(list(ids)) if self.dialect == "sqlite" else list(ids)
 
+    def _time_list(self, times: Sequence[datetime]) -> Any:
+        values = [self._ts(t) for t in times]
+        return json.dumps(values) if self.dialect == "sqlite" else values
+
     def backfill(self, name: str, ticks: Sequence[datetime], *, exclusive: bool) -> list[int]:
         sdef = self.get_schedule_def(name)
         if sdef is None:
@@ -32,7 +36,7 @@ class SqlFlow(SqlSchedules):
             todo = [t for t in ticks if t <= now and (bound is None or t < bound)]
             if not todo:
                 return []
-            s.q("backfill_release", name=name, start=self._ts(todo[0]), end=self._ts(todo[-1] + _US))
+            s.q("backfill_release", name=name, ticks=self._time_list(todo))
             created: list[int] = []
             for tick in todo:
                 run = _backfill_run(sdef, tick, now, exclusive)
@@ -77,9 +81,6 @@ class SqlFlow(SqlSchedules):
 
     def last_run_id(self) -> int:
         return int(self._select("last_run_id")[0][0])
-
-
-_US = timedelta(microseconds=1)
 
 
 def _backfill_run(sdef: ScheduleDef, tick: datetime, now: datetime, exclusive: bool) -> NewRun:

@@ -694,7 +694,7 @@ SELECT next_run_at FROM rota_schedules WHERE name = %(name)s AND active FOR UPDA
 -- A skipped tick (misfire or overlap) gives its tick up to the backfilled run; the skipped
 -- run stays in history with its scheduled_for.
 UPDATE rota_runs SET tick = NULL
-WHERE schedule = %(name)s AND status = 'skipped' AND tick >= %(start)s AND tick < %(end)s
+WHERE schedule = %(name)s AND status = 'skipped' AND tick = ANY(%(ticks)s::timestamptz[])
 
 -- name: backfill_insert
 -- transition: backfill

@@ -567,7 +567,7 @@ SELECT next_run_at FROM rota_schedules WHERE name = :name AND active
 -- A skipped tick (misfire or overlap) gives its tick up to the backfilled run; the skipped
 -- run stays in history with its scheduled_for.
 UPDATE rota_runs SET tick = NULL
-WHERE schedule = :name AND status = 'skipped' AND tick >= :start AND tick < :end
+WHERE schedule = :name AND status = 'skipped' AND tick IN (SELECT value FROM json_each(:ticks))
 
 -- name: backfill_insert
 -- transition: backfill

@@ -27,6 +27,10 @@ def test_backfill_makes_the_missing_ticks_once_and_reports_them(db_url: str) -> 
         assert runs[0]["scheduled_for"] >= (now - timedelta(minutes=5)).isoformat()[:16]  # naive --from: UTC
         code, out = cli(db_url, "backfill", "nightly", "--from", start, "--to", end)
         assert code == 0 and "nothing to do" in out
+        early = (now - timedelta(minutes=40)).isoformat()
+        code, out = cli(db_url, "backfill", "nightly", "--from", early, "--to", start)
+        assert code == 0 and "35 run(s) backfilled" in out and "... and 15 more" in out, out
+        assert out.count("queued behind the others") == 20  # the runs of the first backfill hold the slot
         code, out = cli(db_url, "run", runs[0]["id"])
         assert code == 0 and "backfill: True" in out
         code, out = cli(db_url, "run", runs[0]["id"], "--json")

@@ -17,6 +17,7 @@ from .base import database_app, handle_errors, json_option, main, print_json
 from .display import duration
 
 F = TypeVar("F", bound=Callable[..., Any])
+SHOWN = 20  # runs listed by `rota backfill` (all with --json)
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
@@ -65,18 +66,21 @@ class IsoTime(click.ParamType):  # type: ignore[type-arg]
 def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, overlap: str | None, as_json: bool) -> None:
     """Make one run per tick of schedule NAME in [--from, --to) that has none yet."""
     handles = database_app(ctx).backfill(name, start=start, end=end, overlap=overlap)
-    runs = [h.refresh() for h in handles]
     if as_json:
-        print_json([r.to_json() for r in runs])
+        print_json([h.refresh().to_json() for h in handles])
         return
     span = f"[{iso(start.astimezone(UTC))}, {iso(end.astimezone(UTC))})"
-    if not runs:
+    if not handles:
         click.echo(f"schedule {name}: no tick in {span} lacks a run; nothing to do")
         return
-    click.echo(f"schedule {name}: {len(runs)} run(s) backfilled for {span}")
-    for r in runs:
+    click.echo(f"schedule {name}: {len(handles)} run(s) backfilled for {span}")
+    for h in handles[:SHOWN]:
+        r = h.refresh()
+        note = " (queued behind the others)" if r.held else ""
+        click.echo(f"  run {r.id}  tick {iso(r.scheduled_for)}  {r.status}{note}")
+    if len(handles) > SHOWN:
         click.echo(
-            f"  run {r.id}  tick {iso(r.scheduled_for)}  {r.status}{' (queued behind the others)' if r.held else ''}"
+            f"  ... and {len(handles) - SHOWN} more (runs {handles[SHOWN].id} to {handles[-1].id}; --json lists all)"
         )
 
 

@@ -1,7 +1,8 @@
 """Backfill and jitter across real worker processes: two workers and a backfill of an
 exclusive schedule (the backfilled runs ran one at a time, oldest first, from the database's
-recorded start and finish times, exactly one run per tick); a worker starting jittered ticks
-at their hashed offset, never before."""
+recorded start and finish times, exactly one run per tick); kill -9 of the worker running
+one (rescued, the slot passes on in order); a worker starting jittered ticks at their
+hashed offset, never before."""
 
 from __future__ import annotations
 
@@ -74,3 +75,24 @@ def test_a_worker_process_starts_each_jittered_tick_at_its_offset_not_before(
         offset = timing.jitter_offset(trigger, "j", run.scheduled_for, spread)
         assert run.due_at == run.scheduled_for + offset  # every host computes the same offset
         assert run.started_at is not None and run.started_at >= run.due_at  # never before its offset
+
+
+def test_kill9_of_the_worker_running_a_backfilled_tick_passes_the_slot_on_in_order(
+    procs: WorkerProcs, client: rota.App
+) -> None:
+    client.add_schedule("bf", "slow", every=3600, args=[1.0], overlap="queue")
+    victim = procs.start(APP, concurrency=2, lease=1.0)
+    wait_until(lambda: len([w for w in client.list_workers() if w.alive]) >= 1, 30, "a worker to start")
+    now = datetime.now(UTC)
+    refs = client.backfill("bf", start=now - timedelta(hours=4), end=now)
+    assert len(refs) == 4
+    wait_until(lambda: refs[0].refresh().status == "running", 30, "the oldest tick to start")
+    procs.kill9(victim)
+    procs.start(APP, concurrency=2, lease=1.0)
+    wait_until(lambda: all(r.refresh().is_final for r in refs), 60, "every backfilled run to end")
+    runs = [r.refresh() for r in refs]
+    assert runs[0].status == "failed" and "lost" in str(runs[0].error)  # rescued (max_attempts=1)
+    assert [r.status for r in runs[1:]] == ["succeeded"] * 3
+    for earlier, later in itertools.pairwise(runs):
+        assert earlier.finished_at is not None and later.started_at is not None
+        assert earlier.finished_at <= later.started_at  # still one at a time, oldest first

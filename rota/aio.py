@@ -29,6 +29,8 @@ CLIENT_OPERATIONS = (
     "get_schedule",
     "list_schedules",
     "list_workers",
+    "backfill",  # the twins of these two are in flow_ops.FlowClient
+    "retry_many",
 )
 TASK_OPERATIONS = ("enqueue", "enqueue_many")
 

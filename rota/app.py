@@ -20,6 +20,7 @@ from .errors import (
     SchemaVersionError,
 )
 from .events import Event, Events, Notifier
+from .flow_ops import FlowClient
 from .models import FINAL_STATUSES, LockInfo
 from .stores import open_store
 from .stores.base import Store
@@ -37,7 +38,7 @@ DEFAULT_DATABASE_URL = "sqlite:///rota.db"
 DEFAULT_RETENTION: dict[str, timedelta] = dict(config.DEFAULT_RETENTION)  # a sentinel too: "not given"
 
 
-class App(Client, AsyncClient):
+class App(FlowClient, Client, AsyncClient):
     """A rota application: tasks, schedules, and the database they live in.
 
     ```python

@@ -60,6 +60,7 @@ class Client(Declarations):
         misfire: str = "coalesce",
         misfire_grace: timedelta | float = timedelta(seconds=60),
         run_immediately: bool = False,
+        jitter: timedelta | float | None = None,
         **task_options: Any,
     ) -> ScheduleInfo:
         """Create a schedule stored in the database; every running worker picks it up."""
@@ -82,6 +83,7 @@ class Client(Declarations):
             args=args,
             kwargs=kwargs,
             options=_task_options(task_options, base),
+            jitter=jitter,
         )
         store = self.store
         store.add_schedule(spec.to_def(source="api", app=None), spec.trigger.next_after(store.now()))
@@ -99,7 +101,7 @@ class Client(Declarations):
                 f"schedule {name!r} is declared in code (@app.schedule); change it there, it is re-synced when workers start"
             )
         allowed = {"cron", "every", "tz", "args", "kwargs", "overlap", "misfire", "misfire_grace", "run_immediately", "task",
-                   "queue", "priority", "retries", "timeout", "backoff"}  # fmt: skip
+                   "queue", "priority", "retries", "timeout", "backoff", "jitter"}  # fmt: skip
         unknown = sorted(set(changes) - allowed)
         if unknown:
             raise ConfigurationError(f"cannot update {unknown} of a schedule; changeable: {', '.join(sorted(allowed))}")
@@ -127,6 +129,7 @@ class Client(Declarations):
             args=changes.get("args", json.loads(current.args)),
             kwargs=changes.get("kwargs", json.loads(current.kwargs)),
             options=options,
+            jitter=changes.get("jitter", current.jitter),
         )
         # An error left it without a next time, or its stored next time cannot be read: plan it again.
         replan = timing_changed or info.plan_error is not None or "next_run_at" in info.corrupt

@@ -48,6 +48,7 @@ class ScheduleSpec:
     args: tuple[Any, ...]
     kwargs: Mapping[str, Any]
     options: TaskOptions
+    jitter: timedelta | None = None
 
     def to_def(self, *, source: str, app: str | None) -> ScheduleDef:
         args, kwargs = encode_arguments(self.task, self.args, self.kwargs)
@@ -69,8 +70,10 @@ class ScheduleSpec:
             "timeout": self.options.timeout,
             "backoff": backoff,
         }
-        definition = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
-        return ScheduleDef(name=self.name, source=source, app=app, definition=definition, **fields)  # type: ignore[arg-type]
+        jitter = self.jitter.total_seconds() if self.jitter is not None else None
+        hashed = fields if jitter is None else {**fields, "jitter": jitter}  # no jitter: the hash of before
+        definition = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()
+        return ScheduleDef(name=self.name, source=source, app=app, definition=definition, jitter=jitter, **fields)  # type: ignore[arg-type]
 
 
 def build_schedule(
@@ -87,6 +90,7 @@ def build_schedule(
     args: Sequence[Any] | None,
     kwargs: Mapping[str, Any] | None,
     options: TaskOptions,
+    jitter: timedelta | float | None = None,
 ) -> ScheduleSpec:
     """Validate a schedule's parts (clear errors naming the bad value) and assemble it."""
     check_name("schedule", name)
@@ -115,6 +119,7 @@ def build_schedule(
         args=tuple(args or ()),
         kwargs=dict(kwargs or {}),
         options=options,
+        jitter=timing.check_jitter(jitter, trigger),
     )
     spec.to_def(source="api", app=None)  # JSON check of args/kwargs, naming the bad one
     return spec
@@ -295,13 +300,14 @@ class Declarations:
         run_immediately: bool = False,
         args: Sequence[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
+        jitter: timedelta | float | None = None,
         **task_options: Any,
     ) -> Callable[[Callable[..., Any]], Task[..., Any]]:
         """Declare a recurring job in code (upserted at worker start): `cron=` or `every=`."""
         notify_on = check_notify_on(task_options.pop("notify_on", None))  # fails here, at the decorator
         when: dict[str, Any] = {"cron": cron, "every": every, "tz": tz, "overlap": overlap, "misfire": misfire,
                                 "misfire_grace": misfire_grace, "run_immediately": run_immediately,
-                                "args": args, "kwargs": kwargs}  # fmt: skip
+                                "args": args, "kwargs": kwargs, "jitter": jitter}  # fmt: skip
 
         def decorate(fn: Callable[..., Any]) -> Task[..., Any]:
             task, registered = self._schedule_task(fn, name, task_options)

@@ -65,6 +65,7 @@ class Run:
     held: bool = False
     # after=: how many parents have yet to succeed (the run waits, pending and held, until 0)
     waiting_on: int = 0
+    backfill: bool = False  # made by App.backfill for a past tick (not by the schedule at the time)
     # The stored fields that could not be decoded (a row written by hand, by an older rota, or
     # damaged): JSON that is not valid, a time past year 9999. They read as [] / {} / None (a
     # time as datetime.max) here and as null in to_json(), with a "corrupt" note saying why.
@@ -123,6 +124,7 @@ class Run:
             "error": self.error,
             "attempts": self.attempts,
             "retry_of": self.retry_of,
+            "backfill": self.backfill,
         } | self._corrupt_json()
 
     @property
@@ -183,6 +185,7 @@ class ScheduleInfo:
     # It fires more often than the App's high_frequency threshold (ROTA_HIGH_FREQUENCY, default
     # every 60 s): set by App.list_schedules() / get_schedule(), False from a bare store.
     high_frequency: bool = False
+    jitter: timedelta | None = None  # each tick's run is due a stable offset in [0, jitter) late
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -206,6 +209,7 @@ class ScheduleInfo:
             "plan_error": self.plan_error,
             "corrupt": list(self.corrupt),
             "high_frequency": self.high_frequency,
+            "jitter": self.jitter.total_seconds() if self.jitter is not None else None,
             "args": self.args,
             "kwargs": self.kwargs,
         }

@@ -2,12 +2,12 @@
 
 `base` holds the group and its error handling, `display` the tables and time formats; the
 commands live in `running` (worker, enqueue, dashboard, demo), `inspect` (read-only) and
-`steer` (trigger, pause, resume, cancel, retry).
+`steer` (trigger, pause, resume, cancel, retry) and `flow` (backfill, bulk retry).
 """
 
 from __future__ import annotations
 
-from . import inspect, running, steer
+from . import flow, inspect, running, steer
 from .base import load_app, main
 
-__all__ = ["inspect", "load_app", "main", "running", "steer"]
+__all__ = ["flow", "inspect", "load_app", "main", "running", "steer"]

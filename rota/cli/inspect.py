@@ -4,7 +4,7 @@ and explain (which reads nothing)."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
@@ -25,6 +25,7 @@ from .base import (
     utc_option,
 )
 from .display import Column, clean, duration, line, table, when
+from .flow import jitter_heading, jitter_options, offset_json, offset_text
 
 MAX_EXPLAIN = 1000
 MAX_LIMIT = 10000
@@ -177,6 +178,7 @@ RUN_FIELDS = (
     *("id", "task", "schedule", "status", "attempt", "max_attempts", "queue", "priority", "key", "args"),
     *("kwargs", "scheduled_for", "started_at", "finished_at", "worker", "token", "result", "corrupt"),
     *("parents", "dependents", "waiting_on"),
+    "backfill",  # shown when true (a run App.backfill made for a past tick)
 )
 
 
@@ -195,7 +197,7 @@ def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
         return
     for field in RUN_FIELDS:
         value = data.get(field)
-        if value is not None and value != [] and not (field == "waiting_on" and value == 0):
+        if value is not None and value is not False and value != [] and not (field == "waiting_on" and value == 0):
             shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else value
             click.echo(f"{field:>14}: {clean(shown, newlines=False)}")
     for attempt in run.attempts:
@@ -323,17 +325,23 @@ def _after(value: str | None) -> datetime | None:
 @click.option("--tz", default="UTC", show_default=True, help="IANA time zone.")
 @click.option("--count", type=click.IntRange(1, MAX_EXPLAIN), default=5, show_default=True)
 @click.option("--after", default=None, help="Start after this ISO time (default now).")
+@jitter_options
 @json_option
 @handle_errors
-def explain(cron: str, tz: str, count: int, after: str | None, as_json: bool) -> None:
-    """Print the next fire times of CRON, in local time and UTC, with DST notes."""
-    times = timing.explain(cron, tz, after=_after(after), count=count)
+def explain(
+    cron: str, tz: str, count: int, after: str | None, as_json: bool, jitter: timedelta | None, name: str | None
+) -> None:
+    """Print the next fire times of CRON, in local time and UTC, with DST notes (and with
+    --jitter, each tick's offset: see `rota explain --help`)."""
+    times = timing.explain(cron, tz, after=_after(after), count=count, jitter=jitter, name=name)
     if as_json:
-        print_json([{"local": t.local.isoformat(), "utc": iso(t.utc.astimezone(UTC)), "note": t.note} for t in times])
+        print_json([{"local": t.local.isoformat(), "utc": iso(t.utc.astimezone(UTC)), "note": t.note} | offset_json(t)
+                    for t in times])  # fmt: skip
         return
     trigger = timing.make_trigger(cron=cron, tz=tz)
-    click.echo(f"{trigger.description}:")
+    click.echo(f"{trigger.description}:" + jitter_heading(cron, tz, jitter, name))
     for t in times:
         click.echo(
-            f"  {t.local.strftime('%a %Y-%m-%d %H:%M %Z'):<26} {iso(t.utc)}" + (f"   # {t.note}" if t.note else "")
+            f"  {t.local.strftime('%a %Y-%m-%d %H:%M %Z'):<26} {iso(t.utc)}{offset_text(t)}"
+            + (f"   # {t.note}" if t.note else "")
         )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import click
 
+from ..models import FINAL_STATUSES
 from .base import database_app, find_run, handle_errors, json_option, main, print_json
 from .display import when
+from .flow import Duration, retry_failed
 
 
 @main.command()
@@ -69,12 +71,29 @@ def cancel(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("run_id")
+@click.argument("run_id", required=False)
+@click.option(
+    "--failed", "bulk", flag_value="failed", default=None, help="Retry every failed run (see --task, --since)."
+)
+@click.option("--status", "bulk", type=click.Choice(sorted(FINAL_STATUSES)), help="Retry every run that ended so.")
+@click.option("--task", default=None, help="With --failed: only runs of this task.")
+@click.option("--since", type=Duration(), default=None, help="With --failed: only runs finished within, e.g. 6h.")
+@json_option
 @click.pass_context
 @handle_errors
-def retry(ctx: click.Context, run_id: str) -> None:
-    """Run a finished run again (a new run; history stays)."""
+def retry(
+    ctx: click.Context, run_id: str | None, bulk: str | None, task: str | None, since: timedelta | None, as_json: bool
+) -> None:
+    """Run a finished run again (a new run; history stays), or with --failed every failed run."""
+    if (run_id is None) == (bulk is None) or (bulk is None and (task or since)):
+        raise click.UsageError("give a RUN_ID, or --failed (or --status S) with optional --task and --since")
+    if bulk is not None:
+        retry_failed(ctx, bulk, task, since, as_json)
+        return
     app = database_app(ctx)
-    find_run(app, run_id)
-    handle = app.retry(run_id)
+    find_run(app, run_id or "")
+    handle = app.retry(run_id or "")
+    if as_json:
+        print_json(handle.refresh().to_json())
+        return
     click.echo(f"run {handle.id} enqueued (retry of {run_id})")

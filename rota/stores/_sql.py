@@ -17,7 +17,7 @@ from ..models import RUNNING, LockInfo, Run, WorkerInfo
 from ..serialization import simple_error
 from ._flow import insert_one
 from ._sql_base import NOTIFY_CHANNEL, Row, Session, SqlBase, _plain
-from ._sql_schedules import SqlSchedules
+from ._sql_flow import SqlFlow
 from ._steps import AsyncSession, InsertSteps, drive, drive_async
 from .base import (
     NewRun,
@@ -27,7 +27,7 @@ from .base import (
 )
 
 
-class SqlStore(SqlSchedules):
+class SqlStore(SqlFlow):
     """Enqueue, inspection and control of runs, workers, named locks and retention; schedules
     come from SqlSchedules, row decoding from SqlRows, the backend hooks from SqlBase."""
 

@@ -161,6 +161,7 @@ class SqlBase(Store, abc.ABC):
             "backoff": r.backoff,
             "error": r.error,
             "retry_of": r.retry_of,
+            "due_at": self._ts(r.due_at),
         }
 
     def _local_now(self) -> datetime:
@@ -171,7 +172,7 @@ class SqlBase(Store, abc.ABC):
         if not any(created for _, created in results):
             return None
         ready = [r for r in runs if r.status == PENDING and not r.held]
-        at = [r.scheduled_for for r in ready if r.scheduled_for is not None]
+        at = [r.due_at or r.scheduled_for for r in ready if r.scheduled_for is not None]
         delay = [r.delay for r in ready if r.scheduled_for is None]
         if not (at or delay):
             return None

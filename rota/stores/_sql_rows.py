@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..models import Run, ScheduleInfo
+from ..timing.jitter import stored_due
 from ._sql_base import Row, SqlBase
 from .base import (
     DueSchedule,
@@ -57,6 +58,7 @@ class SqlRows(SqlBase):
             backoff=r[14],
             next_run_at=next_run_at,
             corrupt=corrupt,
+            jitter=r[16],
         )
 
     def _schedule_from_row(self, r: Row) -> ScheduleInfo:
@@ -97,7 +99,7 @@ class SqlRows(SqlBase):
             source=r[14],
             active=bool(r[15]),
             paused=bool(r[16]),
-            next_run_at=when(17, "next_run_at"),
+            next_run_at=_shown_next(r[0], when(17, "next_run_at"), r[29], r[2], r[3], r[4]),
             last_run_at=when(18, "last_run_at"),
             last_status=r[19],
             run_count=r[20],
@@ -106,6 +108,7 @@ class SqlRows(SqlBase):
             skip_count=r[23],
             plan_error=r[28],
             corrupt=tuple(corrupt),
+            jitter=timedelta(seconds=r[29]) if r[29] else None,
         )
 
     def _run_from_row(self, r: Row) -> Run:
@@ -151,7 +154,8 @@ class SqlRows(SqlBase):
             history=_loads(r[23] or "[]", [], "attempts", corrupt),
             retry_of=str(r[24]) if r[24] is not None else None,
             held=bool(r[25]),
-            waiting_on=int(r[26] or 0) if len(r) > 26 else 0,
+            waiting_on=int(r[26] or 0),
+            backfill=bool(r[27]),
             corrupt=tuple(corrupt),
         )
 
@@ -170,3 +174,10 @@ def _loads(text: str | None, fallback: Any, field: str, corrupt: list[str]) -> A
 
 def _iso(value: datetime) -> str:
     return value.isoformat().replace("+00:00", "Z")
+
+
+def _shown_next(
+    name: str, tick: datetime | None, jitter: float | None, cron: str | None, every: float | None, tz: str
+) -> datetime | None:
+    """next_run_at as shown: when the next tick's run is due (the tick plus its jitter)."""
+    return stored_due(name, tick, jitter, cron, every, tz) if tick is not None else None

@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
 from ..models import PENDING, ScheduleInfo
 from ..serialization import simple_error
+from ..timing.jitter import stored_due
 from ._sql_base import Session, _Abort
 from ._sql_rows import SqlRows, _iso
 from .base import (
@@ -45,6 +46,7 @@ class SqlSchedules(SqlRows):
             "app": d.app,
             "definition": d.definition,
             "next_run_at": self._ts(next_run_at),
+            "jitter": d.jitter,
         }
 
     def sync_schedules(self, app: str, defs: Sequence[ScheduleDef], first_ticks: dict[str, datetime]) -> None:
@@ -134,6 +136,7 @@ class SqlSchedules(SqlRows):
             queue=due.queue,
             priority=due.priority,
             scheduled_for=tick,
+            due_at=_due_at(due, tick),
             max_attempts=due.max_attempts,
             timeout=due.timeout,
             backoff=due.backoff,
@@ -301,9 +304,17 @@ class SqlSchedules(SqlRows):
             source=r[14],
             app=r[26],
             definition=r[27],
+            jitter=r[29],
         )
 
     def list_schedules(self, include_inactive: bool = False) -> list[ScheduleInfo]:
         suffix = "" if include_inactive else " WHERE active"
         rows = self._select("schedule_columns", suffix + " ORDER BY name")
         return [self._schedule_from_row(r) for r in rows]
+
+
+def _due_at(due: DueSchedule, tick: datetime | None) -> datetime | None:
+    """When a tick's run may start: the tick plus its jitter offset (None: at the tick)."""
+    if tick is None or not due.jitter:
+        return None
+    return stored_due(due.name, tick, due.jitter, due.cron, due.every, due.tz)

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from ..clock import Clock
 from ..errors import ConfigurationError
 from ..models import STATUSES, LockInfo, Run, ScheduleInfo, WorkerInfo
+from .flow import FlowStore
 
 
 @dataclass(slots=True)
@@ -63,6 +64,7 @@ class NewRun:
     # is returned instead of a new one. `after`: ids of runs that must succeed first.
     unique_for: float | None = None
     after: tuple[int, ...] = ()
+    due_at: datetime | None = None  # when it may start, if not scheduled_for (a jittered tick)
 
 
 @dataclass(slots=True)
@@ -155,6 +157,7 @@ class ScheduleDef:
     source: str
     app: str | None
     definition: str
+    jitter: float | None = None  # seconds: see rota.timing.jitter
 
 
 @dataclass(slots=True)
@@ -180,6 +183,7 @@ class DueSchedule:
     # The stored next fire time does not decode (out of range, written by hand): next_run_at
     # is datetime.min and the ticker skips the schedule, warning once, until it is repaired.
     corrupt: bool = False
+    jitter: float | None = None  # seconds: each tick's run is due a stable offset late
 
 
 @dataclass(slots=True)
@@ -235,7 +239,7 @@ def run_stats(counts: RunCounts) -> dict[str, Any]:
     }
 
 
-class Store(abc.ABC):
+class Store(FlowStore, abc.ABC):
     """Atomic operations over one database. Thread-safe; one instance per App."""
 
     dialect: str

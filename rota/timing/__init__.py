@@ -32,6 +32,7 @@ from datetime import UTC
 from ._units import EPOCH as EPOCH
 from .cron import CRON_ALIASES as CRON_ALIASES
 from .explain import FireTime, explain, next_fire_times
+from .jitter import check_jitter, jitter_offset, jittered, ticks_between
 from .misfire import (
     COUNT_BOUND_PER_LIMIT as COUNT_BOUND_PER_LIMIT,
 )
@@ -56,12 +57,16 @@ __all__ = [
     "IntervalTrigger",
     "TickPlan",
     "Trigger",
+    "check_jitter",
     "check_misfire",
     "check_overlap",
     "explain",
+    "jitter_offset",
+    "jittered",
     "make_trigger",
     "next_fire_times",
     "plan_ticks",
     "resolve_zone",
     "tick_ahead",
+    "ticks_between",
 ]

@@ -13,6 +13,7 @@ from cronsim import CronSim
 from rota.errors import ConfigurationError
 
 from ._units import _exact_duration, _hm, _wall_list
+from .jitter import check_jitter, jitter_offset
 from .triggers import CronTrigger, _instants, _offset
 
 
@@ -23,17 +24,46 @@ class FireTime:
     local: datetime
     utc: datetime
     note: str | None
+    offset: timedelta | None = None  # with jitter: how late the tick's run is due (see .jitter)
+
+    @property
+    def due(self) -> datetime:
+        """When the tick's run may start: the tick plus its jitter offset."""
+        return self.utc + (self.offset or timedelta(0))
 
 
-def next_fire_times(cron: str, tz: str = "UTC", after: datetime | None = None, count: int = 5) -> list[datetime]:
+def next_fire_times(
+    cron: str,
+    tz: str = "UTC",
+    after: datetime | None = None,
+    count: int = 5,
+    *,
+    jitter: timedelta | float | None = None,
+    name: str | None = None,
+) -> list[datetime]:
     """The next `count` fire times of `cron` strictly after `after` (default: now), as aware
     datetimes in the zone `tz` (local wall time, correct offset). A naive `after` is read in
-    `tz`."""
-    return [fire.local for fire in explain(cron, tz, after, count)]
+    `tz`. With `jitter`, each is the time the tick's run is due (tick + offset) for a
+    schedule named `name` (offsets are hashed from the schedule's name and the tick; without
+    a name, from the expression and zone: see `explain`)."""
+    return [
+        fire.due.astimezone(fire.local.tzinfo) for fire in explain(cron, tz, after, count, jitter=jitter, name=name)
+    ]
 
 
-def explain(cron: str, tz: str = "UTC", after: datetime | None = None, count: int = 5) -> list[FireTime]:
-    """Like next_fire_times, with a note on each fire time that daylight saving affects."""
+def explain(
+    cron: str,
+    tz: str = "UTC",
+    after: datetime | None = None,
+    count: int = 5,
+    *,
+    jitter: timedelta | float | None = None,
+    name: str | None = None,
+) -> list[FireTime]:
+    """Like next_fire_times, with a note on each fire time that daylight saving affects, and
+    with `jitter` each tick's `offset`: the one a schedule named `name` gets (hashed from
+    the name and the tick), or, without a name, one hashed from ``"<cron> <tz>"`` (a
+    schedule's own offsets differ; all lie in [0, jitter) and before the next tick)."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ConfigurationError(f"count must be a positive integer, got {count!r}")
     trigger = CronTrigger(cron=cron, tz=tz)
@@ -42,11 +72,14 @@ def explain(cron: str, tz: str = "UTC", after: datetime | None = None, count: in
         after = datetime.now(UTC)
     elif after.tzinfo is None or after.utcoffset() is None:
         after = after.replace(tzinfo=zone)
+    spread = check_jitter(jitter)
+    seed = name if name is not None else f"{cron} {tz}"
     fires: list[FireTime] = []
     previous = after.astimezone(zone)
     for tick in itertools.islice(trigger.ticks_after(after), count):
         local = tick.astimezone(zone)
-        fires.append(FireTime(local=local, utc=tick, note=_dst_note(trigger, previous, local)))
+        offset = jitter_offset(trigger, seed, tick, spread) if spread is not None else None
+        fires.append(FireTime(local=local, utc=tick, note=_dst_note(trigger, previous, local), offset=offset))
         previous = local
     return fires
 

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from rota.errors import ConfigurationError, one_of
 
 from ._units import _US, _rough_duration, _seconds_number, _utc
+from .jitter import jitter_boundary
 from .triggers import IntervalTrigger, Trigger
 
 MISFIRE_POLICIES = ("coalesce", "all", "skip")
@@ -55,6 +56,8 @@ def plan_ticks(
     misfire: str,
     grace: timedelta,
     limit: int = 1000,
+    jitter: timedelta | None = None,  # missed then means: due (tick + offset) before now - grace
+    seed: str = "",  # with jitter: the schedule's name, hashed into each tick's offset
 ) -> TickPlan:
     """Decide which due ticks of a schedule run, which are skipped, and the next fire time.
 
@@ -90,7 +93,7 @@ def plan_ticks(
     if policy == "all":
         run, following = _collect(trigger, first, now, limit)
         return TickPlan(run=tuple(run), skipped=(), skipped_more=0, next_run_at=following)
-    missed = _scan_missed(trigger, first, now - grace, limit)
+    missed = _scan_missed(trigger, first, jitter_boundary(trigger, seed, first, now - grace, jitter), limit)
     run, following = _collect(trigger, missed.resume, now, limit)
     if policy == "skip":
         return _plan_skip(missed, run, following, now, grace)

@@ -52,6 +52,7 @@ RUN_COMMON = {
     "started_at": _null(TIME),
     "finished_at": _null(TIME),
     "retry_of": _null(ID),
+    "backfill": BOOL,
     "corrupt": FIELDS,
 }
 ATTEMPT = {
@@ -104,7 +105,7 @@ SCHEMAS: dict[str, Any] = {
             "args": {"type": "array"},
             "kwargs": {"type": "object"},
         },
-        {"plan_error": _null("string"), "corrupt": FIELDS, "high_frequency": BOOL},
+        {"plan_error": _null("string"), "corrupt": FIELDS, "high_frequency": BOOL, "jitter": _null("number")},
     ),
     "Worker": _obj(
         {

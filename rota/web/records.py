@@ -95,6 +95,7 @@ def summary(row: tuple[Any, ...]) -> dict[str, Any]:
     if text is not None and length > len(text):
         truncated.append("error")
     record["truncated"] = truncated
+    record["backfill"] = bool(row[26])
     record["corrupt"] = corrupt
     return record
 
@@ -145,6 +146,7 @@ def detail(row: tuple[Any, ...]) -> dict[str, Any]:
             {name: record[name] for name in ("attempt", "worker", "started_at", "finished_at", "status", "error")}
         )
     record["attempts"] = history
+    record["backfill"] = bool(row[23])
     record["corrupt"] = corrupt
     record["raw"] = raw
     return record

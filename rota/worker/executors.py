@@ -209,7 +209,6 @@ class Executors:
         self.store = store  # transactional handlers open their transaction on it
         self.inflight: dict[int, Active] = {}
         self.slot_freed = asyncio.Event()
-        self.stuck_changed: Callable[[], None] = lambda: None  # the registry shows it soon (Leases)
         self.handoff = Handoff(concurrency * 2 + 4, deliver)
         self.by_kind: dict[str, Executor] = {name: make(self) for name, make in EXECUTORS.items()}
         self.stuck_changed: Callable[[], None] = lambda: None  # on the loop: the registry shows it at once

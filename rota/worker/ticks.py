@@ -183,7 +183,10 @@ class Ticker:
         try:
             trigger = self._trigger(due)
             grace = timedelta(seconds=due.misfire_grace)
-            plan = timing.plan_ticks(trigger, due.next_run_at, now, misfire=due.misfire, grace=grace)
+            jitter = timedelta(seconds=due.jitter) if due.jitter else None  # misfire judged at tick + offset
+            plan = timing.plan_ticks(
+                trigger, due.next_run_at, now, misfire=due.misfire, grace=grace, jitter=jitter, seed=due.name
+            )
             ahead = timing.tick_ahead(plan.next_run_at, now, timedelta(seconds=lead))
             following = plan.next_run_at if ahead is None else trigger.next_after(ahead)
         except ConfigurationError as exc:

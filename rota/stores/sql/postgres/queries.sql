@@ -11,7 +11,7 @@ VALUES (coalesce(%(id)s::bigint, nextval('rota_run_id_seq')), %(task)s, %(queue)
         %(status)s, %(args)s, %(kwargs)s, %(key)s,
         %(schedule)s, %(tick)s, %(exclusive)s, %(held)s,
         coalesce(%(scheduled_for)s, {now} + make_interval(secs => %(delay)s)),
-        coalesce(%(scheduled_for)s, {now} + make_interval(secs => %(delay)s)),
+        coalesce(%(due_at)s, %(scheduled_for)s, {now} + make_interval(secs => %(delay)s)),
         %(max_attempts)s, %(timeout)s, %(backoff)s, %(error)s,
         CASE WHEN %(status)s = 'skipped' THEN {now} END, %(retry_of)s)
 ON CONFLICT DO NOTHING
@@ -270,11 +270,11 @@ SELECT {now}
 -- name: upsert_code_schedule
 INSERT INTO rota_schedules AS s (
     name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, run_immediately,
-    queue, priority, max_attempts, timeout, backoff, source, app, definition, next_run_at,
+    queue, priority, max_attempts, timeout, backoff, jitter, source, app, definition, next_run_at,
     created_at, updated_at)
 VALUES (%(name)s, %(task)s, %(cron)s, %(every)s, %(tz)s, %(args)s, %(kwargs)s, %(overlap)s,
         %(misfire)s, %(misfire_grace)s, %(run_immediately)s, %(queue)s, %(priority)s,
-        %(max_attempts)s, %(timeout)s, %(backoff)s, %(source)s, %(app)s, %(definition)s,
+        %(max_attempts)s, %(timeout)s, %(backoff)s, %(jitter)s, %(source)s, %(app)s, %(definition)s,
         %(next_run_at)s, {now}, {now})
 ON CONFLICT (name) DO UPDATE SET
     task = EXCLUDED.task, cron = EXCLUDED.cron, every = EXCLUDED.every, tz = EXCLUDED.tz,
@@ -305,11 +305,11 @@ RETURNING name
 -- name: insert_schedule
 INSERT INTO rota_schedules AS s (
     name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, run_immediately,
-    queue, priority, max_attempts, timeout, backoff, source, app, definition, next_run_at,
+    queue, priority, max_attempts, timeout, backoff, jitter, source, app, definition, next_run_at,
     created_at, updated_at)
 VALUES (%(name)s, %(task)s, %(cron)s, %(every)s, %(tz)s, %(args)s, %(kwargs)s, %(overlap)s,
         %(misfire)s, %(misfire_grace)s, %(run_immediately)s, %(queue)s, %(priority)s,
-        %(max_attempts)s, %(timeout)s, %(backoff)s, %(source)s, %(app)s, %(definition)s,
+        %(max_attempts)s, %(timeout)s, %(backoff)s, %(jitter)s, %(source)s, %(app)s, %(definition)s,
         %(next_run_at)s, {now}, {now})
 ON CONFLICT (name) DO UPDATE SET
     task = EXCLUDED.task, cron = EXCLUDED.cron, every = EXCLUDED.every, tz = EXCLUDED.tz,
@@ -329,7 +329,7 @@ UPDATE rota_schedules SET
     kwargs = %(kwargs)s, overlap = %(overlap)s, misfire = %(misfire)s,
     misfire_grace = %(misfire_grace)s, run_immediately = %(run_immediately)s, queue = %(queue)s,
     priority = %(priority)s, max_attempts = %(max_attempts)s, timeout = %(timeout)s,
-    backoff = %(backoff)s, definition = %(definition)s,
+    backoff = %(backoff)s, jitter = %(jitter)s, definition = %(definition)s,
     next_run_at = coalesce(%(next_run_at)s, next_run_at), updated_at = {now}
 WHERE name = %(name)s AND active
 RETURNING name
@@ -380,7 +380,7 @@ RETURNING name
 
 -- name: due_schedules
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue,
-       priority, max_attempts, timeout, backoff, next_run_at
+       priority, max_attempts, timeout, backoff, next_run_at, jitter
 FROM rota_schedules
 WHERE active AND NOT paused AND next_run_at <= {now}
 ORDER BY next_run_at
@@ -389,7 +389,7 @@ LIMIT %(limit)s
 -- name: due_schedules_ahead
 -- As due_schedules, with the ticks due within `lead` seconds (made ahead of their tick).
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue,
-       priority, max_attempts, timeout, backoff, next_run_at
+       priority, max_attempts, timeout, backoff, next_run_at, jitter
 FROM rota_schedules
 WHERE active AND NOT paused AND next_run_at <= {now} + make_interval(secs => %(lead)s)
 ORDER BY next_run_at
@@ -442,13 +442,13 @@ SELECT name FROM rota_schedules WHERE name = %(schedule)s FOR UPDATE
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue, priority,
        max_attempts, timeout, source, active, paused, next_run_at, last_run_at, last_status,
        run_count, success_count, failure_count, skip_count, run_immediately, backoff, app,
-       definition, plan_error
+       definition, plan_error, jitter
 FROM rota_schedules
 
 -- name: run_columns
 SELECT id, task, status, queue, priority, args, kwargs, key, schedule, scheduled_for, due_at,
        attempt, max_attempts, timeout, owner, token, lease_until, cancel_requested, created_at,
-       started_at, finished_at, result, error, attempts::text, retry_of, held, waiting_on
+       started_at, finished_at, result, error, attempts::text, retry_of, held, waiting_on, backfill
 FROM rota_runs
 
 -- name: count_by_status
@@ -556,7 +556,8 @@ SELECT id, task, status, queue, priority, key, schedule, extract(epoch FROM sche
        extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)::float8,
        extract(epoch FROM finished_at)::float8, retry_of,
        substr(args, 1, %(preview)s), length(args), substr(kwargs, 1, %(preview)s), length(kwargs),
-       substr(result, 1, %(preview)s), length(result), substr(error, 1, %(error_prefix)s), length(error)
+       substr(result, 1, %(preview)s), length(result), substr(error, 1, %(error_prefix)s), length(error),
+       backfill
 FROM rota_runs
 
 -- name: web_run_detail
@@ -564,7 +565,7 @@ SELECT id, task, status, queue, priority, key, schedule, extract(epoch FROM sche
        attempt, max_attempts, owner, token, extract(epoch FROM lease_until)::float8, cancel_requested,
        extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)::float8,
        extract(epoch FROM finished_at)::float8, retry_of,
-       args, kwargs, result, error, attempts::text
+       args, kwargs, result, error, attempts::text, backfill
 FROM rota_runs
 
 -- name: web_timeline
@@ -684,7 +685,7 @@ SELECT pg_postmaster_start_time()
 
 -- ===== end of issue 10, worker side =====================================================
 
--- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) =======
+-- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) 
 
 -- name: unique_take
 -- (rota_unique only: changes no run)
@@ -751,3 +752,61 @@ WHERE d.child = %(id)s ORDER BY r.id
 -- name: web_run_waiting
 -- (run_rows appends WHERE id = ...)
 SELECT waiting_on FROM rota_runs
+=======
+-- name: last_run_id
+SELECT coalesce(max(id), 0) FROM rota_runs
+
+-- name: retry_candidates
+-- App.retry_many: the next batch of matching final runs after the cursor, and whether each
+-- belongs to an active exclusive schedule (retried through its overlap policy instead). A run
+-- retried before (by anyone) is passed over: calling retry_many twice retries nothing twice.
+SELECT r.id, s.name IS NOT NULL
+FROM rota_runs r
+LEFT JOIN rota_schedules s ON s.name = r.schedule AND s.active AND s.overlap <> 'concurrent'
+WHERE r.status = %(status)s AND r.id > %(after)s AND r.id <= %(upto)s
+  AND (%(task)s::text IS NULL OR r.task = %(task)s::text)
+  AND (%(since)s::timestamptz IS NULL OR r.finished_at >= %(since)s::timestamptz)
+  AND NOT EXISTS (SELECT 1 FROM rota_runs x WHERE x.retry_of = r.id)
+ORDER BY r.id
+LIMIT %(limit)s
+
+-- name: retry_insert
+-- transition: retry
+INSERT INTO rota_runs (task, queue, priority, args, kwargs, key, schedule, scheduled_for, due_at,
+                       max_attempts, timeout, backoff, retry_of)
+SELECT task, queue, priority, args, kwargs, key, schedule, {now}, {now},
+       max_attempts, timeout, backoff, id
+FROM rota_runs
+WHERE id = ANY(%(ids)s::bigint[])
+ORDER BY id
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: backfill_bound
+-- The schedule's next planned tick (the ticks from there on are the schedule's own). The
+-- row lock orders this backfill with the ticker's advance and with the hand-over of the
+-- exclusive slot (see lock_schedule).
+SELECT next_run_at FROM rota_schedules WHERE name = %(name)s AND active FOR UPDATE
+
+-- name: backfill_release
+-- transition: backfill
+-- A skipped tick (misfire or overlap) gives its tick up to the backfilled run; the skipped
+-- run stays in history with its scheduled_for.
+UPDATE rota_runs SET tick = NULL
+WHERE schedule = %(name)s AND status = 'skipped' AND tick = ANY(%(ticks)s::timestamptz[])
+
+-- name: backfill_insert
+-- transition: backfill
+-- As insert_run, marked backfill (a run App.backfill makes for a past tick).
+INSERT INTO rota_runs (id, task, queue, priority, status, args, kwargs, key, schedule, tick,
+                       exclusive, held, scheduled_for, due_at, max_attempts, timeout, backoff,
+                       error, finished_at, retry_of, backfill)
+VALUES (coalesce(%(id)s::bigint, nextval('rota_run_id_seq')), %(task)s, %(queue)s, %(priority)s,
+        %(status)s, %(args)s, %(kwargs)s, %(key)s,
+        %(schedule)s, %(tick)s, %(exclusive)s, %(held)s,
+        coalesce(%(scheduled_for)s, {now} + make_interval(secs => %(delay)s)),
+        coalesce(%(due_at)s, %(scheduled_for)s, {now} + make_interval(secs => %(delay)s)),
+        %(max_attempts)s, %(timeout)s, %(backoff)s, %(error)s,
+        CASE WHEN %(status)s = 'skipped' THEN {now} END, %(retry_of)s, %(backfill)s)
+ON CONFLICT DO NOTHING
+RETURNING id

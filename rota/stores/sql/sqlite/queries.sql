@@ -8,7 +8,7 @@ INSERT INTO rota_runs (id, task, queue, priority, status, args, kwargs, key, sch
                        error, finished_at, retry_of, created_at)
 VALUES (:id, :task, :queue, :priority, :status, :args, :kwargs, :key, :schedule, :tick,
         :exclusive, :held, coalesce(:scheduled_for, {now} + :delay),
-        coalesce(:scheduled_for, {now} + :delay),
+        coalesce(:due_at, :scheduled_for, {now} + :delay),
         :max_attempts, :timeout, :backoff, :error,
         CASE WHEN :status = 'skipped' THEN {now} END, :retry_of, {now})
 ON CONFLICT DO NOTHING
@@ -176,10 +176,10 @@ SELECT {now}
 -- name: upsert_code_schedule
 INSERT INTO rota_schedules AS s (
     name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, run_immediately,
-    queue, priority, max_attempts, timeout, backoff, source, app, definition, next_run_at,
+    queue, priority, max_attempts, timeout, backoff, jitter, source, app, definition, next_run_at,
     created_at, updated_at)
 VALUES (:name, :task, :cron, :every, :tz, :args, :kwargs, :overlap, :misfire, :misfire_grace,
-        :run_immediately, :queue, :priority, :max_attempts, :timeout, :backoff, :source, :app,
+        :run_immediately, :queue, :priority, :max_attempts, :timeout, :backoff, :jitter, :source, :app,
         :definition, :next_run_at, {now}, {now})
 ON CONFLICT (name) DO UPDATE SET
     task = excluded.task, cron = excluded.cron, every = excluded.every, tz = excluded.tz,
@@ -187,7 +187,7 @@ ON CONFLICT (name) DO UPDATE SET
     misfire = excluded.misfire, misfire_grace = excluded.misfire_grace,
     run_immediately = excluded.run_immediately, queue = excluded.queue,
     priority = excluded.priority, max_attempts = excluded.max_attempts,
-    timeout = excluded.timeout, backoff = excluded.backoff, source = excluded.source,
+    timeout = excluded.timeout, backoff = excluded.backoff, jitter = excluded.jitter, source = excluded.source,
     app = excluded.app, definition = excluded.definition, active = 1, updated_at = {now},
     -- A deploy keeps next_run_at unless the timing changed (a missed tick stays due and
     -- meets the misfire policy); a timing change moves it to the new first tick, unless the
@@ -211,10 +211,10 @@ RETURNING name
 -- name: insert_schedule
 INSERT INTO rota_schedules AS s (
     name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, run_immediately,
-    queue, priority, max_attempts, timeout, backoff, source, app, definition, next_run_at,
+    queue, priority, max_attempts, timeout, backoff, jitter, source, app, definition, next_run_at,
     created_at, updated_at)
 VALUES (:name, :task, :cron, :every, :tz, :args, :kwargs, :overlap, :misfire, :misfire_grace,
-        :run_immediately, :queue, :priority, :max_attempts, :timeout, :backoff, :source, :app,
+        :run_immediately, :queue, :priority, :max_attempts, :timeout, :backoff, :jitter, :source, :app,
         :definition, :next_run_at, {now}, {now})
 ON CONFLICT (name) DO UPDATE SET
     task = excluded.task, cron = excluded.cron, every = excluded.every, tz = excluded.tz,
@@ -222,7 +222,7 @@ ON CONFLICT (name) DO UPDATE SET
     misfire = excluded.misfire, misfire_grace = excluded.misfire_grace,
     run_immediately = excluded.run_immediately, queue = excluded.queue,
     priority = excluded.priority, max_attempts = excluded.max_attempts,
-    timeout = excluded.timeout, backoff = excluded.backoff, source = excluded.source,
+    timeout = excluded.timeout, backoff = excluded.backoff, jitter = excluded.jitter, source = excluded.source,
     app = excluded.app, definition = excluded.definition, active = 1, paused = 0,
     next_run_at = excluded.next_run_at, updated_at = {now}
 WHERE NOT s.active
@@ -233,7 +233,7 @@ UPDATE rota_schedules SET
     task = :task, cron = :cron, every = :every, tz = :tz, args = :args, kwargs = :kwargs,
     overlap = :overlap, misfire = :misfire, misfire_grace = :misfire_grace,
     run_immediately = :run_immediately, queue = :queue, priority = :priority,
-    max_attempts = :max_attempts, timeout = :timeout, backoff = :backoff,
+    max_attempts = :max_attempts, timeout = :timeout, backoff = :backoff, jitter = :jitter,
     definition = :definition, next_run_at = coalesce(:next_run_at, next_run_at),
     updated_at = {now}
 WHERE name = :name AND active
@@ -283,7 +283,7 @@ RETURNING name
 
 -- name: due_schedules
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue,
-       priority, max_attempts, timeout, backoff, next_run_at
+       priority, max_attempts, timeout, backoff, next_run_at, jitter
 FROM rota_schedules
 WHERE active AND NOT paused AND next_run_at <= {now}
 ORDER BY next_run_at
@@ -292,7 +292,7 @@ LIMIT :limit
 -- name: due_schedules_ahead
 -- As due_schedules, with the ticks due within `lead` seconds (made ahead of their tick).
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue,
-       priority, max_attempts, timeout, backoff, next_run_at
+       priority, max_attempts, timeout, backoff, next_run_at, jitter
 FROM rota_schedules
 WHERE active AND NOT paused AND next_run_at <= {now} + :lead
 ORDER BY next_run_at
@@ -344,13 +344,13 @@ SELECT name FROM rota_schedules WHERE name = :schedule
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue, priority,
        max_attempts, timeout, source, active, paused, next_run_at, last_run_at, last_status,
        run_count, success_count, failure_count, skip_count, run_immediately, backoff, app,
-       definition, plan_error
+       definition, plan_error, jitter
 FROM rota_schedules
 
 -- name: run_columns
 SELECT id, task, status, queue, priority, args, kwargs, key, schedule, scheduled_for, due_at,
        attempt, max_attempts, timeout, owner, token, lease_until, cancel_requested, created_at,
-       started_at, finished_at, result, error, attempts, retry_of, held, waiting_on
+       started_at, finished_at, result, error, attempts, retry_of, held, waiting_on, backfill
 FROM rota_runs
 
 -- name: count_by_status
@@ -451,13 +451,14 @@ RETURNING id
 SELECT id, task, status, queue, priority, key, schedule, scheduled_for, attempt, max_attempts,
        owner, token, lease_until, cancel_requested, created_at, started_at, finished_at, retry_of,
        substr(args, 1, :preview), length(args), substr(kwargs, 1, :preview), length(kwargs),
-       substr(result, 1, :preview), length(result), substr(error, 1, :error_prefix), length(error)
+       substr(result, 1, :preview), length(result), substr(error, 1, :error_prefix), length(error),
+       backfill
 FROM rota_runs
 
 -- name: web_run_detail
 SELECT id, task, status, queue, priority, key, schedule, scheduled_for, attempt, max_attempts,
        owner, token, lease_until, cancel_requested, created_at, started_at, finished_at, retry_of,
-       args, kwargs, result, error, attempts
+       args, kwargs, result, error, attempts, backfill
 FROM rota_runs
 
 -- name: web_timeline
@@ -544,7 +545,7 @@ SELECT NULL
 
 -- ===== end of issue 10, worker side =====================================================
 
--- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) =======
+-- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) 
 
 -- name: unique_take
 -- (rota_unique only: changes no run)
@@ -597,3 +598,57 @@ WHERE d.child = :id ORDER BY r.id
 -- name: web_run_waiting
 -- (run_rows appends WHERE id = ...)
 SELECT waiting_on FROM rota_runs
+=======
+-- name: last_run_id
+SELECT coalesce(max(id), 0) FROM rota_runs
+
+-- name: retry_candidates
+-- App.retry_many: the next batch of matching final runs after the cursor, and whether each
+-- belongs to an active exclusive schedule (retried through its overlap policy instead). A run
+-- retried before (by anyone) is passed over: calling retry_many twice retries nothing twice.
+SELECT r.id, s.name IS NOT NULL
+FROM rota_runs r
+LEFT JOIN rota_schedules s ON s.name = r.schedule AND s.active AND s.overlap <> 'concurrent'
+WHERE r.status = :status AND r.id > :after AND r.id <= :upto
+  AND (:task IS NULL OR r.task = :task)
+  AND (:since IS NULL OR r.finished_at >= :since)
+  AND NOT EXISTS (SELECT 1 FROM rota_runs x WHERE x.retry_of = r.id)
+ORDER BY r.id
+LIMIT :limit
+
+-- name: retry_insert
+-- transition: retry
+INSERT INTO rota_runs (task, queue, priority, args, kwargs, key, schedule, scheduled_for, due_at,
+                       max_attempts, timeout, backoff, retry_of, created_at)
+SELECT task, queue, priority, args, kwargs, key, schedule, {now}, {now},
+       max_attempts, timeout, backoff, id, {now}
+FROM rota_runs
+WHERE id IN (SELECT value FROM json_each(:ids))
+ORDER BY id
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: backfill_bound
+-- The schedule's next planned tick (the ticks from there on are the schedule's own).
+SELECT next_run_at FROM rota_schedules WHERE name = :name AND active
+
+-- name: backfill_release
+-- transition: backfill
+-- A skipped tick (misfire or overlap) gives its tick up to the backfilled run; the skipped
+-- run stays in history with its scheduled_for.
+UPDATE rota_runs SET tick = NULL
+WHERE schedule = :name AND status = 'skipped' AND tick IN (SELECT value FROM json_each(:ticks))
+
+-- name: backfill_insert
+-- transition: backfill
+-- As insert_run, marked backfill (a run App.backfill makes for a past tick).
+INSERT INTO rota_runs (id, task, queue, priority, status, args, kwargs, key, schedule, tick,
+                       exclusive, held, scheduled_for, due_at, max_attempts, timeout, backoff,
+                       error, finished_at, retry_of, created_at, backfill)
+VALUES (:id, :task, :queue, :priority, :status, :args, :kwargs, :key, :schedule, :tick,
+        :exclusive, :held, coalesce(:scheduled_for, {now} + :delay),
+        coalesce(:due_at, :scheduled_for, {now} + :delay),
+        :max_attempts, :timeout, :backoff, :error,
+        CASE WHEN :status = 'skipped' THEN {now} END, :retry_of, {now}, :backfill)
+ON CONFLICT DO NOTHING
+RETURNING id

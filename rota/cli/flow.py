@@ -1,0 +1,133 @@
+"""Flow-control commands (issue 20): `rota backfill`, `rota retry --failed`, and the jitter
+options of `rota explain`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import click
+
+from .. import timing
+from ..config import parse_duration
+from ..models import iso
+from ..timing.misfire import OVERLAP_POLICIES
+from .base import database_app, handle_errors, json_option, main, print_json
+from .display import duration
+
+F = TypeVar("F", bound=Callable[..., Any])
+SHOWN = 20  # runs listed by `rota backfill` (all with --json)
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """90s, 15m, 6h, 2d (a plain number is seconds)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            return parse_duration(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not a duration such as 90s, 15m, 6h or 2d", param, ctx)
+
+
+class IsoTime(click.ParamType):  # type: ignore[type-arg]
+    """An ISO-8601 time; one without an offset is UTC."""
+
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            moment = datetime.fromisoformat(str(value))
+        except ValueError:
+            self.fail(
+                f"{value!r} is not an ISO time such as 2026-03-29T00:00 (UTC) or 2026-03-29T00:00+01:00", param, ctx
+            )
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--from", "start", type=IsoTime(), required=True, help="First tick time (ISO-8601; no offset means UTC).")
+@click.option(
+    "--to", "end", type=IsoTime(), required=True, help="End of the range, exclusive (ISO-8601; UTC if no offset)."
+)
+@click.option("--overlap", type=click.Choice(OVERLAP_POLICIES), default=None,
+              help="concurrent: all at once; skip/queue/replace: one after another, oldest first "
+                   "(default: the schedule's own policy).")  # fmt: skip
+@json_option
+@click.pass_context
+@handle_errors
+def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, overlap: str | None, as_json: bool) -> None:
+    """Make one run per tick of schedule NAME in [--from, --to) that has none yet."""
+    handles = database_app(ctx).backfill(name, start=start, end=end, overlap=overlap)
+    if as_json:
+        print_json([h.refresh().to_json() for h in handles])
+        return
+    span = f"[{iso(start.astimezone(UTC))}, {iso(end.astimezone(UTC))})"
+    if not handles:
+        click.echo(f"schedule {name}: no tick in {span} lacks a run; nothing to do")
+        return
+    click.echo(f"schedule {name}: {len(handles)} run(s) backfilled for {span}")
+    for h in handles[:SHOWN]:
+        r = h.refresh()
+        note = " (queued behind the others)" if r.held else ""
+        click.echo(f"  run {r.id}  tick {iso(r.scheduled_for)}  {r.status}{note}")
+    if len(handles) > SHOWN:
+        click.echo(
+            f"  ... and {len(handles) - SHOWN} more (runs {handles[SHOWN].id} to {handles[-1].id}; --json lists all)"
+        )
+
+
+def retry_failed(ctx: click.Context, status: str, task: str | None, since: timedelta | None, as_json: bool) -> None:
+    """`rota retry --failed`: retry every matching final run (App.retry_many)."""
+    count = database_app(ctx).retry_many(status=status, task=task, since=since)
+    if as_json:
+        print_json(
+            {"retried": count, "status": status, "task": task, "since": since.total_seconds() if since else None}
+        )
+        return
+    scope = (f" of task {task}" if task else "") + (f" finished in the last {duration(since)}" if since else "")
+    click.echo(f"{count} {status} run(s){scope} enqueued again")
+
+
+# -- rota explain --jitter ------------------------------------------------------------------
+
+
+def jitter_options(fn: F) -> F:
+    fn = click.option(
+        "--name",
+        default=None,
+        help="With --jitter: the schedule's name, to show the very offsets that schedule gets.",
+    )(fn)
+    return click.option(
+        "--jitter",
+        type=Duration(),
+        default=None,
+        help="Show each tick's stable jitter offset in [0, JITTER) (hashed from --name and the tick; "
+        "without --name, from the expression and zone).",
+    )(fn)
+
+
+def jitter_heading(cron: str, tz: str, jitter: timedelta | None, name: str | None) -> str:
+    if jitter is None:
+        return ""
+    seed = f"schedule name {name!r}" if name is not None else f"{f'{cron} {tz}'!r} (pass --name for a schedule's own)"
+    return f" (jitter {jitter}: offsets hashed from {seed} and each tick)"
+
+
+def offset_text(fire: timing.FireTime) -> str:
+    if fire.offset is None:
+        return ""
+    return f"  +{fire.offset.total_seconds():.3f}s -> due {iso(fire.due)}"
+
+
+def offset_json(fire: timing.FireTime) -> dict[str, Any]:
+    if fire.offset is None:
+        return {}
+    return {"offset_seconds": fire.offset.total_seconds(), "due": iso(fire.due)}

@@ -1,0 +1,114 @@
+"""`rota backfill`, `rota retry --failed` and `rota explain --jitter`, through click's runner."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import rota
+import rota.testing
+from rota import timing
+
+from .conftest import make_app
+from .test_cli import cli
+
+
+def test_backfill_makes_the_missing_ticks_once_and_reports_them(db_url: str) -> None:
+    app = make_app(db_url)
+    try:
+        app.add_schedule("nightly", "some.task", every=60)
+        now = datetime.now(UTC).replace(microsecond=0)
+        start, end = (now - timedelta(minutes=5)).replace(tzinfo=None).isoformat(), now.isoformat()
+        code, out = cli(db_url, "backfill", "nightly", "--from", start, "--to", end, "--json")
+        assert code == 0, out
+        runs = json.loads(out)
+        assert len(runs) == 5 and all(r["backfill"] for r in runs)
+        assert [r["scheduled_for"] for r in runs] == sorted(r["scheduled_for"] for r in runs)
+        assert runs[0]["scheduled_for"] >= (now - timedelta(minutes=5)).isoformat()[:16]  # naive --from: UTC
+        code, out = cli(db_url, "backfill", "nightly", "--from", start, "--to", end)
+        assert code == 0 and "nothing to do" in out
+        early = (now - timedelta(minutes=40)).isoformat()
+        code, out = cli(db_url, "backfill", "nightly", "--from", early, "--to", start)
+        assert code == 0 and "35 run(s) backfilled" in out and "... and 15 more" in out, out
+        assert out.count("queued behind the others") == 20  # the runs of the first backfill hold the slot
+        code, out = cli(db_url, "run", runs[0]["id"])
+        assert code == 0 and "backfill: True" in out
+        code, out = cli(db_url, "run", runs[0]["id"], "--json")
+        assert json.loads(out)["backfill"] is True
+    finally:
+        app.close()
+
+
+def test_backfill_refuses_bad_input_with_one_line(db_url: str) -> None:
+    app = make_app(db_url)
+    try:
+        app.add_schedule("nightly", "some.task", every=60)
+        code, out = cli(db_url, "backfill", "nightly", "--from", "yesterday", "--to", "2030-01-01")
+        assert code == 2 and "'yesterday' is not an ISO time" in out
+        code, out = cli(db_url, "backfill", "nightly", "--from", "2030-01-02", "--to", "2030-01-01")
+        assert code == 1 and out.count("\n") == 1 and "must be after start" in out
+        code, out = cli(db_url, "backfill", "nighty", "--from", "2030-01-01", "--to", "2030-01-02")
+        assert code == 1 and "did you mean 'nightly'" in out
+        code, out = cli(db_url, "backfill", "nightly", "--from", "2000-01-01", "--to", "2030-01-02")
+        assert code == 1 and "more than 10,000 ticks" in out
+        code, out = cli(db_url, "backfill", "nightly", "--from", "2030-01-01", "--to", "2030-01-02", "--overlap", "x")
+        assert code == 2 and "'x' is not one of" in out
+        assert app.list_runs() == []
+    finally:
+        app.close()
+
+
+def test_retry_failed_retries_them_all_and_retry_id_still_works(db_url: str) -> None:
+    app = make_app(db_url)
+    try:
+        app.task(name="bad")(lambda: 1 / 0)
+        app.task(name="other")(lambda: 1 / 0)
+        bad = [app.get_task("bad").enqueue() for _ in range(3)]
+        other = app.get_task("other").enqueue()
+        rota.testing.run_pending(app)
+        code, out = cli(db_url, "retry", "--failed", "--task", "bad", "--since", "6h")
+        assert code == 0 and "3 failed run(s) of task bad finished in the last 6 h enqueued again" in out
+        retried = {r.retry_of for r in app.list_runs(status="pending")}
+        assert retried == {b.id for b in bad}
+        code, out = cli(db_url, "retry", "--failed", "--json")
+        assert code == 0 and json.loads(out)["retried"] == 1  # other's; bad's were retried already
+        code, out = cli(db_url, "retry", other.id)
+        assert code == 0 and f"(retry of {other.id})" in out
+        code, out = cli(db_url, "retry", "--failed", "--since", "soon")
+        assert code == 2 and "'soon' is not a duration such as 90s, 15m, 6h or 2d" in out
+        code, out = cli(db_url, "retry")
+        assert code == 2 and "give a RUN_ID, or --failed" in out
+        code, out = cli(db_url, "retry", other.id, "--failed")
+        assert code == 2 and "give a RUN_ID, or --failed" in out
+    finally:
+        app.close()
+
+
+def test_explain_with_jitter_shows_each_offset_and_how_it_is_hashed(db_url: str) -> None:
+    after = "2030-01-01T00:00"
+    code, out = cli(db_url, "explain", "0 * * * *", "--after", after, "--count", "2", "--jitter", "30s")
+    assert code == 0 and "offsets hashed from '0 * * * * UTC'" in out and "--name" in out
+    code, out = cli(
+        db_url, "explain", "0 * * * *", "--after", after, "--count", "2", "--jitter", "30s", "--name", "n", "--json"
+    )
+    fires = json.loads(out)
+    trigger = timing.make_trigger(cron="0 * * * *")
+    tick = datetime(2030, 1, 1, 1, tzinfo=UTC)
+    offset = timing.jitter_offset(trigger, "n", tick, timedelta(seconds=30))
+    assert fires[0]["utc"] == "2030-01-01T01:00:00Z" and fires[0]["offset_seconds"] == offset.total_seconds()
+    assert fires[0]["due"].startswith("2030-01-01T01:00:")
+    code, out = cli(db_url, "explain", "0 * * * *", "--jitter", "-3")
+    assert code == 2 and "is not a duration" in out
+
+
+def test_schedules_show_the_jittered_next_run(db_url: str) -> None:
+    app = make_app(db_url)
+    try:
+        info = app.add_schedule("j", "some.task", cron="0 * * * *", jitter=timedelta(minutes=20))
+        code, out = cli(db_url, "schedules", "--json")
+        assert code == 0
+        (shown,) = json.loads(out)
+        assert shown["jitter"] == 1200 and shown["next_run_at"] == rota.models.iso(info.next_run_at)
+        assert info.next_run_at is not None and info.next_run_at.minute < 20
+    finally:
+        app.close()

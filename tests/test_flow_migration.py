@@ -47,7 +47,7 @@ def test_a_populated_version_4_database_migrates_to_flow_deps(db_url: str, monke
 
     try:
         applied = app.migrate()
-        assert applied[-1] == "0010_flow_deps" and applied == [
+        assert "0010_flow_deps" in applied and applied == [
             f"{m.version:04d}_{m.name}" for m in load_migrations(dialect)[4:]
         ]
         assert app.store.count_by_status() == before

@@ -685,8 +685,7 @@ SELECT pg_postmaster_start_time()
 
 -- ===== end of issue 10, worker side =====================================================
 
--- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) 
-
+-- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) =======
 -- name: unique_take
 -- (rota_unique only: changes no run)
 -- A keyed enqueue with unique_for: one atomic upsert of the key's row. It returns the run
@@ -752,7 +751,9 @@ WHERE d.child = %(id)s ORDER BY r.id
 -- name: web_run_waiting
 -- (run_rows appends WHERE id = ...)
 SELECT waiting_on FROM rota_runs
-=======
+
+-- ===== issue 20: backfill, jitter, retry_many (branch flow-sched, 0011) ==============
+
 -- name: last_run_id
 SELECT coalesce(max(id), 0) FROM rota_runs
 

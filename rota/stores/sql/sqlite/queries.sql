@@ -545,8 +545,7 @@ SELECT NULL
 
 -- ===== end of issue 10, worker side =====================================================
 
--- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) 
-
+-- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) =======
 -- name: unique_take
 -- (rota_unique only: changes no run)
 -- As in PostgreSQL (see there); SQLite's write lock makes it atomic.
@@ -598,7 +597,9 @@ WHERE d.child = :id ORDER BY r.id
 -- name: web_run_waiting
 -- (run_rows appends WHERE id = ...)
 SELECT waiting_on FROM rota_runs
-=======
+
+-- ===== issue 20: backfill, jitter, retry_many (branch flow-sched, 0011) ==============
+
 -- name: last_run_id
 SELECT coalesce(max(id), 0) FROM rota_runs
 

@@ -1,0 +1,2 @@
+-- PLACEHOLDER on branch dash only: other branches own migration 0005; delete this file at merge.
+SELECT 1;

@@ -79,7 +79,8 @@ SCHEMAS: dict[str, Any] = {
             "error": ANY,
             "attempts": {"type": "array", "items": ATTEMPT},
             "raw": {"type": "object", "additionalProperties": STR},
-        }
+        },
+        {"due_at": _null(TIME), "held": BOOL},
     ),
     "Schedule": _obj(
         {
@@ -162,6 +163,74 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
 }
+WINDOW_HEAD = {
+    "window": {"type": "string", "enum": ["15m", "1h", "24h", "7d"]},
+    "bucket_seconds": INT,
+    "since": TIME,
+    "until": TIME,
+    "task": _null("string"),
+    "queue": _null("string"),
+    "cap": INT,
+}
+OUTCOME_NAMES = ("succeeded", "failed", "retried", "skipped", "cancelled")
+PERCENTILES = _obj({"n": INT, "p50": _null("number"), "p95": _null("number")})
+SCHEMAS.update(
+    {
+        "Throughput": _obj(
+            {
+                **WINDOW_HEAD,
+                "estimated": BOOL,
+                "totals": {"type": "object", "additionalProperties": INT},
+                "buckets": {
+                    "type": "array",
+                    "items": _obj({"start": TIME, "estimated": BOOL, **{k: INT for k in OUTCOME_NAMES}}),
+                },
+            }
+        ),
+        "Lateness": _obj(
+            {
+                **WINDOW_HEAD,
+                "sampled": BOOL,
+                "lateness": PERCENTILES,
+                "wait": PERCENTILES,
+                "buckets": {
+                    "type": "array",
+                    "items": _obj({"start": TIME, "sampled": BOOL, "lateness": PERCENTILES, "wait": PERCENTILES}),
+                },
+            }
+        ),
+        "Backlog": _obj(
+            {
+                "at": TIME,
+                "cap": INT,
+                "truncated": BOOL,
+                "queues": {
+                    "type": "array",
+                    "items": _obj({"queue": STR, "due": INT, "later": INT, "running": INT}),
+                },
+            }
+        ),
+        "Ticks": _obj(
+            {
+                "name": STR,
+                "paused": BOOL,
+                "next": {
+                    "type": "array",
+                    "items": _obj({"at": TIME, "local": _null("string"), "note": _null("string")}),
+                },
+                "recent": {"type": "array", "items": {"$ref": "#/components/schemas/TimelineEntry"}},
+            }
+        ),
+        "WorkerPage": _obj(
+            {
+                "worker": {"$ref": "#/components/schemas/Worker"},
+                "running": {"type": "array", "items": {"$ref": "#/components/schemas/TimelineEntry"}},
+                "recent": {"type": "array", "items": {"$ref": "#/components/schemas/TimelineEntry"}},
+                "looked_at": INT,
+            }
+        ),
+    }
+)
 
 
 def _ref(name: str) -> dict[str, Any]:
@@ -246,7 +315,55 @@ def _paths() -> dict[str, Any]:
                 errors=("404", "409"),
             )
         },
+        "/api/schedules/{name}/ticks": {
+            "get": _op(
+                "A schedule's next fire times (with DST notes) and its recent ticks",
+                _json(_ref("Ticks"), "Ticks"),
+                params=[
+                    SCHEDULE,
+                    _query("count", {"type": "integer", "minimum": 1, "maximum": 100, "default": 10}, "next ticks"),
+                    _query("recent", {"type": "integer", "minimum": 1, "maximum": 500, "default": 60}, "recent ticks"),
+                ],
+                errors=("404",),
+            )
+        },
         **_run_paths(),
+        **_chart_paths(),
+    }
+
+
+CHART_QUERY = [
+    _query("window", {"type": "string", "enum": ["15m", "1h", "24h", "7d"], "default": "1h"}, "the time window"),
+    _query("task", STR, "only runs of this task"),
+    _query("queue", STR, "only runs on this queue"),
+]
+
+
+def _chart_paths() -> dict[str, Any]:
+    return {
+        "/api/charts/throughput": {
+            "get": _op(
+                "Finished runs per bucket by outcome", _json(_ref("Throughput"), "Throughput"), params=CHART_QUERY
+            )
+        },
+        "/api/charts/lateness": {
+            "get": _op(
+                "Start lateness and queue wait, p50/p95 per bucket",
+                _json(_ref("Lateness"), "Lateness"),
+                params=CHART_QUERY,
+            )
+        },
+        "/api/charts/backlog": {
+            "get": _op("Pending runs by queue, due now and later", _json(_ref("Backlog"), "Backlog"))
+        },
+        "/api/workers/{id}": {
+            "get": _op(
+                "A worker with its running and recent runs",
+                _json(_ref("WorkerPage"), "The worker"),
+                params=[_path("id", {"type": "string", "minLength": 1})],
+                errors=("404",),
+            )
+        },
     }
 
 

@@ -539,13 +539,47 @@ SELECT id, task, status, queue, priority, key, schedule, extract(epoch FROM sche
        attempt, max_attempts, owner, token, extract(epoch FROM lease_until)::float8, cancel_requested,
        extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)::float8,
        extract(epoch FROM finished_at)::float8, retry_of,
-       args, kwargs, result, error, attempts::text
+       args, kwargs, result, error, attempts::text, extract(epoch FROM due_at)::float8, held
 FROM rota_runs
 
 -- name: web_timeline
 SELECT id, task, schedule, status, attempt, extract(epoch FROM scheduled_for)::float8,
        extract(epoch FROM started_at)::float8, extract(epoch FROM finished_at)::float8, owner
 FROM rota_runs
+-- name: web_throughput
+-- One bucket of a throughput chart (rota.web.charts): the first %(cap)s runs that finished
+-- in [lo, hi), read in finished_at order from rota_runs_finished (0009; an index-only scan
+-- without a task or queue filter). The cap bounds the work; a full bucket is scaled up.
+SELECT count(*), extract(epoch FROM max(finished_at))::float8,
+       count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed'),
+       count(*) FILTER (WHERE status = 'skipped'), count(*) FILTER (WHERE status = 'cancelled'),
+       coalesce(sum(greatest(attempt - 1, 0)), 0)
+FROM (SELECT finished_at, status, attempt FROM rota_runs
+      WHERE finished_at >= to_timestamp(%(lo)s) AND finished_at < to_timestamp(%(hi)s)
+        AND (%(task)s::text IS NULL OR task = %(task)s::text)
+        AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      ORDER BY finished_at LIMIT %(cap)s) AS w
+
+-- name: web_lateness
+-- A sample of one bucket for the lateness chart: attempt, start - scheduled_for, and the
+-- queue wait (start - when it became due and existed), first %(cap)s finishes in [lo, hi).
+SELECT attempt, extract(epoch FROM started_at - scheduled_for)::float8,
+       extract(epoch FROM started_at - greatest(created_at, due_at))::float8
+FROM rota_runs
+WHERE finished_at >= to_timestamp(%(lo)s) AND finished_at < to_timestamp(%(hi)s) AND started_at IS NOT NULL
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY finished_at LIMIT %(cap)s
+
+-- name: web_backlog
+-- Pending runs by queue, due now and later: the first %(cap)s in due_at order (rota_runs_due).
+SELECT queue, count(*) FILTER (WHERE due_at <= {now}), count(*) FILTER (WHERE due_at > {now}), count(*)
+FROM (SELECT queue, due_at FROM rota_runs
+      WHERE status = 'pending' AND NOT held ORDER BY due_at LIMIT %(cap)s) AS b
+GROUP BY queue ORDER BY queue
+
+-- name: web_queue_running
+SELECT queue, count(*) FROM rota_runs WHERE status = 'running' GROUP BY queue ORDER BY queue
 -- <<< dashboard reads (rota.web) ------------------------------------------------------
 
 -- ==== operate-store (issue 14): planning errors, cheap run counts ==========================

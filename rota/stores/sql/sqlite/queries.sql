@@ -441,12 +441,43 @@ FROM rota_runs
 -- name: web_run_detail
 SELECT id, task, status, queue, priority, key, schedule, scheduled_for, attempt, max_attempts,
        owner, token, lease_until, cancel_requested, created_at, started_at, finished_at, retry_of,
-       args, kwargs, result, error, attempts
+       args, kwargs, result, error, attempts, due_at, held
 FROM rota_runs
 
 -- name: web_timeline
 SELECT id, task, schedule, status, attempt, scheduled_for, started_at, finished_at, owner
 FROM rota_runs
+-- name: web_throughput
+-- One bucket of a throughput chart (rota.web.charts): the first :cap runs that finished in
+-- [lo, hi), read in finished_at order from rota_runs_finished (0009; an index-only scan
+-- without a task or queue filter). The cap bounds the work; a full bucket is scaled up.
+SELECT count(*), max(finished_at),
+       coalesce(sum(status = 'succeeded'), 0), coalesce(sum(status = 'failed'), 0),
+       coalesce(sum(status = 'skipped'), 0), coalesce(sum(status = 'cancelled'), 0),
+       coalesce(sum(max(attempt - 1, 0)), 0)
+FROM (SELECT finished_at, status, attempt FROM rota_runs INDEXED BY rota_runs_finished
+      WHERE finished_at >= :lo AND finished_at < :hi
+        AND (:task IS NULL OR task = :task) AND (:queue IS NULL OR queue = :queue)
+      ORDER BY finished_at LIMIT :cap)
+
+-- name: web_lateness
+-- A sample of one bucket for the lateness chart: attempt, start - scheduled_for, and the
+-- queue wait (start - when it became due and existed), first :cap finishes in [lo, hi).
+SELECT attempt, started_at - scheduled_for, started_at - max(created_at, due_at)
+FROM rota_runs INDEXED BY rota_runs_finished
+WHERE finished_at >= :lo AND finished_at < :hi AND started_at IS NOT NULL
+  AND (:task IS NULL OR task = :task) AND (:queue IS NULL OR queue = :queue)
+ORDER BY finished_at LIMIT :cap
+
+-- name: web_backlog
+-- Pending runs by queue, due now and later: the first :cap in due_at order (rota_runs_due).
+SELECT queue, coalesce(sum(due_at <= {now}), 0), coalesce(sum(due_at > {now}), 0), count(*)
+FROM (SELECT queue, due_at FROM rota_runs INDEXED BY rota_runs_due
+      WHERE status = 'pending' AND NOT held ORDER BY due_at LIMIT :cap)
+GROUP BY queue ORDER BY queue
+
+-- name: web_queue_running
+SELECT queue, count(*) FROM rota_runs WHERE status = 'running' GROUP BY queue ORDER BY queue
 -- <<< dashboard reads (rota.web) ------------------------------------------------------
 
 -- ==== operate-store (issue 14): planning errors, cheap run counts ==========================

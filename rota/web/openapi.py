@@ -273,11 +273,12 @@ def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 RUN_ID = _path("id", {"type": "string"})
 SCHEDULE = _path("name", {"type": "string", "minLength": 1})
+TEXT = {"type": "string", "pattern": "^[^\\u0000]*$"}  # a NUL is refused (400), as the library does
 RUN_QUERY = [
     _query("status", STATUS, "only runs in this status"),
-    _query("task", STR, "only runs of this task"),
-    _query("schedule", STR, "only runs of this schedule"),
-    _query("queue", STR, "only runs on this queue"),
+    _query("task", TEXT, "only runs of this task"),
+    _query("schedule", TEXT, "only runs of this schedule"),
+    _query("queue", TEXT, "only runs on this queue"),
     _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}, "how many (newest first)"),
     _query("before", {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}, "only runs with a smaller id (paging)"),
 ]
@@ -334,8 +335,8 @@ def _paths() -> dict[str, Any]:
 
 CHART_QUERY = [
     _query("window", {"type": "string", "enum": ["15m", "1h", "24h", "7d"], "default": "1h"}, "the time window"),
-    _query("task", STR, "only runs of this task"),
-    _query("queue", STR, "only runs on this queue"),
+    _query("task", TEXT, "only runs of this task"),
+    _query("queue", TEXT, "only runs on this queue"),
 ]
 
 

@@ -65,6 +65,8 @@ def test_a_full_bucket_is_estimated_from_the_rows_it_read(client: TestClient, mo
     assert data["cap"] == 2 and data["estimated"]
     (busy,) = [b for b in data["buckets"] if b["estimated"]]
     assert sum(busy[k] for k in charts.OUTCOMES) >= 2  # scaled up from the 2 rows read, not 2
+    rare = client.get("/api/charts/throughput?window=15m&task=flaky").json()
+    assert rare["estimated"]  # the filter applies to the 2 rows read: a rare task reads no more
 
 
 def test_lateness_and_wait_are_percentiles_of_the_runs_finished(client: TestClient, done: rota.App) -> None:
@@ -103,7 +105,7 @@ def test_the_chart_queries_read_the_finished_at_index(done: rota.App, db_url: st
     """Each bucket is a range read of rota_runs_finished (migration 0009), never a table scan."""
     store: Any = done.store
     params = {"lo": 0.0, "hi": 1e10, "cap": 10, "task": None, "queue": None, "now": store.now()}
-    for name in ("web_throughput", "web_lateness"):
+    for name in ("web_throughput", "web_throughput_where", "web_lateness"):
         sql = store.queries[name]
         with store._tx() as s:
             if db_url.startswith("postgres"):

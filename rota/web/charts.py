@@ -1,19 +1,22 @@
 """The dashboard's charts: throughput by outcome, start lateness and queue wait, backlog by queue.
 
 Every number comes from the database through bounded, indexed queries (the `web_throughput`,
-`web_lateness`, `web_backlog` and `web_queue_running` named queries of each store):
+`web_throughput_where`, `web_lateness`, `web_backlog` and `web_queue_running` named queries
+of each store; docs/reference/dashboard.md says more):
 
 - A window (15m, 1h, 24h, 7d) is cut into buckets aligned to the bucket width (1 min, 1 min,
-  15 min, 1 h), the last one holding now. Each bucket is one query over the range index
+  15 min, 1 h), the last one holding now. Each bucket is one range read of the index
   `rota_runs_finished` (migration 0009) that reads at most `cap` rows, the cap being a share
-  of a budget per chart (THROUGHPUT_BUDGET rows, LATENESS_BUDGET rows). A bucket that hits
-  its cap is scaled to its width from the rate of the rows read, and marked `estimated`.
+  of a budget per chart (THROUGHPUT_BUDGET, LATENESS_BUDGET rows), all in one read
+  transaction. A task or queue filter is applied to the rows read, after the cap, so it
+  never makes a bucket read more. A bucket that hits its cap is scaled to its width from the
+  rate of the rows read, and marked `estimated` (lateness: `sampled`).
 - Throughput counts the runs that finished in each bucket by final status, and `retried`:
   the attempts that were retried before those runs finished (counted when their run
   finished; a run still waiting for its retry is counted once it ends).
 - Lateness is start minus scheduled_for of first attempts; queue wait is start minus the
-  moment the run was both due and created, for every attempt that finished; p50 and p95 by
-  nearest rank over the bucket's sample.
+  moment the run was both due and created, for the last attempt of every run that
+  finished; p50 and p95 by nearest rank over the bucket's sample.
 - Backlog reads the first BACKLOG_CAP pending runs in due_at order (the rota_runs_due
   index): due now and due later by queue; `truncated` says there were more.
 """
@@ -57,10 +60,9 @@ class Window:
     def since(self) -> float:
         return self.starts[0]
 
-    def params(self, cap: int) -> list[dict[str, Any]]:
-        return [
-            {"lo": lo, "hi": lo + self.width, "cap": cap, "task": self.task, "queue": self.queue} for lo in self.starts
-        ]
+    def params(self, cap: int, filtered: bool = True) -> list[dict[str, Any]]:
+        where = {"task": self.task, "queue": self.queue} if filtered else {}
+        return [{"lo": lo, "hi": lo + self.width, "cap": cap, **where} for lo in self.starts]
 
     def head(self) -> dict[str, Any]:
         return {
@@ -95,7 +97,8 @@ def cap_for(budget: int, buckets: int) -> int:
 
 def throughput_data(app: App, w: Window) -> dict[str, Any]:
     cap = cap_for(THROUGHPUT_BUDGET, len(w.starts))
-    results = app.store.web_rows("web_throughput", w.params(cap))
+    query = "web_throughput_where" if w.task is not None or w.queue is not None else "web_throughput"
+    results = app.store.web_rows(query, w.params(cap, filtered=query != "web_throughput"))
     buckets = [_throughput_bucket(w, lo, rows[0], cap) for lo, rows in zip(w.starts, results, strict=True)]
     totals = {k: sum(b[k] for b in buckets) for k in OUTCOMES}
     return {**w.head(), "cap": cap, "buckets": buckets, "totals": totals,
@@ -103,7 +106,7 @@ def throughput_data(app: App, w: Window) -> dict[str, Any]:
 
 
 def _throughput_bucket(w: Window, lo: float, row: Any, cap: int) -> dict[str, Any]:
-    n, last, ok, failed, skipped, cancelled, retried = row
+    n, last, _matched, ok, failed, skipped, cancelled, retried = row
     counts = {"succeeded": int(ok), "failed": int(failed), "retried": int(retried or 0), "skipped": int(skipped),
               "cancelled": int(cancelled)}  # fmt: skip
     estimated = int(n) >= cap
@@ -137,8 +140,8 @@ def lateness_data(app: App, w: Window) -> dict[str, Any]:
     results = app.store.web_rows("web_lateness", w.params(cap))
     buckets, all_late, all_wait = [], [], []
     for lo, rows in zip(w.starts, results, strict=True):
-        late = [float(r[1]) for r in rows if r[0] == 1 and r[1] is not None]
-        wait = [float(r[2]) for r in rows if r[2] is not None]
+        late = [float(r[1]) for r in rows if r[3] and r[0] == 1 and r[1] is not None]
+        wait = [float(r[2]) for r in rows if r[3] and r[2] is not None]
         all_late += late
         all_wait += wait
         buckets.append({"start": iso_at(lo), "lateness": _stats(late), "wait": _stats(wait),

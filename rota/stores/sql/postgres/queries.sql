@@ -548,27 +548,41 @@ SELECT id, task, schedule, status, attempt, extract(epoch FROM scheduled_for)::f
 FROM rota_runs
 -- name: web_throughput
 -- One bucket of a throughput chart (rota.web.charts): the first %(cap)s runs that finished
--- in [lo, hi), read in finished_at order from rota_runs_finished (0009; an index-only scan
--- without a task or queue filter). The cap bounds the work; a full bucket is scaled up.
-SELECT count(*), extract(epoch FROM max(finished_at))::float8,
+-- in [lo, hi), in finished_at order from rota_runs_finished (0009), which covers the columns
+-- read (an index-only scan where the visibility map allows). The cap bounds the work; a
+-- full bucket is scaled up.
+SELECT count(*), extract(epoch FROM max(finished_at))::float8, count(*),
        count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed'),
        count(*) FILTER (WHERE status = 'skipped'), count(*) FILTER (WHERE status = 'cancelled'),
        coalesce(sum(greatest(attempt - 1, 0)), 0)
 FROM (SELECT finished_at, status, attempt FROM rota_runs
       WHERE finished_at >= to_timestamp(%(lo)s) AND finished_at < to_timestamp(%(hi)s)
-        AND (%(task)s::text IS NULL OR task = %(task)s::text)
-        AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      ORDER BY finished_at LIMIT %(cap)s) AS w
+
+-- name: web_throughput_where
+-- web_throughput for one task and/or queue: the cap bounds the rows read (before the
+-- filter), so a rare task costs no more than a common one; the third column counts matches.
+SELECT count(*), extract(epoch FROM max(finished_at))::float8, count(*) FILTER (WHERE hit),
+       count(*) FILTER (WHERE hit AND status = 'succeeded'), count(*) FILTER (WHERE hit AND status = 'failed'),
+       count(*) FILTER (WHERE hit AND status = 'skipped'), count(*) FILTER (WHERE hit AND status = 'cancelled'),
+       coalesce(sum(greatest(attempt - 1, 0)) FILTER (WHERE hit), 0)
+FROM (SELECT finished_at, status, attempt,
+             (%(task)s::text IS NULL OR task = %(task)s::text)
+             AND (%(queue)s::text IS NULL OR queue = %(queue)s::text) AS hit
+      FROM rota_runs
+      WHERE finished_at >= to_timestamp(%(lo)s) AND finished_at < to_timestamp(%(hi)s)
       ORDER BY finished_at LIMIT %(cap)s) AS w
 
 -- name: web_lateness
--- A sample of one bucket for the lateness chart: attempt, start - scheduled_for, and the
--- queue wait (start - when it became due and existed), first %(cap)s finishes in [lo, hi).
+-- A sample of one bucket for the lateness chart, the first %(cap)s finishes in [lo, hi):
+-- attempt, start - scheduled_for, the queue wait (start - when it was both due and
+-- created), and whether it matches the task/queue filter (applied after the cap).
 SELECT attempt, extract(epoch FROM started_at - scheduled_for)::float8,
-       extract(epoch FROM started_at - greatest(created_at, due_at))::float8
+       extract(epoch FROM started_at - greatest(created_at, due_at))::float8,
+       started_at IS NOT NULL AND (%(task)s::text IS NULL OR task = %(task)s::text)
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 FROM rota_runs
-WHERE finished_at >= to_timestamp(%(lo)s) AND finished_at < to_timestamp(%(hi)s) AND started_at IS NOT NULL
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+WHERE finished_at >= to_timestamp(%(lo)s) AND finished_at < to_timestamp(%(hi)s)
 ORDER BY finished_at LIMIT %(cap)s
 
 -- name: web_backlog

@@ -449,24 +449,37 @@ SELECT id, task, schedule, status, attempt, scheduled_for, started_at, finished_
 FROM rota_runs
 -- name: web_throughput
 -- One bucket of a throughput chart (rota.web.charts): the first :cap runs that finished in
--- [lo, hi), read in finished_at order from rota_runs_finished (0009; an index-only scan
--- without a task or queue filter). The cap bounds the work; a full bucket is scaled up.
-SELECT count(*), max(finished_at),
+-- [lo, hi), in finished_at order from rota_runs_finished (0009), which covers the columns
+-- read: no table access. The cap bounds the work; a full bucket is scaled up.
+SELECT count(*), max(finished_at), count(*),
        coalesce(sum(status = 'succeeded'), 0), coalesce(sum(status = 'failed'), 0),
        coalesce(sum(status = 'skipped'), 0), coalesce(sum(status = 'cancelled'), 0),
        coalesce(sum(max(attempt - 1, 0)), 0)
 FROM (SELECT finished_at, status, attempt FROM rota_runs INDEXED BY rota_runs_finished
       WHERE finished_at >= :lo AND finished_at < :hi
-        AND (:task IS NULL OR task = :task) AND (:queue IS NULL OR queue = :queue)
+      ORDER BY finished_at LIMIT :cap)
+
+-- name: web_throughput_where
+-- web_throughput for one task and/or queue: the cap bounds the rows read (before the
+-- filter), so a rare task costs no more than a common one; the third column counts matches.
+SELECT count(*), max(finished_at), coalesce(sum(hit), 0),
+       coalesce(sum(hit AND status = 'succeeded'), 0), coalesce(sum(hit AND status = 'failed'), 0),
+       coalesce(sum(hit AND status = 'skipped'), 0), coalesce(sum(hit AND status = 'cancelled'), 0),
+       coalesce(sum(CASE WHEN hit THEN max(attempt - 1, 0) ELSE 0 END), 0)
+FROM (SELECT finished_at, status, attempt,
+             (:task IS NULL OR task = :task) AND (:queue IS NULL OR queue = :queue) AS hit
+      FROM rota_runs INDEXED BY rota_runs_finished
+      WHERE finished_at >= :lo AND finished_at < :hi
       ORDER BY finished_at LIMIT :cap)
 
 -- name: web_lateness
--- A sample of one bucket for the lateness chart: attempt, start - scheduled_for, and the
--- queue wait (start - when it became due and existed), first :cap finishes in [lo, hi).
-SELECT attempt, started_at - scheduled_for, started_at - max(created_at, due_at)
+-- A sample of one bucket for the lateness chart, the first :cap finishes in [lo, hi):
+-- attempt, start - scheduled_for, the queue wait (start - when it was both due and
+-- created), and whether it matches the task/queue filter (applied after the cap).
+SELECT attempt, started_at - scheduled_for, started_at - max(created_at, due_at),
+       started_at IS NOT NULL AND (:task IS NULL OR task = :task) AND (:queue IS NULL OR queue = :queue)
 FROM rota_runs INDEXED BY rota_runs_finished
-WHERE finished_at >= :lo AND finished_at < :hi AND started_at IS NOT NULL
-  AND (:task IS NULL OR task = :task) AND (:queue IS NULL OR queue = :queue)
+WHERE finished_at >= :lo AND finished_at < :hi
 ORDER BY finished_at LIMIT :cap
 
 -- name: web_backlog

@@ -61,6 +61,7 @@ def test_throughput_counts_the_runs_finished_in_each_bucket(client: TestClient, 
 def test_a_full_bucket_is_estimated_from_the_rows_it_read(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(charts, "MIN_CAP", 2)
     monkeypatch.setattr(charts, "THROUGHPUT_BUDGET", 2)
+    monkeypatch.setattr(charts, "FILTERED_BUDGET", 2)
     data = client.get("/api/charts/throughput?window=15m").json()
     assert data["cap"] == 2 and data["estimated"]
     (busy,) = [b for b in data["buckets"] if b["estimated"]]
@@ -86,6 +87,20 @@ def test_backlog_by_queue(client: TestClient, done: rota.App) -> None:
     ok.options(queue="mail", delay=600).enqueue(2)
     data = client.get("/api/charts/backlog").json()
     assert data["queues"] == [{"queue": "mail", "due": 1, "later": 1, "running": 0}] and not data["truncated"]
+    assert data["pending"] == 2
+
+
+def test_a_long_backlog_is_split_over_the_first_runs_due(
+    client: TestClient, done: rota.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(charts, "BACKLOG_CAP", 3)
+    ok = done.tasks["ok"]
+    ok.options(queue="late", delay=600).enqueue_many([((i,), {}) for i in range(5)])
+    ok.options(queue="mail").enqueue_many([((i,), {}) for i in range(2)])
+    data = client.get("/api/charts/backlog").json()
+    assert data["truncated"] and data["pending"] == 7  # the due ones come first
+    assert data["queues"] == [{"queue": "late", "due": 0, "later": 1, "running": 0},
+                              {"queue": "mail", "due": 2, "later": 0, "running": 0}]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -204,6 +204,8 @@ SCHEMAS.update(
                 "at": TIME,
                 "cap": INT,
                 "truncated": BOOL,
+                "pending": INT,
+                "pending_estimated": BOOL,
                 "queues": {
                     "type": "array",
                     "items": _obj({"queue": STR, "due": INT, "later": INT, "running": INT}),

@@ -115,7 +115,7 @@ export function backlogBars(container, data) {
   });
   return el("div", {}, rows, el("div", { class: "legend" },
     ["due", "later", "running"].map((k) => el("span", { class: "key" }, el("i", { class: "swatch s-" + k }), k === "due" ? "due now" : k === "later" ? "due later" : "running")),
-    data.truncated ? el("span", { class: "muted" }, `counted over the first ${data.cap} pending runs`) : null));
+    data.truncated ? el("span", { class: "muted", id: "backlog-note" }, `split by queue over the first ${data.cap} pending runs by due time, of ${data.pending_estimated ? "about " : ""}${data.pending} pending`) : null));
 }
 
 // A schedule's recent ticks, oldest first, one square each coloured by outcome (skipped too).

@@ -102,7 +102,7 @@ def test_reads_have_the_cli_shapes(client: TestClient, filled: rota.App) -> None
         assert {k: v for k, v in summary.items() if k in record and k != "error"} == {
             k: v for k, v in record.items() if k in summary and k != "error"
         }
-        extra = {"due_at": iso(full.due_at), "held": full.held}  # the detail page's timeline reads them
+        extra = {"due_at": iso(full.due_at)}  # the detail page's timeline reads it
         assert get(client, f"/api/runs/{full.id}") == {**extra, **record, "corrupt": [], "raw": {}}
     assert runs[0]["error"] == {"type": "ValueError", "message": f"bad input {XSS}"}
     assert runs[1]["result_preview"] == '{"fine":true}' and runs[1]["args_preview"] == "[1]"

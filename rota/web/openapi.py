@@ -80,7 +80,7 @@ SCHEMAS: dict[str, Any] = {
             "attempts": {"type": "array", "items": ATTEMPT},
             "raw": {"type": "object", "additionalProperties": STR},
         },
-        {"due_at": _null(TIME), "held": BOOL},
+        {"due_at": _null(TIME)},
     ),
     "Schedule": _obj(
         {

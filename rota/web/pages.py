@@ -59,7 +59,7 @@ def worker_page(app: App, worker_id: str) -> dict[str, Any] | None:
     newest = app.store.run_rows("web_timeline", RunFilter(limit=RECENT_BY_WORKER))
     mine = [_timeline_entry(tuple(r)) for r in running if r[8] == worker_id]
     recent = [_timeline_entry(tuple(r)) for r in newest if r[8] == worker_id and r[3] != "running"]
-    return {"worker": found[0].to_json(), "running": mine, "recent": recent[:50], "looked_at": RECENT_BY_WORKER}
+    return {"worker": found[0].to_json(), "running": mine, "recent": recent[:25], "looked_at": RECENT_BY_WORKER}
 
 
 async def ticks(request: Request) -> Response:

@@ -145,9 +145,8 @@ def detail(row: tuple[Any, ...]) -> dict[str, Any]:
             {name: record[name] for name in ("attempt", "worker", "started_at", "finished_at", "status", "error")}
         )
     record["attempts"] = history
-    if len(row) > 24:  # when it is (or was last) due, and held: claimed, its handler not started
+    if len(row) > 23:  # when it is (or was last) due: the end of a retry's backoff
         record["due_at"] = time_field(row[23], "due_at", corrupt)
-        record["held"] = bool(row[24])
     record["corrupt"] = corrupt
     record["raw"] = raw
     return record

@@ -347,3 +347,23 @@ def test_a_390_px_screen_has_no_sideways_overflow_and_no_colliding_labels(
         page.locator(".tl-tick").nth(1).wait_for()  # the timeline still has an axis, with fewer labels
     finally:
         context.close()
+
+
+def test_a_held_run_is_marked_held(history: dict[str, Any], page: Any, serve: Any) -> None:
+    """`held` (claimed by a worker, its handler not started) is drawn when the API has it."""
+    served = serve(create_app(history["app"]))
+    busy = history["busy"]
+    record = history["app"].get_run(busy).to_json()
+    page.goto(served.url + "#/runs?status=running")
+    page.locator(f'tr[data-run="{busy}"]').wait_for()
+    assert page.locator(f'tr[data-run="{busy}"] .badge.held').count() == 0
+    summaries = page.evaluate("async () => (await fetch('api/runs?status=running')).json()")
+    page.route("**/api/runs?status=running", lambda route: route.fulfill(json=[{**r, "held": True} for r in summaries]))
+    detail = page.evaluate(f"async () => (await fetch('api/runs/{busy}')).json()")
+    page.route(f"**/api/runs/{busy}", lambda route: route.fulfill(json={**detail, "held": True, "started_at": None}))
+    page.reload()
+    page.locator(f'tr[data-run="{busy}"] .badge.held').wait_for()
+    page.goto(served.url + f"#/run/{busy}")
+    page.locator("#detail .badge.held").wait_for()
+    assert "its handler has not started yet" in page.locator("#detail").inner_text()
+    assert record["status"] == "running"

@@ -539,7 +539,7 @@ SELECT id, task, status, queue, priority, key, schedule, extract(epoch FROM sche
        attempt, max_attempts, owner, token, extract(epoch FROM lease_until)::float8, cancel_requested,
        extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)::float8,
        extract(epoch FROM finished_at)::float8, retry_of,
-       args, kwargs, result, error, attempts::text, extract(epoch FROM due_at)::float8, held
+       args, kwargs, result, error, attempts::text, extract(epoch FROM due_at)::float8
 FROM rota_runs
 
 -- name: web_timeline

@@ -441,7 +441,7 @@ FROM rota_runs
 -- name: web_run_detail
 SELECT id, task, status, queue, priority, key, schedule, scheduled_for, attempt, max_attempts,
        owner, token, lease_until, cancel_requested, created_at, started_at, finished_at, retry_of,
-       args, kwargs, result, error, attempts, due_at, held
+       args, kwargs, result, error, attempts, due_at
 FROM rota_runs
 
 -- name: web_timeline

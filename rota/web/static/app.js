@@ -2,7 +2,7 @@
 // item lives in the URL's hash: back, forward and reload work, links can be shared) and the
 // refresh loop.
 "use strict";
-import { $, el, fill, href, parseHash } from "./core.js";
+import { $, api, el, fill, href, parseHash } from "./core.js";
 import { LISTS } from "./views.js";
 import { DETAILS } from "./details.js";
 import { OVERVIEW } from "./overview.js";
@@ -69,3 +69,4 @@ let resizing = null;
 window.addEventListener("resize", () => { clearTimeout(resizing); resizing = setTimeout(() => refresh(false), 250); });
 setInterval(() => { if ($("auto").checked && !document.hidden) refresh(false); }, REFRESH_MS);
 navigate();
+api("api/stats").then((stats) => { $("database").textContent = stats.database; }, () => {});

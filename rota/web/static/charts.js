@@ -127,6 +127,7 @@ export function tickStrip(runs, onPick) {
     const rect = svg("rect", { x: i * (size + gap), y: 0, width: size, height: size, rx: 2, class: "mark s-" + r.status, "data-run": r.id, "data-status": r.status, tabindex: 0 },
       svg("title", {}, `run ${r.id} · ${r.status} · ${r.scheduled_for || ""}`));
     rect.addEventListener("click", () => onPick(r.id));
+    rect.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); onPick(r.id); } });
     strip.append(rect);
   });
   const counts = {};

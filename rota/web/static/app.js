@@ -69,4 +69,4 @@ let resizing = null;
 window.addEventListener("resize", () => { clearTimeout(resizing); resizing = setTimeout(() => refresh(false), 250); });
 setInterval(() => { if ($("auto").checked && !document.hidden) refresh(false); }, REFRESH_MS);
 navigate();
-api("api/stats").then((stats) => { $("database").textContent = stats.database; }, () => {});
+api("api/stats").then((stats) => { $("database").textContent = stats.database; $("database").title = stats.database; }, () => {});

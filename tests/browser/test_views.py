@@ -367,3 +367,17 @@ def test_a_held_run_is_marked_held(history: dict[str, Any], page: Any, serve: An
     page.locator("#detail .badge.held").wait_for()
     assert "its handler has not started yet" in page.locator("#detail").inner_text()
     assert record["status"] == "running"
+
+
+def test_a_schedules_marks_are_drawn_when_the_api_has_them(history: dict[str, Any], page: Any, serve: Any) -> None:
+    """Fields other branches add to schedules (corrupt, high_frequency) show as badges."""
+    served = serve(create_app(history["app"]))
+    page.goto(served.url + "#/schedules")
+    page.locator('tr[data-schedule="reports/daily"]').wait_for()
+    items = page.evaluate("async () => (await fetch('api/schedules')).json()")
+    marked = [{**s, "corrupt": ["next_run_at"], "high_frequency": True} for s in items]
+    page.route("**/api/schedules", lambda route: route.fulfill(json=marked))
+    page.reload()
+    schedule = page.locator('tr[data-schedule="reports/daily"]')
+    schedule.locator(".badge", has_text="high frequency").wait_for()
+    assert "corrupt next_run_at" in schedule.inner_text()

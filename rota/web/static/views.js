@@ -86,8 +86,14 @@ export function scheduleActions(s, after) {
       : el("button", { onclick: () => act(path + "/pause", () => "paused " + s.name, after) }, "pause"),
     el("button", { onclick: () => act(path + "/trigger", (r) => "run " + r.id + " " + r.status, after) }, "trigger"));
 }
+// Marks a schedule carries when the API has them: a plan error, damaged stored fields, and a
+// fire rate above the high-frequency threshold.
 export function planError(s) {
-  return s.plan_error ? [" ", el("span", { class: "badge failed", title: s.plan_error }, "cannot plan"), " ", el("span", { class: "bad" }, short(s.plan_error, 80))] : null;
+  return [
+    s.plan_error ? [" ", el("span", { class: "badge failed", title: s.plan_error }, "cannot plan"), " ", el("span", { class: "bad" }, short(s.plan_error, 80))] : null,
+    corrupt(s) ? [" ", corrupt(s)] : null,
+    s.high_frequency ? [" ", el("span", { class: "badge", title: "fires more often than the high-frequency threshold (ROTA_HIGH_FREQUENCY)" }, "high frequency")] : null,
+  ];
 }
 export function whenText(s) { return [s.cron ? s.cron : "every " + every(s.every), el("span", { class: "muted" }, " " + s.tz)]; }
 

@@ -115,6 +115,9 @@ def test_a_runs_detail_has_every_attempt_and_retries(filled: dict[str, Any], pag
     assert "ValueError" in detail.inner_text() and "Traceback" in detail.inner_text()
     assert "the handler raised ValueError" in page.locator(".fault").inner_text()
     assert page.locator("svg.attempts rect.seg").count() >= 3  # queued, attempt 1, backoff, attempt 2
+    page.get_by_text("traceback of attempt 1").click()
+    page.wait_for_timeout(6000)  # past an auto-refresh: an unchanged run is not redrawn
+    assert page.locator("details").first.evaluate("d => d.open")
     detail.get_by_role("button", name="retry").click()
     toast = page.locator("#toast", has_text=re.compile(r"retry enqueued as run \d+"))
     toast.wait_for()

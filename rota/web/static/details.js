@@ -77,6 +77,7 @@ const run = {
   title: "Run",
   nav: "runs",
   mount(root, route) {
+    let shown = null;  // the record drawn: unchanged, the page is left as it is (an open traceback stays open)
     return {
       async update(r2, alive) {
         let record;
@@ -84,10 +85,15 @@ const run = {
           record = await api("api/runs/" + enc(route.arg || ""));
         } catch (e) {
           if (!alive()) return;
+          shown = null;
           if (e instanceof ApiError && e.status === 404) return missing(root, "run", "There is no run with id " + route.arg + " (it may have been pruned, or the link is wrong).", back("runs", "all runs"));
           throw e;
         }
-        if (alive()) renderRun(root, record, () => this.update(r2, alive));
+        const text = JSON.stringify(record);
+        if (alive() && text !== shown) {
+          shown = text;
+          renderRun(root, record, () => this.update(r2, alive));
+        }
       },
     };
   },

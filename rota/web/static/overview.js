@@ -15,9 +15,10 @@ const overview = {
   title: "Overview",
   mount(root) {
     const pick = el("div", { class: "windows", role: "group", "aria-label": "window" });
+    const tasks = el("datalist", { id: "known-tasks" }), queues = el("datalist", { id: "known-queues" });
     const form = el("form", { class: "filters", id: "chart-filters" },
-      el("input", { name: "task", placeholder: "task", "aria-label": "chart task" }),
-      el("input", { name: "queue", placeholder: "queue", "aria-label": "chart queue" }));
+      el("input", { name: "task", placeholder: "task", "aria-label": "chart task", list: "known-tasks" }),
+      el("input", { name: "queue", placeholder: "queue", "aria-label": "chart queue", list: "known-queues" }), tasks, queues);
     const parts = {
       stats: el("div", { id: "stats", class: "cards" }), throughput: el("div", { id: "throughput" }), lateness: el("div", { id: "lateness" }),
       wait: el("div", { id: "wait" }), latenessNote: el("span", { class: "muted" }), backlog: el("div", { id: "backlog" }),
@@ -64,8 +65,12 @@ const overview = {
         el("div", { class: "legend", id: "wait-summary" }, el("span", {}, "whole window: ", el("b", {}, pct(late.wait)), " over " + late.wait.n + " attempts")));
         parts.latenessNote.textContent = late.sampled ? "sampled in busy buckets" : "";
         fill(parts.backlog, backlogBars(parts.backlog, backlog));
-        fill(parts.timeline, recentTimeline(parts.timeline, tl));
-        parts.timelineNote.textContent = (tl.truncated ? "the newest runs only · " : "") + tl.runs.length + " runs";
+        const names = (items) => [...new Set(items)].sort().map((n) => el("option", { value: n }));
+        fill(tasks, names(tl.runs.map((r) => r.task)));  // suggestions: the tasks and queues seen
+        fill(queues, names(backlog.queues.map((q) => q.queue)));
+        const shown = p.task ? { ...tl, runs: tl.runs.filter((r) => r.task === p.task) } : tl;
+        fill(parts.timeline, recentTimeline(parts.timeline, shown));
+        parts.timelineNote.textContent = (tl.truncated ? "the newest runs only · " : "") + shown.runs.length + " runs" + (p.task ? " of task " + p.task : "");
       },
     };
   },

@@ -381,3 +381,13 @@ def test_a_schedules_marks_are_drawn_when_the_api_has_them(history: dict[str, An
     schedule = page.locator('tr[data-schedule="reports/daily"]')
     schedule.locator(".badge", has_text="high frequency").wait_for()
     assert "corrupt next_run_at" in schedule.inner_text()
+
+
+def test_a_runs_timeline_shows_the_wait_before_it_is_due(history: dict[str, Any], page: Any, serve: Any) -> None:
+    app: rota.App = history["app"]
+    (later,) = [r for r in app.list_runs(status="pending", limit=100) if r.queue == "reports"]  # due in 10 min
+    served = serve(create_app(app))
+    page.goto(served.url + f"#/run/{later.id}")
+    page.locator("svg.attempts rect.seg.waiting").wait_for()
+    assert page.locator("svg.attempts rect.seg").count() == 1  # not due yet: nothing queued, nothing ran
+    assert "Not started yet." in page.locator("main").inner_text()

@@ -59,7 +59,7 @@ function renderRun(root, r, refresh) {
       r.held ? el("p", { class: "muted" }, "held: a worker has claimed it and its handler has not started yet") : null,
       ended ? el("p", { class: "fault" }, el("strong", {}, "ended: "), ended) : null,
       attemptTimeline(r, Date.now()),
-      el("div", { class: "legend" }, ["queued", "backoff", "s-succeeded", "s-failed", "s-lost", "s-running"].map((k) => el("span", { class: "key" }, el("i", { class: "swatch seg " + k }), k.replace("s-", "")))),
+      el("div", { class: "legend" }, ["waiting", "queued", "backoff", "s-succeeded", "s-failed", "s-lost", "s-running"].map((k) => el("span", { class: "key" }, el("i", { class: "swatch seg " + k }), k === "waiting" ? "not due yet" : k.replace("s-", "")))),
       dl([["task", link(r.task, "runs", null, { task: r.task })], ["schedule", r.schedule ? link(r.schedule, "schedule", r.schedule) : null],
         ["queue", link(r.queue, "runs", null, { queue: r.queue })], ["priority", r.priority], ["key", r.key],
         ["scheduled for", r.scheduled_for], ["created", r.created_at], ["due", r.due_at], ["started", r.started_at], ["finished", r.finished_at],

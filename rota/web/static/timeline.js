@@ -64,6 +64,10 @@ export function attemptTimeline(run, now) {
   const created = Date.parse(run.created_at), attempts = run.attempts || [];
   let cursor = created;
   const due = run.scheduled_for ? Date.parse(run.scheduled_for) : created;
+  if (due > created && (attempts.length || run.status !== "pending")) {  // enqueued ahead of its time
+    segs.push({ kind: "waiting", from: created, to: due, text: "not due yet" });
+    cursor = due;
+  }
   attempts.forEach((a, i) => {
     const start = Date.parse(a.started_at), end = a.finished_at ? Date.parse(a.finished_at) : now;
     if (!Number.isNaN(start)) {
@@ -72,7 +76,10 @@ export function attemptTimeline(run, now) {
       cursor = end;
     }
   });
-  if (!attempts.length && run.status === "pending") segs.push({ kind: "queued", from: created, to: Math.max(now, due), text: "queued" });
+  if (!attempts.length && run.status === "pending") {
+    if (due > created) segs.push({ kind: "waiting", from: created, to: due, text: "not due yet" });
+    if (now > due) segs.push({ kind: "queued", from: Math.max(created, due), to: now, text: "queued" });
+  }
   else if (run.status === "pending" && run.due_at) {
     const next = Date.parse(run.due_at);
     segs.push({ kind: "backoff", from: cursor, to: Math.max(next, cursor), text: "backoff until " + run.due_at });

@@ -39,7 +39,6 @@ export function short(value, n) {
   return s.length > n ? s.slice(0, n - 1) + "…" : s;
 }
 export function badge(text, kind) { return el("span", { class: "badge " + (kind || text) }, text); }
-export function section(title, ...children) { return el("section", {}, el("h2", {}, title), ...children); }
 export function empty(text) { return el("div", { class: "empty" }, text); }
 
 // -- time and numbers ------------------------------------------------------------------

@@ -2,7 +2,7 @@
 // (definition, counters, next ticks with DST notes, recent ticks, history) and a worker.
 // A missing id draws a "no such ..." page, never what the previous page showed.
 "use strict";
-import { api, act, ApiError, badge, el, enc, every, fill, FINAL, go, href, json, link, missing, runLink, section, span, when } from "./core.js";
+import { api, act, ApiError, badge, el, enc, every, fill, FINAL, go, href, json, link, missing, runLink, span, when } from "./core.js";
 import { attemptTimeline } from "./timeline.js";
 import { tickStrip } from "./charts.js";
 import { planError, RUN_HEAD, runRows, scheduleActions, stuck, table } from "./views.js";

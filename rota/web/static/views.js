@@ -2,7 +2,7 @@
 // A view is { title, mount(root, route) -> { update(route, alive) } }: mount builds what
 // stays (forms), update fetches and redraws; `alive()` is false once the route has moved on.
 "use strict";
-import { api, act, badge, el, empty, enc, every, fill, go, href, link, paramsOf, runLink, section, short, took, when } from "./core.js";
+import { api, act, badge, el, empty, enc, every, fill, go, href, link, paramsOf, runLink, short, took, when } from "./core.js";
 import { backlogBars } from "./charts.js";
 
 const STATUSES = ["pending", "running", "succeeded", "failed", "skipped", "cancelled"];

@@ -140,6 +140,7 @@ def test_a_schedules_ticks_have_dst_notes_and_its_recent_outcomes(client: TestCl
     notes = [t for t in data["next"] if t["note"]]
     assert notes, "a spring-forward Sunday within 60 weeks has a note"
     assert all(t["local"] and t["at"].endswith("Z") for t in data["next"])
+    assert data["next"][0]["at"] == done.get_schedule("weekly").to_json()["next_run_at"]  # from its next run
     done.add_schedule("beat", "ok", every=30)
     beat = client.get("/api/schedules/beat/ticks?count=3").json()["next"]
     times = [datetime.fromisoformat(t["at"]) for t in beat]

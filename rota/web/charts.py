@@ -103,7 +103,7 @@ def throughput_data(app: App, w: Window) -> dict[str, Any]:
     filtered = w.task is not None or w.queue is not None
     cap = cap_for(FILTERED_BUDGET if filtered else THROUGHPUT_BUDGET, len(w.starts))
     query = "web_throughput_where" if filtered else "web_throughput"
-    results = app.store.web_rows(query, w.params(cap, filtered=query != "web_throughput"))
+    results = app.store.web_rows(query, w.params(cap, filtered=filtered))
     buckets = [_throughput_bucket(w, lo, rows[0], cap) for lo, rows in zip(w.starts, results, strict=True)]
     totals = {k: sum(b[k] for b in buckets) for k in OUTCOMES}
     return {**w.head(), "cap": cap, "buckets": buckets, "totals": totals,

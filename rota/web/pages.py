@@ -24,17 +24,18 @@ from .api import SafeJSONResponse, _app, _call, _int, _name, _query, _timeline_e
 RECENT_BY_WORKER = 500  # the newest runs looked at for a worker's recent runs (no index on owner)
 
 
-def next_ticks(info: ScheduleInfo, after: datetime, count: int) -> list[dict[str, Any]]:
-    """The next `count` fire times after `after`: UTC, local wall time and the DST note."""
+def next_ticks(info: ScheduleInfo, now: datetime, count: int) -> list[dict[str, Any]]:
+    """The next `count` fire times from the schedule's next run (now if it has none, or is
+    paused): UTC, local wall time and the DST note."""
+    first = info.next_run_at if info.next_run_at is not None and not info.paused else now
     if info.cron is not None:
         try:
-            fires = explain(info.cron, info.tz, after=after, count=count)
+            fires = explain(info.cron, info.tz, after=first - timedelta(microseconds=1), count=count)
         except RotaError:
             return []
         return [{"at": iso(f.utc), "local": f.local.isoformat(), "note": f.note} for f in fires]
     if info.every is None:
         return []
-    first = info.next_run_at or after
     step: timedelta = info.every
     return [{"at": iso(first + step * i), "local": None, "note": None} for i in range(count)]
 

@@ -391,3 +391,13 @@ def test_a_runs_timeline_shows_the_wait_before_it_is_due(history: dict[str, Any]
     page.locator("svg.attempts rect.seg.waiting").wait_for()
     assert page.locator("svg.attempts rect.seg").count() == 1  # not due yet: nothing queued, nothing ran
     assert "Not started yet." in page.locator("main").inner_text()
+
+
+def test_a_schedules_page_shows_the_next_daylight_saving_change(history: dict[str, Any], page: Any, serve: Any) -> None:
+    app: rota.App = history["app"]
+    app.add_schedule("weekly", "ok", cron="30 2 * * 0", tz="Europe/Berlin")  # Sundays 02:30, Berlin
+    served = serve(create_app(app))
+    page.goto(served.url + "#/schedule/weekly")
+    note = page.locator("tr.dst-row .dst").first
+    note.wait_for()  # 02:30 does not exist on the spring-forward Sunday
+    assert "does not exist" in note.inner_text() and "Europe/Berlin" in note.inner_text()

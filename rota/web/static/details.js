@@ -99,9 +99,13 @@ const run = {
   },
 };
 
-function nextTicks(ticks) {
-  return table(["UTC", "local", "note"], ticks.next.map((t) => el("tr", {}, el("td", {}, t.at), el("td", {}, t.local || ""),
-    el("td", { class: "wrap" }, t.note ? el("span", { class: "dst" }, t.note) : ""))), ticks.paused ? "Paused." : "No upcoming ticks.");
+// The next ticks, and after them the next few that daylight saving moves (from further ahead).
+function nextTicks(ticks, shown) {
+  const row = (t) => el("tr", { class: t.note ? "dst-row" : null }, el("td", {}, t.at), el("td", {}, t.local || ""),
+    el("td", { class: "wrap" }, t.note ? el("span", { class: "dst" }, t.note) : ""));
+  const later = ticks.next.slice(shown).filter((t) => t.note).slice(0, 3);
+  const rows = [ticks.next.slice(0, shown).map(row), later.length ? [el("tr", {}, el("td", { colspan: 3, class: "muted" }, "… next daylight-saving changes:")), later.map(row)] : null];
+  return table(["UTC", "local", "note"], rows.flat(Infinity).filter(Boolean), ticks.paused ? "Paused." : "No upcoming ticks.");
 }
 
 const schedule = {
@@ -113,7 +117,7 @@ const schedule = {
       async update(r2, alive) {
         let s, ticks, history;
         try {
-          [s, ticks, history] = await Promise.all([api("api/schedules/" + enc(name)), api("api/schedules/" + enc(name) + "/ticks?count=8&recent=60"),
+          [s, ticks, history] = await Promise.all([api("api/schedules/" + enc(name)), api("api/schedules/" + enc(name) + "/ticks?count=100&recent=60"),
             api("api/runs?" + new URLSearchParams({ schedule: name, limit: "25" }).toString())]);
         } catch (e) {
           if (!alive()) return;
@@ -132,7 +136,7 @@ const schedule = {
               .map(([k, v]) => el("div", { class: "counter", "data-counter": k }, el("b", {}, v), el("span", { class: "muted" }, k))))),
           el("section", {}, el("h2", {}, "Last " + ticks.recent.length + " ticks", el("span", { class: "muted" }, "oldest first, skipped ones included")),
             tickStrip(ticks.recent, (id) => go(href("run", id)))),
-          el("section", {}, el("h2", {}, "Next ticks", el("span", { class: "muted" }, "with daylight-saving notes, as rota explain prints them")), nextTicks(ticks)),
+          el("section", {}, el("h2", {}, "Next ticks", el("span", { class: "muted" }, "with daylight-saving notes, as rota explain prints them")), nextTicks(ticks, 8)),
           el("section", {}, el("h2", {}, "History", link("all runs of this schedule", "runs", null, { schedule: s.name })), table(RUN_HEAD, runRows(history), "No runs yet.")));
       },
     };

@@ -191,12 +191,21 @@ def run_demo(database_url: str, seconds: float | None = None, dashboard_port: in
     stop = threading.Event()
 
     def producer() -> None:
+        # Data for every dashboard view within a minute: runs on two queues, some due later
+        # (the backlog), retries (flaky), skipped ticks (slow-sync), a named lock (Locks).
         n = 0
+        fetch.options(queue="reports", delay=45).enqueue_many(
+            [((f"https://example.com/later/{i}",), {}) for i in range(8)]
+        )
         while not stop.wait(2.0):
             n += 1
-            send_welcome.enqueue(f"user{n}@example.com")
+            send_welcome.options(queue="mail").enqueue(f"user{n}@example.com")
             flaky.enqueue(n)
             fetch.options(delay=1).enqueue(f"https://example.com/{n}")
+            if n % 5 == 1:
+                with app.lock("demo.nightly-report", ttl=15):
+                    send_welcome.options(queue="mail", delay=20).enqueue(f"digest{n}@example.com")
+                    stop.wait(3.0)  # held for a moment: the Locks view shows its holder and token
 
     threading.Thread(target=producer, daemon=True).start()
 

@@ -134,7 +134,7 @@ def test_listings_mark_high_frequency_schedules(app: rota.App) -> None:
         api = client.get("/api/schedules").json()
         assert {s["name"]: s["high_frequency"] for s in api} == {"fast": True, "slow": False}
         assert client.get("/api/schedules/fast").json()["high_frequency"] is True
-        assert 's.high_frequency ? [" ", el("span"' in client.get("/").text
+        assert 's.high_frequency ? [" ", el("span"' in client.get("/static/views.js").text
 
 
 def test_a_bad_threshold_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

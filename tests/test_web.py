@@ -6,11 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
 import socket
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +19,9 @@ import rota
 import rota.testing
 from rota.cli import main
 from rota.errors import DatabaseUnavailable
+from rota.models import iso
 from rota.web import create_app
+from rota.web.static import FILES
 
 RUN_FIELDS = {
     "id",
@@ -104,7 +103,8 @@ def test_reads_have_the_cli_shapes(client: TestClient, filled: rota.App) -> None
             k: v for k, v in record.items() if k in summary and k != "error"
         }
         links = filled.run_links(full.id)  # parents, dependents, waiting_on (as `rota run --json`)
-        assert get(client, f"/api/runs/{full.id}") == {**record, **links, "corrupt": [], "raw": {}}
+        extra = {"due_at": iso(full.due_at)}  # the detail page's timeline reads it
+        assert get(client, f"/api/runs/{full.id}") == {**extra, **record, **links, "corrupt": [], "raw": {}}
     assert runs[0]["error"] == {"type": "ValueError", "message": f"bad input {XSS}"}
     assert runs[1]["result_preview"] == '{"fine":true}' and runs[1]["args_preview"] == "[1]"
 
@@ -306,102 +306,54 @@ def test_allowed_hosts_refuse_other_names(filled: rota.App) -> None:
 
 
 # -- the page ---------------------------------------------------------------------------------
+def static_sources(client: TestClient) -> dict[str, str]:
+    """The page's own scripts and style sheet, as served."""
+    sources = {}
+    for name in sorted(FILES):
+        response = client.get(f"/static/{name}")
+        assert response.status_code == 200, name
+        kind = "text/javascript" if name.endswith(".js") else "text/css"
+        assert response.headers["content-type"].startswith(kind), name
+        sources[name] = response.text
+    return sources
+
+
 def test_page_is_self_contained_and_injects_no_user_data(client: TestClient) -> None:
     response = client.get("/")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
     html = response.text
-    nonce = re.search(r"script-src 'nonce-([^']+)'", response.headers["content-security-policy"])
-    assert nonce is not None and f'<script nonce="{nonce.group(1)}">' in html
-    assert client.get("/").text != html  # a fresh nonce per response
-    assert "http://" not in html and "https://" not in html and "<script src" not in html  # no CDN
+    csp = response.headers["content-security-policy"]
+    assert "script-src 'self';" in csp and "style-src 'self';" in csp and "unsafe-inline" not in csp
+    assert re.findall(r"<script[^>]*>", html) == ['<script type="module" src="static/app.js">']  # no inline code
+    assert "<style" not in html and " style=" not in html and " on" + "click=" not in html
+    sources = static_sources(client)
+    everything = html + "".join(sources.values())
+    assert (
+        "http://" not in everything.replace("http://www.w3.org/2000/svg", "") and "https://" not in everything
+    )  # no CDN
     assert "alert(" not in html  # no run data is rendered on the server
-    for path in (
-        "api/stats",
-        "api/schedules",
-        "api/runs",
-        "api/timeline",
-        "api/workers",
-        "/cancel",
-        "/retry",
-        "/trigger",
-    ):
-        assert path in html
+    for path in ("api/stats", "api/schedules", "api/runs", "api/timeline", "api/workers", "api/locks", "api/charts/throughput",
+                 "api/charts/lateness", "api/charts/backlog", "/ticks", "/cancel", "/retry", "/trigger"):  # fmt: skip
+        assert path in everything, path
+    imports = set(re.findall(r'from "\./([a-z]+\.js)"', everything))
+    assert imports and imports <= FILES  # every module the page imports is served
     assert response.headers["x-content-type-options"] == "nosniff"
 
 
+def test_only_the_pages_own_files_are_served(client: TestClient) -> None:
+    for name in ("../api.py", "nope.js", "dashboard.html", "%2e%2e%2fapi.py"):
+        assert client.get(f"/static/{name}").status_code == 404, name
+
+
 def test_page_script_only_writes_text(client: TestClient) -> None:
-    script = client.get("/").text.split("<script", 1)[1]
-    for sink in (
-        "innerHTML",
-        "outerHTML",
-        "insertAdjacentHTML",
-        "document.write",
-        "eval(",
-        "new Function",
-        "DOMParser",
-    ):
-        assert sink not in script, sink
-    assert "document.createTextNode(String(child))" in script  # el(): every value becomes a text node
-    assert script.count("el(") > 40  # ... and the page is built with it
-
-
-def render_page(client: TestClient, tmp_path: Path, tweak: Any = None) -> dict[str, str]:
-    """The page's own script, run under Node on the API's real answers (changed by `tweak`)."""
-    bad = get(client, "/api/runs?task=bad")[0]["id"]
-    paths = [
-        "api/stats",
-        "api/schedules",
-        "api/runs?limit=50",
-        "api/timeline?minutes=60",
-        "api/workers",
-        "api/locks",
-        f"api/runs/{bad}",
-    ]
-    responses = {p: {"status": 200, "body": get(client, "/" + p)} for p in paths}
-    if tweak is not None:
-        tweak(responses)
-    (tmp_path / "responses.json").write_text(json.dumps(responses))
-    html = client.get("/").text
-    script = html.split("<script nonce=", 1)[1].split(">", 1)[1].split("</script>", 1)[0]
-    (tmp_path / "page.js").write_text(script)
-    out = subprocess.run(
-        ["node", str(Path(__file__).with_name("dashboard_dom.js")), str(tmp_path / "page.js"), str(tmp_path / "responses.json"), bad],
-        capture_output=True, text=True, timeout=30, check=True,
-    ).stdout  # fmt: skip
-    parts: dict[str, str] = json.loads(out)
-    return parts
-
-
-@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run the page's script")
-def test_page_script_renders_user_data_as_text(client: TestClient, tmp_path: Path) -> None:
-    """Markup in arguments, errors and tracebacks ends up as text, and every section is drawn."""
-    parts = render_page(client, tmp_path)
-    drawn = "".join(parts.values())
-    assert "<script" not in drawn and "&lt;script&gt;alert('x')&lt;/script&gt;" in parts["detail"]
-    assert "bad input &lt;script&gt;" in parts["runs"] and "Traceback" in parts["detail"]
-    assert ">null<" not in drawn and "[object" not in drawn and parts["problem"] == "<div></div>"
-    assert "reports/daily" in parts["schedules"] and "every 1h" in parts["schedules"]
-    assert parts["runs"].count("<tr") == 2 and 'class="tl-bar succeeded"' in parts["timeline"]
-    assert "No workers seen recently." in parts["workers"] or "<tr>" in parts["workers"]
-    assert "No named locks." in parts["locks"]
-    assert "attempt 1" in parts["detail"] and "retry" in parts["detail"]
-
-
-@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run the page's script")
-def test_page_shows_stuck_handlers_and_plan_errors(client: TestClient, tmp_path: Path) -> None:
-    """Fields other branches add (WorkerInfo.stuck, ScheduleInfo.plan_error) are drawn when
-    the API has them, and their absence draws a dash, not 'undefined'."""
-
-    def tweak(responses: dict[str, Any]) -> None:
-        worker = {"id": "w1", "host": "h", "pid": 1, "concurrency": 4, "queues": None, "state": "running",
-                  "started_at": "2026-01-01T00:00:00Z", "last_seen": "2026-01-01T00:00:00Z", "alive": True}  # fmt: skip
-        responses["api/workers"]["body"] = [{**worker, "stuck": 2}, {**worker, "id": "w2"}]
-        responses["api/schedules"]["body"][0]["plan_error"] = f"unknown time zone {XSS}"
-
-    parts = render_page(client, tmp_path, tweak)
-    assert '<span class="badge stuck">stuck</span> 2' in parts["workers"] and "undefined" not in parts["workers"]
-    assert parts["workers"].count('<span class="muted">–</span>') == 1
-    assert "cannot plan" in parts["schedules"] and "unknown time zone &lt;script&gt;" in parts["schedules"]
+    scripts = {k: v for k, v in static_sources(client).items() if k.endswith(".js")}
+    for name, script in scripts.items():
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "DOMParser",
+                     "setAttribute(\"style", "cssText"):  # fmt: skip
+            assert sink not in script, (name, sink)
+    core = scripts["core.js"]
+    assert "document.createTextNode(String(child))" in core  # el(), svg(): every value becomes a text node
+    assert sum(script.count("el(") for script in scripts.values()) > 100  # ... and the page is built with them
 
 
 def test_user_data_in_the_api_stays_inert(client: TestClient) -> None:

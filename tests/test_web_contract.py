@@ -46,7 +46,7 @@ def test_the_api_keeps_its_description(web_schema: Any) -> None:
     their schema. (The schemathesis pytest plugin fails on our pytest; the strategies are
     driven directly.)"""
     operations = [result.ok() for result in web_schema.get_all_operations()]
-    assert len(operations) == 13
+    assert len(operations) == 18
     for operation in operations:
 
         @given(case=operation.as_strategy())

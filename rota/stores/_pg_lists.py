@@ -1,4 +1,5 @@
-"""How the PostgreSQL store lists runs by task or schedule (schema version 4).
+"""How the PostgreSQL store lists runs by task or schedule (schema version 4), and reads the
+dashboard's charts (one statement per bucket, all in one round trip).
 
 rota_runs_task and rota_runs_schedule leave running runs out, so that a claim writes no
 entry in them (it cannot be a HOT update: it changes `status`). A listing by task or
@@ -8,6 +9,7 @@ ones from rota_runs_active, each read in id order through its own index, and mer
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._sql import SqlStore
@@ -30,3 +32,12 @@ def runs_where(store: SqlStore, flt: RunFilter) -> tuple[str, dict[str, Any]]:
     """PostgresStore._runs_where."""
     suffix, params = SqlStore._runs_where(store, flt)
     return runs_suffix(suffix, flt), params
+
+
+def web_rows(store: Any, query: str, params: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+    """PostgresStore.web_rows: the statements in pipeline mode, one transaction, one sync
+    (a 7-day chart is 168 of them: one round trip instead of 168)."""
+    with store._session(False, pipeline=True) as s:
+        for p in params:
+            s.send(query, **p)
+    return [list(rows) for rows in s.received]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -101,6 +101,10 @@ class SqlStore(SqlFlow):
             return self._select(query, f" WHERE id = {self._p('id')}", id=run_id, **params)
         suffix, where = self._runs_where(flt or RunFilter())
         return self._select(query, suffix, **where, **params)
+
+    def web_rows(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+        with self._read() as s:
+            return [list(s.q(query, **p)) for p in params]
 
     def count_by_status(self) -> dict[str, int]:
         with self._read() as s:

@@ -26,7 +26,7 @@ database trigger hands the slot to the oldest held tick when the active run ends
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -453,6 +453,11 @@ class Store(FlowStore, abc.ABC):
     def parent_results(self, run_id: int) -> dict[int, str | None]:
         """The stored (JSON) results of a run's parents, by parent id."""
         return {}
+
+    def web_rows(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+        """The rows of the `web_*` named query `query` once per parameter set, all in one read
+        transaction (the dashboard's charts: one bounded, indexed query per bucket)."""
+        raise NotImplementedError(f"{type(self).__name__} has no dashboard charts")
 
     @abc.abstractmethod
     def cancel(self, run_id: int, reason: str) -> str | None:

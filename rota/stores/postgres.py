@@ -32,7 +32,7 @@ from ..errors import (
 from ..models import FINAL_STATUSES, PENDING, RUNNING
 from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
 from ._pg_listen import listen as listen_on_channel
-from ._pg_lists import runs_where
+from ._pg_lists import runs_where, web_rows
 from ._pg_session import (
     _AsyncSession,
     _check_can_migrate,
@@ -244,6 +244,7 @@ class PostgresStore(SqlStore):
         return list(values) if values is not None else None
 
     _runs_where = runs_where  # listings by task or schedule: see _pg_lists
+    web_rows = web_rows  # the dashboard's charts, pipelined
 
     def _p(self, name: str) -> str:
         return f"%({name})s"

@@ -14,6 +14,9 @@ Routes (JSON unless said otherwise; records shaped as the CLI's `--json`):
     GET  /api/runs?status=&task=&schedule=&queue=&limit=&before=  (summaries)  GET /api/runs/{id}
     GET  /api/workers           GET /api/locks
     GET  /api/timeline?minutes=60           runs that started/finished in the window
+    GET  /api/charts/throughput|lateness?window=15m|1h|24h|7d&task=&queue=    (rota.web.charts)
+    GET  /api/charts/backlog    GET /api/schedules/{name}/ticks?count=    GET /api/workers/{id}
+    GET  /static/NAME           the page's scripts and style sheet (rota.web.static)
     POST /api/schedules/{name}/pause|resume|trigger
     POST /api/runs/{id}/cancel|retry
 
@@ -24,7 +27,6 @@ described in rota.web.auth; sessions and the sign-in throttle in rota.web.sessio
 from __future__ import annotations
 
 import ipaddress
-import secrets
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
@@ -35,16 +37,17 @@ try:
     from starlette.middleware import Middleware
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-    from starlette.routing import Route
+    from starlette.routing import BaseRoute, Route
 except ImportError as exc:  # pragma: no cover - depends on extras
     raise ImportError(f"rota.web needs the web extra: pip install 'rota[web]' ({exc})") from exc
 
 from ..app import App
 from ..errors import ConfigurationError, RotaError
-from . import api, openapi
+from . import api, charts, openapi, pages
 from .auth import LOGIN_BODY_LIMIT, MAX_BODY, TOKEN_ENV, Guard, resolve_token
 from .metrics import make_registry, metrics
 from .sessions import SESSION_TTL, LoginThrottle, Sessions
+from .static import static_file
 
 __all__ = ["check_open", "create_app", "is_loopback", "serve"]
 
@@ -77,18 +80,9 @@ def create_app(
         raise ConfigurationError(f"session_ttl must be from 60 to {366 * 86400} seconds, got {session_ttl!r}")
     sessions = Sessions(token, ttl=session_ttl, store=lambda: app.store) if token is not None else None
     throttle = LoginThrottle()
-    routes = [
-        Route("/", page),
-        Route("/healthz", healthz),
-        Route("/login", signed_in, methods=["GET", "POST"]),
-        Route("/logout", signed_in, methods=["GET", "POST"]),
-        Route("/metrics", metrics),
-        Route("/api/openapi.json", openapi.describe),
-        *api.routes(),
-    ]
     guard = Middleware(Guard, token=token, allowed_hosts=hosts, max_body=max_body, sessions=sessions, throttle=throttle)
     web = Starlette(
-        routes=routes,
+        routes=_routes(),
         middleware=[guard],
         exception_handlers={
             RotaError: api.rota_error,
@@ -101,6 +95,23 @@ def create_app(
     web.state.sessions = sessions
     web.state.throttle = throttle
     return web
+
+
+def _routes() -> list[BaseRoute]:
+    """Every route; the page's own ones first, then the API (charts and detail pages before
+    api.routes(), whose `/api/schedules/{name:path}` would take `.../ticks`)."""
+    return [
+        Route("/", page),
+        Route("/healthz", healthz),
+        Route("/login", signed_in, methods=["GET", "POST"]),
+        Route("/logout", signed_in, methods=["GET", "POST"]),
+        Route("/metrics", metrics),
+        Route("/api/openapi.json", openapi.describe),
+        Route("/static/{name}", static_file),
+        *charts.routes(),
+        *pages.routes(),
+        *api.routes(),
+    ]
 
 
 def _allowed_hosts(token: str | None, hosts: Sequence[str] | None) -> list[str] | None:
@@ -123,15 +134,18 @@ def _page_source() -> str:
     return resources.files(__package__).joinpath("dashboard.html").read_text(encoding="utf-8")
 
 
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+
 async def page(request: Request) -> Response:
-    """The page has no server-side data in it; a fresh nonce admits its own script and style."""
-    nonce = secrets.token_urlsafe(16)
-    csp = (
-        f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
-        "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    )
+    """The page has no server-side data and no inline code in it: its scripts and style sheet
+    are the package's own files under /static/ (rota.web.static), the only ones the CSP admits."""
     signed = request.app.state.sessions is not None
-    html = _page_source().replace("__NONCE__", nonce).replace("__SIGNOUT__", SIGNOUT if signed else "")
+    html = _page_source().replace("__SIGNOUT__", SIGNOUT if signed else "")
+    csp = PAGE_CSP
     return HTMLResponse(html, headers={"content-security-policy": csp})
 
 

@@ -81,7 +81,12 @@ SCHEMAS: dict[str, Any] = {
             "attempts": {"type": "array", "items": ATTEMPT},
             "raw": {"type": "object", "additionalProperties": STR},
         },
-        {"parents": {"type": "array", "items": ID}, "dependents": {"type": "array", "items": ID}, "waiting_on": INT},
+        {
+            "parents": {"type": "array", "items": ID},
+            "dependents": {"type": "array", "items": ID},
+            "waiting_on": INT,
+            "due_at": _null(TIME),
+        },
     ),
     "Schedule": _obj(
         {
@@ -164,6 +169,76 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
 }
+WINDOW_HEAD = {
+    "window": {"type": "string", "enum": ["15m", "1h", "24h", "7d"]},
+    "bucket_seconds": INT,
+    "since": TIME,
+    "until": TIME,
+    "task": _null("string"),
+    "queue": _null("string"),
+    "cap": INT,
+}
+OUTCOME_NAMES = ("succeeded", "failed", "retried", "skipped", "cancelled")
+PERCENTILES = _obj({"n": INT, "p50": _null("number"), "p95": _null("number")})
+SCHEMAS.update(
+    {
+        "Throughput": _obj(
+            {
+                **WINDOW_HEAD,
+                "estimated": BOOL,
+                "totals": {"type": "object", "additionalProperties": INT},
+                "buckets": {
+                    "type": "array",
+                    "items": _obj({"start": TIME, "estimated": BOOL, **{k: INT for k in OUTCOME_NAMES}}),
+                },
+            }
+        ),
+        "Lateness": _obj(
+            {
+                **WINDOW_HEAD,
+                "sampled": BOOL,
+                "lateness": PERCENTILES,
+                "wait": PERCENTILES,
+                "buckets": {
+                    "type": "array",
+                    "items": _obj({"start": TIME, "sampled": BOOL, "lateness": PERCENTILES, "wait": PERCENTILES}),
+                },
+            }
+        ),
+        "Backlog": _obj(
+            {
+                "at": TIME,
+                "cap": INT,
+                "truncated": BOOL,
+                "pending": INT,
+                "pending_estimated": BOOL,
+                "queues": {
+                    "type": "array",
+                    "items": _obj({"queue": STR, "due": INT, "later": INT, "running": INT}),
+                },
+            }
+        ),
+        "Ticks": _obj(
+            {
+                "name": STR,
+                "paused": BOOL,
+                "next": {
+                    "type": "array",
+                    "items": _obj({"at": TIME, "local": _null("string"), "note": _null("string")}),
+                },
+                "recent": {"type": "array", "items": {"$ref": "#/components/schemas/TimelineEntry"}},
+            }
+        ),
+        "WorkerPage": _obj(
+            {
+                "worker": {"$ref": "#/components/schemas/Worker"},
+                "running": {"type": "array", "items": {"$ref": "#/components/schemas/TimelineEntry"}},
+                "recent": {"type": "array", "items": {"$ref": "#/components/schemas/TimelineEntry"}},
+                "looked_at": INT,
+            }
+        ),
+    }
+)
 
 
 def _ref(name: str) -> dict[str, Any]:
@@ -206,11 +281,12 @@ def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 RUN_ID = _path("id", {"type": "string"})
 SCHEDULE = _path("name", {"type": "string", "minLength": 1})
+TEXT = {"type": "string", "pattern": "^[^\\u0000]*$"}  # a NUL is refused (400), as the library does
 RUN_QUERY = [
     _query("status", STATUS, "only runs in this status"),
-    _query("task", STR, "only runs of this task"),
-    _query("schedule", STR, "only runs of this schedule"),
-    _query("queue", STR, "only runs on this queue"),
+    _query("task", TEXT, "only runs of this task"),
+    _query("schedule", TEXT, "only runs of this schedule"),
+    _query("queue", TEXT, "only runs on this queue"),
     _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}, "how many (newest first)"),
     _query("before", {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}, "only runs with a smaller id (paging)"),
 ]
@@ -248,7 +324,55 @@ def _paths() -> dict[str, Any]:
                 errors=("404", "409"),
             )
         },
+        "/api/schedules/{name}/ticks": {
+            "get": _op(
+                "A schedule's next fire times (with DST notes) and its recent ticks",
+                _json(_ref("Ticks"), "Ticks"),
+                params=[
+                    SCHEDULE,
+                    _query("count", {"type": "integer", "minimum": 1, "maximum": 100, "default": 10}, "next ticks"),
+                    _query("recent", {"type": "integer", "minimum": 1, "maximum": 500, "default": 60}, "recent ticks"),
+                ],
+                errors=("404",),
+            )
+        },
         **_run_paths(),
+        **_chart_paths(),
+    }
+
+
+CHART_QUERY = [
+    _query("window", {"type": "string", "enum": ["15m", "1h", "24h", "7d"], "default": "1h"}, "the time window"),
+    _query("task", TEXT, "only runs of this task"),
+    _query("queue", TEXT, "only runs on this queue"),
+]
+
+
+def _chart_paths() -> dict[str, Any]:
+    return {
+        "/api/charts/throughput": {
+            "get": _op(
+                "Finished runs per bucket by outcome", _json(_ref("Throughput"), "Throughput"), params=CHART_QUERY
+            )
+        },
+        "/api/charts/lateness": {
+            "get": _op(
+                "Start lateness and queue wait, p50/p95 per bucket",
+                _json(_ref("Lateness"), "Lateness"),
+                params=CHART_QUERY,
+            )
+        },
+        "/api/charts/backlog": {
+            "get": _op("Pending runs by queue, due now and later", _json(_ref("Backlog"), "Backlog"))
+        },
+        "/api/workers/{id}": {
+            "get": _op(
+                "A worker with its running and recent runs",
+                _json(_ref("WorkerPage"), "The worker"),
+                params=[_path("id", {"type": "string", "minLength": 1})],
+                errors=("404",),
+            )
+        },
     }
 
 

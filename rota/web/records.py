@@ -147,6 +147,8 @@ def detail(row: tuple[Any, ...]) -> dict[str, Any]:
         )
     record["attempts"] = history
     record["backfill"] = bool(row[23])
+    if len(row) > 24:  # when it is (or was last) due: the end of a retry's backoff
+        record["due_at"] = time_field(row[24], "due_at", corrupt)
     record["corrupt"] = corrupt
     record["raw"] = raw
     return record

@@ -46,9 +46,11 @@ def page(chromium: Any, serve: Any) -> Iterator[Any]:
     page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
     page.on("pageerror", lambda error: problems.append(str(error)))
     page.set_default_timeout(10_000)
+    page.rota_expected = []  # console errors a test expects, by substring (e.g. a 404 it asked for)
     yield page
     context.close()
-    assert not [p for p in problems if "401" not in p], problems  # 401s are the sign-in page's own
+    allowed = ["401", *page.rota_expected]  # 401s are the sign-in page's own
+    assert not [p for p in problems if not any(a in p for a in allowed)], problems
 
 
 def in_thread(fn: Callable[[], T]) -> T:
@@ -74,3 +76,11 @@ def serve() -> Iterator[Any]:
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def screenshots(artifacts: Path) -> Path:
+    """tests/artifacts/screenshots/ (gitignored; CI keeps it as an artifact)."""
+    folder = artifacts / "screenshots"
+    folder.mkdir(exist_ok=True)
+    return folder

@@ -1,6 +1,6 @@
-"""The dashboard in a real browser (Debian's Chromium through Playwright): the overview on a
-database with runs, schedule and run actions by clicking, a run's detail with its attempts,
-signing in and out with a token. A screenshot of the overview is saved under tests/artifacts/."""
+"""The dashboard in a real browser (Debian's Chromium through Playwright): the views on a
+database with runs, schedule and run actions by clicking, a run's detail page with its
+attempts, signing in and out with a token. Screenshots go to tests/artifacts/screenshots/."""
 
 from __future__ import annotations
 
@@ -50,35 +50,32 @@ def filled(app: rota.App) -> dict[str, Any]:
     return {"app": app, "failed": failed.id, "later": later.id, "corrupt": corrupt.id}
 
 
-def row(page: Any, table: str, text: str) -> Any:
-    return page.locator(f"#{table} tr", has_text=text)
+def row(page: Any, attribute: str, value: str) -> Any:
+    """The table row whose data-`attribute` is `value` (e.g. data-schedule="reports/daily")."""
+    return page.locator(f'tr[data-{attribute}="{value}"]')
 
 
-def run_row(page: Any, run_id: str) -> Any:
-    """The runs table's row of `run_id` (its first cell is exactly the id)."""
-    first_cell = page.locator("td:first-child", has_text=re.compile(rf"^{run_id}$"))
-    return page.locator("#runs tr.click").filter(has=first_cell)
-
-
-def test_overview_and_actions_by_clicking(
-    filled: dict[str, Any], page: Any, serve: Any, artifacts: Path, db_url: str
+def test_views_and_actions_by_clicking(
+    filled: dict[str, Any], page: Any, serve: Any, screenshots: Path, db_url: str
 ) -> None:
     app: rota.App = filled["app"]
     served = serve(create_app(app))
-    page.goto(served.url)
-    schedule = row(page, "schedules", "reports/daily")
-    schedule.wait_for()
-    page.locator("#runs tr.click").nth(3).wait_for()
-    assert page.locator("#runs tr.click").count() == 4
-    assert "nightly-report" in page.locator("#locks").inner_text()
-    assert "corrupt" in run_row(page, filled["corrupt"]).inner_text()
-    assert "bad input <b>not bold</b>" in page.locator("#runs").inner_text()  # markup shown as text
+    page.goto(served.url + "#/runs")
+    page.locator("tr[data-run]").nth(3).wait_for()
+    assert page.locator("tr[data-run]").count() == 4
+    assert "corrupt" in row(page, "run", filled["corrupt"]).inner_text()
+    assert "bad input <b>not bold</b>" in page.locator("main").inner_text()  # markup shown as text
+    assert page.locator("main b", has_text="not bold").count() == 0
     store = "postgres" if db_url.startswith("postgres") else "sqlite"
-    shot = artifacts / f"dashboard-overview-{store}.png"
+    shot = screenshots / f"runs-{store}.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
-    print(f"screenshot: {shot}")
 
+    page.goto(served.url + "#/locks")
+    row(page, "lock", "nightly-report").wait_for()
+
+    page.goto(served.url + "#/schedules")
+    schedule = row(page, "schedule", "reports/daily")
     schedule.get_by_role("button", name="pause").click()
     schedule.locator(".badge.paused").wait_for()
     assert app.get_schedule("reports/daily").paused
@@ -92,10 +89,11 @@ def test_overview_and_actions_by_clicking(
     assert triggered.status == "pending"
 
     page.on("dialog", lambda dialog: dialog.accept())
-    run_row(page, filled["later"]).click()
+    page.goto(served.url + "#/runs")
+    row(page, "run", filled["later"]).get_by_role("link", name=filled["later"], exact=True).click()
     detail = page.locator("#detail")
     detail.get_by_text(f"Run {filled['later']}").wait_for()
-    assert page.url.endswith(f"#run/{filled['later']}")
+    assert page.url.endswith(f"#/run/{filled['later']}")
     detail.get_by_role("button", name="cancel").click()
     detail.locator(".badge.cancelled").first.wait_for()
     assert app.get_run(filled["later"]).status == "cancelled"
@@ -105,20 +103,29 @@ def test_a_runs_detail_has_every_attempt_and_retries(filled: dict[str, Any], pag
     app: rota.App = filled["app"]
     served = serve(create_app(app))
     failed = filled["failed"]
-    page.goto(f"{served.url}#run/{failed}")  # the detail has its own address
+    page.goto(f"{served.url}#run/{failed}")  # the first dashboard's links still open the run
     detail = page.locator("#detail")
     detail.get_by_text(f"Run {failed}").wait_for()
-    attempts = detail.locator(".attempt")
+    attempts = page.locator("tr.attempt")
     assert attempts.count() == 2  # retries=1: both failures are listed
-    assert "attempt 1" in attempts.nth(0).inner_text() and "attempt 2" in attempts.nth(1).inner_text()
+    assert (
+        attempts.nth(0).locator("td").first.inner_text() == "1"
+        and attempts.nth(1).locator("td").first.inner_text() == "2"
+    )
     assert "ValueError" in detail.inner_text() and "Traceback" in detail.inner_text()
+    assert "the handler raised ValueError" in page.locator(".fault").inner_text()
+    assert page.locator("svg.attempts rect.seg").count() >= 3  # queued, attempt 1, backoff, attempt 2
+    page.get_by_text("traceback of attempt 1").click()
+    page.wait_for_timeout(6000)  # past an auto-refresh: an unchanged run is not redrawn
+    assert page.locator("details").first.evaluate("d => d.open")
     detail.get_by_role("button", name="retry").click()
     toast = page.locator("#toast", has_text=re.compile(r"retry enqueued as run \d+"))
     toast.wait_for()
     new_id = re.search(r"run (\d+)", toast.inner_text()).group(1)  # type: ignore[union-attr]
     assert app.get_run(new_id).retry_of == failed
+    page.wait_for_url(f"**#/run/{new_id}")  # the retry's own page
 
-    page.goto(f"{served.url}#run/{filled['corrupt']}")
+    page.goto(f"{served.url}#/run/{filled['corrupt']}")
     detail.get_by_text("args as stored").wait_for()
     assert "[3," in detail.inner_text()
 
@@ -132,7 +139,8 @@ def test_sign_in_with_a_token_and_sign_out(filled: dict[str, Any], page: Any, se
 
     page.get_by_label("Token").fill(TOKEN)
     page.get_by_role("button", name="Sign in").click()
-    row(page, "schedules", "reports/daily").wait_for()
+    page.locator("#nav").get_by_role("link", name="Schedules").click()
+    row(page, "schedule", "reports/daily").wait_for()
     (cookie,) = page.context.cookies()
     assert cookie["httpOnly"] and TOKEN not in cookie["value"]
 
@@ -150,10 +158,10 @@ def test_the_workers_view_shows_stuck_handlers(filled: dict[str, Any], page: Any
     app.store.register_worker("host-2:42:bb", "host-2", 42, 2, ["mail"])
     records = {w.id: w.to_json() for w in app.list_workers()}
     served = serve(create_app(app))
-    page.goto(served.url)
-    first = row(page, "workers", "host-1:41:aa")
+    page.goto(served.url + "#/workers")
+    first = row(page, "worker", "host-1:41:aa")
     first.wait_for()
-    assert page.locator("#workers").locator("xpath=..").locator("thead th").last.inner_text() == "stuck"
+    assert page.locator("main thead th").last.inner_text() == "stuck"
     assert first.locator("td").count() == 8
     reported = records["host-1:41:aa"].get("stuck")  # WorkerInfo.stuck where the worker has it
     assert first.locator("td").nth(7).inner_text() == ("–" if reported is None else str(reported))
@@ -164,7 +172,7 @@ def test_the_workers_view_shows_stuck_handlers(filled: dict[str, Any], page: Any
     page.reload()
     first.locator(".badge.stuck").wait_for()
     assert first.locator("td").nth(7).inner_text().split() == ["stuck", "2"]
-    assert row(page, "workers", "host-2:42:bb").locator("td").nth(7).inner_text() == "0"
+    assert row(page, "worker", "host-2:42:bb").locator("td").nth(7).inner_text() == "0"
 
 
 def test_a_schedule_that_cannot_be_planned_is_marked(filled: dict[str, Any], page: Any, serve: Any) -> None:
@@ -173,7 +181,7 @@ def test_a_schedule_that_cannot_be_planned_is_marked(filled: dict[str, Any], pag
     with store._tx() as s:
         s.q_text("UPDATE rota_schedules SET plan_error = 'unknown time zone Mars/Olympus', next_run_at = NULL")
     served = serve(create_app(app))
-    page.goto(served.url)
-    schedule = row(page, "schedules", "reports/daily")
+    page.goto(served.url + "#/schedules")
+    schedule = row(page, "schedule", "reports/daily")
     schedule.locator(".badge", has_text="cannot plan").wait_for()
     assert "unknown time zone Mars/Olympus" in schedule.inner_text()

@@ -1,0 +1,182 @@
+// Detail pages: a run (attempts on a timeline, the fault that ended it), a schedule
+// (definition, counters, next ticks with DST notes, recent ticks, history) and a worker.
+// A missing id draws a "no such ..." page, never what the previous page showed.
+"use strict";
+import { api, act, ApiError, badge, el, enc, every, fill, FINAL, go, href, json, link, missing, runLink, span, when } from "./core.js";
+import { attemptTimeline } from "./timeline.js";
+import { tickStrip } from "./charts.js";
+import { planError, RUN_HEAD, runRows, scheduleActions, stuck, table } from "./views.js";
+
+// How a run or attempt ended, in words, from its error's type.
+const FAULTS = {
+  Timeout: "timed out: the handler ran past the run's timeout",
+  WorkerLost: "worker lost: its lease expired without a heartbeat",
+  Cancelled: "cancelled on request",
+  HandedBack: "handed back by a worker that shut down",
+  Overlap: "skipped: the previous run was still going (overlap policy)",
+  Misfire: "skipped: the tick was missed (misfire policy)",
+  Replaced: "replaced by a newer tick (overlap=replace)",
+  Withdrawn: "withdrawn: its schedule changed before the tick came",
+  Removed: "its schedule was removed",
+};
+export function fault(error) {
+  if (!error) return null;
+  return FAULTS[error.type] || (error.type ? "failed: the handler raised " + error.type : "failed");
+}
+
+function errorBlock(error) {
+  if (!error) return null;
+  return el("div", { class: "error" }, el("strong", {}, (error.type || "error") + ": "), error.message || "",
+    error.traceback ? el("pre", {}, error.traceback) : null);
+}
+
+function dl(pairs) {
+  return el("dl", {}, pairs.filter(([, v]) => v !== null && v !== undefined && v !== "").map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+}
+
+function back(view, text) { return el("p", {}, link("← " + text, view)); }
+
+function attemptRows(run) {
+  const rows = (run.attempts || []).map((a, i, all) => {
+    const next = all[i + 1];
+    const wait = next && a.finished_at && next.started_at ? (Date.parse(next.started_at) - Date.parse(a.finished_at)) / 1000 : -1;
+    const gap = wait >= 0 ? span(wait) : "";
+    return el("tr", { class: "attempt" }, el("td", { class: "num" }, a.attempt), el("td", {}, badge(a.status, String(a.status).replace(/\s+/g, "-"))),
+      el("td", {}, a.worker ? link(a.worker, "worker", a.worker) : "?"), el("td", {}, a.started_at || ""), el("td", {}, a.finished_at || "running"),
+      el("td", { class: "num" }, a.started_at && a.finished_at ? span((Date.parse(a.finished_at) - Date.parse(a.started_at)) / 1000) : ""),
+      el("td", { class: "num" }, gap), el("td", { class: "wrap" }, a.error ? [fault(a.error), " — ", a.error.message || ""] : ""));
+  });
+  return table(["try", "ended as", "worker", "started", "ended", "took", "backoff after", "fault"], rows, "Not started yet.");
+}
+
+function renderRun(root, r, refresh) {
+  const actions = el("span", { class: "actions" },
+    FINAL.has(r.status) ? null : el("button", { class: "danger", onclick: () => { if (confirm("Cancel run " + r.id + "?")) act("api/runs/" + enc(r.id) + "/cancel", (x) => "run " + x.id + " " + x.status, refresh); } }, "cancel"),
+    FINAL.has(r.status) ? el("button", { onclick: () => act("api/runs/" + enc(r.id) + "/retry", (x) => { go(href("run", x.id)); return "retry enqueued as run " + x.id; }) }, "retry") : null);
+  const ended = FINAL.has(r.status) && r.status !== "succeeded" ? fault(r.error) : null;
+  fill(root,
+    el("section", { id: "detail", "data-run": r.id },
+      el("h2", {}, "Run " + r.id, badge(r.status), r.held ? badge("held") : null, el("span", { class: "muted" }, "attempt " + r.attempt + " of " + r.max_attempts), el("span", { class: "spacer" }), actions),
+      r.held ? el("p", { class: "muted" }, "held: a worker has claimed it and its handler has not started yet") : null,
+      ended ? el("p", { class: "fault" }, el("strong", {}, "ended: "), ended) : null,
+      attemptTimeline(r, Date.now()),
+      el("div", { class: "legend" }, ["waiting", "queued", "backoff", "s-succeeded", "s-failed", "s-lost", "s-running"].map((k) => el("span", { class: "key" }, el("i", { class: "swatch seg " + k }), k === "waiting" ? "not due yet" : k.replace("s-", "")))),
+      dl([["task", link(r.task, "runs", null, { task: r.task })], ["schedule", r.schedule ? link(r.schedule, "schedule", r.schedule) : null],
+        ["queue", link(r.queue, "runs", null, { queue: r.queue })], ["priority", r.priority], ["key", r.key],
+        ["scheduled for", r.scheduled_for], ["created", r.created_at], ["due", r.due_at], ["started", r.started_at], ["finished", r.finished_at],
+        ["worker", r.worker ? link(r.worker, "worker", r.worker) : null], ["token", r.token], ["lease until", r.lease_until],
+        ["cancel requested", r.cancel_requested ? "yes" : null], ["retry of", r.retry_of ? runLink(r.retry_of) : null]]),
+      r.corrupt.length ? el("p", { class: "bad" }, badge("corrupt"), " stored value(s) that cannot be read: " + r.corrupt.join(", ")) : null,
+      Object.entries(r.raw || {}).map(([k, v]) => [el("strong", {}, k + " as stored"), el("pre", {}, v)]),
+      el("strong", {}, "arguments"), el("pre", {}, json({ args: r.args, kwargs: r.kwargs })),
+      r.result !== null && r.result !== undefined ? [el("strong", {}, "result"), el("pre", {}, json(r.result))] : null,
+      r.error ? [el("strong", {}, "error"), errorBlock(r.error)] : null),
+    el("section", {}, el("h2", {}, "Attempts"), attemptRows(r), (r.attempts || []).map((a) => a.error && a.error.traceback ? el("details", {}, el("summary", {}, "traceback of attempt " + a.attempt), el("pre", {}, a.error.traceback)) : null)));
+}
+
+const run = {
+  title: "Run",
+  nav: "runs",
+  mount(root, route) {
+    let shown = null;  // the record drawn: unchanged, the page is left as it is (an open traceback stays open)
+    return {
+      async update(r2, alive) {
+        let record;
+        try {
+          record = await api("api/runs/" + enc(route.arg || ""));
+        } catch (e) {
+          if (!alive()) return;
+          shown = null;
+          if (e instanceof ApiError && e.status === 404) return missing(root, "run", "There is no run with id " + route.arg + " (it may have been pruned, or the link is wrong).", back("runs", "all runs"));
+          throw e;
+        }
+        const text = JSON.stringify(record);
+        if (alive() && text !== shown) {
+          shown = text;
+          renderRun(root, record, () => this.update(r2, alive));
+        }
+      },
+    };
+  },
+};
+
+// The next ticks, and after them the next few that daylight saving moves (from further ahead).
+function nextTicks(ticks, shown) {
+  const row = (t) => el("tr", { class: t.note ? "dst-row" : null }, el("td", {}, t.at), el("td", {}, t.local || ""),
+    el("td", { class: "wrap" }, t.note ? el("span", { class: "dst" }, t.note) : ""));
+  const later = ticks.next.slice(shown).filter((t) => t.note).slice(0, 3);
+  const rows = [ticks.next.slice(0, shown).map(row), later.length ? [el("tr", {}, el("td", { colspan: 3, class: "muted" }, "… next daylight-saving changes:")), later.map(row)] : null];
+  return table(["UTC", "local", "note"], rows.flat(Infinity).filter(Boolean), ticks.paused ? "Paused." : "No upcoming ticks.");
+}
+
+const schedule = {
+  title: "Schedule",
+  nav: "schedules",
+  mount(root, route) {
+    const name = route.arg || "";
+    return {
+      async update(r2, alive) {
+        let s, ticks, history;
+        try {
+          [s, ticks, history] = await Promise.all([api("api/schedules/" + enc(name)), api("api/schedules/" + enc(name) + "/ticks?count=100&recent=60"),
+            api("api/runs?" + new URLSearchParams({ schedule: name, limit: "25" }).toString())]);
+        } catch (e) {
+          if (!alive()) return;
+          if (e instanceof ApiError && e.status === 404) return missing(root, "schedule", "There is no schedule named " + JSON.stringify(name) + ".", back("schedules", "all schedules"));
+          throw e;
+        }
+        if (!alive()) return;
+        fill(root,
+          el("section", { id: "schedule", "data-schedule": s.name }, el("h2", {}, "Schedule " + s.name, badge(s.paused ? "paused" : "active"), el("span", { class: "spacer" }), scheduleActions(s, () => this.update(r2, alive))),
+            planError(s),
+            dl([["task", link(s.task, "runs", null, { task: s.task })], ["when", s.cron ? "cron " + s.cron : "every " + every(s.every)], ["time zone", s.tz],
+              ["overlap", s.overlap], ["misfire", s.misfire], ["source", s.source], ["next run", s.paused ? "paused" : s.next_run_at],
+              ["last run", s.last_run_at ? [s.last_run_at, " ", s.last_status ? badge(s.last_status) : ""] : null],
+              ["arguments", JSON.stringify({ args: s.args, kwargs: s.kwargs })]]),
+            el("div", { class: "counters" }, [["runs", s.run_count], ["succeeded", s.success_count], ["failed", s.failure_count], ["skipped", s.skip_count]]
+              .map(([k, v]) => el("div", { class: "counter", "data-counter": k }, el("b", {}, v), el("span", { class: "muted" }, k))))),
+          el("section", {}, el("h2", {}, "Last " + ticks.recent.length + " ticks", el("span", { class: "muted" }, "oldest first, skipped ones included")),
+            tickStrip(ticks.recent, (id) => go(href("run", id)))),
+          el("section", {}, el("h2", {}, "Next ticks", el("span", { class: "muted" }, "with daylight-saving notes, as rota explain prints them")), nextTicks(ticks, 8)),
+          el("section", {}, el("h2", {}, "History", link("all runs of this schedule", "runs", null, { schedule: s.name })), table(RUN_HEAD, runRows(history), "No runs yet.")));
+      },
+    };
+  },
+};
+
+const worker = {
+  title: "Worker",
+  nav: "workers",
+  mount(root, route) {
+    const id = route.arg || "";
+    return {
+      async update(r2, alive) {
+        let page;
+        try {
+          page = await api("api/workers/" + enc(id));
+        } catch (e) {
+          if (!alive()) return;
+          if (e instanceof ApiError && e.status === 404) return missing(root, "worker", "No worker with id " + JSON.stringify(id) + " was seen recently.", back("workers", "all workers"));
+          throw e;
+        }
+        if (!alive()) return;
+        const w = page.worker, now = Date.now();
+        const rows = (items, running) => items.map((r) => el("tr", { "data-run": r.id }, el("td", { class: "num" }, runLink(r.id)), el("td", {}, r.task),
+          el("td", {}, r.schedule ? link(r.schedule, "schedule", r.schedule) : ""), el("td", {}, badge(r.status)), el("td", {}, when(r.started_at)),
+          el("td", { class: "num" }, running && r.started_at ? span((now - Date.parse(r.started_at)) / 1000) : r.finished_at && r.started_at ? span((Date.parse(r.finished_at) - Date.parse(r.started_at)) / 1000) : "")));
+        fill(root,
+          el("section", { id: "worker", "data-worker": w.id }, el("h2", {}, "Worker " + w.id, badge(w.alive ? "alive" : "gone", w.alive ? "active" : "cancelled")),
+            dl([["host", w.host], ["pid", w.pid], ["state", w.state], ["concurrency", w.concurrency], ["queues", (w.queues || ["all"]).join(", ")],
+              ["started", [w.started_at, " (", when(w.started_at), ")"]], ["last heartbeat", [w.last_seen, " (", when(w.last_seen), ")"]],
+              ["stuck slots", stuck(w.stuck)]]),
+            Number(w.stuck) > 0 ? el("p", { class: "bad" }, w.stuck + " slot(s) hold a handler thread that outlived its run's timeout or lease; they free when the handler returns.") : null),
+          el("section", {}, el("h2", {}, "Running now", el("span", { class: "muted" }, page.running.length + " of " + w.concurrency + " slots")),
+            table(["id", "task", "schedule", "status", "started", "running for"], rows(page.running, true), "Nothing running.")),
+          el("section", {}, el("h2", {}, "Recent runs", el("span", { class: "muted" }, "among the newest " + page.looked_at + " runs")),
+            table(["id", "task", "schedule", "status", "started", "took"], rows(page.recent, false), "None recently.")));
+      },
+    };
+  },
+};
+
+export const DETAILS = { run, schedule, worker };

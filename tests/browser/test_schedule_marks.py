@@ -27,8 +27,8 @@ def test_damaged_and_high_frequency_schedules_are_marked(app: rota.App, page: An
     with store._tx() as s:
         s.q_text(f"UPDATE rota_schedules SET next_run_at = {far} WHERE name = 'damaged'")
     served = serve(create_app(app))
-    page.goto(served.url)
-    rows = {name: page.locator("#schedules tr", has_text=name) for name in ("fast", "damaged", "plain")}
+    page.goto(served.url + "#/schedules")
+    rows = {name: page.locator(f'tr[data-schedule="{name}"]') for name in ("fast", "damaged", "plain")}
     rows["plain"].wait_for()
     assert "high frequency" in rows["fast"].inner_text() and "corrupt" not in rows["fast"].inner_text()
     assert "corrupt next_run_at" in " ".join(rows["damaged"].inner_text().split())

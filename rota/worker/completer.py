@@ -6,12 +6,20 @@ the database is back (or discarded if someone rescued the run meanwhile). A batc
 fails for a reason other than a transient error is written one by one; an outcome the store
 refuses for good fails that run with `UnstorableOutcome`. Transient errors keep outcomes
 queued and retry with backoff. The writer task is supervised (restarted if it dies).
+
+Starts of held runs (claimed ahead, started here when a slot freed: rota/lifecycle.py) are
+written the same way: a run that ends before its start was written carries it in its
+outcome (`Outcome.started`: one statement, no extra row version); one still running when
+the writer flushes has its start written by `Store.start`, just before the outcomes. A
+start the store refuses (the run's cancellation was requested, or its lease was lost)
+goes to `refused`, which checks the run at once (the heartbeat's handling stops it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from ..errors import DatabaseTransient
@@ -43,6 +51,43 @@ class Completer:
         self.ready = asyncio.Event()
         self.after_outage: Callable[[], Awaitable[None]] = _nothing
         self.sleep_or_stop: Callable[[float], Awaitable[bool]] = _sleep
+        # held runs started here whose start is not written yet: run id -> (token, monotonic start)
+        self.starts: dict[int, tuple[int, float]] = {}
+        self.refused_starts: dict[int, tuple[int, float]] = {}  # refused: carried by the outcome
+        self.refused: Callable[[list[tuple[int, int]]], None] = lambda runs: None
+
+    def started(self, run_id: int, token: int) -> None:
+        """A held run's handler started now: its start is written with the next write."""
+        self.starts[run_id] = (token, time.monotonic())
+        self.ready.set()
+
+    def _with_starts(self, batch: list[Outcome]) -> None:
+        """Outcomes of runs whose start is not written yet carry it (Outcome.started)."""
+        if not self.starts and not self.refused_starts:
+            return
+        now = time.monotonic()
+        for o in batch:
+            entry = self.starts.pop(o.id, None) or self.refused_starts.pop(o.id, None)
+            if entry is not None and entry[0] == o.token:
+                o.started = max(0.0, now - entry[1])
+
+    async def write_starts(self) -> None:
+        """Write the starts of held runs still running (raises DatabaseError)."""
+        if not self.starts:
+            return
+        now = time.monotonic()
+        rows = [(run_id, token, max(0.0, now - t)) for run_id, (token, t) in self.starts.items()]
+        written = await self.db(self.store().start, rows)
+        refused: list[tuple[int, int]] = []
+        for run_id, token, _ in rows:
+            entry = self.starts.get(run_id)
+            if entry is not None and entry[0] == token:
+                del self.starts[run_id]
+                if run_id not in written:  # its outcome records the start: the handler did start
+                    self.refused_starts[run_id] = entry
+                    refused.append((run_id, token))
+        if refused:
+            self.refused(refused)
 
     def put(self, record: Outcome) -> None:
         self.outbox.append(record)
@@ -92,6 +137,13 @@ class Completer:
         """Write what the outbox holds now. False if a transient error kept some back (they
         stay queued, their leases renewed, and are tried again after a backoff)."""
         batch = self.take()
+        try:
+            self._with_starts(batch)
+            if self.starts:
+                await self.write_starts()
+        except DatabaseTransient as exc:
+            self._written(batch)
+            return await self._settle(batch, set(), batch, exc)
         if not batch:
             return True
         try:
@@ -122,15 +174,16 @@ class Completer:
         return not retry
 
     async def finish_and_claim(
-        self, owner: str, limit: int, queues: list[str] | None, lease: float
+        self, owner: str, limit: int, queues: list[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed] | None:
         """Write the outbox and claim up to `limit` runs in one transaction (one round trip,
         one commit). A transient error puts the outcomes back in the outbox (the writer tries
         again after its backoff) and is raised: nothing was claimed. After a permanent error
         the outcomes are written one by one and None is returned: the claim did not happen."""
         batch = self.take()
+        self._with_starts(batch)
         try:
-            written, claimed = await self.db(self.store().finish_and_claim, batch, owner, limit, queues, lease)
+            written, claimed = await self.db(self.store().finish_and_claim, batch, owner, limit, queues, lease, start)
         except DatabaseTransient:
             self._written(batch)
             self.outbox[:0] = batch

@@ -383,7 +383,8 @@ class SQLiteStore(SqlStore):
         for o in outcomes:
             token, status, finished_at, due_at = current.get(o.id, (None, None, None, None))
             moment = due_at if o.status == "pending" else finished_at
-            if token == o.token and status == o.status and moment is not None and moment >= now:
+            became = "cancelled" if o.status == "pending" else o.status  # a retry after a cancel request
+            if token == o.token and status in (o.status, became) and moment is not None and moment >= now:
                 written.add(o.id)
         return written
 

@@ -203,7 +203,8 @@ class Completer:
 
     def announce(self, outcome: Outcome) -> None:
         """An outcome already written by someone else (a transactional handler's commit):
-        only its event is due."""
+        only its event is due (the commit recorded the run's start too)."""
+        self.starts.pop(outcome.id, None)
         self.emit(OUTCOME_EVENTS[outcome.status], run_id=outcome.id)
 
     def _count_stale(self, batch: list[Outcome], written: set[int], retry: list[Outcome]) -> None:
@@ -239,7 +240,7 @@ class Completer:
         """The store refused this outcome's values for good: record the run failed, saying why."""
         message = f"run {o.id}: its {o.status} outcome could not be stored ({type(exc).__name__}: {exc})"
         log.error("%s; recording the run as failed", message)
-        failed = Outcome(o.id, o.token, "failed", error=simple_error("UnstorableOutcome", message))
+        failed = Outcome(o.id, o.token, "failed", error=simple_error("UnstorableOutcome", message), started=o.started)
         try:
             return await self.db(self.store().finish, [failed])
         except DatabaseTransient:

@@ -215,7 +215,10 @@ WITH locked AS (
 )
 UPDATE rota_runs r
 SET status = 'succeeded', result = %(result)s, error = NULL,
-    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), lease_until = NULL
+    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), lease_until = NULL,
+    -- a held run started by its worker whose start was not written yet: the commit records it
+    attempt = CASE WHEN r.started_at IS NULL THEN r.attempt + 1 ELSE r.attempt END,
+    started_at = coalesce(r.started_at, %(now)s::timestamptz, clock_timestamp())
 WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'
   AND (SELECT count(*) FROM locked) >= 0
 RETURNING r.id

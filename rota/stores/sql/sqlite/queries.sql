@@ -134,7 +134,10 @@ WHERE id = :id AND token = :token AND status = 'running'
 -- transition: finish
 -- a transactional handler's success, in the handler's own transaction (rota.transactional)
 UPDATE rota_runs
-SET status = 'succeeded', result = :result, error = NULL, finished_at = {now}, lease_until = NULL
+SET status = 'succeeded', result = :result, error = NULL, finished_at = {now}, lease_until = NULL,
+    -- a held run started by its worker whose start was not written yet: the commit records it
+    attempt = CASE WHEN started_at IS NULL THEN attempt + 1 ELSE attempt END,
+    started_at = coalesce(started_at, {now})
 WHERE id = :id AND token = :token AND status = 'running'
 RETURNING id
 

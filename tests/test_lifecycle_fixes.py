@@ -219,3 +219,19 @@ def test_kill9_fails_no_run_that_never_started(db_url: str, tmp_path: Path) -> N
     finally:
         procs.stop_all()
         app.close()
+
+
+def test_the_web_api_shows_a_held_run_as_held(store_app: rota.App) -> None:
+    from starlette.testclient import TestClient
+
+    from rota.web import create_app
+
+    first, second = (store_app.tasks["t"].enqueue(i) for i in range(2))
+    store_app.store.claim("w1", 1, None, 30.0, 1)  # the first starts
+    store_app.store.claim("w1", 1, None, 30.0, 0)  # the second is held
+    with TestClient(create_app(store_app), base_url="http://localhost") as client:
+        runs = {r["id"]: r for r in client.get("/api/runs").json()}
+        assert (runs[first.id]["held"], runs[second.id]["held"]) == (False, True)
+        detail = client.get(f"/api/runs/{second.id}").json()
+        assert (detail["held"], detail["started_at"], detail["attempt"], detail["attempts"]) == (True, None, 0, [])
+        assert detail == {**store_app.get_run(second.id).to_json(), "corrupt": [], "raw": {}}

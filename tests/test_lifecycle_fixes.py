@@ -235,3 +235,39 @@ def test_the_web_api_shows_a_held_run_as_held(store_app: rota.App) -> None:
         detail = client.get(f"/api/runs/{second.id}").json()
         assert (detail["held"], detail["started_at"], detail["attempt"], detail["attempts"]) == (True, None, 0, [])
         assert detail == {**store_app.get_run(second.id).to_json(), "corrupt": [], "raw": {}}
+
+
+def test_a_held_run_cancelled_while_its_worker_starts_it_is_stopped_and_recorded_as_it_ran(
+    app_factory: Callable[..., rota.App], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request races the worker's local start (SQLite has no wake-up; on PostgreSQL the
+    NOTIFY may win): either the run never starts (no attempt, no started_at), or the store
+    refuses its start, the worker stops the handler at once (long before a heartbeat) and
+    the record says it started (attempt 1, started_at): what ran is in the history."""
+    monkeypatch.setattr(rota.worker.prefetch, "WINDOW", 100.0)
+    app = app_factory(lease=30.0)  # heartbeats every 10 s: the refusal must not wait for one
+    starts: list[int] = []
+    gate = threading.Event()
+
+    @app.task(name="gated", pass_context=True)
+    def gated(ctx: rota.RunContext, i: int) -> int:
+        starts.append(i)
+        if i == 1:
+            gate.wait(20)
+        if i == 2:
+            for _ in range(200):
+                ctx.raise_if_cancelled()
+                time.sleep(0.05)
+        return i
+
+    handles = [gated.enqueue(i) for i in range(3)]
+    worker = start_worker(app, concurrency=1, prefetch=1)
+    (target,) = _holding(app, worker, handles, 1)
+    assert target is handles[2]
+    other = app_factory(lease=30.0)  # another client: no in-process wake-up
+    other.cancel(target.id)
+    gate.set()  # run 1 ends: the held run 2 starts in its slot unless the worker heard of the request
+    run = target.wait(5)
+    assert run.status == "cancelled", run
+    ran = 2 in starts
+    assert (run.attempt, run.started_at is not None) == ((1, True) if ran else (0, False)), (run, starts)

@@ -119,8 +119,8 @@ RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.
 -- name: start
 -- transition: start
 -- Held runs whose handlers started (`ago` seconds ago): the attempt counted, started_at set.
--- Fenced by the token; refused when the run's cancellation was requested (returned with
--- `false`: the worker stops the handler) or it was started already.
+-- Fenced by the token; refused (not returned) when the run's cancellation was requested or
+-- it started already: the worker checks a refused run at once (and stops its handler).
 UPDATE rota_runs r
 SET attempt = r.attempt + 1, started_at = {now} - make_interval(secs => v.ago)
 FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, (e->>2)::float8 AS ago

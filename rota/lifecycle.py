@@ -35,9 +35,19 @@ worker's next write: a run that ended meanwhile carries it in its outcome (`Outc
 the finish records start and end in one statement, so a held run costs no extra row
 version); one still running has it written by `Store.start` just before the outcomes, a few
 milliseconds later (the outcome writer's buffer). The database refuses the start of a run
-whose cancellation was requested (or whose token no longer holds it); the worker then stops
-the handler as it stops a running run asked to cancel, and its outcome records the start:
-what ran is in the history.
+whose cancellation was requested (or whose token no longer holds it); the worker checks that
+run at once and stops the handler as it stops a running run asked to cancel, and its outcome
+records the start: what ran is in the history.
+
+So "a cancelled run never starts" is decided by the database everywhere it can be: a claim
+never takes such a run, `Store.start` refuses it, a hand-back, a rescue or a retry ends it
+cancelled, and a worker never starts a held run it knows is asked to cancel (PostgreSQL's
+NOTIFY tells it within milliseconds; it does not start the run until the database confirms).
+The one exception is the race this design accepts for the hot path: a request that comes
+while the run is held (milliseconds: the hold horizon) and that the worker has not heard of
+when a slot frees (on SQLite, where another process's request is heard through the refused
+start, the next heartbeat or the confirmation) lets the handler start; it is then stopped at
+once and recorded as it ran (the model test allows exactly this case).
 
 Killed between a held run's local start and the start's write (a few milliseconds), a worker
 leaves a run the database still shows held: the rescue returns it to pending without an

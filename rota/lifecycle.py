@@ -30,11 +30,11 @@ A run's state is not one column: it is read from a few (`state_of`).
 
 Attempts count only starts. A claim starts the runs that fit in the worker's free slots
 (attempt + 1, started_at) and holds the rest. A held run starts on the worker, without a
-round trip, when a slot frees (the point of holding it). Its start is written with the
-worker's next write: a run that ended meanwhile carries it in its outcome (`Outcome.started`,
-the finish records start and end in one statement, so a held run costs no extra row
-version); one still running has it written by `Store.start` just before the outcomes, a few
-milliseconds later (the outcome writer's buffer). The database refuses the start of a run
+round trip, when a slot frees (the point of holding it). Its start is written later: a run
+that ends within `START_AGE` (50 ms, rota/worker/completer.py) carries it in its outcome
+(`Outcome.started`: the finish records start and end in one statement, so a short held run
+costs no statement and no row version of its own); one still running then has it written
+by `Store.start`, just before the outcomes of that flush. The database refuses the start of a run
 whose cancellation was requested (or whose token no longer holds it); the worker checks that
 run at once and stops the handler as it stops a running run asked to cancel, and its outcome
 records the start: what ran is in the history.
@@ -49,7 +49,7 @@ when a slot frees (on SQLite, where another process's request is heard through t
 start, the next heartbeat or the confirmation) lets the handler start; it is then stopped at
 once and recorded as it ran (the model test allows exactly this case).
 
-Killed between a held run's local start and the start's write (a few milliseconds), a worker
+Killed between a held run's local start and the start's write (at most about 50 ms), a worker
 leaves a run the database still shows held: the rescue returns it to pending without an
 attempt, and its handler runs again on another worker, as any run whose worker died before
 its outcome was written does. So the invariant is kept in the database's direction

@@ -186,6 +186,7 @@ class Finisher:
         self.claimer.start_held()
         kind, value = outcome
         if kind == "lost":
+            self.completer.forget(active.claim.id)
             return
         record = self.decider.decide(active, kind, value)
         self.decider.log(active, kind, record)

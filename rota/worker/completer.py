@@ -8,9 +8,9 @@ refuses for good fails that run with `UnstorableOutcome`. Transient errors keep 
 queued and retry with backoff. The writer task is supervised (restarted if it dies).
 
 Starts of held runs (claimed ahead, started here when a slot freed: rota/lifecycle.py) are
-written the same way: a run that ends before its start was written carries it in its
-outcome (`Outcome.started`: one statement, no extra row version); one still running when
-the writer flushes has its start written by `Store.start`, just before the outcomes. A
+written the same way: a run that ends within START_AGE (50 ms) carries its start in its
+outcome (`Outcome.started`: no statement, no row version of its own); one still running
+after that has its start written by `Store.start`, just before the outcomes. A
 start the store refuses (the run's cancellation was requested, or its lease was lost)
 goes to `refused`, which checks the run at once (the heartbeat's handling stops it).
 """
@@ -18,6 +18,7 @@ goes to `refused`, which checks the run at once (the heartbeat's handling stops 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,9 @@ from .service import supervise
 
 log = logging.getLogger("rota.worker")
 Emit = Callable[..., None]
+# A held run started here has its start written by itself once it has run this long; a
+# shorter one's start travels with its outcome (no statement, no row version of its own).
+START_AGE = 0.05
 
 
 class Completer:
@@ -55,11 +59,28 @@ class Completer:
         self.starts: dict[int, tuple[int, float]] = {}
         self.refused_starts: dict[int, tuple[int, float]] = {}  # refused: carried by the outcome
         self.refused: Callable[[list[tuple[int, int]]], None] = lambda runs: None
+        self._start_timer: asyncio.TimerHandle | None = None
 
     def started(self, run_id: int, token: int) -> None:
-        """A held run's handler started now: its start is written with the next write."""
+        """A held run's handler started now: its start is written with its outcome, or by
+        the writer once it has run START_AGE seconds (one timer for all of them)."""
         self.starts[run_id] = (token, time.monotonic())
+        if self._start_timer is None:
+            self._arm_starts()
+
+    def _arm_starts(self) -> None:
+        with contextlib.suppress(RuntimeError):  # no running loop: the next flush writes them
+            loop = asyncio.get_running_loop()
+            self._start_timer = loop.call_later(START_AGE, self._starts_due)
+
+    def _starts_due(self) -> None:
+        self._start_timer = None
         self.ready.set()
+
+    def forget(self, run_id: int) -> None:
+        """The run is no longer ours (lost, handed back): nothing of its start is written."""
+        self.starts.pop(run_id, None)
+        self.refused_starts.pop(run_id, None)
 
     def _with_starts(self, batch: list[Outcome]) -> None:
         """Outcomes of runs whose start is not written yet carry it (Outcome.started)."""
@@ -72,11 +93,14 @@ class Completer:
                 o.started = max(0.0, now - entry[1])
 
     async def write_starts(self) -> None:
-        """Write the starts of held runs still running (raises DatabaseError)."""
-        if not self.starts:
-            return
+        """Write the starts of held runs that have run START_AGE seconds and still run (the
+        others' outcomes will likely carry them); raises DatabaseError."""
         now = time.monotonic()
-        rows = [(run_id, token, max(0.0, now - t)) for run_id, (token, t) in self.starts.items()]
+        rows = [(run_id, token, now - t) for run_id, (token, t) in self.starts.items() if now - t >= START_AGE]
+        if self.starts and self._start_timer is None:
+            self._arm_starts()  # for the younger ones
+        if not rows:
+            return
         written = await self.db(self.store().start, rows)
         refused: list[tuple[int, int]] = []
         for run_id, token, _ in rows:

@@ -49,3 +49,34 @@ def test_the_table_names_only_known_states_and_every_state_is_reached() -> None:
     assert reached == states
     assert len(lifecycle.BY_NAME) == len(lifecycle.TRANSITIONS)
     assert "| start | held | running | owner |" in lifecycle.table_markdown()
+
+
+def test_state_of_reads_each_state_from_a_run_record(db_url: str) -> None:
+    from datetime import timedelta
+
+    import rota
+
+    from .conftest import make_app
+
+    clock = rota.FakeClock()
+    app = make_app(db_url, clock=clock)
+
+    @app.task(name="t", retries=1)
+    def t() -> None: ...
+
+    def state(h: rota.RunHandle) -> str:
+        return lifecycle.state_of(h.refresh(), app.store.now())
+
+    later = t.options(delay=timedelta(seconds=60)).enqueue()
+    a, b, c = t.enqueue(), t.enqueue(), t.enqueue()
+    assert (state(later), state(a)) == (lifecycle.DUE_LATER, lifecycle.DUE)
+    claimed = sorted(app.store.claim("w", 3, None, 30.0, 1), key=lambda x: x.id)
+    assert [state(h) for h in (a, b, c)] == [lifecycle.STARTED, lifecycle.HELD, lifecycle.HELD]
+    app.cancel(c.id)
+    assert state(c) == lifecycle.CANCEL_REQUESTED
+    app.store.hand_back([(x.id, x.token) for x in claimed], "stop")
+    assert [state(h) for h in (a, b, c)] == [lifecycle.HANDED_BACK, lifecycle.DUE, "cancelled"]
+    app.add_schedule("q", "t", every=3600, overlap="queue")
+    first, second = app.trigger("q"), app.trigger("q")
+    assert (state(first), state(second)) == (lifecycle.DUE, lifecycle.QUEUED)
+    app.close()

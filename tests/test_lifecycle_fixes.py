@@ -271,3 +271,32 @@ def test_a_held_run_cancelled_while_its_worker_starts_it_is_stopped_and_recorded
     assert run.status == "cancelled", run
     ran = 2 in starts
     assert (run.attempt, run.started_at is not None) == ((1, True) if ran else (0, False)), (run, starts)
+
+
+def test_a_held_run_that_runs_on_has_its_start_written_soon(
+    app_factory: Callable[..., rota.App], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A held run started by its worker shows as running (started_at, attempt 1) well before
+    it ends: its start is written on its own once it has run 50 ms."""
+    monkeypatch.setattr(rota.worker.prefetch, "WINDOW", 100.0)
+    app = app_factory(lease=30.0)
+    gate, long_one = threading.Event(), threading.Event()
+
+    @app.task(name="steps")
+    def steps(i: int) -> int:
+        if i == 1:
+            gate.wait(20)
+        if i == 2:
+            long_one.wait(20)
+        return i
+
+    handles = [steps.enqueue(i) for i in range(3)]
+    worker = start_worker(app, concurrency=1, prefetch=1)
+    (target,) = _holding(app, worker, handles, 1)
+    assert target is handles[2] and target.refresh().held
+    gate.set()
+    wait_until(lambda: not target.refresh().held, 5, "the start of the held run to be written")
+    run = target.refresh()
+    assert (run.status, run.attempt) == ("running", 1) and run.started_at is not None
+    long_one.set()
+    assert target.wait(5).status == "succeeded" and target.refresh().attempt == 1

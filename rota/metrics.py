@@ -6,6 +6,7 @@ histogram observations: run duration and lateness of start versus scheduled time
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sized
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from .errors import ConfigurationError
@@ -113,7 +114,8 @@ def _run_observer(registry: Any) -> Callable[[str, Claimed, float], None]:
     def observe(event: str, claim: Claimed, at: float) -> None:
         if event == "started":
             started[claim.id] = at
-            lateness.labels(claim.task).observe(max(0.0, (claim.started_at - claim.scheduled_for).total_seconds()))
+            began_at = claim.started_at or datetime.now(UTC)
+            lateness.labels(claim.task).observe(max(0.0, (began_at - claim.scheduled_for).total_seconds()))
             return
         began = started.pop(claim.id, None)
         if began is not None:  # an attempt that will be retried is recorded as "retried", not "pending"

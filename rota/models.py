@@ -33,8 +33,11 @@ def _iso(value: datetime | None) -> str | None:
 class Run:
     """One run of a task: an enqueued call, a schedule tick or a manual trigger.
 
-    `attempt` counts the attempts made so far; `attempts` lists every attempt, earlier ones
-    from the history log and the current/last one from the run's own columns.
+    `attempt` counts the attempts made so far (an attempt counts when its handler starts);
+    `attempts` lists every attempt, earlier ones from the history log and the current/last
+    one from the run's own columns. `held`: claimed by a worker, its handler not started
+    (status running, `started_at` None); `queued`: a tick waiting behind its schedule's
+    active run (overlap="queue", or the successor of a replaced run). See rota/lifecycle.py.
     """
 
     id: str
@@ -62,8 +65,8 @@ class Run:
     error: dict[str, Any] | None
     history: list[dict[str, Any]] = field(default_factory=list)
     retry_of: str | None = None
-    held: bool = False
-    # after=: how many parents have yet to succeed (the run waits, pending and held, until 0)
+    queued: bool = False
+    # after=: how many parents have yet to succeed (the run waits, pending and queued, until 0)
     waiting_on: int = 0
     backfill: bool = False  # made by App.backfill for a past tick (not by the schedule at the time)
     # The stored fields that could not be decoded (a row written by hand, by an older rota, or
@@ -74,6 +77,11 @@ class Run:
     @property
     def is_final(self) -> bool:
         return self.status in FINAL_STATUSES
+
+    @property
+    def held(self) -> bool:
+        """Claimed by a worker, its handler not started yet (no attempt counted for it)."""
+        return self.status == RUNNING and self.started_at is None
 
     @property
     def duration(self) -> timedelta | None:
@@ -120,6 +128,7 @@ class Run:
             "token": self.token,
             "lease_until": _iso(self.lease_until),
             "cancel_requested": self.cancel_requested,
+            "held": self.held,
             "result": self.result,
             "error": self.error,
             "attempts": self.attempts,

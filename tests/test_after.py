@@ -47,11 +47,11 @@ def test_a_dependent_waits_until_every_parent_succeeded(db_url: str) -> None:
     a, b = step.enqueue(1), step.enqueue(2)
     child = step.options(after=[a, b.id]).enqueue(3)
     run = child.refresh()
-    assert (run.status, run.held, run.waiting_on) == ("pending", True, 2)
+    assert (run.status, run.queued, run.waiting_on) == ("pending", True, 2)
     assert app.run_links(child.id) == {"parents": [a.id, b.id], "dependents": [], "waiting_on": 2}
     assert app.run_links(a.id)["dependents"] == [child.id]
     end(app, a.id, "succeeded", "1")
-    assert (child.refresh().held, child.refresh().waiting_on) == (True, 1)
+    assert (child.refresh().queued, child.refresh().waiting_on) == (True, 1)
     assert [c.id for c in app.store.claim("w", 100, None, 30)] == [int(b.id)]  # not the child
     c = claim_one_running(app, b.id)
     written, claimed = app.store.finish_and_claim([Outcome(c.id, c.token, "succeeded", result="2")], "w", 10, None, 30)
@@ -59,7 +59,7 @@ def test_a_dependent_waits_until_every_parent_succeeded(db_url: str) -> None:
     assert written == {c.id} and [x.id for x in claimed] == [int(child.id)]
     run = child.refresh()
     parent = b.refresh()
-    assert run.status == "running" and run.waiting_on == 0 and not run.held
+    assert run.status == "running" and run.waiting_on == 0 and not run.queued
     assert parent.finished_at is not None and run.scheduled_for >= parent.finished_at  # lateness counts from there
     app.close()
 
@@ -98,7 +98,7 @@ def test_a_parent_that_fails_cancels_its_dependents_and_theirs(db_url: str, how:
         end(app, a.id, how)
     ended = a.refresh().status
     for run, parent in ((child.refresh(), a.id), (grandchild.refresh(), child.id)):
-        assert (run.status, run.held) == ("cancelled", False)
+        assert (run.status, run.queued) == ("cancelled", False)
         assert run.error is not None and run.error["type"] == "DependencyFailed"
         assert f"parent run {parent} (step) ended" in run.error["message"]
         assert run.finished_at is not None  # (the parent's end, else the database's now)
@@ -115,7 +115,7 @@ def test_a_failed_attempt_with_retries_left_keeps_the_dependent_waiting(db_url: 
     app.store.finish([Outcome(c.id, c.token, "pending", error="{}", retry_in=0, history="{}")])
     assert (child.refresh().status, child.refresh().waiting_on) == ("pending", 1)
     end(app, a.id, "succeeded", "7")
-    assert (child.refresh().held, child.refresh().waiting_on) == (False, 0)
+    assert (child.refresh().queued, child.refresh().waiting_on) == (False, 0)
     app.close()
 
 
@@ -125,7 +125,7 @@ def test_parents_that_already_ended_when_the_child_is_enqueued(db_url: str) -> N
     end(app, done.id, "succeeded", "1")
     end(app, bad.id, "failed")
     ready = step.options(after=[done]).enqueue(3)
-    assert (ready.refresh().held, ready.refresh().waiting_on) == (False, 0)
+    assert (ready.refresh().queued, ready.refresh().waiting_on) == (False, 0)
     assert [c.id for c in app.store.claim("w", 10, None, 30)] == [int(ready.id)]
     refused = step.options(after=[done, bad]).enqueue(4).refresh()
     assert refused.status == "cancelled" and refused.finished_at is not None
@@ -351,7 +351,7 @@ def test_a_fan_in_of_1000_parents_is_released_by_the_last_finish(db_url: str) ->
         store.finish([Outcome(c.id, c.token, "succeeded", result="1") for c in batch])
         assert child.refresh().waiting_on == 900 - start
     run = child.refresh()
-    assert (run.status, run.held) == ("pending", False)
+    assert (run.status, run.queued) == ("pending", False)
     assert [c.id for c in store.claim("w", 10, None, 30)] == [int(child.id)]
     app.close()
 

@@ -38,7 +38,7 @@ def test_a_fan_in_of_200_parents_finished_by_two_workers_starts_once_after_all(
     parents = app.store.insert_runs([record.options()._new_run((i,), {"seconds": 0.05}) for i in range(200)])
     ((child_id, _),) = app.store.insert_runs([record.options(after=[i for i, _ in parents])._new_run((-1,), {})])
     child = app.get_run(child_id)
-    assert child.waiting_on == 200 and child.held
+    assert child.waiting_on == 200 and child.queued
     for _ in range(2):
         procs.start(concurrency=8)
     wait_until(lambda: app.get_run(child.id).status == "succeeded", 120, "the dependent to succeed")

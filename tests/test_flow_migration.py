@@ -51,17 +51,17 @@ def test_a_populated_version_4_database_migrates_to_flow_deps(db_url: str, monke
             f"{m.version:04d}_{m.name}" for m in load_migrations(dialect)[4:]
         ]
         assert app.store.count_by_status() == before
-        assert all(r.waiting_on == 0 and not r.held for r in app.list_runs())
+        assert all(r.waiting_on == 0 and not r.queued for r in app.list_runs())
         # the old keyed pending run still deduplicates, with or without a window
         keyed = next(r for r in app.list_runs() if r.key == "k")
         assert t.options(key="k", unique_for=60).enqueue().id == keyed.id
         # an old running run can be a parent: its success releases the new child
         running = app.list_runs(status="running")[0]
         child = t.options(after=[running.id]).enqueue()
-        assert child.refresh().held and child.refresh().waiting_on == 1
+        assert child.refresh().queued and child.refresh().waiting_on == 1
         token = running.token
         assert token is not None
         app.store.finish([Outcome(int(running.id), token, "succeeded", result="2")])
-        assert not child.refresh().held and child.refresh().waiting_on == 0
+        assert not child.refresh().queued and child.refresh().waiting_on == 0
     finally:
         app.close()

@@ -56,7 +56,7 @@ def test_backfill_runs_the_skipped_ticks_one_at_a_time_oldest_first_after_the_ac
     refs = fapp.backfill("s", start=minute(0), end=minute(10))
     runs = [r.refresh() for r in refs]
     assert [r.scheduled_for for r in runs] == [minute(m) for m in range(10)]
-    assert all(r.backfill and r.held and r.status == "pending" for r in runs)  # behind the 00:10 run
+    assert all(r.backfill and r.queued and r.status == "pending" for r in runs)  # behind the 00:10 run
     assert runs[0].to_json()["backfill"] is True
     order = []
     while claimed := finish(fapp):
@@ -74,7 +74,7 @@ def test_backfill_of_a_concurrent_schedule_or_with_overlap_concurrent_runs_at_on
 ) -> None:
     outage(fapp, fake)
     refs = fapp.backfill("s", start=minute(1), end=minute(4), overlap="concurrent")
-    assert len(refs) == 3 and not any(r.refresh().held for r in refs)
+    assert len(refs) == 3 and not any(r.refresh().queued for r in refs)
     assert len(finish(fapp)) == 4  # the 00:10 run and the three backfilled ones together
     fapp.add_schedule("c", "t", every=60, overlap="concurrent")
     assert len(fapp.backfill("c", start=minute(0), end=minute(5))) == 5
@@ -235,7 +235,7 @@ def test_retry_many_keeps_keys_unique_and_exclusive_schedules_overlap(fapp: rota
         fapp.store.finish([Outcome(c.id, c.token, "failed", error=ERROR, history="{}") for c in claimed])
     assert fapp.retry_many(task="t") == 2
     queued = [r for r in runs_of(fapp, "q") if r.status == "pending"]
-    assert sorted(r.held for r in queued) == [False, True]  # one after the other, as App.retry
+    assert sorted(r.queued for r in queued) == [False, True]  # one after the other, as App.retry
 
 
 def test_the_async_twins_backfill_and_retry(fapp: rota.App, fake: rota.FakeClock) -> None:

@@ -335,7 +335,7 @@ def test_misfire_all_runs_each_missed_tick_oldest_first_one_at_a_time(fapp: rota
     poll_once(fapp)
     runs = runs_of(fapp, "s")
     assert ticks(runs) == [minute(m) for m in range(1, 11)]
-    assert [r.held for r in runs] == [False] + [True] * 9  # queued behind the first
+    assert [r.queued for r in runs] == [False] + [True] * 9  # queued behind the first
     start_worker(fapp, concurrency=4)
     wait_for(lambda: fapp.get_schedule("s").run_count == 10, what="all ten runs")
     assert order == [minute(m) for m in range(1, 11)]
@@ -352,7 +352,7 @@ def test_misfire_all_with_concurrent_overlap_makes_every_missed_tick_due_at_once
     poll_once(fapp)
     runs = runs_of(fapp, "s")
     assert ticks(runs) == [minute(m) for m in range(1, 11)]
-    assert {(r.status, r.held) for r in runs} == {("pending", False)}
+    assert {(r.status, r.queued) for r in runs} == {("pending", False)}
 
 
 @pytest.mark.parametrize("misfire", ["skip", "coalesce"])
@@ -476,7 +476,7 @@ def test_trigger_under_queue_waits_behind_the_active_run(fapp: rota.App) -> None
     first = fapp.trigger("s")
     second = fapp.trigger("s")
     third = fapp.trigger("s")
-    assert [h.refresh().held for h in (first, second, third)] == [False, True, True]
+    assert [h.refresh().queued for h in (first, second, third)] == [False, True, True]
     assert finish(fapp) == [int(first.id)]  # held runs are not claimable
     assert finish(fapp) == [int(second.id)]  # the slot passed to the oldest held run
     assert finish(fapp) == [int(third.id)]
@@ -511,7 +511,7 @@ def test_a_run_that_ends_while_a_trigger_queues_behind_it_hands_over_its_slot(
     finishing[0].join(30)
     assert first.refresh().status == "succeeded"
     run = second.refresh()
-    assert (run.status, run.held) == ("pending", False)
+    assert (run.status, run.queued) == ("pending", False)
     assert finish(fapp) == [int(second.id)]
 
 
@@ -521,13 +521,13 @@ def test_trigger_under_replace_cancels_a_pending_run(fapp: rota.App) -> None:
     second = fapp.trigger("s")
     run = first.refresh()
     assert run.status == "cancelled" and run.error is not None and run.error["type"] == "Replaced"
-    assert (second.refresh().status, second.refresh().held) == ("pending", False)
+    assert (second.refresh().status, second.refresh().queued) == ("pending", False)
 
 
 def test_trigger_under_concurrent_starts_regardless(fapp: rota.App) -> None:
     fapp.add_schedule("s", "t", every=3600, overlap="concurrent")
     handles = [fapp.trigger("s") for _ in range(3)]
-    assert {(h.refresh().status, h.refresh().held) for h in handles} == {("pending", False)}
+    assert {(h.refresh().status, h.refresh().queued) for h in handles} == {("pending", False)}
 
 
 def test_trigger_unknown_or_removed_schedule(fapp: rota.App) -> None:
@@ -655,7 +655,7 @@ def test_remove_schedule_stops_it_cancels_its_pending_runs_and_keeps_history(
     finish(fapp)  # 00:01 succeeded
     fake.set(minute(3))
     poll_once(fapp)  # 00:02 pending, 00:03 held behind it
-    assert [(r.status, r.held) for r in runs_of(fapp, "r")] == [
+    assert [(r.status, r.queued) for r in runs_of(fapp, "r")] == [
         ("succeeded", False),
         ("pending", False),
         ("pending", True),

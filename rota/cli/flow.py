@@ -76,7 +76,7 @@ def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, over
     click.echo(f"schedule {name}: {len(handles)} run(s) backfilled for {span}")
     for h in handles[:SHOWN]:
         r = h.refresh()
-        note = " (queued behind the others)" if r.held else ""
+        note = " (queued behind the others)" if r.queued else ""
         click.echo(f"  run {r.id}  tick {iso(r.scheduled_for)}  {r.status}{note}")
     if len(handles) > SHOWN:
         click.echo(

@@ -131,7 +131,7 @@ RUN_COLUMNS = (
 
 
 def _run_row(r: Run, now: datetime, utc: bool) -> tuple[Any, ...]:
-    status = "corrupt" if r.corrupt else r.status
+    status = "corrupt" if r.corrupt else ("held" if r.held else r.status)  # held: claimed, not started
     scheduled, started = when(r.scheduled_for, now, utc=utc), when(r.started_at, now, utc=utc)
     attempt = f"{r.attempt}/{r.max_attempts}"
     return (r.id, r.task, r.schedule, status, attempt, scheduled, started, duration(r.duration), r.worker, _summary(r))
@@ -195,6 +195,8 @@ def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
     if as_json:
         print_json(data)
         return
+    if run.held:  # claimed by a worker, its handler not started (no attempt counted yet)
+        data["status"] = f"{run.status} (held by {run.worker}: not started yet)"
     for field in RUN_FIELDS:
         value = data.get(field)
         if value is not None and value is not False and value != [] and not (field == "waiting_on" and value == 0):

@@ -24,7 +24,7 @@ def trigger(ctx: click.Context, name: str, as_json: bool) -> None:
     if as_json:
         print_json(run.to_json())
     else:
-        note = " (waiting behind the active run)" if run.held else ""
+        note = " (waiting behind the active run)" if run.queued else ""
         click.echo(f"run {run.id} {run.status}{note}")
 
 

@@ -140,9 +140,9 @@ def finish_batches(outcomes: Sequence[Outcome]) -> list[tuple[str, dict[str, Any
     `finish_succeeded`, every other outcome through `finish`, each batch as one JSON
     parameter, in id order (see PostgresStore.finish)."""
     ordered = sorted(outcomes, key=lambda o: o.id)
-    plain = [(o.id, o.token, o.result) for o in ordered if o.status == "succeeded" and o.history is None]
+    plain = [(o.id, o.token, o.result, o.started) for o in ordered if o.status == "succeeded" and o.history is None]
     other = [
-        (o.id, o.token, o.status, o.result, o.error, o.retry_in, o.history)
+        (o.id, o.token, o.status, o.result, o.error, o.retry_in, o.history, o.started)
         for o in ordered
         if not (o.status == "succeeded" and o.history is None)
     ]
@@ -167,9 +167,16 @@ def finished_schedules_lock(outcomes: Sequence[Outcome]) -> tuple[str, dict[str,
     return "lock_finished_schedules", {"ids": [o.id for o in outcomes]}
 
 
-def claim_call(owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> tuple[str, dict[str, Any]]:
-    """The named claim statement and its parameters."""
-    params: dict[str, Any] = {"owner": owner, "limit": limit, "lease": lease}
+def claim_call(
+    owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The named claim statement and its parameters (the first `start` claimed runs start)."""
+    params: dict[str, Any] = {
+        "owner": owner,
+        "limit": limit,
+        "lease": lease,
+        "start": limit if start is None else start,
+    }
     if queues is None:
         return "claim", params
     return "claim_in_queues", {**params, "queues": list(queues)}

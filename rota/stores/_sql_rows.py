@@ -153,7 +153,7 @@ class SqlRows(SqlBase):
             error=_loads(r[22], None, "error", corrupt),
             history=_loads(r[23] or "[]", [], "attempts", corrupt),
             retry_of=str(r[24]) if r[24] is not None else None,
-            held=bool(r[25]),
+            queued=bool(r[25]),
             waiting_on=int(r[26] or 0),
             backfill=bool(r[27]),
             corrupt=tuple(corrupt),

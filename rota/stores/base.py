@@ -36,74 +36,11 @@ from ..clock import Clock
 from ..errors import ConfigurationError
 from ..models import STATUSES, LockInfo, Run, ScheduleInfo, WorkerInfo
 from .flow import FlowStore
-
-
-@dataclass(slots=True)
-class NewRun:
-    """A run to insert. `scheduled_for` None means now + `delay` seconds on the store's clock."""
-
-    task: str
-    args: str = "[]"
-    kwargs: str = "{}"
-    queue: str = "default"
-    priority: int = 0
-    scheduled_for: datetime | None = None
-    delay: float = 0.0
-    key: str | None = None
-    max_attempts: int = 1
-    timeout: float | None = None
-    backoff: str | None = None
-    schedule: str | None = None
-    tick: datetime | None = None
-    exclusive: bool = False
-    held: bool = False
-    status: str = "pending"
-    error: str | None = None
-    retry_of: int | None = None
-    # `key` + `unique_for` seconds: the key's run created within that window (not cancelled)
-    # is returned instead of a new one. `after`: ids of runs that must succeed first.
-    unique_for: float | None = None
-    after: tuple[int, ...] = ()
-    due_at: datetime | None = None  # when it may start, if not scheduled_for (a jittered tick)
-
-
-@dataclass(slots=True)
-class Claimed:
-    """What a worker needs to execute a claimed run."""
-
-    id: int
-    task: str
-    args: str
-    kwargs: str
-    attempt: int
-    max_attempts: int
-    token: int
-    timeout: float | None
-    backoff: str | None
-    schedule: str | None
-    scheduled_for: datetime
-    started_at: datetime
-    lease_until: datetime
-    priority: int = 0  # with `due`, the order held runs start in (the claim's order)
-    due: float = 0.0  # due_at, Unix seconds
-
-
-@dataclass(slots=True)
-class Outcome:
-    """The end of one attempt, written by `finish` only if (id, token) still holds the run.
-
-    status: succeeded | failed | cancelled, or pending for a retry after `retry_in` seconds.
-    `history` is a JSON object describing the attempt, appended to the run's history (set
-    for every attempt that did not succeed, so no attempt's error is ever overwritten).
-    """
-
-    id: int
-    token: int
-    status: str
-    result: str | None = None
-    error: str | None = None
-    retry_in: float = 0.0
-    history: str | None = None
+from .records import Claimed as Claimed
+from .records import NewRun as NewRun
+from .records import Outcome as Outcome
+from .records import PollState as PollState
+from .records import Rescued as Rescued
 
 
 class HandlerTransaction(Protocol):
@@ -116,22 +53,6 @@ class HandlerTransaction(Protocol):
         """Record the run succeeded if (run_id, token) still holds it; False if not. Raises
         ConfigurationError if the handler ended the transaction itself."""
         ...
-
-
-@dataclass(slots=True)
-class Rescued:
-    id: int
-    task: str
-    status: str
-    owner: str | None
-    message: str
-
-
-@dataclass(slots=True)
-class PollState:
-    now: datetime
-    next_run_due: datetime | None
-    next_schedule_due: datetime | None
 
 
 @dataclass(slots=True)
@@ -311,9 +232,20 @@ class Store(FlowStore, abc.ABC):
 
     # -- the worker's hot path -----------------------------------------------------------
     @abc.abstractmethod
-    def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
+    def claim(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
+    ) -> list[Claimed]:
         """Claim up to `limit` due pending runs (priority, then due time, then id), never
-        one claimed by someone else at the same time. Each gets a new token and a lease."""
+        one claimed by someone else at the same time, nor one whose cancellation was
+        requested. Each gets a new token and a lease. The first `start` of them in that
+        order (all if None) are started by the claim (attempt counted, started_at set); the
+        rest are held: claimed, not started, the attempt not counted until `start`."""
+
+    @abc.abstractmethod
+    def start(self, held: Sequence[tuple[int, int, float]]) -> set[int]:
+        """Held runs (id, token, seconds since their handler started) start: the attempt
+        counted, started_at set. Refused (not in the result) for a run whose token no longer
+        holds it, that started already, or whose cancellation was requested."""
 
     @abc.abstractmethod
     def heartbeat(self, held: Sequence[tuple[int, int]], lease: float) -> tuple[set[int], set[int]]:
@@ -325,23 +257,31 @@ class Store(FlowStore, abc.ABC):
         """Record attempt outcomes; return the ids written. Stale tokens are not written."""
 
     def finish_and_claim(
-        self, outcomes: Sequence[Outcome], owner: str, limit: int, queues: Sequence[str] | None, lease: float
+        self,
+        outcomes: Sequence[Outcome],
+        owner: str,
+        limit: int,
+        queues: Sequence[str] | None,
+        lease: float,
+        start: int | None = None,
     ) -> tuple[set[int], list[Claimed]]:
         """`finish(outcomes)` then `claim(owner, limit, queues, lease)` in ONE transaction (one
         round trip where the driver can): both happen or neither does, so after an error no
         outcome was written and nothing was claimed. Returns (ids written, claimed). This
         default makes the two calls apart; workers use it only where a store overrides it
         (see `finishes_with_claims`)."""
-        return self.finish(outcomes), self.claim(owner, limit, queues, lease)
+        return self.finish(outcomes), self.claim(owner, limit, queues, lease, start)
 
     @abc.abstractmethod
     def hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:
-        """Make runs pending again at once without counting the attempt (graceful stop)."""
+        """Make runs pending again at once without counting the attempt (graceful stop);
+        a run whose cancellation was requested ends cancelled instead."""
 
     @abc.abstractmethod
     def rescue(self, limit: int = 100) -> list[Rescued]:
-        """Take back running runs whose lease expired: pending again if attempts remain
-        (cancelled if cancellation was requested), else failed with an error naming the
+        """Take back running runs whose lease expired: a held one (never started) pending
+        again with no attempt counted; a started one pending again if attempts remain
+        (either cancelled if cancellation was requested), else failed with an error naming the
         lost worker and when its lease ran out. Never touches a run that is not running."""
 
     @abc.abstractmethod

@@ -383,10 +383,18 @@ class PostgresStore(SqlStore):
         return postgres_handler_tx(self, self._handler_conns)
 
     # -- the worker's hot path -----------------------------------------------------------
-    def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
-        query, params = claim_call(owner, limit, queues, lease)
+    def claim(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
+    ) -> list[Claimed]:
+        query, params = claim_call(owner, limit, queues, lease, start)
         with self._read() as s:
             return claimed(s.q(query, **params))
+
+    def start(self, held: Sequence[tuple[int, int, float]]) -> set[int]:
+        if not held:
+            return set()
+        with self._read() as s:
+            return {r[0] for r in s.q("start", rows=_json(sorted(held)))}
 
     def heartbeat(self, held: Sequence[tuple[int, int]], lease: float) -> tuple[set[int], set[int]]:
         if not held:
@@ -406,20 +414,16 @@ class PostgresStore(SqlStore):
             done.update(self._again(self._write_rows, query, params["rows"]))
         return done
 
-    def finish_and_claim(
-        self, outcomes: Sequence[Outcome], owner: str, limit: int, queues: Sequence[str] | None, lease: float
-    ) -> tuple[set[int], list[Claimed]]:
+    def finish_and_claim(self, outcomes: Sequence[Outcome], *claim: Any) -> tuple[set[int], list[Claimed]]:
         """The statements of `finish` and `claim` in one transaction, sent in pipeline mode
         (one round trip, one commit); a deadlock rolls back both and is retried at once."""
-        return self._again(self._finish_and_claim, outcomes, owner, limit, queues, lease)
+        return self._again(self._finish_and_claim, outcomes, *claim)
 
-    def _finish_and_claim(
-        self, outcomes: Sequence[Outcome], owner: str, limit: int, queues: Sequence[str] | None, lease: float
-    ) -> tuple[set[int], list[Claimed]]:
+    def _finish_and_claim(self, outcomes: Sequence[Outcome], *claim: Any) -> tuple[set[int], list[Claimed]]:
         batches = finish_batches(outcomes)
         # two statements in one transaction: their schedules locked in one order first
         lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
-        calls = [*lock, *batches, claim_call(owner, limit, queues, lease)]
+        calls = [*lock, *batches, claim_call(*claim)]
         with self._session(False, pipeline=True) as s:
             for query, params in calls:
                 s.send(query, **params)

@@ -25,6 +25,20 @@ def load_queries(dialect: str, now_sql: str) -> dict[str, str]:
     return queries
 
 
+def query_transitions(dialect: str) -> dict[str, tuple[str, ...]]:
+    """The lifecycle transitions (rota/lifecycle.py) each named query of `dialect` names on
+    its `-- transition: a, b` line; `none (why)` names none."""
+    text = (resources.files("rota.stores") / "sql" / dialect / "queries.sql").read_text()
+    parts = _NAME.split(text)
+    named: dict[str, tuple[str, ...]] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        for line in body.strip().splitlines():
+            if line.startswith("-- transition:"):
+                value = line.removeprefix("-- transition:").strip()
+                named[name] = () if value.startswith("none") else tuple(v.strip() for v in value.split(","))
+    return named
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int

@@ -311,29 +311,50 @@ class SQLiteStore(SqlStore):
         return sqlite_handler_tx(self)
 
     # -- the worker's hot path -----------------------------------------------------------
-    def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
+    def claim(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
+    ) -> list[Claimed]:
         with self._tx() as s:
-            rows = self._claim(s, owner, limit, queues, lease)
+            rows = self._claim(s, owner, limit, queues, lease, start)
         return _claimed(rows)
 
-    def _claim(self, s: _Session, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Any]:
+    def _claim(
+        self, s: _Session, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None
+    ) -> list[Any]:
         token = int(s.q("next_token")[0][0])
+        params = {"owner": owner, "token": token, "lease": lease, "limit": limit}
+        params["start"] = limit if start is None else start
         if queues is None:
-            rows = s.q("claim", owner=owner, token=token, lease=lease, limit=limit)
+            rows = s.q("claim", **params)
         else:
-            names = self._names(queues)
-            rows = s.q("claim_in_queues", owner=owner, token=token, lease=lease, limit=limit, queues=names)
+            rows = s.q("claim_in_queues", **params, queues=self._names(queues))
         if rows:  # an empty claim writes nothing (other processes' data_version stays put)
             s.q("take_token", token=token + len(rows) - 1)  # one token per claimed run
         return rows
 
     def finish_and_claim(
-        self, outcomes: Sequence[Outcome], owner: str, limit: int, queues: Sequence[str] | None, lease: float
+        self,
+        outcomes: Sequence[Outcome],
+        owner: str,
+        limit: int,
+        queues: Sequence[str] | None,
+        lease: float,
+        start: int | None = None,
     ) -> tuple[set[int], list[Claimed]]:
         with self._tx() as s:
             written = self._finish(s, outcomes)
-            rows = self._claim(s, owner, limit, queues, lease)
+            rows = self._claim(s, owner, limit, queues, lease, start)
         return written, _claimed(rows)
+
+    def start(self, held: Sequence[tuple[int, int, float]]) -> set[int]:
+        started: set[int] = set()
+        if not held:
+            return started
+        with self._tx() as s:
+            for run_id, token, ago in held:
+                if s.q("start", id=run_id, token=token, ago=ago):
+                    started.add(run_id)
+        return started
 
     def heartbeat(self, held: Sequence[tuple[int, int]], lease: float) -> tuple[set[int], set[int]]:
         alive: set[int] = set()
@@ -363,7 +384,7 @@ class SQLiteStore(SqlStore):
         other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None)]
         changed = 0
         if plain:
-            rows = [{"id": o.id, "token": o.token, "result": o.result, "now": now} for o in plain]
+            rows = [{"id": o.id, "token": o.token, "result": o.result, "started": o.started, "now": now} for o in plain]
             changed += s.conn.executemany(self.queries["finish_succeeded"], rows).rowcount
         if other:
             rows = [_outcome_params(o, now) for o in other]
@@ -384,7 +405,8 @@ class SQLiteStore(SqlStore):
         for o in outcomes:
             token, status, finished_at, due_at = current.get(o.id, (None, None, None, None))
             moment = due_at if o.status == "pending" else finished_at
-            if token == o.token and status == o.status and moment is not None and moment >= now:
+            became = "cancelled" if o.status == "pending" else o.status  # a retry after a cancel request
+            if token == o.token and status in (o.status, became) and moment is not None and moment >= now:
                 written.add(o.id)
         return written
 
@@ -435,8 +457,8 @@ def _claimed(rows: list[Any]) -> list[Claimed]:
     """Claimed runs in id order; times are Unix seconds in SQLite."""
     ts = datetime.fromtimestamp
     rows.sort(key=lambda r: r[0])
-    return [Claimed(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], ts(r[10], UTC), ts(r[11], UTC),
-                    ts(r[12], UTC), r[13], r[14]) for r in rows]  # fmt: skip
+    return [Claimed(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], ts(r[10], UTC),
+                    None if r[11] is None else ts(r[11], UTC), ts(r[12], UTC), r[13], r[14]) for r in rows]  # fmt: skip
 
 
 def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:
@@ -448,6 +470,7 @@ def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:
         "error": o.error,
         "retry_in": o.retry_in,
         "history": o.history,
+        "started": o.started,
         "now": now,
     }
 

@@ -48,6 +48,7 @@ RUN_COMMON = {
     "token": _null("integer"),
     "lease_until": _null(TIME),
     "cancel_requested": BOOL,
+    "held": BOOL,  # claimed by a worker, its handler not started (rota/lifecycle.py)
     "created_at": _null(TIME),
     "started_at": _null(TIME),
     "finished_at": _null(TIME),

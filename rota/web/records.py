@@ -75,6 +75,8 @@ def _common(row: tuple[Any, ...], corrupt: list[str]) -> dict[str, Any]:
         elif name == "cancel_requested":
             value = bool(value)
         record[name] = value
+    # claimed by a worker, its handler not started (rota/lifecycle.py)
+    record["held"] = record.get("status") == "running" and row[COMMON.index("started_at")] is None
     return record
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import DatabaseError
@@ -55,6 +56,7 @@ class Claimer:
         self.lease = 0.0
         self.observers: list[Observer] = []
         self._trim_after = 0.0  # no hand-back before (one failed: the database is away)
+        self.reserved = 0  # free slots kept for the runs a claim in flight starts
 
     async def claim_some(self) -> tuple[int, int]:
         """Claim up to the free slots, plus the prefetch room, if a run is due; start what
@@ -64,14 +66,22 @@ class Claimer:
         if want <= 0 or not self.due.due(self.due.run_due):
             return 0, 0
         deadline = time.monotonic() + self.lease
-        claimed = await self._claim(want)
+        start = self.executors.free_slots  # started by the claim itself; the rest are held
+        self.reserved = start
+        try:
+            claimed = await self._claim(want, start)
+        finally:
+            self.reserved = 0
         self.counters.claimed += len(claimed)
         if claimed:
             self.due.claimed_at = time.monotonic()
         if len(claimed) < want:
             self.due.run_due = None
         self.prefetch.backlog = len(claimed) == want
-        self.prefetch.hold_all(claimed, deadline)
+        self.prefetch.hold_all([c for c in claimed if c.held], deadline)  # in start order
+        for c in claimed:
+            if not c.held:
+                self.dispatch(c)  # started by the claim itself
         self.start_held()
         return len(claimed), want
 
@@ -81,14 +91,18 @@ class Claimer:
 
     def start_held(self) -> None:
         """Start held runs in the free slots (on the loop, no round trip); none once the
-        worker stops claiming (shutdown hands them back)."""
-        while self.executors.free_slots > 0:
+        worker stops claiming (shutdown hands them back). Each starts here: its attempt
+        counts from now, and its start is written with the worker's next write."""
+        while self.executors.free_slots > self.reserved:
             claim = self.prefetch.next()
             if claim is None:
                 return
+            claim.attempt += 1
+            claim.started_at = datetime.now(UTC)
+            self.completer.started(claim.id, claim.token)
             self.dispatch(claim)
 
-    async def _claim(self, limit: int) -> list[Claimed]:
+    async def _claim(self, limit: int, start: int) -> list[Claimed]:
         """Claim; while runs are claimed ahead, take the outcomes waiting in the outbox
         along in the same transaction when the store can (one round trip and one commit for
         a finished batch and the next). Not otherwise: with no held runs to keep the slots
@@ -96,10 +110,10 @@ class Claimer:
         than a claim alone with the outcomes written beside it)."""
         store = self.store()
         if self.completer.outbox and self.prefetch.active() and finishes_with_claims(store):
-            claimed = await self.completer.finish_and_claim(self.worker, limit, self.queues, self.lease)
+            claimed = await self.completer.finish_and_claim(self.worker, limit, self.queues, self.lease, start)
             if claimed is not None:
                 return claimed
-        return await self.db(store.claim, self.worker, limit, self.queues, self.lease)
+        return await self.db(store.claim, self.worker, limit, self.queues, self.lease, start)
 
     def dispatch(self, claim: Claimed) -> None:
         self.counters.dispatched += 1
@@ -214,6 +228,7 @@ class Finisher:
         self.claimer.start_held()
         kind, value = outcome
         if kind == "lost":
+            self.completer.forget(active.claim.id)
             return
         record = self.decider.decide(active, kind, value)
         self.decider.log(active, kind, record)

@@ -6,12 +6,21 @@ the database is back (or discarded if someone rescued the run meanwhile). A batc
 fails for a reason other than a transient error is written one by one; an outcome the store
 refuses for good fails that run with `UnstorableOutcome`. Transient errors keep outcomes
 queued and retry with backoff. The writer task is supervised (restarted if it dies).
+
+Starts of held runs (claimed ahead, started here when a slot freed: rota/lifecycle.py) are
+written the same way: a run that ends within START_AGE (50 ms) carries its start in its
+outcome (`Outcome.started`: no statement, no row version of its own); one still running
+after that has its start written by `Store.start`, just before the outcomes. A
+start the store refuses (the run's cancellation was requested, or its lease was lost)
+goes to `refused`, which checks the run at once (the heartbeat's handling stops it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from ..errors import DatabaseTransient
@@ -25,6 +34,9 @@ from .service import supervise
 
 log = logging.getLogger("rota.worker")
 Emit = Callable[..., None]
+# A held run started here has its start written by itself once it has run this long; a
+# shorter one's start travels with its outcome (no statement, no row version of its own).
+START_AGE = 0.05
 
 
 class Completer:
@@ -43,6 +55,63 @@ class Completer:
         self.ready = asyncio.Event()
         self.after_outage: Callable[[], Awaitable[None]] = _nothing
         self.sleep_or_stop: Callable[[float], Awaitable[bool]] = _sleep
+        # held runs started here whose start is not written yet: run id -> (token, monotonic start)
+        self.starts: dict[int, tuple[int, float]] = {}
+        self.refused_starts: dict[int, tuple[int, float]] = {}  # refused: carried by the outcome
+        self.refused: Callable[[list[tuple[int, int]]], None] = lambda runs: None
+        self._start_timer: asyncio.TimerHandle | None = None
+
+    def started(self, run_id: int, token: int) -> None:
+        """A held run's handler started now: its start is written with its outcome, or by
+        the writer once it has run START_AGE seconds (one timer for all of them)."""
+        self.starts[run_id] = (token, time.monotonic())
+        if self._start_timer is None:
+            self._arm_starts()
+
+    def _arm_starts(self) -> None:
+        with contextlib.suppress(RuntimeError):  # no running loop: the next flush writes them
+            loop = asyncio.get_running_loop()
+            self._start_timer = loop.call_later(START_AGE, self._starts_due)
+
+    def _starts_due(self) -> None:
+        self._start_timer = None
+        self.ready.set()
+
+    def forget(self, run_id: int) -> None:
+        """The run is no longer ours (lost, handed back): nothing of its start is written."""
+        self.starts.pop(run_id, None)
+        self.refused_starts.pop(run_id, None)
+
+    def _with_starts(self, batch: list[Outcome]) -> None:
+        """Outcomes of runs whose start is not written yet carry it (Outcome.started)."""
+        if not self.starts and not self.refused_starts:
+            return
+        now = time.monotonic()
+        for o in batch:
+            entry = self.starts.pop(o.id, None) or self.refused_starts.pop(o.id, None)
+            if entry is not None and entry[0] == o.token:
+                o.started = max(0.0, now - entry[1])
+
+    async def write_starts(self) -> None:
+        """Write the starts of held runs that have run START_AGE seconds and still run (the
+        others' outcomes will likely carry them); raises DatabaseError."""
+        now = time.monotonic()
+        rows = [(run_id, token, now - t) for run_id, (token, t) in self.starts.items() if now - t >= START_AGE]
+        if self.starts and self._start_timer is None:
+            self._arm_starts()  # for the younger ones
+        if not rows:
+            return
+        written = await self.db(self.store().start, rows)
+        refused: list[tuple[int, int]] = []
+        for run_id, token, _ in rows:
+            entry = self.starts.get(run_id)
+            if entry is not None and entry[0] == token:
+                del self.starts[run_id]
+                if run_id not in written:  # its outcome records the start: the handler did start
+                    self.refused_starts[run_id] = entry
+                    refused.append((run_id, token))
+        if refused:
+            self.refused(refused)
 
     def put(self, record: Outcome) -> None:
         self.outbox.append(record)
@@ -92,6 +161,13 @@ class Completer:
         """Write what the outbox holds now. False if a transient error kept some back (they
         stay queued, their leases renewed, and are tried again after a backoff)."""
         batch = self.take()
+        try:
+            self._with_starts(batch)
+            if self.starts:
+                await self.write_starts()
+        except DatabaseTransient as exc:
+            self._written(batch)
+            return await self._settle(batch, set(), batch, exc)
         if not batch:
             return True
         try:
@@ -122,15 +198,16 @@ class Completer:
         return not retry
 
     async def finish_and_claim(
-        self, owner: str, limit: int, queues: list[str] | None, lease: float
+        self, owner: str, limit: int, queues: list[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed] | None:
         """Write the outbox and claim up to `limit` runs in one transaction (one round trip,
         one commit). A transient error puts the outcomes back in the outbox (the writer tries
         again after its backoff) and is raised: nothing was claimed. After a permanent error
         the outcomes are written one by one and None is returned: the claim did not happen."""
         batch = self.take()
+        self._with_starts(batch)
         try:
-            written, claimed = await self.db(self.store().finish_and_claim, batch, owner, limit, queues, lease)
+            written, claimed = await self.db(self.store().finish_and_claim, batch, owner, limit, queues, lease, start)
         except DatabaseTransient:
             self._written(batch)
             self.outbox[:0] = batch
@@ -150,7 +227,8 @@ class Completer:
 
     def announce(self, outcome: Outcome) -> None:
         """An outcome already written by someone else (a transactional handler's commit):
-        only its event is due."""
+        only its event is due (the commit recorded the run's start too)."""
+        self.starts.pop(outcome.id, None)
         self.emit(OUTCOME_EVENTS[outcome.status], run_id=outcome.id)
 
     def _count_stale(self, batch: list[Outcome], written: set[int], retry: list[Outcome]) -> None:
@@ -186,7 +264,7 @@ class Completer:
         """The store refused this outcome's values for good: record the run failed, saying why."""
         message = f"run {o.id}: its {o.status} outcome could not be stored ({type(exc).__name__}: {exc})"
         log.error("%s; recording the run as failed", message)
-        failed = Outcome(o.id, o.token, "failed", error=simple_error("UnstorableOutcome", message))
+        failed = Outcome(o.id, o.token, "failed", error=simple_error("UnstorableOutcome", message), started=o.started)
         try:
             return await self.db(self.store().finish, [failed])
         except DatabaseTransient:

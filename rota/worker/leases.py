@@ -100,6 +100,26 @@ class Leases:
         deadline = time.monotonic() + self.lease
         alive, cancel = await self.db(self.store().heartbeat, held, self.lease)
         self.prefetch.renewed(alive, deadline)
+        self._apply(held, alive, cancel)
+
+    def check_soon(self, runs: list[tuple[int, int]]) -> None:
+        """The store refused the start of these runs (started here): renew them at once, so a
+        lost one is stopped and a cancelled one asked to stop."""
+        task = asyncio.get_running_loop().create_task(self._check(runs))
+        self._confirming.add(task)
+        task.add_done_callback(self._confirming.discard)
+
+    async def _check(self, runs: list[tuple[int, int]]) -> None:
+        try:
+            alive, cancel = await self.db(self.store().heartbeat, runs, self.lease)
+        except DatabaseError as exc:  # the next heartbeat decides
+            log.debug("could not check runs whose start was refused: %s", exc)
+            return
+        self._apply(runs, alive, cancel)
+
+    def _apply(self, held: list[tuple[int, int]], alive: set[int], cancel: set[int]) -> None:
+        """A renewal's news: stop the runs that were lost, pass on cancellation requests."""
+        inflight = self.executors.inflight
         for run_id, token in held:
             if run_id in alive:
                 continue

@@ -85,7 +85,7 @@ class Decider:
         return {
             "attempt": c.attempt,
             "worker": self.worker,
-            "started_at": _iso(c.started_at),
+            "started_at": _iso(c.started_at or datetime.now(UTC)),
             "finished_at": _iso(datetime.now(UTC) + self.db_offset()),  # the database's clock
             "status": "timed out" if kind == "timeout" else "failed",
             "error": json.loads(error),

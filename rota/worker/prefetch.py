@@ -30,9 +30,9 @@ without counting an attempt), once its cancellation is requested (it is recorded
 cancelled; a wake-up saying so is confirmed with the database first, as a NOTIFY does not
 say which schema's run it names), once its lease is lost (dropped), nor while its lease may have run out (no
 renewal came through for a lease, e.g. during an outage: it waits for the heartbeat).
-`started_at` is the claim's time, which precedes the handler's start by at most that short
-wait; writing the handler's start would cost the round trip prefetch saves. Killed with
--9, a worker's held runs are rescued when their lease expires, as its running runs are.
+A held run shows as held (`started_at` empty, no attempt counted) until it starts here;
+its start is written with the worker's next write (rota/lifecycle.py). Killed with -9, a
+worker's held runs are rescued when their lease expires: pending again, no attempt counted.
 """
 
 from __future__ import annotations

@@ -170,6 +170,8 @@ class Lifecycle:
         held += [(c.id, c.token) for c in self._prefetch.take_all()]
         if not held:
             return
+        for run_id, _ in held:  # handed back: whatever their start, it is not written now
+            self._completer.forget(run_id)
         reason = f"worker {self.id} shut down before the run finished"
         try:
             back = await self._db(self.store.hand_back, held, reason)

@@ -120,6 +120,7 @@ class Worker(Lifecycle):
         self._leases.registry = lambda: (self.state, self._executors.stuck)
         self._executors.stuck_changed = self._leases.registry_changed
         self._completer.after_outage = self._poller.after_outage
+        self._completer.refused = self._leases.check_soon
         self._completer.sleep_or_stop = self._sleep_or_stop
         self._rescuer.use_db_start = self.app.clock is None
         self._claimer.queues, self._claimer.lease = self.queues, self.lease

@@ -4,6 +4,7 @@
 -- fetch those rows by key instead of hashing every running run.
 
 -- name: insert_run
+-- transition: enqueue, make_ahead, tick, trigger, retry
 INSERT INTO rota_runs (id, task, queue, priority, status, args, kwargs, key, schedule, tick,
                        exclusive, held, scheduled_for, due_at, max_attempts, timeout, backoff,
                        error, finished_at, retry_of)
@@ -18,6 +19,7 @@ ON CONFLICT DO NOTHING
 RETURNING id
 
 -- name: insert_runs_bulk
+-- transition: enqueue
 -- COPY: plain runs in bulk (ids from next_run_ids, times computed by the caller)
 COPY rota_runs (id, task, queue, priority, args, kwargs, scheduled_for, due_at, max_attempts, timeout, backoff)
 FROM STDIN
@@ -64,44 +66,74 @@ SELECT pg_notify(%(channel)s || CASE
     %(at)s::timestamptz, {now} + make_interval(secs => %(delay)s::float8)))::text)
 
 -- name: claim
+-- transition: claim
 -- One fencing token per claimed run (nextval per row), so ctx.token fences one attempt.
+-- The first `start` runs in claim order are started by the claim (the attempt counted,
+-- started_at set); the rest are held: claimed, not started (started_at NULL, the attempt
+-- not counted until their start). A run whose cancellation was requested is never claimed.
 -- The update finds each candidate by the address (ctid) of the row version the subquery
 -- locked: a TID scan, not a second walk down the primary key, and no join to plan (the
 -- LIMIT changes from call to call, so PostgreSQL plans this statement every time). No one
 -- else can update a row we locked; a candidate whose newest version our snapshot cannot see
 -- (changed and committed just before we locked it) stays pending for the next claim.
+WITH picked AS MATERIALIZED (
+    SELECT ARRAY(
+        SELECT ctid FROM rota_runs
+        WHERE status = 'pending' AND NOT held AND due_at <= {now}
+          AND NOT cancel_requested
+        ORDER BY priority DESC, due_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS tids
+)
 UPDATE rota_runs r
-SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), attempt = r.attempt + 1,
-    started_at = {now},
+SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
+    attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN r.attempt + 1 ELSE r.attempt END,
+    started_at = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN {now} END,
     lease_until = {now} + make_interval(secs => %(lease)s)
-WHERE r.ctid = ANY(ARRAY(
-    SELECT ctid FROM rota_runs
-    WHERE status = 'pending' AND NOT held AND due_at <= {now}
-    ORDER BY priority DESC, due_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED))
+WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
           r.priority, extract(epoch FROM r.due_at)::float8
 
 -- name: claim_in_queues
+-- transition: claim
 -- as claim, for some queues only
+WITH picked AS MATERIALIZED (
+    SELECT ARRAY(
+        SELECT ctid FROM rota_runs
+        WHERE status = 'pending' AND NOT held AND due_at <= {now}
+          AND queue = ANY(%(queues)s::text[])
+          AND NOT cancel_requested
+        ORDER BY priority DESC, due_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS tids
+)
 UPDATE rota_runs r
-SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), attempt = r.attempt + 1,
-    started_at = {now},
+SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
+    attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN r.attempt + 1 ELSE r.attempt END,
+    started_at = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN {now} END,
     lease_until = {now} + make_interval(secs => %(lease)s)
-WHERE r.ctid = ANY(ARRAY(
-    SELECT ctid FROM rota_runs
-    WHERE status = 'pending' AND NOT held AND due_at <= {now}
-      AND queue = ANY(%(queues)s::text[])
-    ORDER BY priority DESC, due_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED))
+WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
           r.priority, extract(epoch FROM r.due_at)::float8
 
+-- name: start
+-- transition: start
+-- Held runs whose handlers started (`ago` seconds ago): the attempt counted, started_at set.
+-- Fenced by the token; refused (not returned) when the run's cancellation was requested or
+-- it started already: the worker checks a refused run at once (and stops its handler).
+UPDATE rota_runs r
+SET attempt = r.attempt + 1, started_at = {now} - make_interval(secs => v.ago)
+FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, (e->>2)::float8 AS ago
+      FROM json_array_elements(%(rows)s::json) AS e) AS v
+WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
+  AND r.id = v.id AND r.token = v.token AND r.status = 'running' AND r.started_at IS NULL
+  AND NOT r.cancel_requested
+RETURNING r.id
+
 -- name: heartbeat
+-- transition: heartbeat
 UPDATE rota_runs r SET lease_until = {now} + make_interval(secs => %(lease)s)
 FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
       FROM json_array_elements(%(rows)s::json) AS e) AS v
@@ -110,9 +142,11 @@ WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s:
 RETURNING r.id, r.cancel_requested
 
 -- name: finish_succeeded
+-- transition: finish
 WITH v AS MATERIALIZED (
     -- the batch, parsed once; every row below is fetched by its key
-    SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS result
+    SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS result,
+           (e->>3)::float8 AS started
     FROM json_array_elements(%(rows)s::json) AS e
 ),
 locked AS (
@@ -129,7 +163,10 @@ locked AS (
     FOR UPDATE OF s
 )
 UPDATE rota_runs r
-SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, lease_until = NULL
+SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, lease_until = NULL,
+    -- a held run started (v.started seconds ago) and ended before its start was written
+    attempt = CASE WHEN v.started IS NOT NULL AND r.started_at IS NULL THEN r.attempt + 1 ELSE r.attempt END,
+    started_at = coalesce(r.started_at, {now} - make_interval(secs => v.started))
 FROM v
 WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
@@ -137,9 +174,10 @@ WHERE r.id = ANY(ARRAY(SELECT id FROM v))
 RETURNING r.id
 
 -- name: finish
+-- transition: finish, retry
 WITH v AS MATERIALIZED (
     SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS status, e->>3 AS result,
-           e->>4 AS error, (e->>5)::float8 AS retry_in, e->>6 AS history
+           e->>4 AS error, (e->>5)::float8 AS retry_in, e->>6 AS history, (e->>7)::float8 AS started
     FROM json_array_elements(%(rows)s::json) AS e
 ),
 locked AS (
@@ -152,8 +190,11 @@ locked AS (
     FOR UPDATE OF s
 )
 UPDATE rota_runs r
-SET status = v.status, result = v.result, error = v.error, lease_until = NULL,
-    finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE {now} END,
+SET status = CASE WHEN v.status = 'pending' AND r.cancel_requested THEN 'cancelled' ELSE v.status END,
+    result = v.result, error = v.error, lease_until = NULL,
+    finished_at = CASE WHEN v.status = 'pending' AND NOT r.cancel_requested THEN NULL ELSE {now} END,
+    attempt = CASE WHEN v.started IS NOT NULL AND r.started_at IS NULL THEN r.attempt + 1 ELSE r.attempt END,
+    started_at = coalesce(r.started_at, {now} - make_interval(secs => v.started)),
     due_at = CASE WHEN v.status = 'pending' THEN {now} + make_interval(secs => v.retry_in)
                   ELSE r.due_at END,
     attempts = CASE WHEN v.history IS NULL THEN r.attempts
@@ -176,6 +217,7 @@ ORDER BY s.name
 FOR UPDATE OF s
 
 -- name: finish_transactional
+-- transition: finish
 -- a transactional handler's success, in the handler's own transaction (rota.transactional):
 -- the run's schedule locked first, as finish does; the time is the commit's, not the
 -- transaction's start (now())
@@ -186,24 +228,39 @@ WITH locked AS (
 )
 UPDATE rota_runs r
 SET status = 'succeeded', result = %(result)s, error = NULL,
-    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), lease_until = NULL
+    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), lease_until = NULL,
+    -- a held run started by its worker whose start was not written yet: the commit records it
+    attempt = CASE WHEN r.started_at IS NULL THEN r.attempt + 1 ELSE r.attempt END,
+    started_at = coalesce(r.started_at, %(now)s::timestamptz, clock_timestamp())
 WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'
   AND (SELECT count(*) FROM locked) >= 0
 RETURNING r.id
 
 -- name: hand_back
+-- transition: hand_back
+-- Pending again at once for another worker; a held run (never started) as it was, a started
+-- one with its attempt given back and recorded in history as handed back. A run whose
+-- cancellation was requested is not run again: it ends cancelled.
 UPDATE rota_runs r
-SET status = 'pending', attempt = r.attempt - 1, due_at = {now}, lease_until = NULL,
-    started_at = NULL,
-    attempts = r.attempts || jsonb_build_array(jsonb_build_object(
+SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    attempt = CASE WHEN r.started_at IS NULL OR r.cancel_requested THEN r.attempt ELSE r.attempt - 1 END,
+    due_at = {now}, lease_until = NULL,
+    finished_at = CASE WHEN r.cancel_requested THEN {now} END,
+    started_at = CASE WHEN r.cancel_requested THEN r.started_at END,
+    error = CASE WHEN r.cancel_requested
+                 THEN jsonb_build_object('type', 'Cancelled', 'message', 'cancelled on request ('
+                                         || %(reason)s::text || ')', 'traceback', NULL)::text
+                 ELSE r.error END,
+    attempts = CASE WHEN r.started_at IS NULL OR r.cancel_requested THEN r.attempts
+                    ELSE r.attempts || jsonb_build_array(jsonb_build_object(
         'attempt', r.attempt, 'worker', r.owner, 'started_at', to_char(r.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
         'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'handed back', 'error',
-        jsonb_build_object('type', 'HandedBack', 'message', %(reason)s::text)))
+        jsonb_build_object('type', 'HandedBack', 'message', %(reason)s::text))) END
 FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
       FROM json_array_elements(%(rows)s::json) AS e) AS v
 WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
-RETURNING r.id
+RETURNING r.id, r.status
 
 -- name: any_expired
 SELECT 1 FROM rota_runs
@@ -211,6 +268,10 @@ WHERE status = 'running' AND lease_until < {now}
 LIMIT 1
 
 -- name: rescue
+-- transition: rescue
+-- A held run (started_at NULL: its handler never started) is pending again with no attempt
+-- counted and nothing in its history; a started one is retried if attempts remain, else
+-- failed. Either ends cancelled if its cancellation was requested.
 WITH lost AS (
     SELECT id FROM rota_runs
     WHERE status = 'running' AND lease_until < {now}
@@ -228,13 +289,15 @@ locked AS (
 decided AS (
     SELECT r.id, r.owner, r.lease_until, r.attempt, r.started_at,
            CASE WHEN r.cancel_requested THEN 'cancelled'
-                WHEN r.attempt < r.max_attempts THEN 'pending'
+                WHEN r.started_at IS NULL OR r.attempt < r.max_attempts THEN 'pending'
                 ELSE 'failed' END AS status,
            jsonb_build_object(
                'type', 'WorkerLost',
                'message', 'worker ' || coalesce(r.owner, '?') || ' was lost: its lease expired at '
                           || to_char(r.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
-                          || ' (attempt ' || r.attempt || ' of ' || r.max_attempts || ')',
+                          || CASE WHEN r.started_at IS NULL
+                                  THEN ' before the run started (no attempt counted)'
+                                  ELSE ' (attempt ' || r.attempt || ' of ' || r.max_attempts || ')' END,
                'traceback', NULL) AS error
     FROM rota_runs r JOIN lost ON lost.id = r.id
 )
@@ -242,7 +305,7 @@ UPDATE rota_runs r
 SET status = d.status, due_at = {now}, lease_until = NULL,
     finished_at = CASE WHEN d.status = 'pending' THEN NULL ELSE {now} END,
     error = d.error::text,
-    attempts = CASE WHEN d.status = 'pending'
+    attempts = CASE WHEN d.status = 'pending' AND d.started_at IS NOT NULL
                     THEN r.attempts || jsonb_build_array(jsonb_build_object(
                         'attempt', d.attempt, 'worker', d.owner, 'started_at', to_char(d.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
                         'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'lost', 'error', d.error))
@@ -340,6 +403,7 @@ WHERE name = %(name)s AND active
 RETURNING name
 
 -- name: cancel_schedule_pending
+-- transition: withdraw
 UPDATE rota_runs
 SET status = 'cancelled', finished_at = {now},
     error = %(error)s
@@ -347,6 +411,7 @@ WHERE schedule = %(name)s AND status = 'pending'
 RETURNING id
 
 -- name: withdraw_ahead
+-- transition: withdraw
 -- A schedule paused, updated or redeployed: its tick runs made ahead of their tick and not
 -- due yet are cancelled (with `definition` given: only if the stored one differs). Their
 -- `tick` is cleared: the tick is no longer theirs, and can be materialized again.
@@ -409,21 +474,25 @@ SELECT id, status FROM rota_runs
 WHERE schedule = %(schedule)s AND exclusive AND NOT held AND status IN ('pending', 'running')
 
 -- name: cancel_active_pending
+-- transition: overlap
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = %(error)s
 WHERE id = %(id)s AND status = 'pending'
 RETURNING id
 
 -- name: request_cancel
+-- transition: cancel
 UPDATE rota_runs SET cancel_requested = true
 WHERE id = %(id)s AND status = 'running'
 RETURNING id, owner
 
 -- name: cancel_held
+-- transition: overlap
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = %(error)s
 WHERE schedule = %(schedule)s AND held AND status = 'pending'
 RETURNING id
 
 -- name: promote_held
+-- transition: promote
 UPDATE rota_runs SET held = false
 WHERE id = (SELECT id FROM rota_runs
             WHERE schedule = %(schedule)s AND held AND status = 'pending'
@@ -455,6 +524,7 @@ FROM rota_runs
 SELECT status, count(*) FROM rota_runs GROUP BY status
 
 -- name: cancel_pending
+-- transition: cancel
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = %(error)s
 WHERE id = %(id)s AND status = 'pending'
 RETURNING status
@@ -519,6 +589,7 @@ DELETE FROM rota_dashboard_signouts WHERE expires_at <= %(at)s
 SELECT 1 FROM rota_dashboard_signouts WHERE nonce = %(nonce)s AND expires_at > %(at)s
 
 -- name: prune
+-- transition: prune
 WITH doomed AS (
     SELECT id FROM rota_runs
     WHERE status = %(status)s AND finished_at < {now} - make_interval(secs => %(older_than)s)
@@ -682,12 +753,15 @@ SELECT has_schema_privilege(current_schema(), 'CREATE'), current_user, current_s
 -- transaction or replica, row security, a read-only file.
 
 -- name: probe_insert_run
+-- transition: none (a write probe on row -1, rolled back)
 INSERT INTO rota_runs (id, task, scheduled_for, due_at) VALUES (-1, %(probe)s, {now}, {now})
 
 -- name: probe_update_run
+-- transition: none (a write probe on row -1, rolled back)
 UPDATE rota_runs SET status = 'cancelled' WHERE id = -1
 
 -- name: probe_delete_run
+-- transition: none (a write probe on row -1, rolled back)
 DELETE FROM rota_runs WHERE id = -1
 
 -- name: probe_insert_schedule

@@ -3,6 +3,7 @@
 -- Lists travel as one JSON array parameter, read with json_each (never SQL built from values).
 
 -- name: insert_run
+-- transition: enqueue, make_ahead, tick, trigger, retry
 INSERT INTO rota_runs (id, task, queue, priority, status, args, kwargs, key, schedule, tick,
                        exclusive, held, scheduled_for, due_at, max_attempts, timeout, backoff,
                        error, finished_at, retry_of, created_at)
@@ -15,6 +16,7 @@ ON CONFLICT DO NOTHING
 RETURNING id
 
 -- name: insert_runs_bulk
+-- transition: enqueue
 INSERT INTO rota_runs (id, task, queue, priority, args, kwargs, scheduled_for, due_at,
                        max_attempts, timeout, backoff, created_at)
 VALUES (:id, :task, :queue, :priority, :args, :kwargs, coalesce(:scheduled_for, {now} + :delay),
@@ -50,13 +52,20 @@ SELECT value + 1 FROM rota_counters WHERE name = 'token'
 UPDATE rota_counters SET value = :token WHERE name = 'token'
 
 -- name: claim
+-- transition: claim
+-- The first :start runs in claim order are started by the claim (the attempt counted,
+-- started_at set); the rest are held: claimed, not started (started_at NULL, the attempt not
+-- counted until their start). A run whose cancellation was requested is never claimed.
 UPDATE rota_runs
-SET status = 'running', owner = :owner, token = :token + c.rank, attempt = attempt + 1,
-    started_at = {now}, lease_until = {now} + :lease
+SET status = 'running', owner = :owner, token = :token + c.rank,
+    attempt = CASE WHEN c.pos <= :start THEN attempt + 1 ELSE attempt END,
+    started_at = CASE WHEN c.pos <= :start THEN {now} END, lease_until = {now} + :lease
 -- one fencing token per claimed run (:token + rank), so ctx.token fences one attempt
-FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank FROM (
-    SELECT id FROM rota_runs INDEXED BY rota_runs_claim
+FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank,
+             row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos FROM (
+    SELECT id, priority, due_at FROM rota_runs INDEXED BY rota_runs_claim
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
+      AND NOT cancel_requested
     ORDER BY priority DESC, due_at, id
     LIMIT :limit)) AS c
 WHERE rota_runs.id = c.id
@@ -64,34 +73,58 @@ RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeou
           scheduled_for, started_at, lease_until, priority, due_at
 
 -- name: claim_in_queues
+-- transition: claim
+-- as claim, for some queues only
 UPDATE rota_runs
-SET status = 'running', owner = :owner, token = :token + c.rank, attempt = attempt + 1,
-    started_at = {now}, lease_until = {now} + :lease
+SET status = 'running', owner = :owner, token = :token + c.rank,
+    attempt = CASE WHEN c.pos <= :start THEN attempt + 1 ELSE attempt END,
+    started_at = CASE WHEN c.pos <= :start THEN {now} END, lease_until = {now} + :lease
 -- one fencing token per claimed run (:token + rank), so ctx.token fences one attempt
-FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank FROM (
-    SELECT id FROM rota_runs INDEXED BY rota_runs_claim
+FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank,
+             row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos FROM (
+    SELECT id, priority, due_at FROM rota_runs INDEXED BY rota_runs_claim
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND queue IN (SELECT value FROM json_each(:queues))
+      AND NOT cancel_requested
     ORDER BY priority DESC, due_at, id
     LIMIT :limit)) AS c
 WHERE rota_runs.id = c.id
 RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
           scheduled_for, started_at, lease_until, priority, due_at
 
+-- name: start
+-- transition: start
+-- A held run whose handler started :ago seconds ago: the attempt counted, started_at set.
+-- Fenced by the token; refused when its cancellation was requested or it started already.
+UPDATE rota_runs SET attempt = attempt + 1, started_at = {now} - :ago
+WHERE id = :id AND token = :token AND status = 'running' AND started_at IS NULL
+  AND NOT cancel_requested
+RETURNING id
+
 -- name: heartbeat
+-- transition: heartbeat
 UPDATE rota_runs SET lease_until = {now} + :lease
 WHERE id = :id AND token = :token AND status = 'running'
 RETURNING cancel_requested
 
 -- name: finish_succeeded
+-- transition: finish
+-- :started: a held run started :started seconds ago whose start was not written yet
 UPDATE rota_runs
-SET status = 'succeeded', result = :result, error = NULL, finished_at = {now}, lease_until = NULL
+SET status = 'succeeded', result = :result, error = NULL, finished_at = {now}, lease_until = NULL,
+    attempt = CASE WHEN :started IS NOT NULL AND started_at IS NULL THEN attempt + 1 ELSE attempt END,
+    started_at = coalesce(started_at, {now} - :started)
 WHERE id = :id AND token = :token AND status = 'running'
 
 -- name: finish
+-- transition: finish, retry
+-- A retry (:status pending) of a run whose cancellation was requested ends cancelled.
 UPDATE rota_runs
-SET status = :status, result = :result, error = :error, lease_until = NULL,
-    finished_at = CASE WHEN :status = 'pending' THEN NULL ELSE {now} END,
+SET status = CASE WHEN :status = 'pending' AND cancel_requested THEN 'cancelled' ELSE :status END,
+    result = :result, error = :error, lease_until = NULL,
+    finished_at = CASE WHEN :status = 'pending' AND NOT cancel_requested THEN NULL ELSE {now} END,
+    attempt = CASE WHEN :started IS NOT NULL AND started_at IS NULL THEN attempt + 1 ELSE attempt END,
+    started_at = coalesce(started_at, {now} - :started),
     due_at = CASE WHEN :status = 'pending' THEN {now} + :retry_in ELSE due_at END,
     attempts = CASE WHEN :history IS NULL THEN attempts
                     ELSE json_insert(attempts, '$[#]', json(:history)) END
@@ -102,24 +135,40 @@ WHERE id = :id AND token = :token AND status = 'running'
 SELECT :ids
 
 -- name: finish_transactional
+-- transition: finish
 -- a transactional handler's success, in the handler's own transaction (rota.transactional)
 UPDATE rota_runs
-SET status = 'succeeded', result = :result, error = NULL, finished_at = {now}, lease_until = NULL
+SET status = 'succeeded', result = :result, error = NULL, finished_at = {now}, lease_until = NULL,
+    -- a held run started by its worker whose start was not written yet: the commit records it
+    attempt = CASE WHEN started_at IS NULL THEN attempt + 1 ELSE attempt END,
+    started_at = coalesce(started_at, {now})
 WHERE id = :id AND token = :token AND status = 'running'
 RETURNING id
 
 -- name: hand_back
+-- transition: hand_back
+-- Pending again at once for another worker; a held run (never started) as it was, a started
+-- one with its attempt given back and recorded in history as handed back. A run whose
+-- cancellation was requested is not run again: it ends cancelled.
 UPDATE rota_runs
-SET status = 'pending', attempt = attempt - 1, due_at = {now}, lease_until = NULL,
-    started_at = NULL,
-    attempts = json_insert(attempts, '$[#]', json_object(
+SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    attempt = CASE WHEN started_at IS NULL OR cancel_requested THEN attempt ELSE attempt - 1 END,
+    due_at = {now}, lease_until = NULL,
+    finished_at = CASE WHEN cancel_requested THEN {now} END,
+    started_at = CASE WHEN cancel_requested THEN started_at END,
+    error = CASE WHEN cancel_requested
+                 THEN json_object('type', 'Cancelled', 'message', 'cancelled on request (' || :reason || ')',
+                                  'traceback', NULL)
+                 ELSE error END,
+    attempts = CASE WHEN started_at IS NULL OR cancel_requested THEN attempts
+                    ELSE json_insert(attempts, '$[#]', json_object(
         'attempt', attempt, 'worker', owner,
         'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at, 'unixepoch'),
         'finished_at', strftime('%Y-%m-%dT%H:%M:%fZ', {now}, 'unixepoch'),
         'status', 'handed back',
-        'error', json_object('type', 'HandedBack', 'message', :reason)))
+        'error', json_object('type', 'HandedBack', 'message', :reason))) END
 WHERE id = :id AND token = :token AND status = 'running'
-RETURNING id
+RETURNING id, status
 
 -- name: any_expired
 SELECT 1 FROM rota_runs INDEXED BY rota_runs_lease
@@ -127,19 +176,24 @@ WHERE status = 'running' AND lease_until < {now}
 LIMIT 1
 
 -- name: rescue
+-- transition: rescue
+-- A held run (started_at NULL: its handler never started) is pending again with no attempt
+-- counted and nothing in its history; a started one is retried if attempts remain, else
+-- failed. Either ends cancelled if its cancellation was requested.
 UPDATE rota_runs
 SET status = CASE WHEN cancel_requested THEN 'cancelled'
-                  WHEN attempt < max_attempts THEN 'pending' ELSE 'failed' END,
+                  WHEN started_at IS NULL OR attempt < max_attempts THEN 'pending' ELSE 'failed' END,
     due_at = {now}, lease_until = NULL,
-    finished_at = CASE WHEN NOT cancel_requested AND attempt < max_attempts THEN NULL
+    finished_at = CASE WHEN NOT cancel_requested AND (started_at IS NULL OR attempt < max_attempts) THEN NULL
                        ELSE {now} END,
     error = json_object(
         'type', 'WorkerLost',
         'message', 'worker ' || coalesce(owner, '?') || ' was lost: its lease expired at '
                    || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
-                   || ' (attempt ' || attempt || ' of ' || max_attempts || ')',
+                   || CASE WHEN started_at IS NULL THEN ' before the run started (no attempt counted)'
+                           ELSE ' (attempt ' || attempt || ' of ' || max_attempts || ')' END,
         'traceback', NULL),
-    attempts = CASE WHEN NOT cancel_requested AND attempt < max_attempts
+    attempts = CASE WHEN NOT cancel_requested AND started_at IS NOT NULL AND attempt < max_attempts
         THEN json_insert(attempts, '$[#]', json_object(
             'attempt', attempt, 'worker', owner,
             'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at, 'unixepoch'),
@@ -245,11 +299,13 @@ WHERE name = :name AND active
 RETURNING name
 
 -- name: cancel_schedule_pending
+-- transition: withdraw
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
 WHERE schedule = :name AND status = 'pending'
 RETURNING id
 
 -- name: withdraw_ahead
+-- transition: withdraw
 -- A schedule paused, updated or redeployed: its tick runs made ahead of their tick and not
 -- due yet are cancelled (with `definition` given: only if the stored one differs). Their
 -- `tick` is cleared: the tick is no longer theirs, and can be materialized again.
@@ -312,21 +368,25 @@ SELECT id, status FROM rota_runs
 WHERE schedule = :schedule AND exclusive AND NOT held AND status IN ('pending', 'running')
 
 -- name: cancel_active_pending
+-- transition: overlap
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
 WHERE id = :id AND status = 'pending'
 RETURNING id
 
 -- name: request_cancel
+-- transition: cancel
 UPDATE rota_runs SET cancel_requested = 1
 WHERE id = :id AND status = 'running'
 RETURNING id, owner
 
 -- name: cancel_held
+-- transition: overlap
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
 WHERE schedule = :schedule AND held AND status = 'pending'
 RETURNING id
 
 -- name: promote_held
+-- transition: promote
 UPDATE rota_runs SET held = 0
 WHERE id = (SELECT id FROM rota_runs
             WHERE schedule = :schedule AND held AND status = 'pending'
@@ -358,6 +418,7 @@ FROM rota_runs
 SELECT status, n FROM rota_run_counts WHERE n <> 0
 
 -- name: cancel_pending
+-- transition: cancel
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
 WHERE id = :id AND status = 'pending'
 RETURNING status
@@ -420,6 +481,7 @@ DELETE FROM rota_dashboard_signouts WHERE expires_at <= :at
 SELECT 1 FROM rota_dashboard_signouts WHERE nonce = :nonce AND expires_at > :at
 
 -- name: prune
+-- transition: prune
 DELETE FROM rota_runs
 WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_status
              WHERE status = :status AND finished_at < {now} - :older_than
@@ -538,12 +600,15 @@ SELECT 1, NULL, NULL
 -- transaction or replica, row security, a read-only file.
 
 -- name: probe_insert_run
+-- transition: none (a write probe on row -1, rolled back)
 INSERT INTO rota_runs (id, task, scheduled_for, due_at, created_at) VALUES (-1, :probe, {now}, {now}, {now})
 
 -- name: probe_update_run
+-- transition: none (a write probe on row -1, rolled back)
 UPDATE rota_runs SET status = 'cancelled' WHERE id = -1
 
 -- name: probe_delete_run
+-- transition: none (a write probe on row -1, rolled back)
 DELETE FROM rota_runs WHERE id = -1
 
 -- name: probe_insert_schedule

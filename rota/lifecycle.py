@@ -1,0 +1,198 @@
+"""The run lifecycle in one place: every state a run can be in, every transition between them,
+who may make it and what it checks. Every SQL statement that changes a run names its
+transition (a `-- transition: NAME` line under its `-- name:`), and tests/test_lifecycle.py
+checks, for every store, that the statements and this table agree.
+
+Design note
+-----------
+A run's state is not one column: it is read from a few (`state_of`).
+
+- `status` is one of the six statuses of the contract (pending, running, succeeded, failed,
+  skipped, cancelled); users filter on it and it never takes another value.
+- pending: `due_at` in the future is *due later* (a delay, a retry's backoff, a tick made
+  ahead of its time: `tick` set, `attempt` 0), else *due*.
+- *queued* is a tick of an exclusive schedule waiting behind its active run (overlap="queue",
+  or the successor of a replaced run). The database column for it is `held` (its name since
+  schema 1; it is read by the partial indexes and the trigger that promotes the oldest queued
+  tick). It is NOT the held of this table: in Python it is `Run.queued`, `NewRun.held`.
+  Renaming the column would touch the claim, the exclusive index and the trigger on both
+  backends for no behaviour; the mapping is written here instead.
+- *held* is a run claimed by a worker whose handler has not started: status running, a
+  token, a lease, `started_at` NULL and the attempt not counted. `Run.held` says so, and
+  the CLI, the web API and `--json` show it.
+- *running* has `started_at` set: its handler started, its attempt counted.
+- *cancel requested* is the `cancel_requested` flag on a held or running run: only its
+  owner ends it (cooperatively), and no statement runs it again: a claim never takes it, a
+  start refuses it, a hand-back and a rescue end it cancelled, a retry ends it cancelled.
+- *handed back* is a pending run that a stopping worker gave back (due at once). A held one
+  is handed back as it was; a started one gives its attempt back, recorded in its history
+  with status "handed back". It is claimed like any due run.
+
+Attempts count only starts. A claim starts the runs that fit in the worker's free slots
+(attempt + 1, started_at) and holds the rest. A held run starts on the worker, without a
+round trip, when a slot frees (the point of holding it). Its start is written later: a run
+that ends within `START_AGE` (50 ms, rota/worker/completer.py) carries it in its outcome
+(`Outcome.started`: the finish records start and end in one statement, so a short held run
+costs no statement and no row version of its own); one still running then has it written
+by `Store.start`, just before the outcomes of that flush. The database refuses the start of a run
+whose cancellation was requested (or whose token no longer holds it); the worker checks that
+run at once and stops the handler as it stops a running run asked to cancel, and its outcome
+records the start: what ran is in the history.
+
+So "a cancelled run never starts" is decided by the database everywhere it can be: a claim
+never takes such a run, `Store.start` refuses it, a hand-back, a rescue or a retry ends it
+cancelled, and a worker never starts a held run it knows is asked to cancel (PostgreSQL's
+NOTIFY tells it within milliseconds; it does not start the run until the database confirms).
+The one exception is the race this design accepts for the hot path: a request that comes
+while the run is held (milliseconds: the hold horizon) and that the worker has not heard of
+when a slot frees (on SQLite, where another process's request is heard through the refused
+start, the next heartbeat or the confirmation) lets the handler start; it is then stopped at
+once and recorded as it ran (the model test allows exactly this case).
+
+Killed between a held run's local start and the start's write (at most about 50 ms), a worker
+leaves a run the database still shows held: the rescue returns it to pending without an
+attempt, and its handler runs again on another worker, as any run whose worker died before
+its outcome was written does. So the invariant is kept in the database's direction
+(`attempt` never counts a handler that did not start); the window in which a started handler
+is not yet counted is that write's delay. With `max_attempts=1` such a run may therefore run
+twice, as at-least-once delivery after a crash always allows; it is never failed for a crash
+before its start.
+
+Ticks made ahead (`make_ahead`) are pending runs due later; they meet the misfire and overlap
+policies exactly as ticks made at their time (rota/worker/ticks.py, rota/stores/_sql_schedules.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from .models import CANCELLED, FAILED, PENDING, RUNNING, SKIPPED, SUCCEEDED, Run
+
+# -- states ----------------------------------------------------------------------------
+DUE_LATER: Final = "due later"  # pending, due_at in the future (delay, backoff)
+AHEAD: Final = "made ahead"  # pending, a schedule's tick inserted before its time
+DUE: Final = "due"  # pending, due now: the next claim may take it
+QUEUED: Final = "queued"  # pending behind its exclusive schedule's active run (column `held`)
+HANDED_BACK: Final = "handed back"  # pending again at once, given back by a stopping worker
+HELD: Final = "held"  # running, claimed by a worker, its handler not started
+STARTED: Final = "running"  # running, its handler started
+CANCEL_REQUESTED: Final = "cancel requested"  # held or running, asked to stop: it never runs again
+FINAL: Final = (SUCCEEDED, FAILED, SKIPPED, CANCELLED)
+
+STATES: Final = (DUE_LATER, AHEAD, DUE, QUEUED, HANDED_BACK, HELD, STARTED, CANCEL_REQUESTED, *FINAL)
+PENDING_STATES: Final = (DUE_LATER, AHEAD, DUE, QUEUED, HANDED_BACK)
+ACTIVE_STATES: Final = (HELD, STARTED, CANCEL_REQUESTED)
+
+# who may make a transition
+CLIENT: Final = "client"  # any App: enqueue, cancel, trigger, retry, schedule changes
+WORKER: Final = "owner"  # the worker whose token holds the run
+ANY_WORKER: Final = "any worker"  # the poll of any worker (claims, ticks, rescue)
+DATABASE: Final = "database"  # a trigger in the database (the exclusive slot's hand-over)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    name: str
+    from_states: tuple[str, ...]
+    to_states: tuple[str, ...]
+    actor: str
+    checks: str
+    description: str
+
+
+def _t(name: str, src: tuple[str, ...], dst: tuple[str, ...], actor: str, checks: str, what: str) -> Transition:
+    return Transition(name, src, dst, actor, checks, what)
+
+
+TRANSITIONS: Final = (
+    _t("enqueue", (), (DUE, DUE_LATER), CLIENT,
+       "arguments are JSON; a keyed run with an active twin is not inserted (the twin is returned)",
+       "a task's run is inserted, due now or later"),
+    _t("make_ahead", (), (AHEAD,), ANY_WORKER,
+       "the schedule's next_run_at compare-and-set; one row per (schedule, tick); an exclusive schedule "
+       "with an active run gets no tick ahead",
+       "a tick due within the lead is inserted before its time; it meets misfire and overlap at its time"),
+    _t("tick", (), (DUE, QUEUED, SKIPPED), ANY_WORKER,
+       "the next_run_at compare-and-set; one row per (schedule, tick); misfire policy on missed ticks; overlap "
+       "policy against the active run (the exclusive index is the backstop)",
+       "a due tick becomes a run: due, queued behind the active run (queue), or recorded skipped"),
+    _t("withdraw", (AHEAD, DUE_LATER, DUE, QUEUED), (CANCELLED,), CLIENT,
+       "pending runs only; made-ahead ticks only if not due yet and the definition changed (their tick is "
+       "cleared and planned again)",
+       "a schedule paused, updated, redeployed or removed takes back its pending runs"),
+    _t("promote", (QUEUED,), (DUE,), DATABASE,
+       "the schedule has no active run (the exclusive index)",
+       "the active run of an exclusive schedule ended: its oldest queued tick becomes due"),
+    _t("overlap", (DUE, QUEUED), (CANCELLED,), ANY_WORKER,
+       "overlap='replace': the pending active run and queued ticks are cancelled; a running one is asked to "
+       "cancel (see cancel)",
+       "a replacing tick or trigger takes the exclusive slot"),
+    _t("claim", (DUE, HANDED_BACK), (STARTED, HELD), ANY_WORKER,
+       "status pending, due, not queued, cancellation not requested; FOR UPDATE SKIP LOCKED / the write lock; "
+       "a new token and a lease per run",
+       "priority, due time, id order; the first `start` (the free slots) start at once, the rest are held"),
+    _t("start", (HELD,), (STARTED,), WORKER,
+       "the token; still held (started_at NULL); cancellation not requested",
+       "a held run's handler started: the attempt counted, started_at set"),
+    _t("heartbeat", ACTIVE_STATES, ACTIVE_STATES, WORKER,
+       "the token and status running, whatever the lease (ours while nobody took it)",
+       "the lease renewed; answers whether cancellation was requested"),
+    _t("finish", (STARTED, HELD, CANCEL_REQUESTED), FINAL, WORKER,
+       "the token and status running; a held run's outcome carries its start if that was not written",
+       "an attempt's outcome: succeeded, failed, cancelled (a held run cancelled before it started: no attempt)"),
+    _t("retry", (STARTED, CANCEL_REQUESTED, *FINAL), (DUE_LATER, DUE, CANCELLED), WORKER,
+       "the token; attempts remain; a run whose cancellation was requested ends cancelled instead. From a "
+       "final run (App.retry, a client): a new run with retry_of",
+       "a failed attempt waits for its backoff; or an operator runs a final run again"),
+    _t("hand_back", (HELD, STARTED, CANCEL_REQUESTED), (HANDED_BACK, CANCELLED), WORKER,
+       "the token and status running; a held run as it was, a started one gives its attempt back; "
+       "cancellation requested: cancelled",
+       "a stopping worker gives back what it holds and what outlived shutdown_timeout"),
+    _t("rescue", (HELD, STARTED, CANCEL_REQUESTED), (DUE, FAILED, CANCELLED), ANY_WORKER,
+       "lease expired on the database clock; the rescue rule (not during this worker's outage); held: pending "
+       "without an attempt; started: retry if attempts remain, else failed; cancel requested: cancelled",
+       "runs of a lost worker are taken back"),
+    _t("cancel", (DUE_LATER, AHEAD, DUE, QUEUED, HANDED_BACK, HELD, STARTED), (CANCELLED, CANCEL_REQUESTED), CLIENT,
+       "pending: cancelled at once; held or running: cancellation requested (NOTIFY on PostgreSQL), the owner "
+       "ends it",
+       "an operator or overlap='replace' stops a run"),
+    _t("prune", FINAL, (), ANY_WORKER,
+       "final runs only, finished before the retention period",
+       "retention deletes old history"),
+    _t("trigger", (), (DUE, QUEUED, SKIPPED), CLIENT,
+       "the schedule's overlap policy against its active run, as a tick's (a run made ahead is not active)",
+       "a manual run of a schedule, now"),
+)  # fmt: skip
+
+BY_NAME: Final = {t.name: t for t in TRANSITIONS}
+
+
+def state_of(run: Run, now: datetime) -> str:
+    """The lifecycle state of a run snapshot (now: the database's time)."""
+    if run.status == RUNNING:
+        if run.cancel_requested:
+            return CANCEL_REQUESTED
+        return HELD if run.started_at is None else STARTED
+    if run.status != PENDING:
+        return run.status
+    if run.queued:
+        return QUEUED
+    if run.due_at > now:
+        return AHEAD if run.schedule is not None and run.attempt == 0 and not run.history else DUE_LATER
+    if run.history and run.history[-1].get("status") == "handed back":
+        return HANDED_BACK
+    return DUE
+
+
+def table_markdown() -> str:
+    """The transitions as a Markdown table (docs/concepts/lifecycle.md shows it)."""
+    lines = ["| transition | from | to | who | checks |", "|---|---|---|---|---|"]
+    for t in TRANSITIONS:
+        src = ", ".join(t.from_states) or "(new run)"
+        lines.append(f"| {t.name} | {src} | {', '.join(t.to_states)} | {t.actor} | {t.checks} |")
+    return "\n".join(lines)
+
+
+__all__ = ["BY_NAME", "STATES", "TRANSITIONS", "Transition", "state_of", "table_markdown"]

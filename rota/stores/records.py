@@ -1,0 +1,101 @@
+"""The records the worker's hot path passes to and from a store: a run to insert, a claimed
+run, an attempt's outcome, a rescued run, the poll's state (re-exported by rota.stores.base)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(slots=True)
+class NewRun:
+    """A run to insert. `scheduled_for` None means now + `delay` seconds on the store's clock."""
+
+    task: str
+    args: str = "[]"
+    kwargs: str = "{}"
+    queue: str = "default"
+    priority: int = 0
+    scheduled_for: datetime | None = None
+    delay: float = 0.0
+    key: str | None = None
+    max_attempts: int = 1
+    timeout: float | None = None
+    backoff: str | None = None
+    schedule: str | None = None
+    tick: datetime | None = None
+    exclusive: bool = False
+    held: bool = False
+    status: str = "pending"
+    error: str | None = None
+    retry_of: int | None = None
+    # `key` + `unique_for` seconds: the key's run created within that window (not cancelled)
+    # is returned instead of a new one. `after`: ids of runs that must succeed first.
+    unique_for: float | None = None
+    after: tuple[int, ...] = ()
+    due_at: datetime | None = None  # when it may start, if not scheduled_for (a jittered tick)
+
+
+@dataclass(slots=True)
+class Claimed:
+    """What a worker needs to execute a claimed run."""
+
+    id: int
+    task: str
+    args: str
+    kwargs: str
+    attempt: int
+    max_attempts: int
+    token: int
+    timeout: float | None
+    backoff: str | None
+    schedule: str | None
+    scheduled_for: datetime
+    started_at: datetime | None  # None: held (claimed, not started; the attempt not counted yet)
+    lease_until: datetime
+    priority: int = 0  # with `due`, the order held runs start in (the claim's order)
+    due: float = 0.0  # due_at, Unix seconds
+
+    @property
+    def held(self) -> bool:
+        return self.started_at is None
+
+
+@dataclass(slots=True)
+class Outcome:
+    """The end of one attempt, written by `finish` only if (id, token) still holds the run.
+
+    status: succeeded | failed | cancelled, or pending for a retry after `retry_in` seconds.
+    `history` is a JSON object describing the attempt, appended to the run's history (set
+    for every attempt that did not succeed, so no attempt's error is ever overwritten).
+    `started`: a held run whose handler started `started` seconds ago and whose start was
+    not written yet: the finish records the start too (the attempt counted, started_at).
+    """
+
+    id: int
+    token: int
+    status: str
+    result: str | None = None
+    error: str | None = None
+    retry_in: float = 0.0
+    history: str | None = None
+    started: float | None = None
+
+
+@dataclass(slots=True)
+class Rescued:
+    id: int
+    task: str
+    status: str
+    owner: str | None
+    message: str
+
+
+@dataclass(slots=True)
+class PollState:
+    now: datetime
+    next_run_due: datetime | None
+    next_schedule_due: datetime | None
+
+
+__all__ = ["Claimed", "NewRun", "Outcome", "PollState", "Rescued"]

@@ -75,14 +75,15 @@ DUE_LATER: Final = "due later"  # pending, due_at in the future (delay, backoff)
 AHEAD: Final = "made ahead"  # pending, a schedule's tick inserted before its time
 DUE: Final = "due"  # pending, due now: the next claim may take it
 QUEUED: Final = "queued"  # pending behind its exclusive schedule's active run (column `held`)
+WAITING: Final = "waiting on parents"  # pending, after=: parents yet to succeed (column `held`, waiting_on > 0)
 HANDED_BACK: Final = "handed back"  # pending again at once, given back by a stopping worker
 HELD: Final = "held"  # running, claimed by a worker, its handler not started
 STARTED: Final = "running"  # running, its handler started
 CANCEL_REQUESTED: Final = "cancel requested"  # held or running, asked to stop: it never runs again
 FINAL: Final = (SUCCEEDED, FAILED, SKIPPED, CANCELLED)
 
-STATES: Final = (DUE_LATER, AHEAD, DUE, QUEUED, HANDED_BACK, HELD, STARTED, CANCEL_REQUESTED, *FINAL)
-PENDING_STATES: Final = (DUE_LATER, AHEAD, DUE, QUEUED, HANDED_BACK)
+STATES: Final = (DUE_LATER, AHEAD, DUE, QUEUED, WAITING, HANDED_BACK, HELD, STARTED, CANCEL_REQUESTED, *FINAL)
+PENDING_STATES: Final = (DUE_LATER, AHEAD, DUE, QUEUED, WAITING, HANDED_BACK)
 ACTIVE_STATES: Final = (HELD, STARTED, CANCEL_REQUESTED)
 
 # who may make a transition
@@ -107,9 +108,31 @@ def _t(name: str, src: tuple[str, ...], dst: tuple[str, ...], actor: str, checks
 
 
 TRANSITIONS: Final = (
-    _t("enqueue", (), (DUE, DUE_LATER), CLIENT,
-       "arguments are JSON; a keyed run with an active twin is not inserted (the twin is returned)",
-       "a task's run is inserted, due now or later"),
+    _t("enqueue", (), (DUE, DUE_LATER, WAITING, CANCELLED), CLIENT,
+       "arguments are JSON; a keyed run with an active twin (or, with unique_for, one created within the "
+       "window and not cancelled) is not inserted (it is returned); after=: the parents exist, are locked in id "
+       "order, and one already failed, cancelled or skipped makes the run cancelled",
+       "a task's run is inserted, due now or later, or waiting for its parents"),
+    _t("release_dependents", (WAITING,), (DUE,), DATABASE,
+       "a parent's status became succeeded (trigger rota_run_settled, in that transaction): waiting_on - 1, "
+       "at 0 the run is due",
+       "a dependent becomes due with its last parent's success"),
+    _t("cancel_dependents", (WAITING,), (CANCELLED,), DATABASE,
+       "a parent ended failed, cancelled or skipped (trigger rota_run_settled): the error names that parent; "
+       "it cascades to the dependent's own dependents",
+       "a flow whose parent failed is cancelled"),
+    _t("backfill", (), (DUE, QUEUED), CLIENT,
+       "one row per (schedule, tick) for ticks in [start, end) before the schedule's next planned tick and not "
+       "in the future; a skipped tick's run gives its tick up; exclusive: queued, oldest first",
+       "App.backfill makes runs for past ticks that have none"),
+    _t("misfire_skip", (AHEAD,), (SKIPPED,), ANY_WORKER,
+       "a run made ahead not claimed by its tick + misfire_grace, misfire='skip' (or coalesce with a later tick "
+       "due)",
+       "a run made ahead meets the misfire policy as a tick made at its time"),
+    _t("misfire_run", (AHEAD,), (DUE,), ANY_WORKER,
+       "a run made ahead past its deadline that the policy (coalesce, all, a raised grace) still runs: the "
+       "deadline is cleared",
+       "a late run made ahead is allowed to start"),
     _t("make_ahead", (), (AHEAD,), ANY_WORKER,
        "the schedule's next_run_at compare-and-set; one row per (schedule, tick); an exclusive schedule "
        "with an active run gets no tick ahead",
@@ -178,7 +201,7 @@ def state_of(run: Run, now: datetime) -> str:
     if run.status != PENDING:
         return run.status
     if run.queued:
-        return QUEUED
+        return WAITING if run.waiting_on else QUEUED
     if run.due_at > now:
         return AHEAD if run.schedule is not None and run.attempt == 0 and not run.history else DUE_LATER
     if run.history and run.history[-1].get("status") == "handed back":

@@ -147,25 +147,36 @@ def _blocker_and_held(app: rota.App) -> tuple[Any, list[rota.RunHandle], threadi
 
 
 def test_held_runs_are_handed_back_once_the_running_handler_outlasts_the_horizon(
-    app_factory: Callable[..., rota.App],
+    app_factory: Callable[..., rota.App], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One slot, instant handlers so far; then a handler that blocks: the runs held behind it
-    go back to pending at once (for any other worker), not when it ends."""
+    go back to pending at once (for any other worker), not when it ends. A held run's
+    hand-back leaves no history entry (it never started), so the real store's hand_back is
+    watched to see it happen."""
     app = app_factory()
+    backs: list[tuple[list[tuple[int, int]], str]] = []
+    real = app.store.hand_back
+
+    def watched(held: list[tuple[int, int]], reason: str) -> set[int]:
+        back = real(held, reason)
+        backs.append((held, reason))
+        return back
+
+    monkeypatch.setattr(app.store, "hand_back", watched)
     worker = start_worker(app, concurrency=1)
     blocker, quick, gate = _blocker_and_held(app)
     try:
 
         def handed_back() -> bool:  # all pending; those claimed (held behind the blocker) handed back
             runs = [h.refresh() for h in quick]
-            back = [r for r in runs if r.history]
-            return bool(back) and all(r.status == "pending" for r in runs)
+            return bool(backs) and not worker._prefetch.held and all(r.status == "pending" for r in runs)
 
         wait_until(handed_back, 5, "the held runs handed back while the blocker runs")
-        assert not worker._prefetch.held and blocker.refresh().status == "running"
-        back = [r for r in (h.refresh() for h in quick) if r.history]
-        assert all(r.attempt == 0 and r.history[-1]["status"] == "handed back" for r in back)
-        assert all("handlers ran slower" in r.history[-1]["error"]["message"] for r in back)
+        assert blocker.refresh().status == "running"
+        ids = {run_id for held, _ in backs for run_id, _ in held}
+        assert ids and ids <= {int(h.id) for h in quick}
+        assert all(h.refresh().attempt == 0 and not h.refresh().history for h in quick if int(h.id) in ids)
+        assert all("handlers ran slower" in reason for _, reason in backs)
     finally:
         gate.set()
     assert all(h.wait(10).status == "succeeded" for h in quick)

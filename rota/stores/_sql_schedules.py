@@ -4,12 +4,13 @@ runs (materialize) with their overlap policy, and manual triggers."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
 from ..models import PENDING, ScheduleInfo
 from ..serialization import simple_error
+from ..timing import judge_unclaimed
 from ._sql_base import Session, _Abort
 from ._sql_rows import SqlRows, _iso
 from .base import (
@@ -118,6 +119,29 @@ class SqlSchedules(SqlRows):
                 self._notify(s, "schedule")  # a live worker makes the tick again
         return withdrawn
 
+    def judge_ahead(self, limit: int = 100) -> list[tuple[str, datetime, str | None]]:
+        with self._read() as s:
+            stale = s.q("stale_ahead", limit=limit)
+        if not stale:
+            return []
+        judged: list[tuple[str, datetime, str | None]] = []
+        with self._tx() as s:
+            now = self._dt(s.q("now")[0][0])
+            assert now is not None
+            for run_id, name, tick_value, misfire, grace, later_due in stale:
+                tick = self._dt(tick_value)
+                assert tick is not None
+                grace_td = timedelta(seconds=float(grace))
+                why = judge_unclaimed(tick, now, misfire=misfire, grace=grace_td, later_due=bool(later_due))
+                s.q("lock_schedule", schedule=name)  # the order finishers take: schedule, then runs
+                if why is None:
+                    if s.q("keep_ahead", id=run_id):
+                        judged.append((name, tick, None))
+                        self._notify(s, "run")
+                elif s.q("misfire_ahead", id=run_id, error=simple_error("Misfire", why)):
+                    judged.append((name, tick, why))
+        return judged
+
     def due_schedules(self, limit: int, lead: float = 0.0) -> list[DueSchedule]:
         with self._read() as s:
             if lead > 0:
@@ -201,7 +225,10 @@ class SqlSchedules(SqlRows):
         must still let the tick run under overlap=skip, so the policy is applied then."""
         if due.overlap != "concurrent" and s.q("schedule_busy", schedule=due.name):
             return False
-        if s.q("insert_run", **self._run_params(self._tick_run(due, tick))):
+        # Unclaimed by tick + grace (its maker killed, no worker running), it is judged by
+        # the misfire policy as a tick made late (judge_ahead); "all" runs it whenever.
+        deadline = None if due.misfire == "all" else tick + timedelta(seconds=due.misfire_grace)
+        if s.q("insert_ahead", **self._run_params(self._tick_run(due, tick)), misfire_at=self._ts(deadline)):
             return True
         if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
             raise _Abort  # another instance materialized this tick

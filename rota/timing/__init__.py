@@ -41,6 +41,7 @@ from .misfire import (
     TickPlan,
     check_misfire,
     check_overlap,
+    judge_unclaimed,
     plan_ticks,
     tick_ahead,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "check_misfire",
     "check_overlap",
     "explain",
+    "judge_unclaimed",
     "make_trigger",
     "next_fire_times",
     "plan_ticks",

@@ -271,6 +271,12 @@ class SqlSchedules(SqlRows):
         extra = {"key": key, "retry_of": retry_of}
         with self._tx() as s:
             rows = s.q("insert_run", **self._run_params(self._tick_run(due, None, **extra)))
+            if not rows and due.overlap != "concurrent" and self._withdraw_ahead(s, due.name, "was triggered"):
+                # The run in the way was only made ahead of a tick to come: not active for
+                # the overlap policy. Withdrawn, its tick is planned again when it comes and
+                # meets the policy then, with this run as the active one.
+                self._notify(s, "schedule")
+                rows = s.q("insert_run", **self._run_params(self._tick_run(due, None, **extra)))
             if rows:
                 run_id, started = int(rows[0][0]), True
             else:

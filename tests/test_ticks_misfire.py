@@ -143,3 +143,47 @@ def test_a_skipped_run_made_ahead_fires_the_misfire_hooks(fapp: rota.App, fake: 
     assert sorted(name for name, _ in seen) == ["run_skipped", "schedule_misfired"]
     skipped = next(event for name, event in seen if name == "run_skipped")
     assert skipped.run is not None and skipped.run.status == "skipped" and skipped.run.scheduled_for == minute(1)
+
+
+# -- the bound on skipped rows per catch-up ----------------------------------------------
+
+
+def all_runs(app: rota.App) -> list[rota.Run]:
+    return sorted(app.list_runs(schedule="s", limit=5000), key=lambda r: (r.scheduled_for, int(r.id)))
+
+
+@pytest.mark.parametrize("misfire", ["coalesce", "skip"])
+def test_a_catch_up_writes_at_most_1000_skipped_rows_and_counts_the_rest(
+    fapp: rota.App, fake: rota.FakeClock, misfire: str
+) -> None:
+    """3,600 one-second ticks missed (an hour away). The 60 within the default 60 s grace
+    are on time, and under overlap=skip all but the first find it active: before, those 59
+    overlap skips came on top of the 1,000 misfire skips listed (1,060 rows)."""
+    fapp.add_schedule("s", "t", every=1, misfire=misfire)
+    first = fapp.get_schedule("s").next_run_at
+    assert first is not None
+    fake.set(first + timedelta(seconds=3599.5))
+    tick_pass(fapp, 0.0)
+    runs = all_runs(fapp)
+    skipped = [r for r in runs if r.status == "skipped"]
+    assert len(skipped) == 1000
+    assert [r.scheduled_for for r in skipped] == [first + timedelta(seconds=i) for i in range(1000)]  # the oldest
+    assert [r.status for r in runs if r.status != "skipped"] == ["pending"]  # the first on-time tick
+    info = fapp.get_schedule("s")
+    assert info.skip_count == 3599  # every tick but the one that runs, listed or not
+    assert info.next_run_at == first + timedelta(seconds=3600)
+
+
+def test_a_catch_up_under_overlap_queue_holds_its_on_time_ticks_with_no_bound(
+    fapp: rota.App, fake: rota.FakeClock
+) -> None:
+    fapp.add_schedule("s", "t", every=1, overlap="queue", misfire_grace=5)
+    first = fapp.get_schedule("s").next_run_at
+    assert first is not None
+    fake.set(first + timedelta(seconds=1999.5))
+    tick_pass(fapp, 0.0)
+    runs = all_runs(fapp)
+    assert len([r for r in runs if r.status == "skipped"]) == 1000  # coalesced, listed
+    waiting = [r for r in runs if r.status == "pending"]
+    assert len(waiting) == 5 and [r.held for r in waiting] == [False] + [True] * 4  # each runs in turn
+    assert fapp.get_schedule("s").skip_count == 1995

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
 from ..models import PENDING, ScheduleInfo
 from ..serialization import simple_error
-from ..timing import judge_unclaimed
+from ..timing import TICK_ROWS, judge_unclaimed
 from ._sql_base import Session, _Abort
 from ._sql_rows import SqlRows, _iso
 from .base import (
@@ -186,12 +186,20 @@ class SqlSchedules(SqlRows):
         """Write the plan; returns the next_run_at written (plan.ahead if that was refused)."""
         self._bound_tick_locks(s)
         soonest: datetime | None = None
+        # Skipped rows per catch-up: at most TICK_ROWS, the misfire's and the overlap's
+        # together (the on-time ticks that find the first one active); the rest are counted.
+        room, counted = TICK_ROWS - len(plan.skipped), 0
         for tick in plan.run:
             if s.q("insert_run", **self._run_params(self._tick_run(due, tick))):
                 soonest = soonest or tick
                 continue
             if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
                 raise _Abort  # another instance materialized this tick
+            if due.overlap == "skip":  # recorded as skipped: a row while there is room
+                if room <= 0:
+                    counted += 1
+                    continue
+                room -= 1
             if self._overlap(s, due, tick, manual=False)[1]:
                 soonest = soonest or tick
         for tick, reason in plan.skipped:
@@ -208,7 +216,7 @@ class SqlSchedules(SqlRows):
             name=due.name,
             old=self._ts(due.next_run_at),
             new=self._ts(following),
-            skipped_more=plan.skipped_more,
+            skipped_more=plan.skipped_more + counted,
         ):
             raise _Abort
         if due.overlap != "concurrent" and s.q("promote_held", schedule=due.name):

@@ -45,6 +45,9 @@ from .misfire import (
     plan_ticks,
     tick_ahead,
 )
+from .misfire import (
+    TICK_ROWS as TICK_ROWS,
+)
 from .triggers import CronTrigger, IntervalTrigger, Trigger, make_trigger
 from .zones import resolve_zone
 

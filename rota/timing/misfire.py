@@ -45,6 +45,7 @@ class TickPlan:
 
 
 COUNT_BOUND_PER_LIMIT = 20
+TICK_ROWS = 1000  # the default `limit`: ticks planned, and skipped rows written, per catch-up
 
 
 def plan_ticks(
@@ -54,7 +55,7 @@ def plan_ticks(
     *,
     misfire: str,
     grace: timedelta,
-    limit: int = 1000,
+    limit: int = TICK_ROWS,
 ) -> TickPlan:
     """Decide which due ticks of a schedule run, which are skipped, and the next fire time.
 

@@ -231,6 +231,7 @@ _TRANSIENT = {
     "40001": "serialization failure",
     "25006": "read-only transaction",
     "55P03": "lock timeout",
+    "25P03": "idle in a transaction for too long",
     "57014": "statement timeout",
     "57P01": "server shutting down",
     "57P02": "crash shutdown",
@@ -290,6 +291,36 @@ def _session_settings(**seconds: float | None) -> dict[str, str]:
             raise ConfigurationError(f"{option} must be a number of seconds >= 0 or None, got {value!r}")
         settings[name] = f"'{round(value * 1000)}ms'"
     return settings
+
+
+def tick_bounds(lock_timeout: float, idle_timeout: float) -> str:
+    """The statement that opens a tick's transaction: two bounds, for it only.
+
+    Waiting: another host's tick transaction may hold this tick's rows; give up after
+    `lock_timeout` (tick_lock_timeout, 0.5 s) and go on with the other schedules; the next
+    pass tries again. Holding: a host frozen or cut off after it sent a tick's statements
+    and before COMMIT keeps the tick's unique-index entry and the schedule's row locked, and
+    until its transaction ends no other host can make that tick or any later one of the
+    schedule (they all wait on that row and on next_run_at's compare-and-set). PostgreSQL
+    ends a session idle in a transaction after idle_in_transaction_session_timeout; the
+    store's (60 s, which handlers' transactions get too) is far too long for a schedule
+    that ticks every second, so a tick's transaction sets `idle_timeout` (tick_idle_timeout,
+    1 s: well under any lease). Its statements go back to back, so a healthy host is never
+    idle that long in it; a frozen one loses the transaction (rolled back: its tick is
+    unmade, the session ended, 25P03 transient) and the other hosts make that tick and the
+    later ones at their next pass, about a second late. We chose this over a lock-free
+    one-row-per-tick insert: that row would still wait on the frozen host's uncommitted row
+    for the same tick, and the compare-and-set is what keeps catch-up and misfire plans
+    single across hosts. The values are integers we format: nothing is injected."""
+    bounds = {"tick_lock_timeout": lock_timeout, "tick_idle_timeout": idle_timeout}
+    for option, value in bounds.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ConfigurationError(f"{option} must be a positive number of seconds, got {value!r}")
+    lock_ms, idle_ms = (max(1, round(value * 1000)) for value in bounds.values())
+    return (
+        f"SELECT set_config('lock_timeout', '{lock_ms}', true), "
+        f"set_config('idle_in_transaction_session_timeout', '{idle_ms}', true)"
+    )
 
 
 def _reason(exc: BaseException) -> str:

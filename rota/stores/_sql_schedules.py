@@ -4,12 +4,13 @@ runs (materialize) with their overlap policy, and manual triggers."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
 from ..models import PENDING, ScheduleInfo
 from ..serialization import simple_error
+from ..timing import TICK_ROWS, judge_unclaimed
 from ..timing.jitter import stored_due
 from ._sql_base import Session, _Abort
 from ._sql_rows import SqlRows, _iso
@@ -120,6 +121,29 @@ class SqlSchedules(SqlRows):
                 self._notify(s, "schedule")  # a live worker makes the tick again
         return withdrawn
 
+    def judge_ahead(self, limit: int = 100) -> list[tuple[str, datetime, str | None]]:
+        with self._read() as s:
+            stale = s.q("stale_ahead", limit=limit)
+        if not stale:
+            return []
+        judged: list[tuple[str, datetime, str | None]] = []
+        with self._tx() as s:
+            now = self._dt(s.q("now")[0][0])
+            assert now is not None
+            for run_id, name, tick_value, misfire, grace, later_due in stale:
+                tick = self._dt(tick_value)
+                assert tick is not None
+                grace_td = timedelta(seconds=float(grace))
+                why = judge_unclaimed(tick, now, misfire=misfire, grace=grace_td, later_due=bool(later_due))
+                s.q("lock_schedule", schedule=name)  # the order finishers take: schedule, then runs
+                if why is None:
+                    if s.q("keep_ahead", id=run_id):
+                        judged.append((name, tick, None))
+                        self._notify(s, "run")
+                elif s.q("misfire_ahead", id=run_id, error=simple_error("Misfire", why)):
+                    judged.append((name, tick, why))
+        return judged
+
     def due_schedules(self, limit: int, lead: float = 0.0) -> list[DueSchedule]:
         with self._read() as s:
             if lead > 0:
@@ -165,12 +189,20 @@ class SqlSchedules(SqlRows):
         """Write the plan; returns the next_run_at written (plan.ahead if that was refused)."""
         self._bound_tick_locks(s)
         soonest: datetime | None = None
+        # Skipped rows per catch-up: at most TICK_ROWS, the misfire's and the overlap's
+        # together (the on-time ticks that find the first one active); the rest are counted.
+        room, counted = TICK_ROWS - len(plan.skipped), 0
         for tick in plan.run:
             if s.q("insert_run", **self._run_params(self._tick_run(due, tick))):
                 soonest = soonest or tick
                 continue
             if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
                 raise _Abort  # another instance materialized this tick
+            if due.overlap == "skip":  # recorded as skipped: a row while there is room
+                if room <= 0:
+                    counted += 1
+                    continue
+                room -= 1
             if self._overlap(s, due, tick, manual=False)[1]:
                 soonest = soonest or tick
         for tick, reason in plan.skipped:
@@ -187,7 +219,7 @@ class SqlSchedules(SqlRows):
             name=due.name,
             old=self._ts(due.next_run_at),
             new=self._ts(following),
-            skipped_more=plan.skipped_more,
+            skipped_more=plan.skipped_more + counted,
         ):
             raise _Abort
         if due.overlap != "concurrent" and s.q("promote_held", schedule=due.name):
@@ -204,7 +236,10 @@ class SqlSchedules(SqlRows):
         must still let the tick run under overlap=skip, so the policy is applied then."""
         if due.overlap != "concurrent" and s.q("schedule_busy", schedule=due.name):
             return False
-        if s.q("insert_run", **self._run_params(self._tick_run(due, tick))):
+        # Unclaimed by tick + grace (its maker killed, no worker running), it is judged by
+        # the misfire policy as a tick made late (judge_ahead); "all" runs it whenever.
+        deadline = None if due.misfire == "all" else tick + timedelta(seconds=due.misfire_grace)
+        if s.q("insert_ahead", **self._run_params(self._tick_run(due, tick)), misfire_at=self._ts(deadline)):
             return True
         if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
             raise _Abort  # another instance materialized this tick
@@ -247,6 +282,12 @@ class SqlSchedules(SqlRows):
         extra = {"key": key, "retry_of": retry_of}
         with self._tx() as s:
             rows = s.q("insert_run", **self._run_params(self._tick_run(due, None, **extra)))
+            if not rows and due.overlap != "concurrent" and self._withdraw_ahead(s, due.name, "was triggered"):
+                # The run in the way was only made ahead of a tick to come: not active for
+                # the overlap policy. Withdrawn, its tick is planned again when it comes and
+                # meets the policy then, with this run as the active one.
+                self._notify(s, "schedule")
+                rows = s.q("insert_run", **self._run_params(self._tick_run(due, None, **extra)))
             if rows:
                 run_id, started = int(rows[0][0]), True
             else:

@@ -324,6 +324,14 @@ class Store(FlowStore, abc.ABC):
         rewound tick per schedule. A worker's clean shutdown calls it for the ticks it made."""
 
     @abc.abstractmethod
+    def judge_ahead(self, limit: int = 100) -> list[tuple[str, datetime, str | None]]:
+        """Judge the runs made ahead of their tick that no worker claimed by their misfire
+        deadline (tick + misfire_grace; claims leave such a run alone) by the misfire policy,
+        as a tick made that late would be (`rota.timing.judge_unclaimed`): skipped (type
+        Misfire) or made claimable again. Returns (schedule, tick, skip reason or None if
+        it runs) per run judged, oldest deadline first."""
+
+    @abc.abstractmethod
     def due_schedules(self, limit: int, lead: float = 0.0) -> list[DueSchedule]:
         """Active, unpaused schedules whose next_run_at has come, or comes within `lead`
         seconds (to be materialized ahead, see Materialization.ahead); index on next_run_at."""

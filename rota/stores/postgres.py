@@ -54,6 +54,7 @@ from ._pg_session import (
     finish_batches,
     finished_schedules_lock,
     pipelined,
+    tick_bounds,
 )
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
@@ -91,6 +92,7 @@ class PostgresStore(SqlStore):
         statement_timeout: float | None = None,
         idle_in_transaction_timeout: float | None = 60.0,
         tick_lock_timeout: float = 0.5,
+        tick_idle_timeout: float = 1.0,
     ) -> None:
         super().__init__(url, clock)
         check_conninfo(url)
@@ -101,11 +103,7 @@ class PostgresStore(SqlStore):
             statement_timeout=statement_timeout,
             idle_in_transaction_session_timeout=idle_in_transaction_timeout,
         )
-        if not tick_lock_timeout > 0:
-            raise ConfigurationError(
-                f"tick_lock_timeout must be a positive number of seconds, got {tick_lock_timeout!r}"
-            )
-        self._tick_lock_ms = max(1, round(tick_lock_timeout * 1000))
+        self._tick_bounds = tick_bounds(tick_lock_timeout, tick_idle_timeout)
         self.queries = load_queries("postgres", _NOW)
         self.connect_timeout = connect_timeout
         self.pool_size = pool_size
@@ -450,7 +448,7 @@ class PostgresStore(SqlStore):
         return self._again(super().materialize, due, plan)
 
     def _bound_tick_locks(self, s: Any) -> None:
-        s.q_text(f"SET LOCAL lock_timeout = {self._tick_lock_ms}")  # an int we made: no injection
+        s.q_text(self._tick_bounds)  # waiting for and holding a tick's rows: see tick_bounds
 
     def hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:
         if not held:

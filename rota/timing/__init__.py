@@ -42,8 +42,12 @@ from .misfire import (
     TickPlan,
     check_misfire,
     check_overlap,
+    judge_unclaimed,
     plan_ticks,
     tick_ahead,
+)
+from .misfire import (
+    TICK_ROWS as TICK_ROWS,
 )
 from .triggers import CronTrigger, IntervalTrigger, Trigger, make_trigger
 from .zones import resolve_zone
@@ -63,6 +67,7 @@ __all__ = [
     "explain",
     "jitter_offset",
     "jittered",
+    "judge_unclaimed",
     "make_trigger",
     "next_fire_times",
     "plan_ticks",

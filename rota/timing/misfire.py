@@ -46,6 +46,7 @@ class TickPlan:
 
 
 COUNT_BOUND_PER_LIMIT = 20
+TICK_ROWS = 1000  # the default `limit`: ticks planned, and skipped rows written, per catch-up
 
 
 def plan_ticks(
@@ -55,7 +56,7 @@ def plan_ticks(
     *,
     misfire: str,
     grace: timedelta,
-    limit: int = 1000,
+    limit: int = TICK_ROWS,
     jitter: timedelta | None = None,  # missed then means: due (tick + offset) before now - grace
     seed: str = "",  # with jitter: the schedule's name, hashed into each tick's offset
 ) -> TickPlan:
@@ -196,17 +197,36 @@ def _newest_before(trigger: Trigger, boundary: datetime, known: datetime) -> dat
         span *= 2
 
 
+def _skip_reason(tick: datetime, now: datetime, grace: timedelta) -> str:
+    return f"missed by {_rough_duration(now - tick)} (misfire=skip, grace {_seconds_number(grace)}s)"
+
+
+COALESCED = "coalesced (misfire=coalesce): a later tick runs"
+
+
 def _plan_skip(missed: _Missed, run: list[datetime], following: datetime, now: datetime, grace: timedelta) -> TickPlan:
-    grace_text = _seconds_number(grace) + "s"
-    skipped = tuple(
-        (tick, f"missed by {_rough_duration(now - tick)} (misfire=skip, grace {grace_text})") for tick in missed.listed
-    )
+    skipped = tuple((tick, _skip_reason(tick, now, grace)) for tick in missed.listed)
     return TickPlan(tuple(run), skipped, missed.more, following, missed.exact)
+
+
+def judge_unclaimed(tick: datetime, now: datetime, *, misfire: str, grace: timedelta, later_due: bool) -> str | None:
+    """A run made ahead of `tick` that no worker claimed by ``tick + grace``, judged at `now`
+    as `plan_ticks` judges that tick had it been made now: the reason it is skipped, or
+    None when it runs. `later_due`: a later tick of the schedule is due by `now` (planned
+    or still to plan), so "coalesce" runs that one instead. Within the grace (it may have
+    grown since the run was made), or under "all", it runs."""
+    tick, now = _utc(tick, "tick"), _utc(now, "now")
+    policy = check_misfire(misfire)
+    if policy == "all" or now - tick <= grace:
+        return None
+    if policy == "skip":
+        return _skip_reason(tick, now, grace)
+    return COALESCED if later_due else None
 
 
 def _plan_coalesce(missed: _Missed, run: list[datetime], following: datetime) -> TickPlan:
     if run or missed.newest is None:
-        reason = "coalesced (misfire=coalesce): a later tick runs"
+        reason = COALESCED
         skipped = tuple((tick, reason) for tick in missed.listed)
         return TickPlan(tuple(run), skipped, missed.more, following, missed.exact)
     newest = missed.newest

@@ -120,7 +120,8 @@ class Ticker:
         """Turn due schedule ticks (and those due within `lead` s) into runs. Returns
         (whether a run may have become due now, whether more ticks are due at `now` than
         this pass took: a full batch of schedules, or a plan that stopped at its tick limit)."""
-        woke = more = False
+        woke = await self._judge_ahead()
+        more = False
         batch = await self.db(self.store().due_schedules, limit, lead)
         for due in batch:
             if due.corrupt:  # its next fire time does not decode: skipped until repaired
@@ -134,6 +135,20 @@ class Ticker:
                 woke = woke or bool(plan.run)
                 more = more or plan.next_run_at <= now
         return woke, more or len(batch) >= limit
+
+    async def _judge_ahead(self) -> bool:
+        """Runs made ahead that no worker claimed by tick + misfire_grace (their maker was
+        killed, no worker ran): judged by the misfire policy as ticks made that late would
+        be (see Store.judge_ahead). True if one was made claimable again."""
+        judged = await self.db(self.store().judge_ahead)
+        for name, tick, why in judged:
+            if why is None:
+                message = f"schedule {name!r}: the run made ahead of {tick.isoformat()} runs late (misfire=coalesce)"
+                log_event(log, logging.INFO, "tick_kept", message, schedule=name, worker=self.worker)
+                continue
+            self.emit("schedule_misfired", schedule=name, detail=f"1 tick(s) skipped: {why}")
+            self.emit("run_skipped", schedule=name, tick=tick, detail=why)
+        return any(why is None for _, _, why in judged)
 
     async def _write(self, due: DueSchedule, plan: Materialization) -> bool:
         """Write one schedule's ticks; False if another instance (or a held row) won."""

@@ -284,6 +284,29 @@ def test_sessions_are_bounded_and_keepalives_set(pg_url: str) -> None:
         rota.stores.open_store(pg_url, lock_timeout=-1)
 
 
+@pytest.mark.postgres
+def test_a_tick_transaction_left_idle_is_ended_after_tick_idle_timeout(pg_url: str) -> None:
+    """A host frozen mid-tick (statements sent, no COMMIT) holds the tick's rows only for
+    tick_idle_timeout: the server ends its session (issue 18, item 8). Other transactions
+    keep the store's idle_in_transaction_timeout."""
+    store: Any = rota.stores.open_store(pg_url, tick_idle_timeout=0.3)
+    try:
+        began = time.monotonic()
+        idle = pytest.raises(rota.DatabaseTransient, match="idle in a transaction for too long")
+        with idle, store._tx() as s:
+            store._bound_tick_locks(s)
+            assert s.q_text("SHOW idle_in_transaction_session_timeout")[0][0] == "300ms"
+            time.sleep(1.0)  # frozen
+            s.q_text("SELECT 1")
+        assert time.monotonic() - began < 5
+        with store._tx() as s:
+            assert s.q_text("SHOW idle_in_transaction_session_timeout")[0][0] == "1min"
+    finally:
+        store.close()
+    with pytest.raises(rota.ConfigurationError, match="tick_idle_timeout must be a positive number"):
+        rota.stores.open_store(pg_url, tick_idle_timeout=0)
+
+
 def test_sqlite_database_locked_is_transient(tmp_path: Any) -> None:
     import sqlite3
 

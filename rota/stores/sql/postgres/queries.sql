@@ -80,6 +80,7 @@ WITH picked AS MATERIALIZED (
     SELECT ARRAY(
         SELECT ctid FROM rota_runs
         WHERE status = 'pending' AND NOT held AND due_at <= {now}
+          AND (misfire_at IS NULL OR misfire_at >= {now})
           AND NOT cancel_requested
         ORDER BY priority DESC, due_at, id
         LIMIT %(limit)s
@@ -89,6 +90,7 @@ UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
     attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN r.attempt + 1 ELSE r.attempt END,
     started_at = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN {now} END,
+    misfire_at = NULL,
     lease_until = {now} + make_interval(secs => %(lease)s)
 WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
@@ -102,6 +104,7 @@ WITH picked AS MATERIALIZED (
     SELECT ARRAY(
         SELECT ctid FROM rota_runs
         WHERE status = 'pending' AND NOT held AND due_at <= {now}
+          AND (misfire_at IS NULL OR misfire_at >= {now})
           AND queue = ANY(%(queues)s::text[])
           AND NOT cancel_requested
         ORDER BY priority DESC, due_at, id
@@ -112,6 +115,7 @@ UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
     attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN r.attempt + 1 ELSE r.attempt END,
     started_at = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN {now} END,
+    misfire_at = NULL,
     lease_until = {now} + make_interval(secs => %(lease)s)
 WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
@@ -315,17 +319,23 @@ WHERE r.id = d.id AND (SELECT count(*) FROM locked) >= 0
 RETURNING r.id, r.task, r.status, d.owner, d.error::text
 
 -- name: poll_state
+-- (now, when the next claimable run is due, when the ticker has work: the next schedule
+-- tick, or at once if a run made ahead passed its misfire deadline unclaimed)
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs
-        WHERE status = 'pending' AND NOT held),
-       (SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused)
+        WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})),
+       least((SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused),
+             (SELECT min(misfire_at) FROM rota_runs
+              WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
 
 -- name: poll_state_in_queues
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs
-        WHERE status = 'pending' AND NOT held
+        WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})
           AND queue = ANY(%(queues)s::text[])),
-       (SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused)
+       least((SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused),
+             (SELECT min(misfire_at) FROM rota_runs
+              WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
 
 -- name: now
 SELECT {now}
@@ -933,4 +943,46 @@ VALUES (coalesce(%(id)s::bigint, nextval('rota_run_id_seq')), %(task)s, %(queue)
         %(max_attempts)s, %(timeout)s, %(backoff)s, %(error)s,
         CASE WHEN %(status)s = 'skipped' THEN {now} END, %(retry_of)s, %(backfill)s)
 ON CONFLICT DO NOTHING
+RETURNING id
+
+-- ==== ticks made ahead (issue 18, branch ticks): misfire deadlines ==========================
+
+-- name: insert_ahead
+-- transition: make_ahead
+-- The run of a tick that has not come yet: pending, due at the tick, with its misfire
+-- deadline (tick + misfire_grace; NULL under misfire="all"): see 0006_ticks_ahead.sql.
+INSERT INTO rota_runs (task, queue, priority, args, kwargs, schedule, tick, exclusive,
+                       scheduled_for, due_at, max_attempts, timeout, backoff, misfire_at)
+VALUES (%(task)s, %(queue)s, %(priority)s, %(args)s, %(kwargs)s, %(schedule)s, %(tick)s,
+        %(exclusive)s, %(tick)s, %(tick)s, %(max_attempts)s, %(timeout)s, %(backoff)s,
+        %(misfire_at)s)
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: stale_ahead
+-- Runs made ahead of their tick that no worker claimed by their misfire deadline, with what
+-- judging them needs: the schedule's policy and grace, and whether a later tick of the
+-- schedule is due by now (planned already, or still to plan).
+SELECT r.id, r.schedule, r.tick, s.misfire, s.misfire_grace,
+       coalesce(s.next_run_at <= {now}, false) OR EXISTS (
+           SELECT 1 FROM rota_runs l
+           WHERE l.schedule = r.schedule AND l.tick > r.tick AND l.tick <= {now})
+FROM rota_runs r JOIN rota_schedules s ON s.name = r.schedule
+WHERE r.status = 'pending' AND r.misfire_at IS NOT NULL AND r.misfire_at < {now}
+ORDER BY r.misfire_at
+LIMIT %(limit)s
+
+-- name: misfire_ahead
+-- transition: misfire_skip
+-- A run made ahead, unclaimed past its misfire deadline, skipped by the misfire policy.
+UPDATE rota_runs SET status = 'skipped', finished_at = {now}, error = %(error)s, misfire_at = NULL
+WHERE id = %(id)s AND status = 'pending' AND misfire_at < {now}
+RETURNING id
+
+-- name: keep_ahead
+-- transition: misfire_run
+-- A run made ahead, unclaimed past its misfire deadline, that the misfire policy runs all
+-- the same (misfire="coalesce" with no later tick due): claimable again, without deadline.
+UPDATE rota_runs SET misfire_at = NULL
+WHERE id = %(id)s AND status = 'pending' AND misfire_at < {now}
 RETURNING id

@@ -59,12 +59,14 @@ UPDATE rota_counters SET value = :token WHERE name = 'token'
 UPDATE rota_runs
 SET status = 'running', owner = :owner, token = :token + c.rank,
     attempt = CASE WHEN c.pos <= :start THEN attempt + 1 ELSE attempt END,
-    started_at = CASE WHEN c.pos <= :start THEN {now} END, lease_until = {now} + :lease
+    started_at = CASE WHEN c.pos <= :start THEN {now} END, lease_until = {now} + :lease,
+    misfire_at = NULL
 -- one fencing token per claimed run (:token + rank), so ctx.token fences one attempt
 FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank,
              row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos FROM (
     SELECT id, priority, due_at FROM rota_runs INDEXED BY rota_runs_claim
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
+      AND (misfire_at IS NULL OR misfire_at >= {now})
       AND NOT cancel_requested
     ORDER BY priority DESC, due_at, id
     LIMIT :limit)) AS c
@@ -78,12 +80,14 @@ RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeou
 UPDATE rota_runs
 SET status = 'running', owner = :owner, token = :token + c.rank,
     attempt = CASE WHEN c.pos <= :start THEN attempt + 1 ELSE attempt END,
-    started_at = CASE WHEN c.pos <= :start THEN {now} END, lease_until = {now} + :lease
+    started_at = CASE WHEN c.pos <= :start THEN {now} END, lease_until = {now} + :lease,
+    misfire_at = NULL
 -- one fencing token per claimed run (:token + rank), so ctx.token fences one attempt
 FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank,
              row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos FROM (
     SELECT id, priority, due_at FROM rota_runs INDEXED BY rota_runs_claim
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
+      AND (misfire_at IS NULL OR misfire_at >= {now})
       AND queue IN (SELECT value FROM json_each(:queues))
       AND NOT cancel_requested
     ORDER BY priority DESC, due_at, id
@@ -214,15 +218,23 @@ RETURNING id, task, status, owner, error
 -- name: poll_state
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs INDEXED BY rota_runs_due
-        WHERE status = 'pending' AND NOT held),
-       (SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused)
+        WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})),
+       (SELECT min(t) FROM (
+            SELECT min(next_run_at) AS t FROM rota_schedules WHERE active AND NOT paused
+            UNION ALL
+            SELECT min(misfire_at) FROM rota_runs INDEXED BY rota_runs_misfire
+            WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
 
 -- name: poll_state_in_queues
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs INDEXED BY rota_runs_due
-        WHERE status = 'pending' AND NOT held
+        WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})
           AND queue IN (SELECT value FROM json_each(:queues))),
-       (SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused)
+       (SELECT min(t) FROM (
+            SELECT min(next_run_at) AS t FROM rota_schedules WHERE active AND NOT paused
+            UNION ALL
+            SELECT min(misfire_at) FROM rota_runs INDEXED BY rota_runs_misfire
+            WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
 
 -- name: now
 SELECT {now}
@@ -762,4 +774,45 @@ VALUES (:id, :task, :queue, :priority, :status, :args, :kwargs, :key, :schedule,
         :max_attempts, :timeout, :backoff, :error,
         CASE WHEN :status = 'skipped' THEN {now} END, :retry_of, {now}, :backfill)
 ON CONFLICT DO NOTHING
+RETURNING id
+
+-- ==== ticks made ahead (issue 18, branch ticks): misfire deadlines ==========================
+
+-- name: insert_ahead
+-- transition: make_ahead
+-- The run of a tick that has not come yet: pending, due at the tick, with its misfire
+-- deadline (tick + misfire_grace; NULL under misfire="all"): see 0006_ticks_ahead.sql.
+INSERT INTO rota_runs (task, queue, priority, args, kwargs, schedule, tick, exclusive,
+                       scheduled_for, due_at, max_attempts, timeout, backoff, misfire_at, created_at)
+VALUES (:task, :queue, :priority, :args, :kwargs, :schedule, :tick, :exclusive, :tick, :tick,
+        :max_attempts, :timeout, :backoff, :misfire_at, {now})
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: stale_ahead
+-- Runs made ahead of their tick that no worker claimed by their misfire deadline, with what
+-- judging them needs: the schedule's policy and grace, and whether a later tick of the
+-- schedule is due by now (planned already, or still to plan).
+SELECT r.id, r.schedule, r.tick, s.misfire, s.misfire_grace,
+       coalesce(s.next_run_at <= {now}, 0) OR EXISTS (
+           SELECT 1 FROM rota_runs l
+           WHERE l.schedule = r.schedule AND l.tick > r.tick AND l.tick <= {now})
+FROM rota_runs r INDEXED BY rota_runs_misfire JOIN rota_schedules s ON s.name = r.schedule
+WHERE r.status = 'pending' AND r.misfire_at IS NOT NULL AND r.misfire_at < {now}
+ORDER BY r.misfire_at
+LIMIT :limit
+
+-- name: misfire_ahead
+-- transition: misfire_skip
+-- A run made ahead, unclaimed past its misfire deadline, skipped by the misfire policy.
+UPDATE rota_runs SET status = 'skipped', finished_at = {now}, error = :error, misfire_at = NULL
+WHERE id = :id AND status = 'pending' AND misfire_at < {now}
+RETURNING id
+
+-- name: keep_ahead
+-- transition: misfire_run
+-- A run made ahead, unclaimed past its misfire deadline, that the misfire policy runs all
+-- the same (misfire="coalesce" with no later tick due): claimable again, without deadline.
+UPDATE rota_runs SET misfire_at = NULL
+WHERE id = :id AND status = 'pending' AND misfire_at < {now}
 RETURNING id

@@ -185,5 +185,5 @@ def test_a_catch_up_under_overlap_queue_holds_its_on_time_ticks_with_no_bound(
     runs = all_runs(fapp)
     assert len([r for r in runs if r.status == "skipped"]) == 1000  # coalesced, listed
     waiting = [r for r in runs if r.status == "pending"]
-    assert len(waiting) == 5 and [r.held for r in waiting] == [False] + [True] * 4  # each runs in turn
+    assert len(waiting) == 5 and [r.queued for r in waiting] == [False] + [True] * 4  # each runs in turn
     assert fapp.get_schedule("s").skip_count == 1995

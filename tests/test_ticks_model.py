@@ -151,7 +151,7 @@ def tick_model(app: rota.App, fake: rota.FakeClock) -> type[RuleBasedStateMachin
             except rota.TriggerRefused:  # only while a run really is active: due or running
                 now = fake.now()
                 live = [r for r in app.list_runs(schedule=name, limit=1000) if r.status in ("pending", "running")]
-                assert any(r.status == "running" or (r.scheduled_for <= now and not r.held) for r in live), live
+                assert any(r.status == "running" or (r.scheduled_for <= now and not r.queued) for r in live), live
 
         @invariant()
         def every_tick_has_exactly_one_row(self) -> None:

@@ -58,7 +58,7 @@ def test_a_trigger_in_the_lead_runs_and_withdraws_the_run_made_ahead(
 ) -> None:
     ahead, handle = triggered_in_the_lead(fapp, fake, overlap)
     got = fapp.get_run(handle.id)
-    assert got.status == "pending" and not got.held and got.id != ahead.id  # runs now
+    assert got.status == "pending" and not got.queued and got.id != ahead.id  # runs now
     withdrawn = fapp.get_run(ahead.id)
     assert withdrawn.status == "cancelled" and withdrawn.error is not None
     assert withdrawn.error["type"] == "Withdrawn" and "was triggered" in withdrawn.error["message"]
@@ -82,7 +82,7 @@ def test_the_tick_after_a_trigger_meets_the_overlap_policy_once(
     fake.set(minute(1))
     tick_pass(fapp)
     (row,) = tick_rows(fapp)
-    assert (row.status, row.held) == (status, held)
+    assert (row.status, row.queued) == (status, held)
     if overlap == "replace":
         assert fapp.get_run(handle.id).cancel_requested
     finish(fapp, active, "cancelled" if overlap == "replace" else "succeeded")
@@ -104,7 +104,7 @@ def test_a_triggered_run_that_ends_before_the_tick_lets_the_tick_run(
     fake.set(minute(1))
     tick_pass(fapp)
     (row,) = tick_rows(fapp)
-    assert (row.status, row.held) == ("pending", False)
+    assert (row.status, row.queued) == ("pending", False)
     assert [c.id for c in fapp.store.claim("w", 10, None, 30)] == [int(row.id)]
 
 

@@ -88,7 +88,8 @@ class SqlStore(SqlSchedules):
         results: list[tuple[int, bool]] = []
         for r in runs:
             for _ in range(5):
-                rows = yield "insert_run", self._run_params(r)
+                gated = r.limit_name is not None or r.rate_name is not None
+                rows = yield ("insert_run_gated" if gated else "insert_run"), self._run_params(r)
                 if rows:
                     results.append((int(rows[0][0]), True))
                     break

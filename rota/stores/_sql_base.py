@@ -35,7 +35,14 @@ class Session(Protocol):
 def _plain(runs: Sequence[NewRun]) -> bool:
     """No keys, schedules or special status: the bulk insert path applies."""
     return all(
-        r.key is None and r.schedule is None and r.retry_of is None and r.status == PENDING and not r.held for r in runs
+        r.key is None
+        and r.schedule is None
+        and r.retry_of is None
+        and r.status == PENDING
+        and not r.held
+        and r.limit_name is None
+        and r.rate_name is None
+        for r in runs
     )
 
 
@@ -155,6 +162,10 @@ class SqlBase(Store, abc.ABC):
             "backoff": r.backoff,
             "error": r.error,
             "retry_of": r.retry_of,
+            "limit_name": r.limit_name,
+            "limit_key": r.limit_key,
+            "rate_name": r.rate_name,
+            "rate_key": r.rate_key,
         }
 
     def _local_now(self) -> datetime:

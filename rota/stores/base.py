@@ -59,6 +59,10 @@ class NewRun:
     status: str = "pending"
     error: str | None = None
     retry_of: int | None = None
+    limit_name: str | None = None  # rota.Limit: the limit's name and this run's key
+    limit_key: str | None = None
+    rate_name: str | None = None  # rota.Rate: likewise
+    rate_key: str | None = None
 
 
 @dataclass(slots=True)

@@ -31,6 +31,7 @@ from ..errors import (
     DatabaseUnavailable,
     PermissionDenied,
 )
+from ._flow import SQLiteFlow
 from ._handler_tx import sqlite_handler_tx
 from ._sql import NOTIFY_CHANNEL, SqlStore
 from ._sqlite_conn import _busy_timeout, _check_not_newer, _Session, _statements, _translate, _user, _writer_lock
@@ -56,7 +57,7 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-class SQLiteStore(SqlStore):
+class SQLiteStore(SQLiteFlow, SqlStore):
     dialect = "sqlite"
 
     def __init__(self, url: str, clock: Clock | None = None) -> None:
@@ -296,7 +297,7 @@ class SQLiteStore(SqlStore):
         return sqlite_handler_tx(self)
 
     # -- the worker's hot path -----------------------------------------------------------
-    def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
+    def _plain_claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
         with self._tx() as s:
             rows = self._claim(s, owner, limit, queues, lease)
         return _claimed(rows)
@@ -312,13 +313,16 @@ class SQLiteStore(SqlStore):
             s.q("take_token", token=token + len(rows) - 1)  # one token per claimed run
         return rows
 
-    def finish_and_claim(
+    def _plain_finish_and_claim(
         self, outcomes: Sequence[Outcome], owner: str, limit: int, queues: Sequence[str] | None, lease: float
     ) -> tuple[set[int], list[Claimed]]:
         with self._tx() as s:
             written = self._finish(s, outcomes)
             rows = self._claim(s, owner, limit, queues, lease)
         return written, _claimed(rows)
+
+    def _claimed_rows(self, rows: list[Any]) -> list[Claimed]:
+        return _claimed(rows)
 
     def heartbeat(self, held: Sequence[tuple[int, int]], lease: float) -> tuple[set[int], set[int]]:
         alive: set[int] = set()

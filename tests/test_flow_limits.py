@@ -103,7 +103,9 @@ def test_every_way_a_run_stops_running_frees_its_slot_once(app_factory: Callable
     if end == "failed":
         store.finish([Outcome(c.id, c.token, "failed", error='{"type":"E","message":"m"}', history="{}")])
     elif end == "retry":
-        store.finish([Outcome(c.id, c.token, "pending", error='{"type":"E","message":"m"}', retry_in=0.0, history="{}")])
+        store.finish(
+            [Outcome(c.id, c.token, "pending", error='{"type":"E","message":"m"}', retry_in=0.0, history="{}")]
+        )
     elif end == "cancelled":
         store.finish([Outcome(c.id, c.token, "cancelled", history="{}")])
     elif end == "hand_back":

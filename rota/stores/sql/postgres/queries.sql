@@ -778,11 +778,13 @@ LIMIT %(n)s
 
 -- name: flow_take
 -- transition: claim
--- as claim, for the runs the flow claim chose (their keys locked by this transaction)
+-- as claim, for the runs the flow claim chose (their keys locked by this transaction). The
+-- start is stamped with this statement's time, not the transaction's: after the commit that
+-- freed the slot (flow_room saw it), so started_at never precedes the finished_at it follows.
 UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), attempt = r.attempt + 1,
-    started_at = {now},
-    lease_until = {now} + make_interval(secs => %(lease)s)
+    started_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    lease_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s)
 WHERE r.id = ANY(ARRAY(SELECT e::bigint FROM json_array_elements_text(%(ids)s::json) AS e))
   AND r.status = 'pending'
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
@@ -792,7 +794,7 @@ RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.
 -- name: flow_started
 -- the starts of rated runs just claimed, in their windows' log
 INSERT INTO rota_rate_starts (name, key, started_at)
-SELECT rate_name, rate_key, {now} FROM rota_runs
+SELECT rate_name, rate_key, started_at FROM rota_runs
 WHERE id = ANY(ARRAY(SELECT e::bigint FROM json_array_elements_text(%(ids)s::json) AS e))
   AND rate_name IS NOT NULL
 

@@ -640,7 +640,7 @@ RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeou
 
 -- name: flow_started
 INSERT INTO rota_rate_starts (name, key, started_at)
-SELECT rate_name, rate_key, {now} FROM rota_runs
+SELECT rate_name, rate_key, started_at FROM rota_runs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND rate_name IS NOT NULL
 
 -- name: flow_bump

@@ -99,3 +99,19 @@ if os.environ.get("BENCH_ROTA_TICK") == "1":
         if bench_probe is not None:
             bench_probe.append(lateness)
         return lateness
+
+
+@app.task(name="bench.noop_limited", limit=100)
+def noop_limited() -> None:
+    """W1 drain under a concurrency limit of 100 (issue 20): a no-op that counts itself."""
+    bench_probe = probe()
+    if bench_probe is not None:
+        bench_probe.job_done()
+
+
+@app.task(name="bench.noop_keyed", limit=rota.Limit(1, by="key"))
+def noop_keyed(key: int) -> None:
+    """W1 drain with at most one run per key at once, over many keys (issue 20)."""
+    bench_probe = probe()
+    if bench_probe is not None:
+        bench_probe.job_done()

@@ -30,11 +30,12 @@ starts are pruned whenever the key is claimed. (A GCRA "next allowed" timestamp 
 one row per key, but it enforces a smoothed rate, not "N in any window".)
 
 The flow claim, one transaction:
-1. `flow_heads`: the keys (`rota_flow_keys`, filled by an insert trigger, so every way of
-   enqueueing records them) that have a due waiting run and room, ordered by their first
-   run. On PostgreSQL each is taken with an advisory *try*-lock, one at a time, until enough
-   keys are held: a key another claimer holds is skipped, never waited for (no deadlock,
-   and concurrent claimers share the keys, as SKIP LOCKED shares rows).
+1. `flow_heads`: the limit and rate keys that have a due waiting run and room, ordered by
+   their first run. The keys come from the waiting runs themselves by a loose index scan
+   (one probe per distinct key, however many runs wait; no key table to keep or prune). On
+   PostgreSQL each is taken with an advisory *try*-lock, one at a time, until enough keys
+   are held: a key another claimer holds is skipped, never waited for (no deadlock, and
+   concurrent claimers share the keys, as SKIP LOCKED shares rows).
 2. `flow_room`: the free slots / room of the locked keys, counted again in a statement
    that starts after the locks were granted (so it sees every claim committed before).
 3. For each key, its first waiting runs (`flow_waiting_*`), kept while every key the run
@@ -54,8 +55,11 @@ from typing import Any
 
 from .base import Claimed
 
-# keys looked at per claim: at least this many, and twice the runs asked for
-_MIN_KEYS = 16
+# Keys taken per flow claim: a few more than the runs asked for (a full rate key is taken
+# too, to push its runs' due time), at most _MAX_KEYS: on PostgreSQL each is an advisory
+# lock held to the commit, and the server's lock table is shared (max_locks_per_transaction
+# times max_connections). A claim that wants more takes the rest at the next one.
+_EXTRA_KEYS, _MAX_KEYS = 8, 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +135,7 @@ class FlowMixin:
             return []
         names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
         with self._tx() as s:  # type: ignore[attr-defined]
-            heads = s.q("flow_heads", queues=names, n=max(_MIN_KEYS, 2 * limit))
+            heads = s.q("flow_heads", queues=names, n=min(limit + _EXTRA_KEYS, _MAX_KEYS))
             if not heads:
                 return []
             keys = [[str(k), str(n), str(v)] for k, n, v in heads]

@@ -44,29 +44,6 @@ CREATE INDEX rota_runs_rate_waiting ON rota_runs (rate_name, rate_key, priority 
 CREATE INDEX rota_runs_limit_running ON rota_runs (limit_name, limit_key)
     WHERE status = 'running' AND limit_name IS NOT NULL;
 
--- Every limit key ('l') and rate key ('r') a run was ever enqueued with, written by the
--- insert trigger below (so every way of enqueueing, the caller's transaction included,
--- records it): the flow claim's list of keys to look at.
-CREATE TABLE rota_flow_keys (
-    kind text NOT NULL CHECK (kind IN ('l', 'r')),
-    name text NOT NULL,
-    key  text NOT NULL,
-    PRIMARY KEY (kind, name, key)
-);
-CREATE FUNCTION rota_flow_key() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.limit_name IS NOT NULL THEN
-        INSERT INTO rota_flow_keys VALUES ('l', NEW.limit_name, NEW.limit_key) ON CONFLICT DO NOTHING;
-    END IF;
-    IF NEW.rate_name IS NOT NULL THEN
-        INSERT INTO rota_flow_keys VALUES ('r', NEW.rate_name, NEW.rate_key) ON CONFLICT DO NOTHING;
-    END IF;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER rota_flow_key AFTER INSERT ON rota_runs
-    FOR EACH ROW WHEN (NEW.limit_name IS NOT NULL OR NEW.rate_name IS NOT NULL)
-    EXECUTE FUNCTION rota_flow_key();
-
 -- A limited run that stops running frees a slot: wake the workers at once (they claim the
 -- next run of that key), on the schema's channel (as the `notify` query).
 CREATE FUNCTION rota_limit_freed() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -705,26 +705,48 @@ SELECT pg_postmaster_start_time()
 -- name: flow_heads
 -- The keys with a due waiting run, the key whose first run comes first in the claim's order
 -- first, with their free slots or room as this statement's snapshot sees them (flow_room
--- counts again once they are locked). Each key is taken with a transaction-level advisory
--- try-lock, one key at a time up to %(n)s keys: a key another claimer holds is skipped (as
--- SKIP LOCKED skips a row), so concurrent claimers share the keys and never wait or deadlock.
--- A full rate key is taken too: its waiting runs are then made due when its window opens.
-WITH heads AS MATERIALIZED (
-    SELECT k.kind, k.name, k.key, h.priority, h.due_at, h.id FROM rota_flow_keys k
+-- counts again once they are locked). The keys are found by a loose index scan (one probe
+-- per distinct key of the waiting runs, however many runs wait). Each key is taken with a
+-- transaction-level advisory try-lock, one at a time up to %(n)s keys: a key another
+-- claimer holds is skipped (as SKIP LOCKED skips a row), so concurrent claimers share the
+-- keys and never wait or deadlock. A full rate key is taken too: its waiting runs are then
+-- made due when its window opens.
+WITH RECURSIVE lkeys AS (
+    (SELECT limit_name AS name, limit_key AS key FROM rota_runs
+     WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
+     ORDER BY limit_name, limit_key LIMIT 1)
+    UNION ALL
+    SELECT n.name, n.key FROM lkeys CROSS JOIN LATERAL (
+        SELECT limit_name AS name, limit_key AS key FROM rota_runs
+        WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
+          AND (limit_name, limit_key) > (lkeys.name, lkeys.key)
+        ORDER BY limit_name, limit_key LIMIT 1) n
+),
+rkeys AS (
+    (SELECT rate_name AS name, rate_key AS key FROM rota_runs
+     WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
+     ORDER BY rate_name, rate_key LIMIT 1)
+    UNION ALL
+    SELECT n.name, n.key FROM rkeys CROSS JOIN LATERAL (
+        SELECT rate_name AS name, rate_key AS key FROM rota_runs
+        WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
+          AND (rate_name, rate_key) > (rkeys.name, rkeys.key)
+        ORDER BY rate_name, rate_key LIMIT 1) n
+),
+heads AS MATERIALIZED (
+    SELECT 'l' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM lkeys k
     JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
                   WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
                     AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
                     AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
                   ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
-    WHERE k.kind = 'l'
     UNION ALL
-    SELECT k.kind, k.name, k.key, h.priority, h.due_at, h.id FROM rota_flow_keys k
+    SELECT 'r' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM rkeys k
     JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
                   WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
                     AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
                     AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
                   ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
-    WHERE k.kind = 'r'
 ),
 rooms AS MATERIALIZED (
     SELECT h.kind, h.name, h.key,

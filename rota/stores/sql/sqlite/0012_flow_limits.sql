@@ -33,18 +33,3 @@ CREATE INDEX rota_runs_rate_waiting ON rota_runs (rate_name, rate_key, priority 
     WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL;
 CREATE INDEX rota_runs_limit_running ON rota_runs (limit_name, limit_key)
     WHERE status = 'running' AND limit_name IS NOT NULL;
-
-CREATE TABLE rota_flow_keys (
-    kind TEXT NOT NULL CHECK (kind IN ('l', 'r')),
-    name TEXT NOT NULL,
-    key  TEXT NOT NULL,
-    PRIMARY KEY (kind, name, key)
-) STRICT, WITHOUT ROWID;
-CREATE TRIGGER rota_flow_limit_key AFTER INSERT ON rota_runs WHEN NEW.limit_name IS NOT NULL
-BEGIN
-    INSERT OR IGNORE INTO rota_flow_keys VALUES ('l', NEW.limit_name, NEW.limit_key);
-END;
-CREATE TRIGGER rota_flow_rate_key AFTER INSERT ON rota_runs WHEN NEW.rate_name IS NOT NULL
-BEGIN
-    INSERT OR IGNORE INTO rota_flow_keys VALUES ('r', NEW.rate_name, NEW.rate_key);
-END;

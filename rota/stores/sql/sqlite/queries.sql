@@ -565,21 +565,55 @@ SELECT NULL
 -- PostgreSQL; the write transaction serialises claimers, so keys need no lock.
 
 -- name: flow_heads
--- The keys with a due waiting run, the key whose first run comes first in the claim's order first
-WITH heads AS (
-    SELECT k.kind, k.name, k.key,
-           CASE WHEN k.kind = 'l'
-                THEN (SELECT r.id FROM rota_runs r INDEXED BY rota_runs_limit_waiting
-                      WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
-                        AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                        AND (:queues IS NULL OR r.queue IN (SELECT value FROM json_each(:queues)))
-                      ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1)
-                ELSE (SELECT r.id FROM rota_runs r INDEXED BY rota_runs_rate_waiting
-                      WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
-                        AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                        AND (:queues IS NULL OR r.queue IN (SELECT value FROM json_each(:queues)))
-                      ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) END AS head
-    FROM rota_flow_keys k
+-- The keys with a due waiting run (a loose index scan: one or two probes per distinct key;
+-- SQLite ranges an index by the first column of a row value only, hence two), the key
+-- whose first run comes first in the claim's order first
+WITH RECURSIVE lkeys(name, key) AS (
+    SELECT * FROM (SELECT limit_name, limit_key FROM rota_runs INDEXED BY rota_runs_limit_waiting
+                   WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
+                   ORDER BY limit_name, limit_key LIMIT 1)
+    UNION ALL
+    SELECT r.limit_name, r.limit_key FROM lkeys JOIN rota_runs r ON r.id = coalesce(
+        (SELECT x.id FROM rota_runs x INDEXED BY rota_runs_limit_waiting
+         WHERE x.status = 'pending' AND NOT x.held AND x.limit_name IS NOT NULL
+           AND x.limit_name = lkeys.name AND x.limit_key > lkeys.key
+         ORDER BY x.limit_key LIMIT 1),
+        (SELECT x.id FROM rota_runs x INDEXED BY rota_runs_limit_waiting
+         WHERE x.status = 'pending' AND NOT x.held AND x.limit_name IS NOT NULL
+           AND x.limit_name > lkeys.name
+         ORDER BY x.limit_name, x.limit_key LIMIT 1))
+),
+rkeys(name, key) AS (
+    SELECT * FROM (SELECT rate_name, rate_key FROM rota_runs INDEXED BY rota_runs_rate_waiting
+                   WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
+                   ORDER BY rate_name, rate_key LIMIT 1)
+    UNION ALL
+    SELECT r.rate_name, r.rate_key FROM rkeys JOIN rota_runs r ON r.id = coalesce(
+        (SELECT x.id FROM rota_runs x INDEXED BY rota_runs_rate_waiting
+         WHERE x.status = 'pending' AND NOT x.held AND x.rate_name IS NOT NULL
+           AND x.rate_name = rkeys.name AND x.rate_key > rkeys.key
+         ORDER BY x.rate_key LIMIT 1),
+        (SELECT x.id FROM rota_runs x INDEXED BY rota_runs_rate_waiting
+         WHERE x.status = 'pending' AND NOT x.held AND x.rate_name IS NOT NULL
+           AND x.rate_name > rkeys.name
+         ORDER BY x.rate_name, x.rate_key LIMIT 1))
+),
+heads AS (
+    SELECT 'l' AS kind, k.name, k.key,
+           (SELECT r.id FROM rota_runs r INDEXED BY rota_runs_limit_waiting
+            WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
+              AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
+              AND (:queues IS NULL OR r.queue IN (SELECT value FROM json_each(:queues)))
+            ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) AS head
+    FROM lkeys k
+    UNION ALL
+    SELECT 'r', k.name, k.key,
+           (SELECT r.id FROM rota_runs r INDEXED BY rota_runs_rate_waiting
+            WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
+              AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
+              AND (:queues IS NULL OR r.queue IN (SELECT value FROM json_each(:queues)))
+            ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1)
+    FROM rkeys k
 ),
 rooms AS (
     SELECT h.kind, h.name, h.key, r.priority, r.due_at, r.id,

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .errors import Cancelled, ConfigurationError, WaitTimeout
-from .flow import Limit, Rate, gate
+from .flow import Limit, Rate, gate, stamp
 from .models import Run
 from .serialization import check_text, encode_arguments
 from .stores.base import NewRun
@@ -368,10 +368,7 @@ class TaskCall(Generic[P, R]):
             timeout=self.opts.timeout,
             backoff=_backoff_json(self.opts, self.task.opts),
         )
-        if task.limit_gate is not None:
-            run.limit_name, run.limit_key = task.limit_gate.name, task.limit_gate.key(args, kwargs)
-        if task.rate_gate is not None:
-            run.rate_name, run.rate_key = task.rate_gate.name, task.rate_gate.key(args, kwargs)
+        stamp(run, task, args, kwargs)  # its limit and rate keys (rota.flow)
         return run
 
     def _new_runs(self, calls: Iterable[Call]) -> list[NewRun]:

@@ -198,3 +198,27 @@ def test_two_tasks_naming_one_pool_with_different_sizes_fail(tmp_path: Any) -> N
     app.task(limit=rota.Limit(3, name="stripe"), name="a")(lambda: None)
     with pytest.raises(rota.ConfigurationError, match="limit 'stripe' is declared twice"):
         app.task(limit=rota.Limit(4, name="stripe"), name="b")(lambda: None)
+
+
+def test_a_retried_run_of_a_limited_task_keeps_its_limit(app_factory: Callable[..., rota.App]) -> None:
+    app, t = _limited_app(app_factory)
+    first = t["per_customer"].enqueue(5)
+    (c,) = _claim(app)
+    app.store.finish([Outcome(c.id, c.token, "failed", error='{"type":"E","message":"m"}', history="{}")])
+    t["per_customer"].enqueue(5)
+    again = app.retry(first.id)
+    assert len(_claim(app)) == 1  # the retry and the new run share customer 5's one slot
+    assert app.get_run(again.id).status in ("pending", "running")  # type: ignore[union-attr]
+    assert [r.status for r in app.list_runs(task="per_customer", status="pending")] == ["pending"]
+
+
+def test_a_schedule_of_a_limited_task_makes_runs_under_its_limit(app_factory: Callable[..., rota.App]) -> None:
+    app, t = _limited_app(app_factory)
+    t["two"].enqueue(1)
+    t["two"].enqueue(2)
+    app.add_schedule("often", "two", every=60, args=[3], overlap="concurrent")
+    app.trigger("often")  # a manual tick: made by the store, from the schedule's arguments
+    assert len(_claim(app)) == 2
+    (tick,) = [r for r in app.list_runs(task="two", status="pending")]
+    assert tick.schedule == "often"
+    assert [(i.name, i.running, i.waiting) for i in app.store.list_limits() if i.name == "two"] == [("two", 2, 1)]  # type: ignore[attr-defined]

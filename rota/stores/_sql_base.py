@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -62,6 +62,7 @@ class SqlBase(Store, abc.ABC):
     """What a backend supplies, the permission probe, and helpers every part uses."""
 
     queries: dict[str, str]
+    flow_stamp: Callable[[NewRun], None] | None = None  # sets a run's limit and rate (rota.flow)
 
     # -- what a backend supplies ----------------------------------------------------------
     @abc.abstractmethod
@@ -140,6 +141,11 @@ class SqlBase(Store, abc.ABC):
             value = self._dt(s.q("now")[0][0])
         assert value is not None
         return value
+
+    def _insert_run(self, s: Session, r: NewRun) -> list[Row]:
+        """`insert_run`, or `insert_run_gated` for a run with a limit or a rate."""
+        gated = r.limit_name is not None or r.rate_name is not None
+        return s.q("insert_run_gated" if gated else "insert_run", **self._run_params(r))
 
     def _run_params(self, r: NewRun, run_id: int | None = None) -> dict[str, Any]:
         return {

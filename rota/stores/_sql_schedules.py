@@ -127,7 +127,7 @@ class SqlSchedules(SqlRows):
         return [self._due_from_row(r) for r in rows]
 
     def _tick_run(self, due: DueSchedule, tick: datetime | None, **extra: Any) -> NewRun:
-        return NewRun(
+        run = NewRun(
             task=due.task,
             args=due.args,
             kwargs=due.kwargs,
@@ -142,6 +142,9 @@ class SqlSchedules(SqlRows):
             exclusive=due.overlap != "concurrent",
             **extra,
         )
+        if self.flow_stamp is not None:
+            self.flow_stamp(run)  # the task's limit and rate, known to a worker (rota.flow.sync)
+        return run
 
     def materialize(self, due: DueSchedule, plan: Materialization) -> bool:
         try:
@@ -163,7 +166,7 @@ class SqlSchedules(SqlRows):
         self._bound_tick_locks(s)
         soonest: datetime | None = None
         for tick in plan.run:
-            if s.q("insert_run", **self._run_params(self._tick_run(due, tick))):
+            if self._insert_run(s, self._tick_run(due, tick)):
                 soonest = soonest or tick
                 continue
             if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
@@ -172,7 +175,7 @@ class SqlSchedules(SqlRows):
                 soonest = soonest or tick
         for tick, reason in plan.skipped:
             skipped = self._tick_run(due, tick, status="skipped", error=simple_error("Misfire", reason))
-            s.q("insert_run", **self._run_params(skipped))
+            self._insert_run(s, skipped)
         following = plan.next_run_at
         if plan.ahead is not None:
             if self._ahead(s, due, plan.ahead):
@@ -201,7 +204,7 @@ class SqlSchedules(SqlRows):
         must still let the tick run under overlap=skip, so the policy is applied then."""
         if due.overlap != "concurrent" and s.q("schedule_busy", schedule=due.name):
             return False
-        if s.q("insert_run", **self._run_params(self._tick_run(due, tick))):
+        if self._insert_run(s, self._tick_run(due, tick)):
             return True
         if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
             raise _Abort  # another instance materialized this tick
@@ -224,26 +227,26 @@ class SqlSchedules(SqlRows):
                 )
             reason = f"run {active_id} was still {active_status} (overlap=skip)"
             skipped = self._tick_run(due, tick, status="skipped", error=simple_error("Overlap", reason))
-            s.q("insert_run", **self._run_params(skipped))
+            self._insert_run(s, skipped)
             return None, False
         if due.overlap == "replace":
             error = simple_error("Replaced", f"replaced by {when} (overlap=replace)")
             s.q("cancel_held", schedule=due.name, error=error)
             if active_id is not None and active_status == PENDING:
                 s.q("cancel_active_pending", id=active_id, error=error)
-                rows = s.q("insert_run", **self._run_params(self._tick_run(due, tick, **extra)))
+                rows = self._insert_run(s, self._tick_run(due, tick, **extra))
                 if rows:
                     return int(rows[0][0]), True
             elif active_id is not None:
                 s.q("request_cancel", id=active_id)
                 self._notify(s, f"cancel:{active_id}")
-        rows = s.q("insert_run", **self._run_params(self._tick_run(due, tick, held=True, **extra)))
+        rows = self._insert_run(s, self._tick_run(due, tick, held=True, **extra))
         return int(rows[0][0]), False
 
     def trigger(self, due: DueSchedule, *, key: str | None = None, retry_of: int | None = None) -> tuple[int, str]:
         extra = {"key": key, "retry_of": retry_of}
         with self._tx() as s:
-            rows = s.q("insert_run", **self._run_params(self._tick_run(due, None, **extra)))
+            rows = self._insert_run(s, self._tick_run(due, None, **extra))
             if rows:
                 run_id, started = int(rows[0][0]), True
             else:

@@ -85,3 +85,22 @@ def test_a_rate_holds_under_concurrent_claims_of_several_workers(
     started = check_rate(runs, "faults.rated", 3, 1.0)
     assert len(started) == 12 and time.monotonic() - t0 >= 3.0  # 12 starts at 3 a second
     assert all(len(attempt_intervals(runs[i])) == 1 for i in ids)  # waiting cost no attempt
+
+
+def test_a_killed_worker_holds_its_limited_slot_until_the_rescue_then_it_frees_once(
+    db_url: str, client: rota.App, workers: Callable[[str], WorkerProcs], exec_log: Path
+) -> None:
+    first = enqueue_limited(client, [("k", 0, 2.0), ("k", 1, 2.0)])  # limit 2 per key
+    later = enqueue_limited(client, [("k", 2, 0.0)])  # waits for a slot
+    procs = workers(db_url)
+    victim = procs.start(APP, concurrency=4, lease=LEASE, poll=0.1)
+    wait_until(lambda: starts(exec_log) >= 2, 30, "both slots to be taken")
+    procs.kill9(victim)
+    procs.start(APP, concurrency=4, lease=LEASE, poll=0.1)
+    wait_until(all_final(client, first + later), 60, "every run to end")
+    runs = check_invariants(client, exec_log, enqueued=first + later, leases_lost=True)
+    lost = [a for i in first for a in runs[i].history if a.get("status") == "lost"]
+    assert len(lost) == 2  # both were rescued (their slots held until then)
+    rescued_at = min(attempt_intervals(runs[i])[0][1] for i in first)
+    assert runs[later[0]].started_at.timestamp() >= rescued_at  # type: ignore[union-attr]
+    check_limit(runs, "faults.limited", 2, _key)

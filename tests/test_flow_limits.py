@@ -222,3 +222,37 @@ def test_a_schedule_of_a_limited_task_makes_runs_under_its_limit(app_factory: Ca
     (tick,) = [r for r in app.list_runs(task="two", status="pending")]
     assert tick.schedule == "often"
     assert [(i.name, i.running, i.waiting) for i in app.store.list_limits() if i.name == "two"] == [("two", 2, 1)]  # type: ignore[attr-defined]
+
+
+def test_concurrent_claimers_never_exceed_a_limit_per_key(app_factory: Callable[..., rota.App]) -> None:
+    """Eight threads claim and finish at once (each its own connection on PostgreSQL); the
+    database's start and finish times show at most one running per customer at any moment."""
+    import threading
+
+    from tests.faults.invariants import attempt_intervals, max_overlap
+
+    app, t = _limited_app(app_factory)
+    t["per_customer"].enqueue_many([((i % 5, i), {}) for i in range(80)])
+    store: Any = app.store
+    errors: list[BaseException] = []
+
+    def claimer(n: int) -> None:
+        try:
+            for _ in range(40):
+                got = store.claim(f"w{n}", 3, None, 30.0)
+                store.finish([Outcome(c.id, c.token, "succeeded", result="1") for c in got])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    runs = app.list_runs(task="per_customer", limit=1000)
+    by_key: dict[int, list[tuple[float, float, str]]] = {}
+    for run in runs:
+        by_key.setdefault(run.args[0], []).extend(attempt_intervals(run))
+    assert {k: max_overlap(v) for k, v in by_key.items() if v} == dict.fromkeys(range(5), 1)
+    assert sum(r.status == "succeeded" for r in runs) >= 40

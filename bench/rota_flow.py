@@ -4,8 +4,13 @@ over 1,000 keys. The first is W1's own drain; the difference is what a limit cos
 
 from __future__ import annotations
 
+import os
+
 from bench.core import Backend, Ctx, Metrics, System
-from bench.rota_workloads import DRAIN_CONCURRENCY, database, drain_with_workers, load_app_module
+from bench.measure import measure_drain
+from bench.rota_workloads import DRAIN_CONCURRENCY, database, load_app_module, nothing_left, start_workers
+
+FLOW_ENV = {"BENCH_ROTA_FLOW": "1"}  # bench.rota_app registers its limited tasks
 
 KEYS = 1000
 CHUNK = 5000
@@ -13,6 +18,7 @@ CHUNK = 5000
 
 def limited_drain(ctx: Ctx, backend: Backend, keyed: bool = False) -> Metrics:
     """ctx.jobs runs of a limited task drained by one worker (concurrency 100)."""
+    os.environ.update(FLOW_ENV)
     with database(ctx, backend) as url:
         m = load_app_module(url)
         task = m.noop_keyed if keyed else m.noop_limited
@@ -20,7 +26,8 @@ def limited_drain(ctx: Ctx, backend: Backend, keyed: bool = False) -> Metrics:
             n = min(CHUNK, ctx.jobs - offset)
             task.enqueue_many([(((offset + i) % KEYS,), {}) if keyed else ((), {}) for i in range(n)])
         m.app.prepare()  # store the limits (a worker does too, at start)
-        return drain_with_workers(ctx, url, m, ctx.jobs, 1, DRAIN_CONCURRENCY)
+        start = start_workers(ctx, url, 1, DRAIN_CONCURRENCY, env=FLOW_ENV)
+        return measure_drain(ctx, ctx.jobs, start, nothing_left(m.app), pg_url=url)
 
 
 def _system(key: str, label: str, backend: Backend, func: str, **params: object) -> System:

@@ -256,3 +256,18 @@ def test_concurrent_claimers_never_exceed_a_limit_per_key(app_factory: Callable[
         by_key.setdefault(run.args[0], []).extend(attempt_intervals(run))
     assert {k: max_overlap(v) for k, v in by_key.items() if v} == dict.fromkeys(range(5), 1)
     assert sum(r.status == "succeeded" for r in runs) >= 40
+
+
+def test_plain_claims_only_probe_while_no_limited_run_is_due_and_none_starves(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    app, t = _limited_app(app_factory)
+    store: Any = app.store
+    t["plain"].enqueue(0)
+    assert _tasks(store.claim(OWNER, 5, None, 30.0)) == ["plain"]
+    assert store.flow_due is False  # no limited run due: the next claims are plain + probe
+    t["plain"].enqueue_many([((i,), {}) for i in range(20)])
+    t["two"].enqueue(1)  # behind a backlog that fills every claim
+    first = store.claim(OWNER, 5, None, 30.0)
+    second = store.claim(OWNER, 5, None, 30.0)
+    assert "two" in _tasks(first + second)

@@ -10,7 +10,9 @@ lock or statement, and a backlog of waiting limited runs costs it nothing.
 
 The limits and rates themselves (max, per) live in `rota_limits` and `rota_rates`, written
 when a worker starts (`sync_flow`; the newest deploy wins). A store whose database has any
-runs the *flow claim* below before the plain claim, in the same call.
+runs the *flow claim* below before the plain claim, in the same call, while limited or rated
+runs were last seen due; otherwise the plain claim's own transaction ends with a probe
+(`flow_due`, one index probe, no extra round trip) that switches the flow claim back on.
 
 Slots are not counted in a counter row: a limit key's running count is the number of its
 runs whose status is `running` (an index holds just those). Every statement that ends or
@@ -91,6 +93,7 @@ class FlowMixin:
     `_claimed_rows` (rows to `Claimed`)."""
 
     flow_active: bool = False  # set when the database has a limit or a rate
+    flow_due: bool = True  # a limited or rated run was last seen due: claim those first
 
     def sync_flow(self, limits: dict[str, int], rates: dict[str, tuple[int, float]]) -> bool:
         """Store the limits and rates the code declares (this deploy's values win); return
@@ -114,20 +117,47 @@ class FlowMixin:
         return [RateInfo(str(r[0]), int(r[1]), float(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows]
 
     def claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
+        """The flow claim first while limited or rated runs were last seen due, then the plain
+        claim, which also probes whether any are due (in its own transaction: no extra round
+        trip), so a database with limits costs tasks without one a probe, not a flow claim."""
         if not self.flow_active:
             return self._plain_claim(owner, limit, queues, lease)  # type: ignore[attr-defined, no-any-return]
-        got = self.flow_claim(owner, limit, queues, lease)
-        if len(got) < limit:
-            got += self._plain_claim(owner, limit - len(got), queues, lease)  # type: ignore[attr-defined]
-        return got
+        tried = self.flow_due
+        got = self.flow_claim(owner, limit, queues, lease) if tried else []
+        more, due = self._probed_claim(owner, limit - len(got), queues, lease)
+        return got + more + self._after_probe(tried, due, owner, limit - len(got) - len(more), queues, lease)
 
     def finish_and_claim(
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float
     ) -> tuple[set[int], list[Claimed]]:
         if not self.flow_active:
             return self._plain_finish_and_claim(outcomes, owner, limit, queues, lease)  # type: ignore[attr-defined, no-any-return]
-        written: set[int] = self.finish(outcomes)  # type: ignore[attr-defined]
-        return written, self.claim(owner, limit, queues, lease)
+        if self.flow_due:
+            written: set[int] = self.finish(outcomes)  # type: ignore[attr-defined]
+            return written, self.claim(owner, limit, queues, lease)
+        written, got, due = self._probed_finish_and_claim(outcomes, owner, limit, queues, lease)
+        return written, got + self._after_probe(False, due, owner, limit - len(got), queues, lease)
+
+    def _after_probe(
+        self, tried: bool, due: bool, owner: str, room: int, queues: Sequence[str] | None, lease: float
+    ) -> list[Claimed]:
+        """Remember whether limited or rated runs are due; if they are and this call has not
+        looked at them yet, claim them into the room left."""
+        self.flow_due = due
+        if due and not tried and room > 0:
+            return self.flow_claim(owner, room, queues, lease)
+        return []
+
+    def _probed_claim(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float
+    ) -> tuple[list[Claimed], bool]:
+        _, got, due = self._probed_finish_and_claim([], owner, limit, queues, lease)
+        return got, due
+
+    def _probed_finish_and_claim(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float
+    ) -> tuple[set[int], list[Claimed], bool]:
+        raise NotImplementedError  # pragma: no cover - each backend's
 
     def flow_claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
         """Claim up to `limit` due limited or rated runs that their limits and rates allow."""
@@ -177,6 +207,27 @@ def _choose(s: Any, room: dict[tuple[str, str, str], Any], limit: int, queues: A
 class PostgresFlow(FlowMixin):
     """PostgreSQL: each taken run gets its token from the sequence, as in `claim`."""
 
+    def _probed_finish_and_claim(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float
+    ) -> tuple[set[int], list[Claimed], bool]:
+        return self._again(self._probed_pipeline, outcomes, owner, limit, queues, lease)  # type: ignore[attr-defined, no-any-return]
+
+    def _probed_pipeline(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float
+    ) -> tuple[set[int], list[Claimed], bool]:
+        """As the store's finish_and_claim (one pipelined transaction), with the probe last."""
+        from ._pg_session import claim_call, claimed, finish_batches, finished_schedules_lock
+
+        batches = finish_batches(outcomes)
+        lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
+        probe = ("flow_due", {"queues": None if queues is None else list(queues)})
+        calls = [*lock, *batches, claim_call(owner, limit, queues, lease), probe]
+        with self._session(False, pipeline=True) as s:  # type: ignore[attr-defined]
+            for query, params in calls:
+                s.send(query, **params)
+        *written, claims, due = s.received[len(lock) :]
+        return {r[0] for rows in written for r in rows}, claimed(claims), bool(due and due[0][0])
+
     def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float) -> list[Any]:
         return s.q("flow_take", ids=json.dumps(ids), owner=owner, lease=lease)  # type: ignore[no-any-return]
 
@@ -188,6 +239,16 @@ class PostgresFlow(FlowMixin):
 
 class SQLiteFlow(FlowMixin):
     """SQLite: tokens from the counter row, as in `claim` (the store turns rows into Claimed)."""
+
+    def _probed_finish_and_claim(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float
+    ) -> tuple[set[int], list[Claimed], bool]:
+        names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
+        with self._tx() as s:  # type: ignore[attr-defined]
+            written: set[int] = self._finish(s, outcomes) if outcomes else set()  # type: ignore[attr-defined]
+            rows = self._claim(s, owner, limit, queues, lease) if limit > 0 else []  # type: ignore[attr-defined]
+            due = bool(s.q("flow_due", queues=names)[0][0])
+        return written, self._claimed_rows(rows), due  # type: ignore[attr-defined]
 
     def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float) -> list[Any]:
         token = int(s.q("next_token")[0][0])

@@ -766,6 +766,13 @@ WHERE (free > 0 OR (kind = 'r' AND free IS NOT NULL))
   AND pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || kind || name || chr(31) || key))
 LIMIT %(n)s
 
+-- name: flow_due
+-- Is a limited or rated run due (the probe the plain claim's transaction ends with)?
+SELECT EXISTS (SELECT 1 FROM rota_runs
+               WHERE status = 'pending' AND NOT held AND due_at <= {now}
+                 AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
+                 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])))
+
 -- name: flow_room
 -- The free slots or room of the keys this transaction locked (a statement after the lock,
 -- so it sees every claim committed before the lock was granted).

@@ -633,6 +633,13 @@ WHERE free > 0 OR (kind = 'r' AND free IS NOT NULL)
 ORDER BY priority DESC, due_at, id
 LIMIT :n
 
+-- name: flow_due
+-- Is a limited or rated run due (the probe the plain claim's transaction ends with)?
+SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_gated_due
+               WHERE status = 'pending' AND NOT held AND due_at <= {now}
+                 AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
+                 AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))))
+
 -- name: flow_room
 SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2,
        CASE WHEN e.value ->> 0 = 'l'

@@ -31,6 +31,14 @@ TABLES: tuple[Table, ...] = (
         definition="first handler start -> database shows every job done",
     ),
     Table(
+        key="W10.limits",
+        title="W10 limits: W1 drain under a concurrency limit (issue 20): one worker process, concurrency 100",
+        unit="jobs/s",
+        primary="rate",
+        extras=(("worker_us_per_run", "worker CPU µs/run"), ("db_us_per_run", "PG CPU µs/run")),
+        definition="as W1.drain; the task has no limit, limit=100, or Limit(1, by=key) over 1,000 keys",
+    ),
+    Table(
         key="W1.enqueue",
         title="W1 enqueue rate (client process, no worker running)",
         unit="runs/s",
@@ -306,10 +314,11 @@ PEERS: tuple[System, ...] = (
 
 
 def all_systems() -> tuple[System, ...]:
+    from bench.rota_flow import ROTA_FLOW_SYSTEMS
     from bench.rota_issue12 import ROTA_ISSUE12_SYSTEMS
     from bench.rota_workloads import ROTA_SYSTEMS
 
-    return PEERS + ROTA_SYSTEMS + ROTA_ISSUE12_SYSTEMS
+    return PEERS + ROTA_SYSTEMS + ROTA_ISSUE12_SYSTEMS + ROTA_FLOW_SYSTEMS
 
 
 def table(key: str) -> Table:

@@ -4,7 +4,8 @@ The database comes from ROTA_DATABASE_URL. Handlers report to the shared-memory 
 (bench/probe.py) so the measuring process sees handler starts without a database round trip;
 they also return their time stamps, which rota stores as the run's JSON result.
 
-Set BENCH_ROTA_TICK=1 (W3) to also register an every-second schedule.
+Set BENCH_ROTA_TICK=1 (W3) to also register an every-second schedule, BENCH_ROTA_FLOW=1 (W10)
+to also register the limited tasks (else the database has no limits and W1 stays as it was).
 """
 
 from __future__ import annotations
@@ -99,3 +100,20 @@ if os.environ.get("BENCH_ROTA_TICK") == "1":
         if bench_probe is not None:
             bench_probe.append(lateness)
         return lateness
+
+
+if os.environ.get("BENCH_ROTA_FLOW") == "1":
+
+    @app.task(name="bench.noop_limited", limit=100)
+    def noop_limited() -> None:
+        """W1 drain under a concurrency limit of 100 (issue 20): a no-op that counts itself."""
+        bench_probe = probe()
+        if bench_probe is not None:
+            bench_probe.job_done()
+
+    @app.task(name="bench.noop_keyed", limit=rota.Limit(1, by="key"))
+    def noop_keyed(key: int) -> None:
+        """W1 drain with at most one run per key at once, over many keys (issue 20)."""
+        bench_probe = probe()
+        if bench_probe is not None:
+            bench_probe.job_done()

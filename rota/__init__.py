@@ -27,6 +27,7 @@ from .errors import (
     WaitTimeout,
 )
 from .events import Event
+from .limits import Limit, Rate
 from .locks import Lease
 from .models import (
     CANCELLED,
@@ -64,10 +65,12 @@ __all__ = [
     "Event",
     "FakeClock",
     "Lease",
+    "Limit",
     "LockInfo",
     "LockLost",
     "LockUnavailable",
     "PermissionDenied",
+    "Rate",
     "RotaError",
     "Run",
     "RunContext",

@@ -18,6 +18,7 @@ from .errors import (
     ScheduleNotFound,
     did_you_mean,
 )
+from .limits import stamp
 from .models import FINAL_STATUSES, STATUSES, Run, ScheduleInfo, WorkerInfo
 from .serialization import encode_arguments
 from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store, run_stats
@@ -299,6 +300,9 @@ class Client(Declarations):
             schedule=run.schedule,
             retry_of=int(run.id),
         )
+        task = getattr(self, "tasks", {}).get(run.task)  # declared here: its limit and rate hold
+        if task is not None:
+            stamp(new, task, run.args, run.kwargs)
         ((new_id, _),) = self.store.insert_runs([new])
         return RunHandle(cast("App", self), str(new_id))
 

@@ -19,6 +19,7 @@ from .errors import (
     did_you_mean,
 )
 from .events import Events, check_notify_on
+from .limits import Limit, Rate, declared
 from .serialization import check_text, encode_arguments
 from .stores.base import ScheduleDef
 from .tasks import Backoff, Task, TaskOptions
@@ -183,6 +184,8 @@ def _task_options(options: Mapping[str, Any], base: TaskOptions | None = None) -
         "pass_context",
         "isolation",
         "transactional",
+        "limit",
+        "rate",
     }
     unknown = sorted(set(options) - allowed - {"name"})
     if unknown:
@@ -222,6 +225,8 @@ class Declarations:
         retry_on: Sequence[type[BaseException]] | None = None,
         pass_context: Literal[False] = False,
         isolation: str = "none",
+        limit: int | Limit | None = None,
+        rate: Rate | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     @overload
@@ -238,6 +243,8 @@ class Declarations:
         pass_context: Literal[True],
         isolation: str = "none",
         transactional: bool = False,
+        limit: int | Limit | None = None,
+        rate: Rate | None = None,
     ) -> Callable[[Callable[..., R]], Task[..., R]]: ...
 
     @overload
@@ -253,6 +260,8 @@ class Declarations:
         retry_on: Sequence[type[BaseException]] | None = None,
         pass_context: bool = True,
         transactional: Literal[True],
+        limit: int | Limit | None = None,
+        rate: Rate | None = None,
     ) -> Callable[[Callable[..., R]], Task[..., R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:  # type: ignore[misc]
@@ -284,6 +293,7 @@ class Declarations:
             except ValueError as exc:
                 raise ConfigurationError(str(exc)) from None
         task: Task[Any, Any] = Task(cast("App", self), fn, name, opts)
+        declared({**self.tasks, name: task})  # a shared limit or rate declared twice differently
         self.tasks[name] = task
         return task
 

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .errors import Cancelled, ConfigurationError, WaitTimeout
+from .limits import Limit, Rate, gate, stamp
 from .models import Run
 from .serialization import check_text, encode_arguments
 from .stores.base import NewRun
@@ -103,6 +104,8 @@ class TaskOptions:
     pass_context: bool = False
     isolation: str = "none"
     transactional: bool = False  # rota.transactional; implies pass_context (ctx.connection)
+    limit: Limit | None = None  # rota.Limit (an int n means Limit(n)); see rota.limits
+    rate: Rate | None = None  # rota.Rate
 
     def __post_init__(self) -> None:
         if self.transactional is not False:
@@ -113,6 +116,8 @@ class TaskOptions:
         check_int("priority", self.priority, low=-1_000_000, high=1_000_000)
         check_int("retries", self.retries, low=0, high=1000)
         check_timeout(self.timeout)
+        object.__setattr__(self, "limit", Limit.coerce(self.limit))
+        object.__setattr__(self, "rate", Rate.coerce(self.rate))
         if self.isolation not in ISOLATIONS:
             raise ConfigurationError(f"unknown isolation {self.isolation!r}; valid values are 'none', 'process'")
         if self.retry_on is not None:
@@ -300,6 +305,8 @@ class Task(Generic[P, R]):
         self.name = name
         self.opts = options
         self.is_async = inspect.iscoroutinefunction(fn)
+        self.limit_gate = gate(name, fn, options.limit, options.pass_context)  # fails on a bad by=
+        self.rate_gate = gate(name, fn, options.rate, options.pass_context)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -372,7 +379,7 @@ class TaskCall(Generic[P, R]):
     def _new_run(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewRun:
         task = self.task
         a, k = encode_arguments(task.name, args, kwargs, task.fn, int(task.opts.pass_context))
-        return NewRun(
+        run = NewRun(
             task=self.task.name,
             args=a,
             kwargs=k,
@@ -387,6 +394,8 @@ class TaskCall(Generic[P, R]):
             unique_for=self.unique_for,
             after=self.after,
         )
+        stamp(run, task, args, kwargs)  # its limit and rate keys (rota.flow)
+        return run
 
     def _new_runs(self, calls: Iterable[Call]) -> list[NewRun]:
         runs = []

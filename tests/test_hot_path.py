@@ -25,6 +25,7 @@ def _at_version_3(monkeypatch: pytest.MonkeyPatch, url: str) -> rota.App:
     dialect = "postgres" if module is pg_module else "sqlite"
     with monkeypatch.context() as patch:
         patch.setattr(module, "load_migrations", lambda _d: load_migrations(dialect)[:3])
+        patch.setattr(module, "load_queries", before_flow_control(module.load_queries))
         old = make_app(url)
         assert old.migrate() == ["0001_initial", "0002_worker_faults", "0003_operate"]
     # That rota's claim did not know misfire_at (schema version 6): strip it from ours.
@@ -34,6 +35,17 @@ def _at_version_3(monkeypatch: pytest.MonkeyPatch, url: str) -> rota.App:
         line.replace(", misfire_at = NULL", "") for line in lines if "misfire_at >=" not in line
     )
     return old
+
+
+def before_flow_control(load: Any) -> Any:
+    """The queries of a rota before schema version 12: the plain claim had no filter for
+    limited and rated runs (their columns do not exist yet)."""
+
+    def queries(*args: Any) -> dict[str, str]:
+        flow = "AND limit_name IS NULL AND rate_name IS NULL"
+        return {name: "\n".join(ln for ln in sql.splitlines() if flow not in ln) for name, sql in load(*args).items()}
+
+    return queries
 
 
 def _runs_in_every_status(store: Any) -> dict[str, int]:

@@ -77,7 +77,8 @@ def _insert_keyed(params: Params, r: NewRun) -> Steps:
     the lookup, insert again (each statement sees fresh data under READ COMMITTED; under
     SQLite's write lock it cannot happen)."""
     for _ in range(5):
-        rows = yield "insert_run", params(r)
+        gated = r.limit_name is not None or r.rate_name is not None  # rota.Limit / rota.Rate
+        rows = yield ("insert_run_gated" if gated else "insert_run"), params(r)
         if rows:
             return int(rows[0][0]), True
         if r.key is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -41,6 +41,8 @@ def _plain(runs: Sequence[NewRun]) -> bool:
         and r.status == PENDING
         and not r.held
         and not r.after
+        and r.limit_name is None
+        and r.rate_name is None
         for r in runs
     )
 
@@ -61,6 +63,7 @@ class SqlBase(Store, abc.ABC):
     """What a backend supplies, the permission probe, and helpers every part uses."""
 
     queries: dict[str, str]
+    flow_stamp: Callable[[NewRun], None] | None = None  # sets a run's limit and rate (rota.limits)
 
     # -- what a backend supplies ----------------------------------------------------------
     @abc.abstractmethod
@@ -140,6 +143,11 @@ class SqlBase(Store, abc.ABC):
         assert value is not None
         return value
 
+    def _insert_run(self, s: Session, r: NewRun) -> list[Row]:
+        """`insert_run`, or `insert_run_gated` for a run with a limit or a rate."""
+        gated = r.limit_name is not None or r.rate_name is not None
+        return s.q("insert_run_gated" if gated else "insert_run", **self._run_params(r))
+
     def _run_params(self, r: NewRun, run_id: int | None = None) -> dict[str, Any]:
         return {
             "id": run_id,
@@ -162,6 +170,10 @@ class SqlBase(Store, abc.ABC):
             "error": r.error,
             "retry_of": r.retry_of,
             "due_at": self._ts(r.due_at),
+            "limit_name": r.limit_name,
+            "limit_key": r.limit_key,
+            "rate_name": r.rate_name,
+            "rate_key": r.rate_key,
         }
 
     def _local_now(self) -> datetime:

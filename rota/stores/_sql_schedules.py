@@ -153,7 +153,7 @@ class SqlSchedules(SqlRows):
         return [self._due_from_row(r) for r in rows]
 
     def _tick_run(self, due: DueSchedule, tick: datetime | None, **extra: Any) -> NewRun:
-        return NewRun(
+        run = NewRun(
             task=due.task,
             args=due.args,
             kwargs=due.kwargs,
@@ -169,6 +169,9 @@ class SqlSchedules(SqlRows):
             exclusive=due.overlap != "concurrent",
             **extra,
         )
+        if self.flow_stamp is not None:
+            self.flow_stamp(run)  # the task's limit and rate, known to a worker (rota.limits.sync)
+        return run
 
     def materialize(self, due: DueSchedule, plan: Materialization) -> bool:
         try:
@@ -193,7 +196,7 @@ class SqlSchedules(SqlRows):
         # together (the on-time ticks that find the first one active); the rest are counted.
         room, counted = TICK_ROWS - len(plan.skipped), 0
         for tick in plan.run:
-            if s.q("insert_run", **self._run_params(self._tick_run(due, tick))):
+            if self._insert_run(s, self._tick_run(due, tick)):
                 soonest = soonest or tick
                 continue
             if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
@@ -207,7 +210,7 @@ class SqlSchedules(SqlRows):
                 soonest = soonest or tick
         for tick, reason in plan.skipped:
             skipped = self._tick_run(due, tick, status="skipped", error=simple_error("Misfire", reason))
-            s.q("insert_run", **self._run_params(skipped))
+            self._insert_run(s, skipped)
         following = plan.next_run_at
         if plan.ahead is not None:
             if self._ahead(s, due, plan.ahead):
@@ -236,10 +239,12 @@ class SqlSchedules(SqlRows):
         must still let the tick run under overlap=skip, so the policy is applied then."""
         if due.overlap != "concurrent" and s.q("schedule_busy", schedule=due.name):
             return False
-        # Unclaimed by tick + grace (its maker killed, no worker running), it is judged by
-        # the misfire policy as a tick made late (judge_ahead); "all" runs it whenever.
-        deadline = None if due.misfire == "all" else tick + timedelta(seconds=due.misfire_grace)
-        if s.q("insert_ahead", **self._run_params(self._tick_run(due, tick)), misfire_at=self._ts(deadline)):
+        # Unclaimed by its due time (the tick, plus its jitter) + grace (its maker killed, no
+        # worker running), it is judged by the misfire policy as a tick made late
+        # (judge_ahead); "all" runs it whenever.
+        run = self._tick_run(due, tick)
+        deadline = None if due.misfire == "all" else (run.due_at or tick) + timedelta(seconds=due.misfire_grace)
+        if s.q("insert_ahead", **self._run_params(run), misfire_at=self._ts(deadline)):
             return True
         if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
             raise _Abort  # another instance materialized this tick
@@ -262,32 +267,32 @@ class SqlSchedules(SqlRows):
                 )
             reason = f"run {active_id} was still {active_status} (overlap=skip)"
             skipped = self._tick_run(due, tick, status="skipped", error=simple_error("Overlap", reason))
-            s.q("insert_run", **self._run_params(skipped))
+            self._insert_run(s, skipped)
             return None, False
         if due.overlap == "replace":
             error = simple_error("Replaced", f"replaced by {when} (overlap=replace)")
             s.q("cancel_held", schedule=due.name, error=error)
             if active_id is not None and active_status == PENDING:
                 s.q("cancel_active_pending", id=active_id, error=error)
-                rows = s.q("insert_run", **self._run_params(self._tick_run(due, tick, **extra)))
+                rows = self._insert_run(s, self._tick_run(due, tick, **extra))
                 if rows:
                     return int(rows[0][0]), True
             elif active_id is not None:
                 s.q("request_cancel", id=active_id)
                 self._notify(s, f"cancel:{active_id}")
-        rows = s.q("insert_run", **self._run_params(self._tick_run(due, tick, held=True, **extra)))
+        rows = self._insert_run(s, self._tick_run(due, tick, held=True, **extra))
         return int(rows[0][0]), False
 
     def trigger(self, due: DueSchedule, *, key: str | None = None, retry_of: int | None = None) -> tuple[int, str]:
         extra = {"key": key, "retry_of": retry_of}
         with self._tx() as s:
-            rows = s.q("insert_run", **self._run_params(self._tick_run(due, None, **extra)))
+            rows = self._insert_run(s, self._tick_run(due, None, **extra))
             if not rows and due.overlap != "concurrent" and self._withdraw_ahead(s, due.name, "was triggered"):
                 # The run in the way was only made ahead of a tick to come: not active for
                 # the overlap policy. Withdrawn, its tick is planned again when it comes and
                 # meets the policy then, with this run as the active one.
                 self._notify(s, "schedule")
-                rows = s.q("insert_run", **self._run_params(self._tick_run(due, None, **extra)))
+                rows = self._insert_run(s, self._tick_run(due, None, **extra))
             if rows:
                 run_id, started = int(rows[0][0]), True
             else:

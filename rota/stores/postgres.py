@@ -4,8 +4,8 @@ Claims are one statement (a CTE selecting due runs `FOR UPDATE SKIP LOCKED`, so 
 claimers never wait on each other nor take the same run, and the LIMIT bounds the rows
 updated); batch writes pass arrays and `unnest` them; a new run due soon sends `NOTIFY rota`
 in its transaction so idle workers wake at commit. "Now" is `now()` on the server (one clock
-for every host) unless a clock is configured. Connections come from a psycopg pool in
-autocommit mode; transactions are explicit and short.
+for every host) unless a clock is configured. Pooled autocommit connections, short explicit
+transactions. Limits and rates (the flow claim): see _limits.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ..errors import (
 )
 from ..models import FINAL_STATUSES, PENDING, RUNNING
 from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
+from ._limits import PostgresFlow
 from ._pg_listen import listen as listen_on_channel
 from ._pg_lists import runs_where, web_rows
 from ._pg_session import (
@@ -78,7 +79,7 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 EXACT_COUNT_LIMIT = 100_000
 
 
-class PostgresStore(SqlStore):
+class PostgresStore(PostgresFlow, SqlStore):
     dialect = "postgresql"
 
     def __init__(
@@ -153,10 +154,9 @@ class PostgresStore(SqlStore):
 
     @contextmanager
     def _session(self, transaction: bool, pipeline: bool = False) -> Iterator[_Session]:
-        """A session on a pooled connection. `transaction`: one transaction, committed when
-        the block ends. `pipeline`: one transaction whose statements are queued with `send`
-        and travel with BEGIN and COMMIT in one round trip (rows in `received` afterwards;
-        no NOTIFY in it)."""
+        """A session on a pooled connection. `transaction`: one transaction, committed at
+        the block's end. `pipeline`: one transaction whose statements, queued with `send`,
+        travel with BEGIN and COMMIT in one round trip (rows in `received`; no NOTIFY)."""
         pool = self._open()
         now = self.clock.now() if self.clock is not None else None
         used: psycopg.Connection[Any] | None = None
@@ -381,7 +381,7 @@ class PostgresStore(SqlStore):
         return postgres_handler_tx(self, self._handler_conns)
 
     # -- the worker's hot path -----------------------------------------------------------
-    def claim(
+    def _plain_claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
         query, params = claim_call(owner, limit, queues, lease, start)
@@ -412,7 +412,7 @@ class PostgresStore(SqlStore):
             done.update(self._again(self._write_rows, query, params["rows"]))
         return done
 
-    def finish_and_claim(self, outcomes: Sequence[Outcome], *claim: Any) -> tuple[set[int], list[Claimed]]:
+    def _plain_finish_and_claim(self, outcomes: Sequence[Outcome], *claim: Any) -> tuple[set[int], list[Claimed]]:
         """The statements of `finish` and `claim` in one transaction, sent in pipeline mode
         (one round trip, one commit); a deadlock rolls back both and is retried at once."""
         return self._again(self._finish_and_claim, outcomes, *claim)

@@ -34,6 +34,10 @@ class NewRun:
     unique_for: float | None = None
     after: tuple[int, ...] = ()
     due_at: datetime | None = None  # when it may start, if not scheduled_for (a jittered tick)
+    limit_name: str | None = None  # rota.Limit: the limit's name and this run's key
+    limit_key: str | None = None
+    rate_name: str | None = None  # rota.Rate: likewise
+    rate_key: str | None = None
 
 
 @dataclass(slots=True)

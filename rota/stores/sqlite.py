@@ -32,6 +32,7 @@ from ..errors import (
     PermissionDenied,
 )
 from ._handler_tx import sqlite_handler_tx
+from ._limits import SQLiteFlow
 from ._sql import NOTIFY_CHANNEL, SqlStore
 from ._sqlite_conn import (
     _busy_timeout,
@@ -69,7 +70,7 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-class SQLiteStore(SqlStore):
+class SQLiteStore(SQLiteFlow, SqlStore):
     dialect = "sqlite"
 
     def __init__(self, url: str, clock: Clock | None = None) -> None:
@@ -311,7 +312,7 @@ class SQLiteStore(SqlStore):
         return sqlite_handler_tx(self)
 
     # -- the worker's hot path -----------------------------------------------------------
-    def claim(
+    def _plain_claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
         with self._tx() as s:
@@ -332,7 +333,7 @@ class SQLiteStore(SqlStore):
             s.q("take_token", token=token + len(rows) - 1)  # one token per claimed run
         return rows
 
-    def finish_and_claim(
+    def _plain_finish_and_claim(
         self,
         outcomes: Sequence[Outcome],
         owner: str,
@@ -355,6 +356,9 @@ class SQLiteStore(SqlStore):
                 if s.q("start", id=run_id, token=token, ago=ago):
                     started.add(run_id)
         return started
+
+    def _claimed_rows(self, rows: list[Any]) -> list[Claimed]:
+        return _claimed(rows)
 
     def heartbeat(self, held: Sequence[tuple[int, int]], lease: float) -> tuple[set[int], set[int]]:
         alive: set[int] = set()

@@ -75,3 +75,15 @@ def weird(ctx: rota.RunContext, kind: str, i: int) -> Any:
         raise ValueError(f"cannot open {WEIRD[kind.removeprefix('raise-')]}")
     log("end", ctx, weird=kind)
     return WEIRD[kind]
+
+
+@app.task(name="faults.limited", pass_context=True, retries=20, backoff=0, limit=rota.Limit(2, by="key"))
+def limited(ctx: rota.RunContext, key: str, i: int, seconds: float = 0.0) -> dict[str, int]:
+    """As rec, at most 2 running at once per `key` (flow-control scenarios)."""
+    return rec.fn(ctx, i, seconds)  # type: ignore[no-any-return]
+
+
+@app.task(name="faults.rated", pass_context=True, retries=20, backoff=0, rate=rota.Rate(3, per=1, name="faults"))
+def rated(ctx: rota.RunContext, i: int, seconds: float = 0.0) -> dict[str, int]:
+    """As rec, at most 3 starts in any second across every worker."""
+    return rec.fn(ctx, i, seconds)  # type: ignore[no-any-return]

@@ -163,3 +163,34 @@ def check_ticks(app: rota.App, runs: dict[str, rota.Run], until: datetime | None
         if until is not None:
             due = until - step - timedelta(seconds=1)  # the tick due just before `until` may be in flight
             assert ticks[-1] >= due, f"schedule {info.name}: no row for ticks after {ticks[-1]} (until {until})"
+
+
+def max_overlap(spans: list[tuple[float, float, str]]) -> int:
+    """The most spans open at one moment (an end at t closes before a start at t opens)."""
+    events = sorted([(a, 1) for a, _, _ in spans] + [(b, -1) for _, b, _ in spans], key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def check_limit(runs: dict[str, rota.Run], task: str, limit: int, key: Any) -> dict[str, int]:
+    """At most `limit` attempts of `task` overlap per `key(run)`, judged from the database's
+    started_at/finished_at of every attempt (a lost attempt holds its slot until its rescue)."""
+    by_key: dict[str, list[tuple[float, float, str]]] = collections.defaultdict(list)
+    for run in runs.values():
+        if run.task == task:
+            by_key[str(key(run))].extend(attempt_intervals(run))
+    most = {k: max_overlap(spans) for k, spans in by_key.items()}
+    assert all(n <= limit for n in most.values()), f"more than {limit} running at once per key: {most}"
+    return most
+
+
+def check_rate(runs: dict[str, rota.Run], task: str, max_starts: int, per: float) -> list[float]:
+    """At most `max_starts` starts of `task` (retries included) in any window of `per`
+    seconds, from the database's started_at of every attempt."""
+    starts = sorted(a for run in runs.values() if run.task == task for a, _, _ in attempt_intervals(run))
+    too_close = [(a, b) for a, b in zip(starts, starts[max_starts:], strict=False) if b - a < per - 1e-6]
+    assert not too_close, f"more than {max_starts} starts within {per} s: {too_close[:3]}"
+    return starts

@@ -18,6 +18,23 @@ VALUES (coalesce(%(id)s::bigint, nextval('rota_run_id_seq')), %(task)s, %(queue)
 ON CONFLICT DO NOTHING
 RETURNING id
 
+-- name: insert_run_gated
+-- transition: enqueue
+-- as insert_run, for a run with a limit or a rate (rota.Limit, rota.Rate)
+INSERT INTO rota_runs (id, task, queue, priority, status, args, kwargs, key, schedule, tick,
+                       exclusive, held, scheduled_for, due_at, max_attempts, timeout, backoff,
+                       error, finished_at, retry_of, limit_name, limit_key, rate_name, rate_key)
+VALUES (coalesce(%(id)s::bigint, nextval('rota_run_id_seq')), %(task)s, %(queue)s, %(priority)s,
+        %(status)s, %(args)s, %(kwargs)s, %(key)s,
+        %(schedule)s, %(tick)s, %(exclusive)s, %(held)s,
+        coalesce(%(scheduled_for)s, {now} + make_interval(secs => %(delay)s)),
+        coalesce(%(due_at)s, %(scheduled_for)s, {now} + make_interval(secs => %(delay)s)),
+        %(max_attempts)s, %(timeout)s, %(backoff)s, %(error)s,
+        CASE WHEN %(status)s = 'skipped' THEN {now} END, %(retry_of)s,
+        %(limit_name)s, %(limit_key)s, %(rate_name)s, %(rate_key)s)
+ON CONFLICT DO NOTHING
+RETURNING id
+
 -- name: insert_runs_bulk
 -- transition: enqueue
 -- COPY: plain runs in bulk (ids from next_run_ids, times computed by the caller)
@@ -81,6 +98,7 @@ WITH picked AS MATERIALIZED (
         SELECT ctid FROM rota_runs
         WHERE status = 'pending' AND NOT held AND due_at <= {now}
           AND (misfire_at IS NULL OR misfire_at >= {now})
+          AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
           AND NOT cancel_requested
         ORDER BY priority DESC, due_at, id
         LIMIT %(limit)s
@@ -105,6 +123,7 @@ WITH picked AS MATERIALIZED (
         SELECT ctid FROM rota_runs
         WHERE status = 'pending' AND NOT held AND due_at <= {now}
           AND (misfire_at IS NULL OR misfire_at >= {now})
+          AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
           AND queue = ANY(%(queues)s::text[])
           AND NOT cancel_requested
         ORDER BY priority DESC, due_at, id
@@ -952,10 +971,11 @@ RETURNING id
 -- The run of a tick that has not come yet: pending, due at the tick, with its misfire
 -- deadline (tick + misfire_grace; NULL under misfire="all"): see 0006_ticks_ahead.sql.
 INSERT INTO rota_runs (task, queue, priority, args, kwargs, schedule, tick, exclusive,
-                       scheduled_for, due_at, max_attempts, timeout, backoff, misfire_at)
+                       scheduled_for, due_at, max_attempts, timeout, backoff, misfire_at,
+                       limit_name, limit_key, rate_name, rate_key)
 VALUES (%(task)s, %(queue)s, %(priority)s, %(args)s, %(kwargs)s, %(schedule)s, %(tick)s,
-        %(exclusive)s, %(tick)s, %(tick)s, %(max_attempts)s, %(timeout)s, %(backoff)s,
-        %(misfire_at)s)
+        %(exclusive)s, %(tick)s, coalesce(%(due_at)s, %(tick)s), %(max_attempts)s, %(timeout)s, %(backoff)s,
+        %(misfire_at)s, %(limit_name)s, %(limit_key)s, %(rate_name)s, %(rate_key)s)
 ON CONFLICT DO NOTHING
 RETURNING id
 
@@ -986,3 +1006,181 @@ RETURNING id
 UPDATE rota_runs SET misfire_at = NULL
 WHERE id = %(id)s AND status = 'pending' AND misfire_at < {now}
 RETURNING id
+
+-- Flow control (rota.Limit, rota.Rate; design note in rota/stores/_limits.py). A limit key's
+-- free slots: its limit's max less its running runs; a rate key's room: its rate's max less
+-- its starts in the last `per` seconds. A key whose limit or rate no worker declared yet has
+-- neither (NULL): its runs wait.
+
+-- name: flow_heads
+-- The keys with a due waiting run, the key whose first run comes first in the claim's order
+-- first, with their free slots or room as this statement's snapshot sees them (flow_room
+-- counts again once they are locked). The keys are found by a loose index scan (one probe
+-- per distinct key of the waiting runs, however many runs wait). Each key is taken with a
+-- transaction-level advisory try-lock, one at a time up to %(n)s keys: a key another
+-- claimer holds is skipped (as SKIP LOCKED skips a row), so concurrent claimers share the
+-- keys and never wait or deadlock. A full rate key is taken too: its waiting runs are then
+-- made due when its window opens.
+WITH RECURSIVE lkeys AS (
+    (SELECT limit_name AS name, limit_key AS key FROM rota_runs
+     WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
+     ORDER BY limit_name, limit_key LIMIT 1)
+    UNION ALL
+    SELECT n.name, n.key FROM lkeys CROSS JOIN LATERAL (
+        SELECT limit_name AS name, limit_key AS key FROM rota_runs
+        WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
+          AND (limit_name, limit_key) > (lkeys.name, lkeys.key)
+        ORDER BY limit_name, limit_key LIMIT 1) n
+),
+rkeys AS (
+    (SELECT rate_name AS name, rate_key AS key FROM rota_runs
+     WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
+     ORDER BY rate_name, rate_key LIMIT 1)
+    UNION ALL
+    SELECT n.name, n.key FROM rkeys CROSS JOIN LATERAL (
+        SELECT rate_name AS name, rate_key AS key FROM rota_runs
+        WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
+          AND (rate_name, rate_key) > (rkeys.name, rkeys.key)
+        ORDER BY rate_name, rate_key LIMIT 1) n
+),
+heads AS MATERIALIZED (
+    SELECT 'l' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM lkeys k
+    JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
+                  WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
+                    AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
+                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+                  ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
+    UNION ALL
+    SELECT 'r' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM rkeys k
+    JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
+                  WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
+                    AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
+                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+                  ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
+),
+rooms AS MATERIALIZED (
+    SELECT h.kind, h.name, h.key,
+           CASE WHEN h.kind = 'l'
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                     - (SELECT count(*) FROM rota_runs r WHERE r.status = 'running'
+                        AND r.limit_name = h.name AND r.limit_key = h.key)
+                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                                      WHERE s.name = h.name AND s.key = h.key
+                                        AND s.started_at > {now} - make_interval(secs => t.per))
+                      FROM rota_rates t WHERE t.name = h.name) END AS free
+    FROM heads h
+    ORDER BY h.priority DESC, h.due_at, h.id
+)
+SELECT kind, name, key FROM rooms
+WHERE (free > 0 OR (kind = 'r' AND free IS NOT NULL))
+  AND pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || kind || name || chr(31) || key))
+LIMIT %(n)s
+
+-- name: flow_due
+-- Is a limited or rated run due (the probe the plain claim's transaction ends with)?
+SELECT EXISTS (SELECT 1 FROM rota_runs
+               WHERE status = 'pending' AND NOT held AND due_at <= {now}
+                 AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
+                 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])))
+
+-- name: flow_room
+-- The free slots or room of the keys this transaction locked (a statement after the lock,
+-- so it sees every claim committed before the lock was granted).
+SELECT e->>0, e->>1, e->>2,
+       CASE WHEN e->>0 = 'l'
+            THEN (SELECT l.max FROM rota_limits l WHERE l.name = e->>1)
+                 - (SELECT count(*) FROM rota_runs r WHERE r.status = 'running'
+                    AND r.limit_name = e->>1 AND r.limit_key = e->>2)
+            ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                                  WHERE s.name = e->>1 AND s.key = e->>2
+                                    AND s.started_at > {now} - make_interval(secs => t.per))
+                  FROM rota_rates t WHERE t.name = e->>1) END
+FROM json_array_elements(%(keys)s::json) AS e
+
+-- name: flow_waiting_limit
+-- A limit key's first due waiting runs, in the claim's order
+SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs
+WHERE limit_name = %(name)s AND limit_key = %(key)s AND limit_name IS NOT NULL
+  AND status = 'pending' AND NOT held AND due_at <= {now}
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+ORDER BY priority DESC, due_at, id
+LIMIT %(n)s
+
+-- name: flow_waiting_rate
+-- A rate key's first due waiting runs, in the claim's order
+SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs
+WHERE rate_name = %(name)s AND rate_key = %(key)s AND rate_name IS NOT NULL
+  AND status = 'pending' AND NOT held AND due_at <= {now}
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+ORDER BY priority DESC, due_at, id
+LIMIT %(n)s
+
+-- name: flow_take
+-- transition: claim
+-- as claim, for the runs the flow claim chose (their keys locked by this transaction). The
+-- start is stamped with this statement's time, not the transaction's: after the commit that
+-- freed the slot (flow_room saw it), so started_at never precedes the finished_at it follows.
+UPDATE rota_runs r
+SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), attempt = r.attempt + 1,
+    started_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    lease_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s)
+WHERE r.id = ANY(ARRAY(SELECT e::bigint FROM json_array_elements_text(%(ids)s::json) AS e))
+  AND r.status = 'pending'
+RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
+          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
+          r.priority, extract(epoch FROM r.due_at)::float8
+
+-- name: flow_started
+-- the starts of rated runs just claimed, in their windows' log
+INSERT INTO rota_rate_starts (name, key, started_at)
+SELECT rate_name, rate_key, started_at FROM rota_runs
+WHERE id = ANY(ARRAY(SELECT e::bigint FROM json_array_elements_text(%(ids)s::json) AS e))
+  AND rate_name IS NOT NULL
+
+-- name: flow_bump
+-- transition: rate_wait
+-- A full rate key (locked by this transaction): its due waiting runs become due when the
+-- window opens, i.e. when the start that makes it full leaves it, so workers sleep till then.
+WITH t AS (SELECT max, make_interval(secs => per) AS per FROM rota_rates WHERE name = %(name)s),
+w AS (SELECT s.started_at FROM rota_rate_starts s
+      WHERE s.name = %(name)s AND s.key = %(key)s AND s.started_at > {now} - (SELECT per FROM t)),
+o AS (SELECT started_at + (SELECT per FROM t) AS at FROM w ORDER BY started_at
+      OFFSET greatest((SELECT count(*) FROM w) - (SELECT max FROM t), 0) LIMIT 1)
+UPDATE rota_runs r SET due_at = o.at FROM o
+WHERE r.rate_name = %(name)s AND r.rate_key = %(key)s AND r.rate_name IS NOT NULL
+  AND r.status = 'pending' AND NOT r.held AND r.due_at < o.at
+  AND (SELECT count(*) FROM w) >= (SELECT max FROM t)
+
+-- name: flow_prune
+-- a locked rate key's starts that left the window
+DELETE FROM rota_rate_starts s USING rota_rates t
+WHERE s.name = %(name)s AND s.key = %(key)s AND t.name = s.name
+  AND s.started_at <= {now} - make_interval(secs => t.per)
+
+-- name: flow_any
+SELECT (SELECT count(*) FROM rota_limits) + (SELECT count(*) FROM rota_rates)
+
+-- name: flow_upsert_limit
+INSERT INTO rota_limits (name, max, updated_at) VALUES (%(name)s, %(max)s, {now})
+ON CONFLICT (name) DO UPDATE SET max = excluded.max, updated_at = excluded.updated_at
+
+-- name: flow_upsert_rate
+INSERT INTO rota_rates (name, max, per, updated_at) VALUES (%(name)s, %(max)s, %(per)s, {now})
+ON CONFLICT (name) DO UPDATE SET max = excluded.max, per = excluded.per, updated_at = excluded.updated_at
+
+-- name: flow_limits
+-- each limit with its running and waiting (pending) runs, over all its keys
+SELECT l.name, l.max,
+       (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'running'),
+       (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'pending'),
+       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.status IN ('pending', 'running'))
+FROM rota_limits l ORDER BY l.name
+
+-- name: flow_rates
+-- each rate with its starts in the current window and its waiting (pending) runs
+SELECT t.name, t.max, t.per,
+       (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name
+          AND s.started_at > {now} - make_interval(secs => t.per)),
+       (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
+       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
+FROM rota_rates t ORDER BY t.name

@@ -15,6 +15,21 @@ VALUES (:id, :task, :queue, :priority, :status, :args, :kwargs, :key, :schedule,
 ON CONFLICT DO NOTHING
 RETURNING id
 
+-- name: insert_run_gated
+-- transition: enqueue
+-- as insert_run, for a run with a limit or a rate (rota.Limit, rota.Rate)
+INSERT INTO rota_runs (id, task, queue, priority, status, args, kwargs, key, schedule, tick,
+                       exclusive, held, scheduled_for, due_at, max_attempts, timeout, backoff,
+                       error, finished_at, retry_of, created_at, limit_name, limit_key, rate_name, rate_key)
+VALUES (:id, :task, :queue, :priority, :status, :args, :kwargs, :key, :schedule, :tick,
+        :exclusive, :held, coalesce(:scheduled_for, {now} + :delay),
+        coalesce(:due_at, :scheduled_for, {now} + :delay),
+        :max_attempts, :timeout, :backoff, :error,
+        CASE WHEN :status = 'skipped' THEN {now} END, :retry_of, {now},
+        :limit_name, :limit_key, :rate_name, :rate_key)
+ON CONFLICT DO NOTHING
+RETURNING id
+
 -- name: insert_runs_bulk
 -- transition: enqueue
 INSERT INTO rota_runs (id, task, queue, priority, args, kwargs, scheduled_for, due_at,
@@ -68,6 +83,7 @@ FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank,
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND (misfire_at IS NULL OR misfire_at >= {now})
       AND NOT cancel_requested
+      AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
     ORDER BY priority DESC, due_at, id
     LIMIT :limit)) AS c
 WHERE rota_runs.id = c.id
@@ -88,6 +104,7 @@ FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank,
     SELECT id, priority, due_at FROM rota_runs INDEXED BY rota_runs_claim
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND (misfire_at IS NULL OR misfire_at >= {now})
+      AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
       AND queue IN (SELECT value FROM json_each(:queues))
       AND NOT cancel_requested
     ORDER BY priority DESC, due_at, id
@@ -783,9 +800,11 @@ RETURNING id
 -- The run of a tick that has not come yet: pending, due at the tick, with its misfire
 -- deadline (tick + misfire_grace; NULL under misfire="all"): see 0006_ticks_ahead.sql.
 INSERT INTO rota_runs (task, queue, priority, args, kwargs, schedule, tick, exclusive,
-                       scheduled_for, due_at, max_attempts, timeout, backoff, misfire_at, created_at)
-VALUES (:task, :queue, :priority, :args, :kwargs, :schedule, :tick, :exclusive, :tick, :tick,
-        :max_attempts, :timeout, :backoff, :misfire_at, {now})
+                       scheduled_for, due_at, max_attempts, timeout, backoff, misfire_at, created_at,
+                       limit_name, limit_key, rate_name, rate_key)
+VALUES (:task, :queue, :priority, :args, :kwargs, :schedule, :tick, :exclusive, :tick, coalesce(:due_at, :tick),
+        :max_attempts, :timeout, :backoff, :misfire_at, {now},
+        :limit_name, :limit_key, :rate_name, :rate_key)
 ON CONFLICT DO NOTHING
 RETURNING id
 
@@ -816,3 +835,168 @@ RETURNING id
 UPDATE rota_runs SET misfire_at = NULL
 WHERE id = :id AND status = 'pending' AND misfire_at < {now}
 RETURNING id
+
+-- Flow control (rota.Limit, rota.Rate; design note in rota/stores/_limits.py). As on
+-- PostgreSQL; the write transaction serialises claimers, so keys need no lock.
+
+-- name: flow_heads
+-- The keys with a due waiting run (a loose index scan: one or two probes per distinct key;
+-- SQLite ranges an index by the first column of a row value only, hence two), the key
+-- whose first run comes first in the claim's order first
+WITH RECURSIVE lkeys(name, key) AS (
+    SELECT * FROM (SELECT limit_name, limit_key FROM rota_runs INDEXED BY rota_runs_limit_waiting
+                   WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
+                   ORDER BY limit_name, limit_key LIMIT 1)
+    UNION ALL
+    SELECT r.limit_name, r.limit_key FROM lkeys JOIN rota_runs r ON r.id = coalesce(
+        (SELECT x.id FROM rota_runs x INDEXED BY rota_runs_limit_waiting
+         WHERE x.status = 'pending' AND NOT x.held AND x.limit_name IS NOT NULL
+           AND x.limit_name = lkeys.name AND x.limit_key > lkeys.key
+         ORDER BY x.limit_key LIMIT 1),
+        (SELECT x.id FROM rota_runs x INDEXED BY rota_runs_limit_waiting
+         WHERE x.status = 'pending' AND NOT x.held AND x.limit_name IS NOT NULL
+           AND x.limit_name > lkeys.name
+         ORDER BY x.limit_name, x.limit_key LIMIT 1))
+),
+rkeys(name, key) AS (
+    SELECT * FROM (SELECT rate_name, rate_key FROM rota_runs INDEXED BY rota_runs_rate_waiting
+                   WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
+                   ORDER BY rate_name, rate_key LIMIT 1)
+    UNION ALL
+    SELECT r.rate_name, r.rate_key FROM rkeys JOIN rota_runs r ON r.id = coalesce(
+        (SELECT x.id FROM rota_runs x INDEXED BY rota_runs_rate_waiting
+         WHERE x.status = 'pending' AND NOT x.held AND x.rate_name IS NOT NULL
+           AND x.rate_name = rkeys.name AND x.rate_key > rkeys.key
+         ORDER BY x.rate_key LIMIT 1),
+        (SELECT x.id FROM rota_runs x INDEXED BY rota_runs_rate_waiting
+         WHERE x.status = 'pending' AND NOT x.held AND x.rate_name IS NOT NULL
+           AND x.rate_name > rkeys.name
+         ORDER BY x.rate_name, x.rate_key LIMIT 1))
+),
+heads AS (
+    SELECT 'l' AS kind, k.name, k.key,
+           (SELECT r.id FROM rota_runs r INDEXED BY rota_runs_limit_waiting
+            WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
+              AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
+              AND (:queues IS NULL OR r.queue IN (SELECT value FROM json_each(:queues)))
+            ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) AS head
+    FROM lkeys k
+    UNION ALL
+    SELECT 'r', k.name, k.key,
+           (SELECT r.id FROM rota_runs r INDEXED BY rota_runs_rate_waiting
+            WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
+              AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
+              AND (:queues IS NULL OR r.queue IN (SELECT value FROM json_each(:queues)))
+            ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1)
+    FROM rkeys k
+),
+rooms AS (
+    SELECT h.kind, h.name, h.key, r.priority, r.due_at, r.id,
+           CASE WHEN h.kind = 'l'
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                     - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
+                        WHERE x.status = 'running' AND x.limit_name IS NOT NULL
+                          AND x.limit_name = h.name AND x.limit_key = h.key)
+                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                                      WHERE s.name = h.name AND s.key = h.key
+                                        AND s.started_at > {now} - t.per)
+                      FROM rota_rates t WHERE t.name = h.name) END AS free
+    FROM heads h JOIN rota_runs r ON r.id = h.head
+)
+SELECT kind, name, key FROM rooms
+WHERE free > 0 OR (kind = 'r' AND free IS NOT NULL)
+ORDER BY priority DESC, due_at, id
+LIMIT :n
+
+-- name: flow_due
+-- Is a limited or rated run due (the probe the plain claim's transaction ends with)?
+SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_gated_due
+               WHERE status = 'pending' AND NOT held AND due_at <= {now}
+                 AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
+                 AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))))
+
+-- name: flow_room
+SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2,
+       CASE WHEN e.value ->> 0 = 'l'
+            THEN (SELECT l.max FROM rota_limits l WHERE l.name = e.value ->> 1)
+                 - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
+                    WHERE x.status = 'running' AND x.limit_name IS NOT NULL
+                      AND x.limit_name = e.value ->> 1 AND x.limit_key = e.value ->> 2)
+            ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                                  WHERE s.name = e.value ->> 1 AND s.key = e.value ->> 2
+                                    AND s.started_at > {now} - t.per)
+                  FROM rota_rates t WHERE t.name = e.value ->> 1) END
+FROM json_each(:keys) AS e
+
+-- name: flow_waiting_limit
+SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs INDEXED BY rota_runs_limit_waiting
+WHERE limit_name = :name AND limit_key = :key AND limit_name IS NOT NULL
+  AND status = 'pending' AND NOT held AND due_at <= {now}
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+ORDER BY priority DESC, due_at, id
+LIMIT :n
+
+-- name: flow_waiting_rate
+SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs INDEXED BY rota_runs_rate_waiting
+WHERE rate_name = :name AND rate_key = :key AND rate_name IS NOT NULL
+  AND status = 'pending' AND NOT held AND due_at <= {now}
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+ORDER BY priority DESC, due_at, id
+LIMIT :n
+
+-- name: flow_take
+-- transition: claim
+UPDATE rota_runs
+SET status = 'running', owner = :owner, token = :token + c.rank, attempt = attempt + 1,
+    started_at = {now}, lease_until = {now} + :lease
+FROM (SELECT value AS id, row_number() OVER (ORDER BY value) - 1 AS rank FROM json_each(:ids)) AS c
+WHERE rota_runs.id = c.id AND rota_runs.status = 'pending'
+RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
+          scheduled_for, started_at, lease_until, priority, due_at
+
+-- name: flow_started
+INSERT INTO rota_rate_starts (name, key, started_at)
+SELECT rate_name, rate_key, started_at FROM rota_runs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND rate_name IS NOT NULL
+
+-- name: flow_bump
+-- transition: rate_wait
+WITH t AS (SELECT max, per FROM rota_rates WHERE name = :name),
+w AS (SELECT s.started_at FROM rota_rate_starts s
+      WHERE s.name = :name AND s.key = :key AND s.started_at > {now} - (SELECT per FROM t)),
+o AS (SELECT started_at + (SELECT per FROM t) AS at FROM w ORDER BY started_at
+      LIMIT 1 OFFSET max((SELECT count(*) FROM w) - (SELECT max FROM t), 0))
+UPDATE rota_runs SET due_at = o.at FROM o
+WHERE rota_runs.rate_name = :name AND rota_runs.rate_key = :key AND rota_runs.rate_name IS NOT NULL
+  AND rota_runs.status = 'pending' AND NOT rota_runs.held AND rota_runs.due_at < o.at
+  AND (SELECT count(*) FROM w) >= (SELECT max FROM t)
+
+-- name: flow_prune
+DELETE FROM rota_rate_starts
+WHERE name = :name AND key = :key
+  AND started_at <= {now} - (SELECT per FROM rota_rates WHERE name = :name)
+
+-- name: flow_any
+SELECT (SELECT count(*) FROM rota_limits) + (SELECT count(*) FROM rota_rates)
+
+-- name: flow_upsert_limit
+INSERT INTO rota_limits (name, max, updated_at) VALUES (:name, :max, {now})
+ON CONFLICT (name) DO UPDATE SET max = excluded.max, updated_at = excluded.updated_at
+
+-- name: flow_upsert_rate
+INSERT INTO rota_rates (name, max, per, updated_at) VALUES (:name, :max, :per, {now})
+ON CONFLICT (name) DO UPDATE SET max = excluded.max, per = excluded.per, updated_at = excluded.updated_at
+
+-- name: flow_limits
+SELECT l.name, l.max,
+       (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'running'),
+       (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'pending'),
+       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.status IN ('pending', 'running'))
+FROM rota_limits l ORDER BY l.name
+
+-- name: flow_rates
+SELECT t.name, t.max, t.per,
+       (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name AND s.started_at > {now} - t.per),
+       (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
+       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
+FROM rota_rates t ORDER BY t.name

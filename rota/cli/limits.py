@@ -1,0 +1,48 @@
+"""`rota limits`: each concurrency limit and rate limit the workers stored, with its running
+and waiting runs (rota.Limit, rota.Rate; see docs/concepts/flow-control.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..errors import ConfigurationError, DatabaseError
+from .base import database_app, database_line, handle_errors, json_option, main, print_json
+from .display import Column, line, table
+
+
+@main.command()
+@json_option
+@click.pass_context
+@handle_errors
+def limits(ctx: click.Context, as_json: bool) -> None:
+    """List concurrency limits and rate limits: size, running, starts in the window, waiting."""
+    app = database_app(ctx)
+    store: Any = app.store
+    try:
+        limit_rows, rate_rows = store.list_limits(), store.list_rates()
+    except (AttributeError, DatabaseError) as exc:
+        raise ConfigurationError(
+            f"this database has no flow-control tables yet ({exc}); run `rota migrate` (a worker does at start)"
+        ) from None
+    if as_json:
+        print_json({
+            "limits": [{"name": i.name, "max": i.max, "running": i.running, "waiting": i.waiting, "keys": i.keys}
+                       for i in limit_rows],
+            "rates": [{"name": r.name, "max": r.max, "per_seconds": r.per, "started_in_window": r.started,
+                       "waiting": r.waiting, "keys": r.keys} for r in rate_rows],
+        })  # fmt: skip
+        return
+    line(database_line(app))
+    if not limit_rows and not rate_rows:
+        click.echo("no limits or rates stored (a worker stores its tasks' limit= and rate= when it starts)")
+        return
+    if limit_rows:
+        columns = [Column("limit", 100, True), Column("max", 90), Column("running", 90), Column("waiting", 90)]
+        columns.append(Column("keys", 50))
+        table(columns, [(i.name, i.max, i.running, i.waiting, i.keys) for i in limit_rows])
+    if rate_rows:
+        columns = [Column("rate", 100, True), Column("max", 90), Column("per", 90), Column("in window", 90)]
+        columns += [Column("waiting", 90), Column("keys", 50)]
+        table(columns, [(r.name, r.max, f"{r.per:g}s", r.started, r.waiting, r.keys) for r in rate_rows])

@@ -1,0 +1,279 @@
+"""Concurrency limits and rate limits, enforced by the database (rota.Limit, rota.Rate).
+
+Design note
+-----------
+A run of a task with a limit or a rate carries its limit's name and resolved key
+(`limit_name`, `limit_key`) and its rate's (`rate_name`, `rate_key`), set at enqueue. The
+plain claim leaves such runs out (its partial index says `limit_name IS NULL AND rate_name
+IS NULL`, so it never walks past them): a task without a limit or a rate takes no extra
+lock or statement, and a backlog of waiting limited runs costs it nothing.
+
+The limits and rates themselves (max, per) live in `rota_limits` and `rota_rates`, written
+when a worker starts (`sync_flow`; the newest deploy wins). A store whose database has any
+runs the *flow claim* below before the plain claim, in the same call, while limited or rated
+runs were last seen due; otherwise the plain claim's own transaction ends with a probe
+(`flow_due`, one index probe, no extra round trip) that switches the flow claim back on.
+
+Slots are not counted in a counter row: a limit key's running count is the number of its
+runs whose status is `running` (an index holds just those). Every statement that ends or
+returns a run (finish, hand-back, rescue, cancel of an active run, and any added later)
+frees the slot by changing that run, once, under its token; a fenced-off late result
+changes nothing and so frees nothing twice; kill -9 or a lost lease frees the slot when the
+rescue changes the run. There is no counter to drift. On PostgreSQL a trigger NOTIFYs the
+workers when a limited run stops running, so the next run of that key starts within a
+wake-up; on SQLite the other processes see the write through their data_version watch.
+
+Rates are a sliding window over a log, `rota_rate_starts` (name, key, started_at on the
+database clock): at most `max` starts in any `per` seconds; every claim of a rated run is a
+start (retries count). When a rate key is full its due waiting runs get `due_at` = the time
+the window opens again (when the start that fills it leaves the window), so every worker's
+ordinary "next run due at" sleep wakes it then: no polling while runs wait on a rate. Old
+starts are pruned whenever the key is claimed. (A GCRA "next allowed" timestamp would be
+one row per key, but it enforces a smoothed rate, not "N in any window".)
+
+The flow claim, one transaction:
+1. `flow_heads`: the limit and rate keys that have a due waiting run and room, ordered by
+   their first run. The keys come from the waiting runs themselves by a loose index scan
+   (one probe per distinct key, however many runs wait; no key table to keep or prune). On
+   PostgreSQL each is taken with an advisory *try*-lock, one at a time, until enough keys
+   are held: a key another claimer holds is skipped, never waited for (no deadlock, and
+   concurrent claimers share the keys, as SKIP LOCKED shares rows).
+2. `flow_room`: the free slots / room of the locked keys, counted again in a statement
+   that starts after the locks were granted (so it sees every claim committed before).
+3. For each key, its first waiting runs (`flow_waiting_*`), kept while every key the run
+   has (a run may have a limit and a rate) is locked and has room; `flow_take` claims them
+   (`flow_started` logs the starts of rated ones).
+4. For each rate key now full, `flow_bump` moves its waiting runs' due time to the window's
+   opening; `flow_prune` drops its starts that left the window.
+A full key never blocks others: its runs are simply not taken, and the rest are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .base import Claimed
+
+# Keys taken per flow claim: a few more than the runs asked for (a full rate key is taken
+# too, to push its runs' due time), at most _MAX_KEYS: on PostgreSQL each is an advisory
+# lock held to the commit, and the server's lock table is shared (max_locks_per_transaction
+# times max_connections). A claim that wants more takes the rest at the next one.
+_EXTRA_KEYS, _MAX_KEYS = 8, 64
+
+
+@dataclass(frozen=True, slots=True)
+class LimitInfo:
+    """A limit as stored, with its running and waiting runs (all keys)."""
+
+    name: str
+    max: int
+    running: int
+    waiting: int
+    keys: int
+
+
+@dataclass(frozen=True, slots=True)
+class RateInfo:
+    """A rate as stored, with its starts in the current window and its waiting runs."""
+
+    name: str
+    max: int
+    per: float
+    started: int
+    waiting: int
+    keys: int
+
+
+class FlowMixin:
+    """The flow claim and the flow tables, for both SQL stores. The store supplies `_tx`,
+    `_plain_claim`, `_plain_finish_and_claim`, `_flow_take` (the backend's token rule) and
+    `_claimed_rows` (rows to `Claimed`)."""
+
+    flow_active: bool = False  # set when the database has a limit or a rate
+    flow_due: bool = True  # a limited or rated run was last seen due: claim those first
+
+    def sync_flow(self, limits: dict[str, int], rates: dict[str, tuple[int, float]]) -> bool:
+        """Store the limits and rates the code declares (this deploy's values win); return
+        whether the database has any (then claims look at limited and rated runs)."""
+        with self._tx() as s:  # type: ignore[attr-defined]
+            for name, max_ in sorted(limits.items()):
+                s.q("flow_upsert_limit", name=name, max=max_)
+            for name, (max_, per) in sorted(rates.items()):
+                s.q("flow_upsert_rate", name=name, max=max_, per=per)
+            active = int(s.q("flow_any")[0][0]) > 0
+        self.flow_active = active
+        return active
+
+    def list_limits(self) -> list[LimitInfo]:
+        with self._read() as s:  # type: ignore[attr-defined]
+            return [LimitInfo(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in s.q("flow_limits")]
+
+    def list_rates(self) -> list[RateInfo]:
+        with self._read() as s:  # type: ignore[attr-defined]
+            rows = s.q("flow_rates")
+        return [RateInfo(str(r[0]), int(r[1]), float(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows]
+
+    def claim(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
+    ) -> list[Claimed]:
+        """The flow claim first while limited or rated runs were last seen due, then the plain
+        claim, which also probes whether any are due (in its own transaction: no extra round
+        trip), so a database with limits costs tasks without one a probe, not a flow claim.
+        The first `start` runs start (the free slots); the rest are held. Limited and rated
+        runs are only claimed into free slots, never held: a slot of a limit is not kept by a
+        run that waits on this worker."""
+        if not self.flow_active:
+            return self._plain_claim(owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
+        free = limit if start is None else start
+        tried = self.flow_due
+        got = self.flow_claim(owner, min(limit, free), queues, lease) if tried else []
+        more, due = self._probed_claim(owner, limit - len(got), queues, lease, free - len(got))
+        room = _room(limit - len(got) - len(more), free - len(got), len(more))
+        return got + more + self._after_probe(tried, due, owner, room, queues, lease)
+
+    def finish_and_claim(
+        self,
+        outcomes: Sequence[Any],
+        owner: str,
+        limit: int,
+        queues: Sequence[str] | None,
+        lease: float,
+        start: int | None = None,
+    ) -> tuple[set[int], list[Claimed]]:
+        if not self.flow_active:
+            return self._plain_finish_and_claim(outcomes, owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
+        if self.flow_due:
+            written: set[int] = self.finish(outcomes)  # type: ignore[attr-defined]
+            return written, self.claim(owner, limit, queues, lease, start)
+        free = limit if start is None else start
+        written, got, due = self._probed_finish_and_claim(outcomes, owner, limit, queues, lease, free)
+        room = _room(limit - len(got), free, len(got))
+        return written, got + self._after_probe(False, due, owner, room, queues, lease)
+
+    def _after_probe(
+        self, tried: bool, due: bool, owner: str, room: int, queues: Sequence[str] | None, lease: float
+    ) -> list[Claimed]:
+        """Remember whether limited or rated runs are due; if they are and this call has not
+        looked at them yet, claim them into the room left."""
+        self.flow_due = due
+        if due and not tried and room > 0:
+            return self.flow_claim(owner, room, queues, lease)
+        return []
+
+    def _probed_claim(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int
+    ) -> tuple[list[Claimed], bool]:
+        _, got, due = self._probed_finish_and_claim([], owner, limit, queues, lease, start)
+        return got, due
+
+    def _probed_finish_and_claim(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int
+    ) -> tuple[set[int], list[Claimed], bool]:
+        raise NotImplementedError  # pragma: no cover - each backend's
+
+    def flow_claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
+        """Claim up to `limit` due limited or rated runs that their limits and rates allow."""
+        if limit <= 0:
+            return []
+        names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
+        with self._tx() as s:  # type: ignore[attr-defined]
+            heads = s.q("flow_heads", queues=names, n=min(limit + _EXTRA_KEYS, _MAX_KEYS))
+            if not heads:
+                return []
+            keys = [[str(k), str(n), str(v)] for k, n, v in heads]
+            room = {(str(k), str(n), str(v)): f for k, n, v, f in s.q("flow_room", keys=json.dumps(keys))}
+            ids = list(_choose(s, room, limit, names))
+            rows = self._flow_take(s, ids, owner, lease) if ids else []  # type: ignore[attr-defined]
+            if rows:
+                s.q("flow_started", ids=json.dumps([r[0] for r in rows]))
+            for kind, name, key in room:
+                if kind == "r":
+                    s.q("flow_bump", name=name, key=key)
+                    s.q("flow_prune", name=name, key=key)
+        return self._claimed_rows(rows)  # type: ignore[attr-defined, no-any-return]
+
+
+def _room(asked: int, free: int, claimed: int) -> int:
+    """How many limited runs a claim may still take: free slots the plain claim did not start
+    (it starts the first `free` of its runs), within what the caller asked for."""
+    return max(0, min(asked, free - min(claimed, free)))
+
+
+def _choose(s: Any, room: dict[tuple[str, str, str], Any], limit: int, queues: Any) -> Iterator[int]:
+    """The runs to take: for each locked key with room, its first waiting runs while every
+    key of the run is locked and has room (each taken run uses one unit of each)."""
+    free = {k: int(v) for k, v in room.items() if v is not None}
+    chosen: set[int] = set()
+    for kind, name, key in room:
+        left = free.get((kind, name, key), 0)
+        if left <= 0:
+            continue
+        query = "flow_waiting_limit" if kind == "l" else "flow_waiting_rate"
+        for run_id, lname, lkey, rname, rkey in s.q(query, name=name, key=key, n=left, queues=queues):
+            if len(chosen) >= limit or run_id in chosen:
+                continue
+            need = [k for k in (("l", lname, lkey), ("r", rname, rkey)) if k[1] is not None]
+            if all(free.get((k[0], str(k[1]), str(k[2])), 0) > 0 for k in need):
+                for k in need:
+                    free[(k[0], str(k[1]), str(k[2]))] -= 1
+                chosen.add(int(run_id))
+                yield int(run_id)
+        if len(chosen) >= limit:
+            return
+
+
+class PostgresFlow(FlowMixin):
+    """PostgreSQL: each taken run gets its token from the sequence, as in `claim`."""
+
+    def _probed_finish_and_claim(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int
+    ) -> tuple[set[int], list[Claimed], bool]:
+        return self._again(self._probed_pipeline, outcomes, owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
+
+    def _probed_pipeline(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int
+    ) -> tuple[set[int], list[Claimed], bool]:
+        """As the store's finish_and_claim (one pipelined transaction), with the probe last."""
+        from ._pg_session import claim_call, claimed, finish_batches, finished_schedules_lock
+
+        batches = finish_batches(outcomes)
+        lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
+        probe = ("flow_due", {"queues": None if queues is None else list(queues)})
+        calls = [*lock, *batches, claim_call(owner, limit, queues, lease, start), probe]
+        with self._session(False, pipeline=True) as s:  # type: ignore[attr-defined]
+            for query, params in calls:
+                s.send(query, **params)
+        *written, claims, due = s.received[len(lock) :]
+        return {r[0] for rows in written for r in rows}, claimed(claims), bool(due and due[0][0])
+
+    def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float) -> list[Any]:
+        return s.q("flow_take", ids=json.dumps(ids), owner=owner, lease=lease)  # type: ignore[no-any-return]
+
+    def _claimed_rows(self, rows: list[Any]) -> list[Claimed]:
+        from ._pg_session import claimed
+
+        return claimed(rows)
+
+
+class SQLiteFlow(FlowMixin):
+    """SQLite: tokens from the counter row, as in `claim` (the store turns rows into Claimed)."""
+
+    def _probed_finish_and_claim(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int
+    ) -> tuple[set[int], list[Claimed], bool]:
+        names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
+        with self._tx() as s:  # type: ignore[attr-defined]
+            written: set[int] = self._finish(s, outcomes) if outcomes else set()  # type: ignore[attr-defined]
+            rows = self._claim(s, owner, limit, queues, lease, start) if limit > 0 else []  # type: ignore[attr-defined]
+            due = bool(s.q("flow_due", queues=names)[0][0])
+        return written, self._claimed_rows(rows), due  # type: ignore[attr-defined]
+
+    def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float) -> list[Any]:
+        token = int(s.q("next_token")[0][0])
+        rows: list[Any] = s.q("flow_take", ids=json.dumps(sorted(ids)), owner=owner, lease=lease, token=token)
+        if rows:
+            s.q("take_token", token=token + len(rows) - 1)
+        return rows

@@ -1,0 +1,273 @@
+"""Concurrency limits (rota.Limit), enforced by the database: contract tests on both stores
+(the claim, the slot freed by every way a run stops running, no head-of-line blocking) and
+the decoration-time checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import rota
+from rota.stores.base import Outcome
+
+OWNER = "w"
+
+
+def _limited_app(app_factory: Callable[..., rota.App]) -> tuple[rota.App, dict[str, Any]]:
+    app = app_factory()
+
+    @app.task(limit=2, name="two")
+    def two(n: int) -> int:
+        return n
+
+    @app.task(limit=rota.Limit(1, by="customer_id"), name="per_customer")
+    def per_customer(customer_id: int, n: int = 0) -> int:
+        return n
+
+    @app.task(limit=rota.Limit(3, name="stripe"), name="charge")
+    def charge(n: int) -> int:
+        return n
+
+    @app.task(limit=rota.Limit(3, name="stripe"), name="refund")
+    def refund(n: int) -> int:
+        return n
+
+    @app.task(name="plain")
+    def plain(n: int) -> int:
+        return n
+
+    app.migrate()
+    app.prepare()  # what a worker does at start: stores the limits
+    return app, {"two": two, "per_customer": per_customer, "charge": charge, "refund": refund, "plain": plain}
+
+
+def _claim(app: rota.App, n: int = 100) -> list[Any]:
+    return app.store.claim(OWNER, n, None, 30.0)
+
+
+def _tasks(claimed: list[Any]) -> list[str]:
+    return sorted(c.task for c in claimed)
+
+
+def test_a_task_limit_caps_its_running_runs_and_the_rest_wait_pending(app_factory: Callable[..., rota.App]) -> None:
+    app, t = _limited_app(app_factory)
+    for i in range(5):
+        t["two"].enqueue(i)
+    first = _claim(app)
+    assert _tasks(first) == ["two", "two"]
+    assert _claim(app) == []  # full: the others stay pending, no attempt spent
+    pending = app.list_runs(status="pending")
+    assert len(pending) == 3 and all(r.attempt == 0 for r in pending)
+    app.store.finish([Outcome(first[0].id, first[0].token, "succeeded", result="0")])
+    again = _claim(app)
+    assert _tasks(again) == ["two"]  # one slot freed, one more started
+
+
+def test_a_limit_by_argument_holds_one_per_value_and_never_blocks_other_keys(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    app, t = _limited_app(app_factory)
+    for _ in range(3):
+        t["per_customer"].enqueue(7)  # three for customer 7, enqueued first
+    t["per_customer"].enqueue(8)
+    t["per_customer"].enqueue(customer_id=9, n=1)
+    t["plain"].enqueue(1)
+    claimed = _claim(app)
+    keys = sorted(app.get_run(str(c.id)).args[0] if app.get_run(str(c.id)).args else 9 for c in claimed)  # type: ignore[union-attr]
+    assert len(claimed) == 4 and _tasks(claimed).count("per_customer") == 3
+    assert keys.count(7) == 1
+    assert _claim(app) == []  # customer 7's other two wait
+
+
+def test_a_named_limit_is_one_pool_shared_by_every_task_naming_it(app_factory: Callable[..., rota.App]) -> None:
+    app, t = _limited_app(app_factory)
+    for i in range(3):
+        t["charge"].enqueue(i)
+        t["refund"].enqueue(i)
+    assert len(_claim(app)) == 3
+    assert _claim(app) == []
+    (info,) = [i for i in app.store.list_limits() if i.name == "stripe"]  # type: ignore[attr-defined]
+    assert (info.max, info.running, info.waiting) == (3, 3, 3)
+
+
+@pytest.mark.parametrize("end", ["failed", "retry", "cancelled", "hand_back", "rescue"])
+def test_every_way_a_run_stops_running_frees_its_slot_once(app_factory: Callable[..., rota.App], end: str) -> None:
+    app, t = _limited_app(app_factory)
+    for i in range(3):
+        t["per_customer"].enqueue(1, i)
+    store: Any = app.store
+    lease = 0.01 if end == "rescue" else 30.0
+    (c,) = store.claim(OWNER, 10, None, lease)
+    if end == "failed":
+        store.finish([Outcome(c.id, c.token, "failed", error='{"type":"E","message":"m"}', history="{}")])
+    elif end == "retry":
+        store.finish(
+            [Outcome(c.id, c.token, "pending", error='{"type":"E","message":"m"}', retry_in=0.0, history="{}")]
+        )
+    elif end == "cancelled":
+        store.finish([Outcome(c.id, c.token, "cancelled", history="{}")])
+    elif end == "hand_back":
+        store.hand_back([(c.id, c.token)], "test")
+    else:
+        import time
+
+        time.sleep(0.05)
+        assert [r.id for r in store.rescue()] == [c.id]
+    (d,) = store.claim(OWNER, 10, None, 30.0)  # the slot is free again: exactly one more
+    # a late, fenced-off result of the first attempt changes nothing and frees nothing
+    assert store.finish([Outcome(c.id, c.token, "succeeded", result="1")]) == set()
+    assert store.claim(OWNER, 10, None, 30.0) == []
+    assert d.id != c.id or end in ("retry", "hand_back", "rescue")
+
+
+def test_a_limit_declared_anew_by_a_deploy_wins(app_factory: Callable[..., rota.App]) -> None:
+    app, t = _limited_app(app_factory)
+    for i in range(6):
+        t["two"].enqueue(i)
+    assert len(_claim(app)) == 2
+    newer = app_factory()
+
+    @newer.task(limit=4, name="two")
+    def two(n: int) -> int:
+        return n
+
+    newer.prepare()
+    assert len(_claim(app)) == 2  # the stored limit is now 4
+    assert [(i.name, i.max) for i in app.store.list_limits() if i.name == "two"] == [("two", 4)]  # type: ignore[attr-defined]
+
+
+def test_runs_of_a_limit_no_worker_declared_yet_wait(app_factory: Callable[..., rota.App]) -> None:
+    client = app_factory()
+
+    @client.task(limit=1, name="undeclared")
+    def undeclared() -> None: ...
+
+    client.migrate()
+    undeclared.enqueue()
+    assert client.store.claim(OWNER, 5, None, 30.0) == []  # no limit row: flow claim not even on
+    client.prepare()
+    assert len(client.store.claim(OWNER, 5, None, 30.0)) == 1
+
+
+def test_a_by_parameter_the_handler_lacks_fails_at_decoration_with_a_hint(tmp_path: Any) -> None:
+    app = rota.App(f"sqlite:///{tmp_path}/r.db")
+    with pytest.raises(rota.ConfigurationError, match=r"by='custmer_id'.*did you mean 'customer_id'"):
+
+        @app.task(limit=rota.Limit(1, by="custmer_id"))
+        def sync(customer_id: int) -> None: ...
+
+
+def test_a_callable_or_a_tuple_by_keys_the_run(app_factory: Callable[..., rota.App]) -> None:
+    app = app_factory()
+
+    @app.task(limit=rota.Limit(1, by=("region", "account")), name="pair")
+    def pair(region: str, account: int, extra: int = 0) -> None: ...
+
+    @app.task(limit=rota.Limit(1, by=lambda order, **_: order["shop"]), name="call")
+    def call(order: dict[str, str], note: str = "") -> None: ...
+
+    app.migrate()
+    app.prepare()
+    pair.enqueue("eu", 1)
+    pair.enqueue("eu", account=1, extra=2)  # the same key
+    pair.enqueue("us", 1)
+    call.enqueue({"shop": "a"})
+    call.enqueue({"shop": "a"}, note="x")
+    call.enqueue({"shop": "b"})
+    assert _tasks(app.store.claim(OWNER, 10, None, 30.0)) == ["call", "call", "pair", "pair"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "limit must be an integer from 1 to"),
+        ("3", "limit must be a positive integer"),
+        (rota.Limit, "limit must be"),
+    ],
+)
+def test_a_bad_limit_is_refused_in_one_line(value: object, message: str, tmp_path: Any) -> None:
+    app = rota.App(f"sqlite:///{tmp_path}/r.db")
+    with pytest.raises(rota.ConfigurationError, match=message):
+        app.task(limit=value)(lambda: None)  # type: ignore[call-overload]
+
+
+def test_two_tasks_naming_one_pool_with_different_sizes_fail(tmp_path: Any) -> None:
+    app = rota.App(f"sqlite:///{tmp_path}/r.db")
+    app.task(limit=rota.Limit(3, name="stripe"), name="a")(lambda: None)
+    with pytest.raises(rota.ConfigurationError, match="limit 'stripe' is declared twice"):
+        app.task(limit=rota.Limit(4, name="stripe"), name="b")(lambda: None)
+
+
+def test_a_retried_run_of_a_limited_task_keeps_its_limit(app_factory: Callable[..., rota.App]) -> None:
+    app, t = _limited_app(app_factory)
+    first = t["per_customer"].enqueue(5)
+    (c,) = _claim(app)
+    app.store.finish([Outcome(c.id, c.token, "failed", error='{"type":"E","message":"m"}', history="{}")])
+    t["per_customer"].enqueue(5)
+    again = app.retry(first.id)
+    assert len(_claim(app)) == 1  # the retry and the new run share customer 5's one slot
+    assert app.get_run(again.id).status in ("pending", "running")  # type: ignore[union-attr]
+    assert [r.status for r in app.list_runs(task="per_customer", status="pending")] == ["pending"]
+
+
+def test_a_schedule_of_a_limited_task_makes_runs_under_its_limit(app_factory: Callable[..., rota.App]) -> None:
+    app, t = _limited_app(app_factory)
+    t["two"].enqueue(1)
+    t["two"].enqueue(2)
+    app.add_schedule("often", "two", every=60, args=[3], overlap="concurrent")
+    app.trigger("often")  # a manual tick: made by the store, from the schedule's arguments
+    assert len(_claim(app)) == 2
+    (tick,) = [r for r in app.list_runs(task="two", status="pending")]
+    assert tick.schedule == "often"
+    assert [(i.name, i.running, i.waiting) for i in app.store.list_limits() if i.name == "two"] == [("two", 2, 1)]  # type: ignore[attr-defined]
+
+
+def test_concurrent_claimers_never_exceed_a_limit_per_key(app_factory: Callable[..., rota.App]) -> None:
+    """Eight threads claim and finish at once (each its own connection on PostgreSQL); the
+    database's start and finish times show at most one running per customer at any moment."""
+    import threading
+
+    from tests.faults.invariants import attempt_intervals, max_overlap
+
+    app, t = _limited_app(app_factory)
+    t["per_customer"].enqueue_many([((i % 5, i), {}) for i in range(80)])
+    store: Any = app.store
+    errors: list[BaseException] = []
+
+    def claimer(n: int) -> None:
+        try:
+            for _ in range(40):
+                got = store.claim(f"w{n}", 3, None, 30.0)
+                store.finish([Outcome(c.id, c.token, "succeeded", result="1") for c in got])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    runs = app.list_runs(task="per_customer", limit=1000)
+    by_key: dict[int, list[tuple[float, float, str]]] = {}
+    for run in runs:
+        by_key.setdefault(run.args[0], []).extend(attempt_intervals(run))
+    assert {k: max_overlap(v) for k, v in by_key.items() if v} == dict.fromkeys(range(5), 1)
+    assert sum(r.status == "succeeded" for r in runs) >= 40
+
+
+def test_plain_claims_only_probe_while_no_limited_run_is_due_and_none_starves(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    app, t = _limited_app(app_factory)
+    store: Any = app.store
+    t["plain"].enqueue(0)
+    assert _tasks(store.claim(OWNER, 5, None, 30.0)) == ["plain"]
+    assert store.flow_due is False  # no limited run due: the next claims are plain + probe
+    t["plain"].enqueue_many([((i,), {}) for i in range(20)])
+    t["two"].enqueue(1)  # behind a backlog that fills every claim
+    first = store.claim(OWNER, 5, None, 30.0)
+    second = store.claim(OWNER, 5, None, 30.0)
+    assert "two" in _tasks(first + second)

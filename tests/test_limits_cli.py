@@ -1,0 +1,46 @@
+"""`rota limits`: each stored limit and rate with its running and waiting runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import rota
+
+from .test_cli import cli
+
+
+def test_rota_limits_shows_each_limit_and_rate_with_running_and_waiting(
+    db_url: str, app_factory: Callable[..., rota.App]
+) -> None:
+    app = app_factory()
+
+    @app.task(limit=rota.Limit(1, by="customer"), name="export")
+    def export(customer: int) -> None: ...
+
+    @app.task(rate=rota.Rate(5, per=60, name="github"), name="gh")
+    def gh() -> None: ...
+
+    app.migrate()
+    app.prepare()
+    for c in (1, 1, 2):
+        export.enqueue(c)
+    gh.enqueue()
+    app.store.claim("w", 10, None, 30.0)
+    code, out = cli(db_url, "limits", "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["limits"] == [{"name": "export", "max": 1, "running": 2, "waiting": 1, "keys": 2}]
+    assert data["rates"] == [
+        {"name": "github", "max": 5, "per_seconds": 60.0, "started_in_window": 1, "waiting": 0, "keys": 0}
+    ]
+    code, out = cli(db_url, "limits")
+    assert code == 0 and "export" in out and "github" in out and "60s" in out
+
+
+def test_rota_limits_on_a_database_without_limits_says_how_they_get_there(db_url: str) -> None:
+    app = rota.App(db_url)
+    app.migrate()
+    app.close()
+    code, out = cli(db_url, "limits")
+    assert code == 0 and "a worker stores its tasks' limit= and rate= when it starts" in out

@@ -10,12 +10,11 @@ transactions. Limits and rates (the flow claim): see _limits.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -32,10 +31,10 @@ from ..errors import (
 from ..models import FINAL_STATUSES, PENDING, RUNNING
 from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
 from ._limits import PostgresFlow
+from ._pg_foreign import PgForeignSessions
 from ._pg_listen import listen as listen_on_channel
 from ._pg_lists import runs_where, web_rows
 from ._pg_session import (
-    _AsyncSession,
     _check_can_migrate,
     _connect_kwargs,
     _is_retry_at_once,
@@ -47,7 +46,6 @@ from ._pg_session import (
     _TimeLoader,
     _TimeOutOfRange,
     _translate,
-    _usable,
     _WakeupLimiter,
     check_conninfo,
     claim_call,
@@ -79,7 +77,7 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 EXACT_COUNT_LIMIT = 100_000
 
 
-class PostgresStore(PostgresFlow, SqlStore):
+class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
     dialect = "postgresql"
 
     def __init__(
@@ -327,55 +325,6 @@ class PostgresStore(PostgresFlow, SqlStore):
 
     # Plain runs may be COPYed in a caller's transaction: their ids come from the sequence.
     bulk_in_foreign_tx = True
-
-    @contextmanager
-    def foreign_session(self, conn: psycopg.Connection[Any]) -> Iterator[_Session]:
-        """A session on a caller's connection, inside its open transaction (or autocommit,
-        if that is how it is used): its commit or rollback decides, and NOTIFY is delivered
-        at its commit. Refused unless it sees this store's rota tables."""
-        _usable(conn.info.transaction_status)
-        try:
-            with conn.cursor(row_factory=psycopg.rows.tuple_row) as cur:
-                session = _Session(cur, self.queries, self.clock.now() if self.clock is not None else None)
-                self._check_identity(session.q("store_identity")[0])
-                yield session
-        except psycopg.Error as exc:
-            raise DatabaseError(f"PostgreSQL (the caller's connection): {_reason(exc)}") from exc
-
-    @contextlib.asynccontextmanager
-    async def async_foreign_session(self, conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[_AsyncSession]:
-        """`foreign_session` for a psycopg AsyncConnection."""
-        _usable(conn.info.transaction_status)
-        identity = await asyncio.to_thread(self._identity)
-        try:
-            async with conn.cursor(row_factory=psycopg.rows.tuple_row) as cur:
-                session = _AsyncSession(cur, self.queries, self.clock.now() if self.clock is not None else None)
-                self._check_identity((await session.q("store_identity"))[0], identity)
-                yield session
-        except psycopg.Error as exc:
-            raise DatabaseError(f"PostgreSQL (the caller's connection): {_reason(exc)}") from exc
-
-    def _identity(self) -> Row:
-        """(database, oid of rota_runs, its schema) as the store's own connections see them."""
-        if self._own_identity is None:
-            with self._read() as s:
-                self._own_identity = tuple(s.q("store_identity")[0])
-        return self._own_identity
-
-    def _check_identity(self, theirs: Row, ours: Row | None = None) -> None:
-        ours = ours if ours is not None else self._identity()
-        if theirs[1] is None:
-            raise ConfigurationError(
-                f"the connection (database {theirs[0]!r}, search_path {theirs[2]}) does not see rota's "
-                f"tables, which live in database {ours[0]!r}, schema {ours[2]!r}: use a connection "
-                "to the app's database with that schema on its search_path"
-            )
-        if (theirs[0], theirs[1]) != (ours[0], ours[1]):
-            raise ConfigurationError(
-                f"the connection is to database {theirs[0]!r}, schema {theirs[2]!r}, but this app's "
-                f"store is database {ours[0]!r}, schema {ours[2]!r}: a run enqueued there would "
-                "never be seen by the app's workers"
-            )
 
     def handler_transaction(self) -> Any:
         return postgres_handler_tx(self, self._handler_conns)

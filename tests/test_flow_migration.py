@@ -1,4 +1,4 @@
-"""Schema 0010 (uniqueness windows, runs after others): a populated version-4 database
+"""Schema 0008 (uniqueness windows, runs after others): a populated version-4 database
 migrates in place on both stores; its runs keep working and gain the new controls."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_a_populated_version_4_database_migrates_to_flow_deps(db_url: str, monke
 
     try:
         applied = app.migrate()
-        assert "0010_flow_deps" in applied and applied == [
+        assert "0008_flow_deps" in applied and applied == [
             f"{m.version:04d}_{m.name}" for m in load_migrations(dialect)[4:]
         ]
         assert app.store.count_by_status() == before

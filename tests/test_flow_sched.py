@@ -279,7 +279,7 @@ def test_a_populated_version_4_database_migrates_to_version_11_in_place(
         old.close()
     app = make_app(db_url)
     try:
-        assert "0011_flow_schedules" in app.migrate()
+        assert "0009_flow_schedules" in app.migrate()
         (run,) = app.list_runs()
         assert run.backfill is False and run.task == "t"
         app.add_schedule("j", "t", every=60, jitter=5)

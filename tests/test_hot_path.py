@@ -38,7 +38,7 @@ def _at_version_3(monkeypatch: pytest.MonkeyPatch, url: str) -> rota.App:
 
 
 def before_flow_control(load: Any) -> Any:
-    """The queries of a rota before schema version 12: the plain claim had no filter for
+    """The queries of a rota before schema version 10: the plain claim had no filter for
     limited and rated runs (their columns do not exist yet)."""
 
     def queries(*args: Any) -> dict[str, str]:

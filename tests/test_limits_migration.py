@@ -1,4 +1,4 @@
-"""Schema version 12 (flow control): a populated database of schema version 4 migrates in
+"""Schema version 10 (flow control): a populated database of schema version 4 migrates in
 place; its runs keep working and limits hold on it afterwards."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_a_populated_version_4_database_migrates_and_limits_hold_on_it(
         old.close()
     app = make_app(db_url)
     try:
-        assert "0012_flow_limits" in app.migrate()
+        assert "0010_flow_limits" in app.migrate()
 
         @app.task(limit=1, name="limited")
         def limited(n: int) -> None: ...

@@ -117,7 +117,7 @@ def test_bad_chart_input_is_one_clear_line(client: TestClient, query: str, messa
 
 
 def test_the_chart_queries_read_the_finished_at_index(done: rota.App, db_url: str) -> None:
-    """Each bucket is a range read of rota_runs_finished (migration 0009), never a table scan."""
+    """Each bucket is a range read of rota_runs_finished (migration 0007), never a table scan."""
     store: Any = done.store
     params = {"lo": 0.0, "hi": 1e10, "cap": 10, "task": None, "queue": None, "now": store.now()}
     for name in ("web_throughput", "web_throughput_where", "web_lateness"):

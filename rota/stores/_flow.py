@@ -1,6 +1,6 @@
 """Inserting one run as (query, params) steps (see `_steps`): dedup keys, uniqueness windows
 (`unique_for`, the rota_unique upsert) and dependencies (`after`, rota_deps), written once
-for the store's sessions, a caller's connection and an async connection (migration 0010)."""
+for the store's sessions, a caller's connection and an async connection (migration 0008)."""
 
 from __future__ import annotations
 

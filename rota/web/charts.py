@@ -6,7 +6,7 @@ of each store; docs/reference/dashboard.md says more):
 
 - A window (15m, 1h, 24h, 7d) is cut into buckets aligned to the bucket width (1 min, 1 min,
   15 min, 1 h), the last one holding now. Each bucket is one range read of the index
-  `rota_runs_finished` (migration 0009) that reads at most `cap` rows, the cap being a share
+  `rota_runs_finished` (migration 0007) that reads at most `cap` rows, the cap being a share
   of a budget per chart (THROUGHPUT_BUDGET, LATENESS_BUDGET rows), all in one read
   transaction. A task or queue filter is applied to the rows read, after the cap, so it
   never makes a bucket read more. A bucket that hits its cap is scaled to its width from the

@@ -674,7 +674,7 @@ SELECT id, task, schedule, status, attempt, extract(epoch FROM scheduled_for)::f
 FROM rota_runs
 -- name: web_throughput
 -- One bucket of a throughput chart (rota.web.charts): the first %(cap)s runs that finished
--- in [lo, hi), in finished_at order from rota_runs_finished (0009), which covers the columns
+-- in [lo, hi), in finished_at order from rota_runs_finished (0007), which covers the columns
 -- read (an index-only scan where the visibility map allows). The cap bounds the work; a
 -- full bucket is scaled up.
 SELECT count(*), extract(epoch FROM max(finished_at))::float8, count(*),
@@ -761,7 +761,7 @@ FROM (VALUES ('rota_runs'), ('rota_schedules'), ('rota_workers'), ('rota_locks')
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE NOT has_table_privilege(x.obj, x.priv)
 UNION ALL
--- the tables of 0010 (flow-deps), once they exist
+-- the tables of 0008 (flow-deps), once they exist
 SELECT current_user, current_schema(), x.obj, x.priv
 FROM (VALUES ('rota_deps'), ('rota_unique')) AS t(obj)
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
@@ -836,7 +836,7 @@ SELECT pg_postmaster_start_time()
 
 -- ===== end of issue 10, worker side =====================================================
 
--- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) =======
+-- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0008) =======
 -- name: unique_take
 -- (rota_unique only: changes no run)
 -- A keyed enqueue with unique_for: one atomic upsert of the key's row. It returns the run
@@ -904,7 +904,7 @@ WHERE d.child = %(id)s ORDER BY r.id
 -- (run_rows appends WHERE id = ...)
 SELECT waiting_on FROM rota_runs
 
--- ===== issue 20: backfill, jitter, retry_many (branch flow-sched, 0011) ==============
+-- ===== issue 20: backfill, jitter, retry_many (branch flow-sched, 0009) ==============
 
 -- name: last_run_id
 SELECT coalesce(max(id), 0) FROM rota_runs
@@ -969,7 +969,7 @@ RETURNING id
 -- name: insert_ahead
 -- transition: make_ahead
 -- The run of a tick that has not come yet: pending, due at the tick, with its misfire
--- deadline (tick + misfire_grace; NULL under misfire="all"): see 0006_ticks_ahead.sql.
+-- deadline (tick + misfire_grace; NULL under misfire="all"): see 0005_ticks_ahead.sql.
 INSERT INTO rota_runs (task, queue, priority, args, kwargs, schedule, tick, exclusive,
                        scheduled_for, due_at, max_attempts, timeout, backoff, misfire_at,
                        limit_name, limit_key, rate_name, rate_key)

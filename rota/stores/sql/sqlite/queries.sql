@@ -557,7 +557,7 @@ SELECT id, task, schedule, status, attempt, scheduled_for, started_at, finished_
 FROM rota_runs
 -- name: web_throughput
 -- One bucket of a throughput chart (rota.web.charts): the first :cap runs that finished in
--- [lo, hi), in finished_at order from rota_runs_finished (0009), which covers the columns
+-- [lo, hi), in finished_at order from rota_runs_finished (0007), which covers the columns
 -- read: no table access. The cap bounds the work; a full bucket is scaled up.
 SELECT count(*), max(finished_at), count(*),
        coalesce(sum(status = 'succeeded'), 0), coalesce(sum(status = 'failed'), 0),
@@ -683,7 +683,7 @@ SELECT NULL
 
 -- ===== end of issue 10, worker side =====================================================
 
--- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0010) =======
+-- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0008) =======
 -- name: unique_take
 -- (rota_unique only: changes no run)
 -- As in PostgreSQL (see there); SQLite's write lock makes it atomic.
@@ -737,7 +737,7 @@ WHERE d.child = :id ORDER BY r.id
 -- (run_rows appends WHERE id = ...)
 SELECT waiting_on FROM rota_runs
 
--- ===== issue 20: backfill, jitter, retry_many (branch flow-sched, 0011) ==============
+-- ===== issue 20: backfill, jitter, retry_many (branch flow-sched, 0009) ==============
 
 -- name: last_run_id
 SELECT coalesce(max(id), 0) FROM rota_runs
@@ -798,7 +798,7 @@ RETURNING id
 -- name: insert_ahead
 -- transition: make_ahead
 -- The run of a tick that has not come yet: pending, due at the tick, with its misfire
--- deadline (tick + misfire_grace; NULL under misfire="all"): see 0006_ticks_ahead.sql.
+-- deadline (tick + misfire_grace; NULL under misfire="all"): see 0005_ticks_ahead.sql.
 INSERT INTO rota_runs (task, queue, priority, args, kwargs, schedule, tick, exclusive,
                        scheduled_for, due_at, max_attempts, timeout, backoff, misfire_at, created_at,
                        limit_name, limit_key, rate_name, rate_key)

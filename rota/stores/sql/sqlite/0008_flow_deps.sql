@@ -1,4 +1,4 @@
--- rota schema, version 10 (SQLite): uniqueness windows and runs that wait for others. Same
+-- rota schema, version 8 (SQLite): uniqueness windows and runs that wait for others. Same
 -- tables and trigger as the PostgreSQL migration (see there); every write runs under the
 -- file's write lock, so the upsert of rota_unique and the insert of the run are atomic.
 -- The cascade (a cancelled child cancels its own dependents) needs the trigger to fire from

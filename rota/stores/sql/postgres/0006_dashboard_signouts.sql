@@ -1,4 +1,4 @@
--- rota schema, version 8 (PostgreSQL): signed-out dashboard sessions (rota.web.sessions).
+-- rota schema, version 6 (PostgreSQL): signed-out dashboard sessions (rota.web.sessions).
 --
 -- A sign-out is remembered here, not in the dashboard's memory, so that it survives a
 -- restart and holds for every dashboard on this database. `nonce` is the session's random

@@ -1,4 +1,4 @@
--- rota schema, version 12 (SQLite): concurrency limits and rate limits (rota.Limit,
+-- rota schema, version 10 (SQLite): concurrency limits and rate limits (rota.Limit,
 -- rota.Rate; design note in rota/stores/_limits.py). As on PostgreSQL; times are Unix seconds.
 -- (No wake-up trigger: other processes see the finish through the data_version watch.)
 ALTER TABLE rota_runs ADD COLUMN limit_name TEXT;

@@ -1,4 +1,4 @@
--- rota schema, version 12 (PostgreSQL): concurrency limits and rate limits (rota.Limit,
+-- rota schema, version 10 (PostgreSQL): concurrency limits and rate limits (rota.Limit,
 -- rota.Rate; design note in rota/stores/_limits.py).
 --
 -- A run of a task with a limit or a rate carries the names and resolved keys of its limit

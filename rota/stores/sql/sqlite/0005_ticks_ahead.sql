@@ -1,4 +1,4 @@
--- rota schema, version 6 (SQLite): a run made ahead of its tick keeps its misfire deadline
+-- rota schema, version 5 (SQLite): a run made ahead of its tick keeps its misfire deadline
 -- (see the PostgreSQL migration of the same number for why).
 
 ALTER TABLE rota_runs ADD COLUMN misfire_at REAL;

@@ -1,4 +1,4 @@
--- rota schema, version 9 (SQLite): the dashboard's charts read runs by finish time.
+-- rota schema, version 7 (SQLite): the dashboard's charts read runs by finish time.
 --
 -- Throughput and lateness charts (rota.web.charts) read the runs that finished in a time
 -- range, bucket by bucket with a row cap, in finished_at order. The index covers what the

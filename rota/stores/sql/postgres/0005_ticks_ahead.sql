@@ -1,4 +1,4 @@
--- rota schema, version 6 (PostgreSQL): a run made ahead of its tick keeps its misfire deadline.
+-- rota schema, version 5 (PostgreSQL): a run made ahead of its tick keeps its misfire deadline.
 --
 -- A tick's run is made a short lead before the tick (rota/worker/ticks.py). If no worker
 -- claims it by its tick + misfire_grace (its maker was killed, no other worker ran), it must

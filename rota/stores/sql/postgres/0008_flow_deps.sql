@@ -1,4 +1,4 @@
--- rota schema, version 10 (PostgreSQL): uniqueness windows and runs that wait for others.
+-- rota schema, version 8 (PostgreSQL): uniqueness windows and runs that wait for others.
 --
 -- rota_unique: the newest run created per (task, key). `.options(key=, unique_for=)` upserts
 -- its row in ONE statement (INSERT ... ON CONFLICT DO UPDATE): the row lock taken by the

@@ -258,7 +258,7 @@ def test_retry_many_refuses_bad_arguments_with_one_line(fapp: rota.App) -> None:
 # -- schema --------------------------------------------------------------------------------
 
 
-def test_a_populated_version_4_database_migrates_to_version_11_in_place(
+def test_a_populated_version_4_database_migrates_to_the_latest_version_in_place(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rota.stores import postgres as pg_module
@@ -266,11 +266,13 @@ def test_a_populated_version_4_database_migrates_to_version_11_in_place(
     from rota.stores.queries import load_migrations
 
     from .conftest import make_app
+    from .test_hot_path import before_flow_control
 
     module: Any = pg_module if db_url.startswith("postgresql") else sqlite_module
     dialect = "postgres" if module is pg_module else "sqlite"
     with monkeypatch.context() as patch:
         patch.setattr(module, "load_migrations", lambda _d: load_migrations(dialect)[:4])
+        patch.setattr(module, "load_queries", before_flow_control(module.load_queries))
         old = make_app(db_url)
         old.migrate()
         at = "now()" if dialect == "postgres" else "1893456000"

@@ -4,6 +4,7 @@ working; heartbeats can be HOT updates; reads that lost their index still answer
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -29,21 +30,26 @@ def _at_version_3(monkeypatch: pytest.MonkeyPatch, url: str) -> rota.App:
         old = make_app(url)
         assert old.migrate() == ["0001_initial", "0002_worker_faults", "0003_operate"]
     # That rota's claim did not know misfire_at (schema version 6): strip it from ours.
-    queries = old.store.queries  # type: ignore[attr-defined]
-    lines = queries["claim"].splitlines()
-    queries["claim"] = "\n".join(
-        line.replace(", misfire_at = NULL", "") for line in lines if "misfire_at >=" not in line
-    )
     return old
 
 
+def before_misfire_deadlines(claim: str) -> str:
+    """The claim as a rota before schema version 5 wrote it: no misfire deadline."""
+    claim = re.sub(r",\s*misfire_at = NULL", "", claim)
+    return "\n".join(line for line in claim.splitlines() if "misfire_at >=" not in line)
+
+
 def before_flow_control(load: Any) -> Any:
-    """The queries of a rota before schema version 10: the plain claim had no filter for
-    limited and rated runs (their columns do not exist yet)."""
+    """The queries of a rota at schema version 4 (what these tests migrate from): the claims
+    had no misfire deadline (version 5) and no filter for limited and rated runs (version 10);
+    those columns do not exist yet."""
 
     def queries(*args: Any) -> dict[str, str]:
         flow = "AND limit_name IS NULL AND rate_name IS NULL"
-        return {name: "\n".join(ln for ln in sql.splitlines() if flow not in ln) for name, sql in load(*args).items()}
+        old = {name: "\n".join(ln for ln in sql.splitlines() if flow not in ln) for name, sql in load(*args).items()}
+        for claim in ("claim", "claim_in_queues"):
+            old[claim] = before_misfire_deadlines(old[claim])
+        return old
 
     return queries
 

@@ -364,3 +364,26 @@ def test_a_keyed_dependent_s_twin_is_returned_without_new_edges(db_url: str) -> 
     assert first.created and (twin.id, twin.created) == (first.id, False)
     assert app.run_links(a.id)["dependents"] == [first.id]
     app.close()
+
+
+def test_a_released_dependent_starts_within_a_wake_up_not_a_poll(app_factory: Callable[..., rota.App]) -> None:
+    """The last parent's finish releases the dependent in its transaction; the worker that
+    wrote it is woken (SQLite: by its own store; PostgreSQL: the trigger's NOTIFY), so with a
+    10 s poll interval the dependent still starts at once."""
+    app = app_factory(poll_interval=10.0)
+
+    @app.task(name="parent")
+    def parent(i: int) -> int:
+        return i
+
+    @app.task(name="child")
+    def child() -> None: ...
+
+    ids = parent.enqueue_many([((i,), {}) for i in range(50)])
+    dependent = child.options(after=ids).enqueue()
+    start_worker(app, concurrency=100)  # every parent in one claim: the last finish has no claim with it
+    run = dependent.wait(timeout=8)  # well under the poll interval
+    finished = [app.get_run(i).finished_at for i in ids]
+    assert run.status == "succeeded" and run.started_at is not None
+    assert all(f is not None and f <= run.started_at for f in finished)
+    assert (run.started_at - max(f for f in finished if f)).total_seconds() < 1.0

@@ -393,6 +393,8 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         if other:
             rows = [_outcome_params(o, now) for o in other]
             changed += s.conn.executemany(self.queries["finish"], rows).rowcount
+        if s.q("finished_parents", ids=json.dumps([o.id for o in outcomes])):
+            self._notify(s, "run")  # dependents released (after=): claim now, not at the next poll
         if changed == len(outcomes):
             return {o.id for o in outcomes}
         return self._written(s, outcomes, now)

@@ -228,6 +228,10 @@ WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND (SELECT count(*) FROM locked) >= 0
 RETURNING r.id
 
+-- name: finished_parents
+-- As on SQLite (unused here: the rota_run_settled trigger sends NOTIFY when it releases one).
+SELECT 1 FROM rota_runs WHERE id = ANY(%(ids)s::bigint[]) AND has_dependents LIMIT 1
+
 -- name: lock_finished_schedules
 -- The schedules of a whole batch's runs, locked in name order first, when one transaction
 -- writes the batch in two statements (finish_succeeded, then finish, then the claim): each

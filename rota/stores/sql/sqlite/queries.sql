@@ -155,6 +155,12 @@ WHERE id = :id AND token = :token AND status = 'running'
 -- (SQLite: a write transaction holds the whole file; no lock order to keep)
 SELECT :ids
 
+-- name: finished_parents
+-- Whether a finish just written ended a run that others wait for (after=): the trigger has
+-- released or cancelled its dependents in that transaction, so this process's workers are woken
+-- to claim at once (other processes see the write through data_version).
+SELECT 1 FROM rota_runs WHERE id IN (SELECT value FROM json_each(:ids)) AND has_dependents LIMIT 1
+
 -- name: finish_transactional
 -- transition: finish
 -- a transactional handler's success, in the handler's own transaction (rota.transactional)

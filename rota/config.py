@@ -54,7 +54,7 @@ def _int(low: int, high: int | None = None) -> Callable[[str], int]:
 # Lower bounds of the worker's timings: a smaller poll interval or lease only spins the
 # worker and the database at full CPU (a heartbeat comes every third of the lease).
 MIN_POLL_INTERVAL = 0.01
-MIN_LEASE = 1.0
+MIN_LEASE = 0.5
 MIN_HEARTBEAT = 0.01
 MAX_SECONDS = 86400 * 365
 
@@ -214,7 +214,7 @@ SETTINGS: dict[str, Setting] = {
             "lease",
             _seconds(MIN_LEASE, inclusive=True),
             30.0,
-            "Lease seconds, at least 1 (heartbeat every third)",
+            "Lease seconds, at least 0.5 (heartbeat every third)",
             "30",
         ),
         _s(

@@ -129,6 +129,10 @@ TRANSITIONS: Final = (
        "a run made ahead not claimed by its tick + misfire_grace, misfire='skip' (or coalesce with a later tick "
        "due)",
        "a run made ahead meets the misfire policy as a tick made at its time"),
+    _t("rate_wait", (DUE,), (DUE_LATER,), ANY_WORKER,
+       "the run's rate key is full (N starts within the window, on the database clock), its key locked by "
+       "the flow claim",
+       "a run over its rate waits, pending with no attempt, until the window opens (due_at moved there)"),
     _t("misfire_run", (AHEAD,), (DUE,), ANY_WORKER,
        "a run made ahead past its deadline that the policy (coalesce, all, a raised grace) still runs: the "
        "deadline is cleared",

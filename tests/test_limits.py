@@ -49,8 +49,8 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("ROTA_POLL_INTERVAL", "1e-300", ">= 0.01"),
         ("ROTA_POLL_INTERVAL", "0.005", ">= 0.01"),
-        ("ROTA_LEASE", "1e-300", ">= 1"),
-        ("ROTA_LEASE", "0.5", ">= 1"),
+        ("ROTA_LEASE", "1e-300", ">= 0.5"),
+        ("ROTA_LEASE", "0.4", ">= 0.5"),
     ],
 )
 def test_absurdly_small_poll_or_lease_variables_are_refused(
@@ -75,7 +75,7 @@ def test_the_lower_bounds_themselves_are_accepted(monkeypatch: pytest.MonkeyPatc
     ("options", "message"),
     [
         ({"poll_interval": 1e-300}, r"poll_interval must be a positive number of seconds, got 1e-300: at least 0.01"),
-        ({"lease": 0.001}, r"lease must be a positive number of seconds, got 0.001: at least 1 and at most one year"),
+        ({"lease": 0.001}, r"lease must be a positive number of seconds, got 0.001: at least 0.5 and at most one year"),
         ({"heartbeat_interval": 1e-9}, r"heartbeat_interval must be a positive number of seconds, got 1e-09"),
     ],
 )
@@ -103,12 +103,12 @@ def test_the_worker_command_refuses_a_tiny_lease_or_poll_in_one_line(tmp_path: A
     code, err = _worker_command(tmp_path, "--poll-interval", "1e-300")
     one_error_line(code, err, "poll_interval", "1e-300", "at least 0.01")
     code, err = _worker_command(tmp_path, env={"ROTA_LEASE": "1e-300"})
-    one_error_line(code, err, "ROTA_LEASE='1e-300' is not valid", ">= 1")
+    one_error_line(code, err, "ROTA_LEASE='1e-300' is not valid", ">= 0.5")
 
 
 def test_the_settings_table_states_the_bounds() -> None:
     table = config.markdown_table()
-    assert "at least 1 " in config.SETTINGS["lease"].help and "at least 0.01" in config.SETTINGS["poll_interval"].help
+    assert "at least 0.5 " in config.SETTINGS["lease"].help and "at least 0.01" in config.SETTINGS["poll_interval"].help
     assert "at least 0.01" in table
 
 

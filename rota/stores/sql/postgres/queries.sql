@@ -161,6 +161,16 @@ locked AS (
                        AND schedule IS NOT NULL AND status = 'running')
     ORDER BY s.name
     FOR UPDATE OF s
+),
+deps AS (
+    -- The waiting dependents of these runs, locked in id order next: the rota_run_settled
+    -- trigger updates them row by row in the order of their parents, and two finishers
+    -- whose parents' dependents cross would lock them in opposite orders.
+    SELECT c.id FROM rota_runs c
+    WHERE c.id IN (SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM v)))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
 )
 UPDATE rota_runs r
 SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, lease_until = NULL,
@@ -170,7 +180,7 @@ SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, 
 FROM v
 WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
-  AND (SELECT count(*) FROM locked) >= 0
+  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
 RETURNING r.id
 
 -- name: finish
@@ -188,6 +198,14 @@ locked AS (
                        AND schedule IS NOT NULL AND status = 'running')
     ORDER BY s.name
     FOR UPDATE OF s
+),
+deps AS (
+    -- as in finish_succeeded: the waiting dependents locked in id order next
+    SELECT c.id FROM rota_runs c
+    WHERE c.id IN (SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM v)))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
 )
 UPDATE rota_runs r
 SET status = CASE WHEN v.status = 'pending' AND r.cancel_requested THEN 'cancelled' ELSE v.status END,
@@ -202,7 +220,7 @@ SET status = CASE WHEN v.status = 'pending' AND r.cancel_requested THEN 'cancell
 FROM v
 WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
-  AND (SELECT count(*) FROM locked) >= 0
+  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
 RETURNING r.id
 
 -- name: lock_finished_schedules
@@ -210,11 +228,23 @@ RETURNING r.id
 -- writes the batch in two statements (finish_succeeded, then finish, then the claim): each
 -- statement locks its own runs' schedules in name order, but across the two the order could
 -- invert ({A succeeded, B failed} against {B succeeded, A failed}) and two finishers deadlock.
-SELECT s.name FROM rota_schedules s
-WHERE s.name IN (SELECT schedule FROM rota_runs
-                 WHERE id = ANY(%(ids)s::bigint[]) AND schedule IS NOT NULL AND status = 'running')
-ORDER BY s.name
-FOR UPDATE OF s
+-- Then, for the same reason, the waiting dependents of the batch's runs, in id order (see
+-- finish_succeeded). One row: the counts.
+WITH locked AS (
+    SELECT s.name FROM rota_schedules s
+    WHERE s.name IN (SELECT schedule FROM rota_runs
+                     WHERE id = ANY(%(ids)s::bigint[]) AND schedule IS NOT NULL AND status = 'running')
+    ORDER BY s.name
+    FOR UPDATE OF s
+),
+deps AS (
+    SELECT c.id FROM rota_runs c
+    WHERE c.id IN (SELECT d.child FROM rota_deps d WHERE d.parent = ANY(%(ids)s::bigint[]))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
+)
+SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM deps)
 
 -- name: finish_transactional
 -- transition: finish

@@ -1,0 +1,109 @@
+"""Finishes of parents whose dependents cross never deadlock (PostgreSQL). Dependent C1 waits
+for runs 1 and 3, C2 for runs 2 and 4. One worker finishes {1, 4}, another {2, 3}: the
+rota_run_settled trigger updates each parent's dependents as that parent's row is written, so
+the first would take C1 then C2 and the second C2 then C1. Each finish locks the waiting
+dependents of its whole batch in id order first (as it locks the schedules), so one waits
+for the other instead of both waiting for deadlock_timeout."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import psycopg
+import pytest
+
+import rota
+from rota.stores.base import Claimed, Outcome
+
+from .conftest import make_app
+
+
+def _blocked(url: str, blocker: int, count: int, timeout: float = 10.0) -> None:
+    """Until `count` sessions wait for a lock behind the blocker's session (directly or not)."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "WITH RECURSIVE behind(pid) AS (SELECT %s::int UNION"
+                " SELECT a.pid FROM pg_stat_activity a, behind b WHERE b.pid = ANY(pg_blocking_pids(a.pid)))"
+                " SELECT count(*) - 1 FROM behind",
+                (blocker,),
+            ).fetchone()
+            if row is not None and row[0] >= count:
+                return
+            time.sleep(0.02)
+    raise AssertionError(f"fewer than {count} sessions waited for a lock")
+
+
+def _crossed(app: rota.App) -> tuple[dict[int, Claimed], list[str]]:
+    @app.task(name="step")
+    def step(n: int) -> int:
+        return n
+
+    app.migrate()
+    parents = [step.enqueue(n) for n in range(4)]
+    children = [
+        step.options(after=[parents[0], parents[2]]).enqueue(10),
+        step.options(after=[parents[1], parents[3]]).enqueue(20),
+    ]
+    claims = {c.id: c for c in app.store.claim("w", 4, None, 30)}
+    assert sorted(claims) == sorted(int(p.id) for p in parents)
+    return {i: claims[int(p.id)] for i, p in enumerate(parents)}, [c.id for c in children]
+
+
+def _ok(c: Claimed) -> Outcome:
+    return Outcome(c.id, c.token, "succeeded", result=str(c.id))
+
+
+def _failed(c: Claimed) -> Outcome:
+    return Outcome(c.id, c.token, "failed", error='{"type": "X"}', history='{"status": "failed"}')
+
+
+@pytest.mark.parametrize("two_statements", [False, True], ids=["one-statement", "two-statements"])
+def test_crossed_dependents_do_not_deadlock_their_parents_finishes(
+    pg_url: str, caplog: pytest.LogCaptureFixture, two_statements: bool
+) -> None:
+    app = make_app(pg_url)
+    p, children = _crossed(app)
+    if two_statements:  # a success and a failure: finish_succeeded, then finish, in one transaction
+        one, two = [_ok(p[0]), _failed(p[3])], [_ok(p[1]), _failed(p[2])]
+    else:
+        one, two = [_ok(p[0]), _ok(p[3])], [_ok(p[1]), _ok(p[2])]
+    written: list[set[int]] = []
+    errors: list[BaseException] = []
+
+    def finish(outcomes: list[Outcome]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                written.append(app.store.finish_and_claim(outcomes, "w", 0, None, 30)[0])
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        return run
+
+    caplog.set_level(logging.INFO, logger="rota.store")
+    threads: list[threading.Thread] = []
+    with psycopg.connect(pg_url) as blocker:
+        # Hold the first dependent's row: the first finish waits on it (holding what it took
+        # before), then the second takes what it can and waits too.
+        blocker.execute("SELECT id FROM rota_runs WHERE id = %s FOR UPDATE", (int(children[0]),))
+        for outcomes, waiting in ((one, 1), (two, 2)):
+            threads.append(threading.Thread(target=finish(outcomes)))
+            threads[-1].start()
+            _blocked(pg_url, blocker.info.backend_pid, waiting)
+        began = time.monotonic()
+        blocker.commit()
+    for t in threads:
+        t.join(30)
+    elapsed = time.monotonic() - began
+    assert not errors, errors
+    retried = [r.getMessage() for r in caplog.records if "retrying at once" in r.getMessage()]
+    assert not retried, retried
+    assert elapsed < 0.8, elapsed  # one waited for the other, not for deadlock_timeout (1 s)
+    assert len(written) == 2 and all(len(w) == 2 for w in written)
+    statuses = [app.get_run(c).status for c in children]
+    assert statuses == (["cancelled", "cancelled"] if two_statements else ["pending", "pending"])
+    app.close()

@@ -161,6 +161,16 @@ TRANSITIONS: Final = (
     _t("prune", FINAL, (), ANY_WORKER,
        "final runs only, finished before the retention period",
        "retention deletes old history"),
+    _t("backfill", (SKIPPED,), (DUE, QUEUED, SKIPPED), CLIENT,
+       "ticks in [start, end) up to now and before the schedule's next planned tick; one row per (schedule, "
+       "tick): a skipped run of such a tick gives its tick up (it stays in history); an exclusive schedule's "
+       "runs queue behind its active run, oldest tick first",
+       "App.backfill / `rota backfill`: one run per past tick that has none"),
+    _t("mark_parents", (*PENDING_STATES, *ACTIVE_STATES, *FINAL), (*PENDING_STATES, *ACTIVE_STATES, *FINAL), CLIENT,
+       "the parents exist; they are locked in id order (a parent's finish waits for the enqueue's commit); "
+       "no status changes",
+       "an after= enqueue flags its parents: their end releases or cancels the dependent (the "
+       "rota_run_settled trigger, migration 0010: the dependent is queued until its last parent succeeded)"),
     _t("trigger", (), (DUE, QUEUED, SKIPPED), CLIENT,
        "the schedule's overlap policy against its active run, as a tick's (a run made ahead is not active)",
        "a manual run of a schedule, now"),

@@ -865,7 +865,8 @@ VALUES (%(task)s, %(key)s, %(id)s, CASE WHEN %(twin)s::boolean
 ON CONFLICT (task, key) DO UPDATE SET run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at
 
 -- name: lock_parents
--- transition: mark_parents (no status change: sets has_dependents on the parents)
+-- transition: mark_parents
+-- (no status change: sets has_dependents on the parents)
 -- after=: lock the parents in id order (a finish of one waits until this enqueue commits,
 -- so its trigger sees the new edges) and flag them; their status says what the child waits for.
 WITH p AS (

@@ -676,7 +676,8 @@ VALUES (:task, :key, :id, CASE WHEN :twin THEN (SELECT created_at FROM rota_runs
 ON CONFLICT (task, key) DO UPDATE SET run_id = excluded.run_id, created_at = excluded.created_at
 
 -- name: lock_parents
--- transition: mark_parents (no status change: sets has_dependents on the parents)
+-- transition: mark_parents
+-- (no status change: sets has_dependents on the parents)
 UPDATE rota_runs SET has_dependents = 1
 WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, status, task, after_depth

@@ -107,3 +107,63 @@ def test_crossed_dependents_do_not_deadlock_their_parents_finishes(
     statuses = [app.get_run(c).status for c in children]
     assert statuses == (["cancelled", "cancelled"] if two_statements else ["pending", "pending"])
     app.close()
+
+
+def test_a_rescue_and_a_finish_whose_dependents_cross_do_not_deadlock(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The rescue ends lost parents (failed: their dependents are cancelled) while a worker
+    finishes the other parents of the same dependents: the rescue locks them in id order too."""
+    clock = rota.FakeClock()
+    app = make_app(pg_url, clock=clock)
+
+    @app.task(name="step")
+    def step(n: int) -> int:
+        return n
+
+    app.migrate()
+    parents = [step.enqueue(n) for n in range(4)]
+    # C1 waits for runs 1 and 2, C2 for runs 0 and 3; runs 0 and 1 are lost (0's lease
+    # expires first: the rescue ends 0, then 1), runs 2 and 3 are finished
+    children = [step.options(after=[parents[1], parents[2]]).enqueue(10).id]
+    children.append(step.options(after=[parents[0], parents[3]]).enqueue(20).id)
+    lost = app.store.claim("lost", 1, None, 1.0)
+    clock.advance(0.1)
+    lost += app.store.claim("lost", 1, None, 1.0)
+    clock.advance(0.4)
+    kept = {c.id: c for c in app.store.claim("w", 2, None, 60.0)}
+    assert [c.id for c in lost] == [int(p.id) for p in parents[:2]]
+    clock.advance(1.0)  # the lost worker's leases expired
+    outcomes = [_ok(kept[int(parents[2].id)]), _ok(kept[int(parents[3].id)])]
+    errors: list[BaseException] = []
+
+    def run(op: Callable[[], object]) -> Callable[[], None]:
+        def call() -> None:
+            try:
+                op()
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        return call
+
+    caplog.set_level(logging.INFO, logger="rota.store")
+    threads: list[threading.Thread] = []
+    with psycopg.connect(pg_url) as blocker:
+        blocker.execute("SELECT id FROM rota_runs WHERE id = %s FOR UPDATE", (int(children[0]),))
+        ops: list[Callable[[], object]] = [lambda: app.store.finish(outcomes), lambda: app.store.rescue()]
+        for n, op in enumerate(ops, 1):
+            threads.append(threading.Thread(target=run(op)))
+            threads[-1].start()
+            _blocked(pg_url, blocker.info.backend_pid, n)
+        began = time.monotonic()
+        blocker.commit()
+    for t in threads:
+        t.join(30)
+    elapsed = time.monotonic() - began
+    assert not errors, errors
+    retried = [r.getMessage() for r in caplog.records if "retrying at once" in r.getMessage()]
+    assert not retried, retried
+    assert elapsed < 0.8, elapsed
+    assert [app.get_run(p.id).status for p in parents] == ["failed", "failed", "succeeded", "succeeded"]
+    assert [app.get_run(c).status for c in children] == ["cancelled", "cancelled"]
+    app.close()

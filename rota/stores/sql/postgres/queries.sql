@@ -316,6 +316,15 @@ locked AS (
     ORDER BY s.name
     FOR UPDATE OF s
 ),
+deps AS (
+    -- as in finish_succeeded: the lost runs' waiting dependents locked in id order next (a
+    -- failed or cancelled parent cancels them, through the rota_run_settled trigger)
+    SELECT c.id FROM rota_runs c
+    WHERE c.id IN (SELECT d.child FROM rota_deps d JOIN lost ON d.parent = lost.id)
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
+),
 decided AS (
     SELECT r.id, r.owner, r.lease_until, r.attempt, r.started_at,
            CASE WHEN r.cancel_requested THEN 'cancelled'
@@ -341,7 +350,7 @@ SET status = d.status, due_at = {now}, lease_until = NULL,
                         'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'lost', 'error', d.error))
                     ELSE r.attempts END
 FROM decided d
-WHERE r.id = d.id AND (SELECT count(*) FROM locked) >= 0
+WHERE r.id = d.id AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
 RETURNING r.id, r.task, r.status, d.owner, d.error::text
 
 -- name: poll_state

@@ -167,3 +167,61 @@ def test_a_rescue_and_a_finish_whose_dependents_cross_do_not_deadlock(
     assert [app.get_run(p.id).status for p in parents] == ["failed", "failed", "succeeded", "succeeded"]
     assert [app.get_run(c).status for c in children] == ["cancelled", "cancelled"]
     app.close()
+
+
+def test_a_hand_back_that_cancels_runs_and_a_finish_lock_their_schedules_in_one_order(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hand-back ends the runs whose cancellation was requested (cancelled: the schedule's
+    counters are updated by rota_run_finished). It locks their schedules in name order first,
+    as a finish does: here it hands back runs of b then a, while a finisher ends runs of a and b."""
+    from datetime import timedelta
+
+    app = make_app(pg_url)
+    for name in ("a", "b"):
+
+        @app.schedule(name=name, every=timedelta(hours=1), overlap="concurrent")
+        def job() -> None: ...
+
+    app.prepare()
+    for name in ("b", "a", "a", "b"):
+        app.trigger(name)
+    claims = sorted(app.store.claim("w", 4, None, 30), key=lambda c: c.id)
+    assert [c.schedule for c in claims] == ["b", "a", "a", "b"]
+    for c in claims[:2]:
+        app.cancel(str(c.id))  # running: cancellation requested
+    back = [(c.id, c.token) for c in claims[:2]]
+    errors: list[BaseException] = []
+
+    def run(op: Callable[[], object]) -> Callable[[], None]:
+        def call() -> None:
+            try:
+                op()
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        return call
+
+    caplog.set_level(logging.INFO, logger="rota.store")
+    threads: list[threading.Thread] = []
+    with psycopg.connect(pg_url) as blocker:
+        blocker.execute("SELECT name FROM rota_schedules WHERE name = 'a' FOR UPDATE")
+        ops: list[Callable[[], object]] = [
+            lambda: app.store.finish([_ok(claims[2]), _ok(claims[3])]),
+            lambda: app.store.hand_back(back, "stopping"),
+        ]
+        for n, op in enumerate(ops, 1):
+            threads.append(threading.Thread(target=run(op)))
+            threads[-1].start()
+            _blocked(pg_url, blocker.info.backend_pid, n)
+        began = time.monotonic()
+        blocker.commit()
+    for t in threads:
+        t.join(30)
+    elapsed = time.monotonic() - began
+    assert not errors, errors
+    retried = [r.getMessage() for r in caplog.records if "retrying at once" in r.getMessage()]
+    assert not retried, retried
+    assert elapsed < 0.8, elapsed
+    assert [app.get_run(str(c.id)).status for c in claims] == ["cancelled", "cancelled", "succeeded", "succeeded"]
+    app.close()

@@ -271,6 +271,30 @@ RETURNING r.id
 -- Pending again at once for another worker; a held run (never started) as it was, a started
 -- one with its attempt given back and recorded in history as handed back. A run whose
 -- cancellation was requested is not run again: it ends cancelled.
+WITH v AS MATERIALIZED (
+    SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
+    FROM json_array_elements(%(rows)s::json) AS e
+),
+ending AS (
+    -- the runs that end here (cancelled): only they fire the triggers below
+    SELECT id, schedule FROM rota_runs
+    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND status = 'running' AND cancel_requested
+),
+locked AS (
+    -- as in finish_succeeded: their schedules locked in name order first (rota_run_finished
+    -- updates them), then their waiting dependents in id order (rota_run_settled cancels them)
+    SELECT s.name FROM rota_schedules s
+    WHERE s.name IN (SELECT schedule FROM ending WHERE schedule IS NOT NULL)
+    ORDER BY s.name
+    FOR UPDATE OF s
+),
+deps AS (
+    SELECT c.id FROM rota_runs c
+    WHERE c.id IN (SELECT d.child FROM rota_deps d WHERE d.parent IN (SELECT id FROM ending))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
+)
 UPDATE rota_runs r
 SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
     attempt = CASE WHEN r.started_at IS NULL OR r.cancel_requested THEN r.attempt ELSE r.attempt - 1 END,
@@ -286,10 +310,10 @@ SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
         'attempt', r.attempt, 'worker', r.owner, 'started_at', to_char(r.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
         'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'handed back', 'error',
         jsonb_build_object('type', 'HandedBack', 'message', %(reason)s::text))) END
-FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
-      FROM json_array_elements(%(rows)s::json) AS e) AS v
-WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
+FROM v
+WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
+  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
 RETURNING r.id, r.status
 
 -- name: any_expired

@@ -165,9 +165,10 @@ locked AS (
 deps AS (
     -- The waiting dependents of these runs, locked in id order next: the rota_run_settled
     -- trigger updates them row by row in the order of their parents, and two finishers
-    -- whose parents' dependents cross would lock them in opposite orders.
+    -- whose parents' dependents cross would lock them in opposite orders. Found by key
+    -- (`= ANY(ARRAY(...))`): an IN here lets the planner hash every pending run.
     SELECT c.id FROM rota_runs c
-    WHERE c.id IN (SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM v)))
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM v))))
       AND c.status = 'pending'
     ORDER BY c.id
     FOR UPDATE OF c
@@ -202,7 +203,7 @@ locked AS (
 deps AS (
     -- as in finish_succeeded: the waiting dependents locked in id order next
     SELECT c.id FROM rota_runs c
-    WHERE c.id IN (SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM v)))
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM v))))
       AND c.status = 'pending'
     ORDER BY c.id
     FOR UPDATE OF c
@@ -239,7 +240,7 @@ WITH locked AS (
 ),
 deps AS (
     SELECT c.id FROM rota_runs c
-    WHERE c.id IN (SELECT d.child FROM rota_deps d WHERE d.parent = ANY(%(ids)s::bigint[]))
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(%(ids)s::bigint[])))
       AND c.status = 'pending'
     ORDER BY c.id
     FOR UPDATE OF c
@@ -290,7 +291,7 @@ locked AS (
 ),
 deps AS (
     SELECT c.id FROM rota_runs c
-    WHERE c.id IN (SELECT d.child FROM rota_deps d WHERE d.parent IN (SELECT id FROM ending))
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM ending))))
       AND c.status = 'pending'
     ORDER BY c.id
     FOR UPDATE OF c
@@ -344,7 +345,7 @@ deps AS (
     -- as in finish_succeeded: the lost runs' waiting dependents locked in id order next (a
     -- failed or cancelled parent cancels them, through the rota_run_settled trigger)
     SELECT c.id FROM rota_runs c
-    WHERE c.id IN (SELECT d.child FROM rota_deps d JOIN lost ON d.parent = lost.id)
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM lost))))
       AND c.status = 'pending'
     ORDER BY c.id
     FOR UPDATE OF c

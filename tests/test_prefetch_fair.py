@@ -166,7 +166,8 @@ def test_held_runs_are_handed_back_once_the_running_handler_outlasts_the_horizon
     worker = start_worker(app, concurrency=1)
     blocker, quick, gate = _blocker_and_held(app)
     try:
-
+        # A held run is handed back as it was (rota/lifecycle.py): pending, no attempt and no
+        # history entry; its token shows it was claimed.
         def handed_back() -> bool:  # all pending; those claimed (held behind the blocker) handed back
             runs = [h.refresh() for h in quick]
             return bool(backs) and not worker._prefetch.held and all(r.status == "pending" for r in runs)

@@ -184,6 +184,17 @@ locked AS (
                        AND schedule IS NOT NULL AND status = 'running')
     ORDER BY s.name
     FOR UPDATE OF s
+),
+deps AS (
+    -- The waiting dependents of these runs, locked in id order next: the rota_run_settled
+    -- trigger updates them row by row in the order of their parents, and two finishers
+    -- whose parents' dependents cross would lock them in opposite orders. Found by key
+    -- (`= ANY(ARRAY(...))`): an IN here lets the planner hash every pending run.
+    SELECT c.id FROM rota_runs c
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM v))))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
 )
 UPDATE rota_runs r
 SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, lease_until = NULL,
@@ -193,7 +204,7 @@ SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, 
 FROM v
 WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
-  AND (SELECT count(*) FROM locked) >= 0
+  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
 RETURNING r.id
 
 -- name: finish
@@ -211,6 +222,14 @@ locked AS (
                        AND schedule IS NOT NULL AND status = 'running')
     ORDER BY s.name
     FOR UPDATE OF s
+),
+deps AS (
+    -- as in finish_succeeded: the waiting dependents locked in id order next
+    SELECT c.id FROM rota_runs c
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM v))))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
 )
 UPDATE rota_runs r
 SET status = CASE WHEN v.status = 'pending' AND r.cancel_requested THEN 'cancelled' ELSE v.status END,
@@ -225,7 +244,7 @@ SET status = CASE WHEN v.status = 'pending' AND r.cancel_requested THEN 'cancell
 FROM v
 WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
-  AND (SELECT count(*) FROM locked) >= 0
+  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
 RETURNING r.id
 
 -- name: finished_parents
@@ -237,11 +256,23 @@ SELECT 1 FROM rota_runs WHERE id = ANY(%(ids)s::bigint[]) AND has_dependents LIM
 -- writes the batch in two statements (finish_succeeded, then finish, then the claim): each
 -- statement locks its own runs' schedules in name order, but across the two the order could
 -- invert ({A succeeded, B failed} against {B succeeded, A failed}) and two finishers deadlock.
-SELECT s.name FROM rota_schedules s
-WHERE s.name IN (SELECT schedule FROM rota_runs
-                 WHERE id = ANY(%(ids)s::bigint[]) AND schedule IS NOT NULL AND status = 'running')
-ORDER BY s.name
-FOR UPDATE OF s
+-- Then, for the same reason, the waiting dependents of the batch's runs, in id order (see
+-- finish_succeeded). One row: the counts.
+WITH locked AS (
+    SELECT s.name FROM rota_schedules s
+    WHERE s.name IN (SELECT schedule FROM rota_runs
+                     WHERE id = ANY(%(ids)s::bigint[]) AND schedule IS NOT NULL AND status = 'running')
+    ORDER BY s.name
+    FOR UPDATE OF s
+),
+deps AS (
+    SELECT c.id FROM rota_runs c
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(%(ids)s::bigint[])))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
+)
+SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM deps)
 
 -- name: finish_transactional
 -- transition: finish
@@ -268,6 +299,30 @@ RETURNING r.id
 -- Pending again at once for another worker; a held run (never started) as it was, a started
 -- one with its attempt given back and recorded in history as handed back. A run whose
 -- cancellation was requested is not run again: it ends cancelled.
+WITH v AS MATERIALIZED (
+    SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
+    FROM json_array_elements(%(rows)s::json) AS e
+),
+ending AS (
+    -- the runs that end here (cancelled): only they fire the triggers below
+    SELECT id, schedule FROM rota_runs
+    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND status = 'running' AND cancel_requested
+),
+locked AS (
+    -- as in finish_succeeded: their schedules locked in name order first (rota_run_finished
+    -- updates them), then their waiting dependents in id order (rota_run_settled cancels them)
+    SELECT s.name FROM rota_schedules s
+    WHERE s.name IN (SELECT schedule FROM ending WHERE schedule IS NOT NULL)
+    ORDER BY s.name
+    FOR UPDATE OF s
+),
+deps AS (
+    SELECT c.id FROM rota_runs c
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM ending))))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
+)
 UPDATE rota_runs r
 SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
     attempt = CASE WHEN r.started_at IS NULL OR r.cancel_requested THEN r.attempt ELSE r.attempt - 1 END,
@@ -283,10 +338,10 @@ SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
         'attempt', r.attempt, 'worker', r.owner, 'started_at', to_char(r.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
         'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'handed back', 'error',
         jsonb_build_object('type', 'HandedBack', 'message', %(reason)s::text))) END
-FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
-      FROM json_array_elements(%(rows)s::json) AS e) AS v
-WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
+FROM v
+WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
+  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
 RETURNING r.id, r.status
 
 -- name: any_expired
@@ -313,6 +368,15 @@ locked AS (
     ORDER BY s.name
     FOR UPDATE OF s
 ),
+deps AS (
+    -- as in finish_succeeded: the lost runs' waiting dependents locked in id order next (a
+    -- failed or cancelled parent cancels them, through the rota_run_settled trigger)
+    SELECT c.id FROM rota_runs c
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM lost))))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
+),
 decided AS (
     SELECT r.id, r.owner, r.lease_until, r.attempt, r.started_at,
            CASE WHEN r.cancel_requested THEN 'cancelled'
@@ -338,7 +402,7 @@ SET status = d.status, due_at = {now}, lease_until = NULL,
                         'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'lost', 'error', d.error))
                     ELSE r.attempts END
 FROM decided d
-WHERE r.id = d.id AND (SELECT count(*) FROM locked) >= 0
+WHERE r.id = d.id AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
 RETURNING r.id, r.task, r.status, d.owner, d.error::text
 
 -- name: poll_state

@@ -28,7 +28,11 @@ def _at_version_4(monkeypatch: pytest.MonkeyPatch, url: str) -> tuple[rota.App, 
         store: Any = old.store
         store.insert_runs([NewRun(task="t") for _ in range(3)])
         claimed = store.claim("old-worker", 2, None, 30.0)
-        store.finish([Outcome(claimed[0].id, claimed[0].token, "succeeded", result="1")])
+        with store._tx() as s:  # ended as a version-4 rota did (today's finish reads later tables)
+            s.q_text(
+                "UPDATE rota_runs SET status = 'succeeded', result = '1', finished_at = started_at,"
+                f" lease_until = NULL WHERE id = {int(claimed[0].id)}"
+            )
         with store._tx() as s:  # a keyed run as the old code wrote it (no rota_unique yet)
             now = "now()" if dialect == "postgres" else "0"
             s.q_text(

@@ -247,6 +247,7 @@ def test_token_required_accepted_and_refused(filled: rota.App) -> None:
         "/api/schedules",
         "/api/workers",
         "/api/locks",
+        "/api/limits",
         "/api/timeline",
         "/metrics",
     ):

@@ -28,6 +28,10 @@ def web_schema(app: rota.App, monkeypatch: pytest.MonkeyPatch) -> Any:
     def bad(x: Any = None) -> None:
         raise ValueError(f"bad {x}")
 
+    @app.task(name="limited", limit=rota.Limit(2, by="x"), rate=rota.Rate(5, per=60, name="github"))
+    def limited(x: Any = None) -> None: ...
+
+    app.prepare()  # stores the limit and the rate: /api/limits answers with one of each
     app.add_schedule("reports/daily", "ok", every=3600)
     damaged = ok.enqueue("a" * 1000)
     bad.enqueue(1)
@@ -46,7 +50,7 @@ def test_the_api_keeps_its_description(web_schema: Any) -> None:
     their schema. (The schemathesis pytest plugin fails on our pytest; the strategies are
     driven directly.)"""
     operations = [result.ok() for result in web_schema.get_all_operations()]
-    assert len(operations) == 18
+    assert len(operations) == 19
     for operation in operations:
 
         @given(case=operation.as_strategy())

@@ -27,12 +27,7 @@ def limits(ctx: click.Context, as_json: bool) -> None:
             f"this database has no flow-control tables yet ({exc}); run `rota migrate` (a worker does at start)"
         ) from None
     if as_json:
-        print_json({
-            "limits": [{"name": i.name, "max": i.max, "running": i.running, "waiting": i.waiting, "keys": i.keys}
-                       for i in limit_rows],
-            "rates": [{"name": r.name, "max": r.max, "per_seconds": r.per, "started_in_window": r.started,
-                       "waiting": r.waiting, "keys": r.keys} for r in rate_rows],
-        })  # fmt: skip
+        print_json({"limits": [i.to_json() for i in limit_rows], "rates": [r.to_json() for r in rate_rows]})
         return
     line(database_line(app))
     if not limit_rows and not rate_rows:

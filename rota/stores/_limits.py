@@ -74,6 +74,10 @@ class LimitInfo:
     waiting: int
     keys: int
 
+    def to_json(self) -> dict[str, Any]:
+        """The shape of `rota limits --json` and GET /api/limits."""
+        return {"name": self.name, "max": self.max, "running": self.running, "waiting": self.waiting, "keys": self.keys}
+
 
 @dataclass(frozen=True, slots=True)
 class RateInfo:
@@ -85,6 +89,11 @@ class RateInfo:
     started: int
     waiting: int
     keys: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The shape of `rota limits --json` and GET /api/limits."""
+        return {"name": self.name, "max": self.max, "per_seconds": self.per, "started_in_window": self.started,
+                "waiting": self.waiting, "keys": self.keys}  # fmt: skip
 
 
 class FlowMixin:

@@ -12,7 +12,7 @@ Routes (JSON unless said otherwise; records shaped as the CLI's `--json`):
     GET  /api/stats             counts by status, live workers, capacity
     GET  /api/schedules[?all=1]             GET /api/schedules/{name}
     GET  /api/runs?status=&task=&schedule=&queue=&limit=&before=  (summaries)  GET /api/runs/{id}
-    GET  /api/workers           GET /api/locks
+    GET  /api/workers           GET /api/locks      GET /api/limits (limits and rates, as `rota limits --json`)
     GET  /api/timeline?minutes=60           runs that started/finished in the window
     GET  /api/charts/throughput|lateness?window=15m|1h|24h|7d&task=&queue=    (rota.web.charts)
     GET  /api/charts/backlog    GET /api/schedules/{name}/ticks?count=    GET /api/workers/{id}

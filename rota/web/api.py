@@ -224,6 +224,20 @@ async def locks(request: Request) -> Response:
     return SafeJSONResponse([lk.to_json() for lk in await _call(_app(request).list_locks)])
 
 
+async def limits(request: Request) -> Response:
+    """Concurrency limits and rates with their running and waiting counts: `rota limits --json`."""
+    _query(request, set())
+    return SafeJSONResponse(await _call(limit_records, _app(request)))
+
+
+def limit_records(app: App) -> dict[str, Any]:
+    """A store without flow control (no `list_limits`) has none to show."""
+    store: Any = app.store
+    if not hasattr(store, "list_limits"):
+        return {"limits": [], "rates": []}
+    return {"limits": [i.to_json() for i in store.list_limits()], "rates": [r.to_json() for r in store.list_rates()]}
+
+
 async def timeline(request: Request) -> Response:
     params = _query(request, {"minutes"})
     minutes = _int(params, "minutes", 60, 1, 24 * 60)
@@ -335,5 +349,6 @@ def routes() -> list[BaseRoute]:
         Route("/api/runs/{id}/retry", retry, methods=["POST"]),
         Route("/api/workers", workers),
         Route("/api/locks", locks),
+        Route("/api/limits", limits),
         Route("/api/timeline", timeline),
     ]

@@ -70,7 +70,8 @@ SCHEMAS: dict[str, Any] = {
             "result_preview": _null("string"),
             "error": STORED_ERROR,
             "truncated": FIELDS,
-        }
+        },
+        {"waiting_on": INT},
     ),
     "Run": _obj(
         {
@@ -135,6 +136,20 @@ SCHEMAS: dict[str, Any] = {
             "acquired_at": _null(TIME),
             "expires_at": _null(TIME),
             "held": BOOL,
+        }
+    ),
+    "Limits": _obj(
+        {
+            "limits": {
+                "type": "array",
+                "items": _obj({"name": STR, "max": INT, "running": INT, "waiting": INT, "keys": INT}),
+            },
+            "rates": {
+                "type": "array",
+                "items": _obj(
+                    {"name": STR, "max": INT, "per_seconds": NUM, "started_in_window": INT, "waiting": INT, "keys": INT}
+                ),
+            },
         }
     ),
     "Stats": _obj(
@@ -397,6 +412,9 @@ def _run_paths() -> dict[str, Any]:
         },
         "/api/workers": {"get": _op("Workers seen recently", _json(_array("Worker"), "Workers"))},
         "/api/locks": {"get": _op("Named locks", _json(_array("Lock"), "Locks"))},
+        "/api/limits": {
+            "get": _op("Concurrency limits and rates with running and waiting runs", _json(_ref("Limits"), "Limits"))
+        },
         "/api/timeline": {
             "get": _op(
                 "Runs that started or finished in the window",

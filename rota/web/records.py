@@ -98,6 +98,8 @@ def summary(row: tuple[Any, ...]) -> dict[str, Any]:
         truncated.append("error")
     record["truncated"] = truncated
     record["backfill"] = bool(row[26])
+    if len(row) > 27:  # parents it still waits for (after=); 0 once due
+        record["waiting_on"] = int(row[27] or 0)
     record["corrupt"] = corrupt
     return record
 

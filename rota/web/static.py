@@ -14,7 +14,7 @@ from .api import error_response
 
 TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 FILES = frozenset(
-    {"style.css", "app.js", "core.js", "charts.js", "timeline.js", "views.js", "details.js", "overview.js"}
+    {"style.css", "app.js", "core.js", "charts.js", "timeline.js", "views.js", "details.js", "overview.js", "limits.js"}
 )
 
 

@@ -6,12 +6,12 @@ import { $, api, el, fill, href, parseHash } from "./core.js";
 import { LISTS } from "./views.js";
 import { DETAILS } from "./details.js";
 import { OVERVIEW } from "./overview.js";
+import { FLOW } from "./limits.js";
 
 const REFRESH_MS = 5000;
-const VIEWS = { ...OVERVIEW, ...LISTS, ...DETAILS };
-// The navigation, in order. Flow control views (issue 20: limits and rates with running and
-// waiting counts) go here as { id: "limits", title: "Limits" } with a view in their own module.
-const NAV = ["overview", "runs", "schedules", "queues", "workers", "locks"];
+const VIEWS = { ...OVERVIEW, ...LISTS, ...DETAILS, ...FLOW };
+// The navigation, in order (limits: concurrency limits and rates, rota/web/static/limits.js).
+const NAV = ["overview", "runs", "schedules", "queues", "workers", "locks", "limits"];
 
 let current = null;  // { key, view, handle, route }
 let generation = 0;

@@ -49,14 +49,54 @@ function attemptRows(run) {
   return table(["try", "ended as", "worker", "started", "ended", "took", "backoff after", "fault"], rows, "Not started yet.");
 }
 
-function renderRun(root, r, refresh) {
+// Runs after others (after=): a run's parents and dependents, each with its status badge
+// from its summary (one small request per linked run, the first LINKS_SHOWN of them; a
+// finished run's summary is kept, since its status no longer changes).
+const LINKS_SHOWN = 50;
+const finished = new Map();
+async function linkedSummary(id) {
+  if (finished.has(id)) return finished.get(id);
+  let items;
+  try {
+    items = await api("api/runs?" + new URLSearchParams({ before: String(BigInt(id) + 1n), limit: "1" }).toString());
+  } catch (e) {
+    return null;
+  }
+  const found = items.length && items[0].id === id ? items[0] : null;
+  if (found && FINAL.has(found.status)) finished.set(id, found);
+  return found;
+}
+async function linkedRuns(r) {
+  const ids = [...(r.parents || []), ...(r.dependents || [])].slice(0, LINKS_SHOWN);
+  const found = await Promise.all(ids.map(linkedSummary));
+  return Object.fromEntries(ids.map((id, i) => [id, found[i]]));
+}
+function linkList(ids, known, role) {
+  if (!ids || !ids.length) return null;
+  const items = ids.filter((id) => id in known).map((id) => {
+    const s = known[id];
+    return el("li", { "data-link": role, "data-run": id }, runLink(id), s ? [" ", el("span", { class: "muted" }, s.task), " ", badge(s.status)] : el("span", { class: "muted" }, " (no longer stored)"));
+  });
+  const more = ids.length - items.length;
+  return el("ul", { class: "links" }, items, more > 0 ? el("li", { class: "muted" }, "… and " + more + " more") : null);
+}
+function flowSection(r, known) {
+  if (!(r.parents || []).length && !(r.dependents || []).length) return null;
+  const waiting = r.status === "pending" && r.waiting_on > 0;
+  return el("section", { id: "links" }, el("h2", {}, "Runs after others", el("span", { class: "muted" }, "after=: a run is due once every parent has succeeded")),
+    waiting ? el("p", { id: "waiting-on" }, badge("waiting on " + r.waiting_on, "pending"), " waiting on " + r.waiting_on + " parent" + (r.waiting_on === 1 ? "" : "s") + " to succeed") : null,
+    (r.parents || []).length ? [el("strong", {}, "parents (" + r.parents.length + ")"), linkList(r.parents, known, "parent")] : null,
+    (r.dependents || []).length ? [el("strong", {}, "dependents (" + r.dependents.length + ")"), linkList(r.dependents, known, "dependent")] : null);
+}
+
+function renderRun(root, r, refresh, known) {
   const actions = el("span", { class: "actions" },
     FINAL.has(r.status) ? null : el("button", { class: "danger", onclick: () => { if (confirm("Cancel run " + r.id + "?")) act("api/runs/" + enc(r.id) + "/cancel", (x) => "run " + x.id + " " + x.status, refresh); } }, "cancel"),
     FINAL.has(r.status) ? el("button", { onclick: () => act("api/runs/" + enc(r.id) + "/retry", (x) => { go(href("run", x.id)); return "retry enqueued as run " + x.id; }) }, "retry") : null);
   const ended = FINAL.has(r.status) && r.status !== "succeeded" ? fault(r.error) : null;
   fill(root,
     el("section", { id: "detail", "data-run": r.id },
-      el("h2", {}, "Run " + r.id, badge(r.status), r.held ? badge("held") : null, el("span", { class: "muted" }, "attempt " + r.attempt + " of " + r.max_attempts), el("span", { class: "spacer" }), actions),
+      el("h2", {}, "Run " + r.id, badge(r.status), r.held ? badge("held") : null, r.backfill ? el("span", { class: "badge backfilled", title: "made by app.backfill / rota backfill for a past tick" }, "backfilled") : null, el("span", { class: "muted" }, "attempt " + r.attempt + " of " + r.max_attempts), el("span", { class: "spacer" }), actions),
       r.held ? el("p", { class: "muted" }, "held: a worker has claimed it and its handler has not started yet") : null,
       ended ? el("p", { class: "fault" }, el("strong", {}, "ended: "), ended) : null,
       attemptTimeline(r, Date.now()),
@@ -71,6 +111,7 @@ function renderRun(root, r, refresh) {
       el("strong", {}, "arguments"), el("pre", {}, json({ args: r.args, kwargs: r.kwargs })),
       r.result !== null && r.result !== undefined ? [el("strong", {}, "result"), el("pre", {}, json(r.result))] : null,
       r.error ? [el("strong", {}, "error"), errorBlock(r.error)] : null),
+    flowSection(r, known),
     el("section", {}, el("h2", {}, "Attempts"), attemptRows(r), (r.attempts || []).map((a) => a.error && a.error.traceback ? el("details", {}, el("summary", {}, "traceback of attempt " + a.attempt), el("pre", {}, a.error.traceback)) : null)));
 }
 
@@ -90,10 +131,11 @@ const run = {
           if (e instanceof ApiError && e.status === 404) return missing(root, "run", "There is no run with id " + route.arg + " (it may have been pruned, or the link is wrong).", back("runs", "all runs"));
           throw e;
         }
-        const text = JSON.stringify(record);
+        const known = await linkedRuns(record);
+        const text = JSON.stringify([record, known]);
         if (alive() && text !== shown) {
           shown = text;
-          renderRun(root, record, () => this.update(r2, alive));
+          renderRun(root, record, () => this.update(r2, alive), known);
         }
       },
     };

@@ -725,7 +725,7 @@ SELECT id, task, status, queue, priority, key, schedule, extract(epoch FROM sche
        extract(epoch FROM finished_at)::float8, retry_of,
        substr(args, 1, %(preview)s), length(args), substr(kwargs, 1, %(preview)s), length(kwargs),
        substr(result, 1, %(preview)s), length(result), substr(error, 1, %(error_prefix)s), length(error),
-       backfill
+       backfill, waiting_on
 FROM rota_runs
 
 -- name: web_run_detail

@@ -549,7 +549,7 @@ SELECT id, task, status, queue, priority, key, schedule, scheduled_for, attempt,
        owner, token, lease_until, cancel_requested, created_at, started_at, finished_at, retry_of,
        substr(args, 1, :preview), length(args), substr(kwargs, 1, :preview), length(kwargs),
        substr(result, 1, :preview), length(result), substr(error, 1, :error_prefix), length(error),
-       backfill
+       backfill, waiting_on
 FROM rota_runs
 
 -- name: web_run_detail

@@ -1,0 +1,63 @@
+// The flow-control view: each concurrency limit and rate limit the workers stored, with its
+// running and waiting runs (GET /api/limits, the records of `rota limits --json`).
+"use strict";
+import { api, el, fill } from "./core.js";
+import { table } from "./views.js";
+
+function seconds(value) {
+  const s = Number(value);
+  if (s % 3600 === 0) return s / 3600 + " h";
+  if (s % 60 === 0) return s / 60 + " min";
+  return s + " s";
+}
+
+function full(used, max, waiting) {
+  return used >= max && waiting > 0 ? [" ", el("span", { class: "badge full", title: "every slot is taken: runs wait pending, costing no attempt" }, "full")] : null;
+}
+
+function limitRows(items) {
+  return items.map((l) => el("tr", { "data-limit": l.name },
+    el("td", {}, l.name, full(l.running, l.max, l.waiting)), el("td", { class: "num", "data-col": "max" }, l.max),
+    el("td", { class: "num", "data-col": "running" }, l.running), el("td", { class: "num", "data-col": "waiting" }, l.waiting),
+    el("td", { class: "num", "data-col": "keys" }, l.keys)));
+}
+
+function rateRows(items) {
+  return items.map((r) => el("tr", { "data-rate": r.name },
+    el("td", {}, r.name, full(r.started_in_window, r.max, r.waiting)),
+    el("td", { class: "num", "data-col": "max" }, r.max + " per " + seconds(r.per_seconds)),
+    el("td", { class: "num", "data-col": "started" }, r.started_in_window), el("td", { class: "num", "data-col": "waiting" }, r.waiting),
+    el("td", { class: "num", "data-col": "keys" }, r.keys)));
+}
+
+function howTo() {
+  const code = (text) => el("code", {}, text);
+  return el("div", { class: "empty", id: "limits-empty" },
+    el("p", {}, "No limits or rates are stored yet. Declare them on a task; a worker stores them when it starts (the newest deploy wins):"),
+    el("pre", {}, "@app.task(limit=3)                                # at most 3 running at once, on every host\n" +
+      "@app.task(limit=rota.Limit(1, by=\"customer_id\"))  # at most 1 per customer\n" +
+      "@app.task(rate=rota.Rate(100, per=60, name=\"github\"))  # at most 100 starts a minute, shared"),
+    el("p", {}, "Then ", code("rota limits"), " and this page show each one with its running and waiting runs."));
+}
+
+const limits = {
+  title: "Limits",
+  mount(root) {
+    return {
+      async update(route, alive) {
+        const data = await api("api/limits");
+        if (!alive()) return;
+        if (!data.limits.length && !data.rates.length) return fill(root, el("section", {}, el("h2", {}, "Limits and rates"), howTo()));
+        fill(root,
+          el("section", { id: "limits" }, el("h2", {}, "Concurrency limits",
+            el("span", { class: "muted" }, "a run counts from its claim to its end; past the limit it waits pending, costing no attempt")),
+          table(["limit", "max", "running", "waiting", "keys"], limitRows(data.limits), "No concurrency limits.")),
+          el("section", { id: "rates" }, el("h2", {}, "Rate limits",
+            el("span", { class: "muted" }, "starts in a sliding window, across every worker, on the database's clock")),
+          table(["rate", "max per window", "starts in the window", "waiting", "keys"], rateRows(data.rates), "No rate limits.")));
+      },
+    };
+  },
+};
+
+export const FLOW = { limits };

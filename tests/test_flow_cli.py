@@ -112,3 +112,35 @@ def test_schedules_show_the_jittered_next_run(db_url: str) -> None:
         assert info.next_run_at is not None and info.next_run_at.minute < 20
     finally:
         app.close()
+
+
+def test_a_jittered_tick_waiting_for_its_offset_says_when_it_is_due(db_url: str) -> None:
+    clock = rota.FakeClock(datetime(2029, 12, 31, 23, 59, 59, tzinfo=UTC))
+    app = make_app(db_url, clock=clock)
+    try:
+        app.task(name="some.task")(lambda: None)
+        app.add_schedule("j", "some.task", cron="0 * * * *", jitter=timedelta(minutes=50))
+        clock.advance(seconds=2)  # past the tick, before its offset (at least 3 s: see below)
+        rota.testing.run_pending(app)
+        (run,) = app.list_runs(schedule="j")
+        assert run.status == "pending" and run.due_at > clock.now(), run  # made, not due yet
+        code, out = cli(db_url, "runs")
+        assert code == 0 and "due " in out and "(tick + jitter)" in out, out
+        code, out = cli(db_url, "run", run.id)
+        assert code == 0 and f"scheduled_for: 2030-01-01T00:00:00Z (due {rota.models.iso(run.due_at)})" in out, out
+    finally:
+        app.close()
+
+
+def test_retry_of_a_task_name_that_has_no_run_says_so(db_url: str) -> None:
+    app = make_app(db_url)
+    try:
+        app.task(name="shop.charge")(lambda: 1 / 0).enqueue()
+        rota.testing.run_pending(app)
+        code, out = cli(db_url, "retry", "--failed", "--task", "charge")
+        assert code == 0 and out.count("\n") == 1, out
+        assert "no run of task 'charge' exists (did you mean 'shop.charge'?)" in out, out
+        code, out = cli(db_url, "retry", "--status", "cancelled", "--task", "shop.charge")
+        assert code == 0 and "no run of task" not in out, out  # it exists: nothing to retry is no typo
+    finally:
+        app.close()

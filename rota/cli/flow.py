@@ -10,7 +10,9 @@ from typing import Any, TypeVar
 import click
 
 from .. import timing
+from ..app import App
 from ..config import parse_duration
+from ..errors import did_you_mean
 from ..models import iso
 from ..timing.misfire import OVERLAP_POLICIES
 from .base import database_app, handle_errors, json_option, main, print_json
@@ -86,14 +88,27 @@ def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, over
 
 def retry_failed(ctx: click.Context, status: str, task: str | None, since: timedelta | None, as_json: bool) -> None:
     """`rota retry --failed`: retry every matching final run (App.retry_many)."""
-    count = database_app(ctx).retry_many(status=status, task=task, since=since)
+    app = database_app(ctx)
+    count = app.retry_many(status=status, task=task, since=since)
     if as_json:
         print_json(
             {"retried": count, "status": status, "task": task, "since": since.total_seconds() if since else None}
         )
         return
     scope = (f" of task {task}" if task else "") + (f" finished in the last {duration(since)}" if since else "")
-    click.echo(f"{count} {status} run(s){scope} enqueued again")
+    click.echo(f"{count} {status} run(s){scope} enqueued again{unknown_task_hint(app, task) if not count else ''}")
+
+
+def unknown_task_hint(app: App, task: str | None) -> str:
+    """'; no run of task 'x' exists (did you mean 'app.x'?)' when no run of `task` exists at all:
+    a short name or a typo, not "nothing to retry"."""
+    if task is None or app.list_runs(task=task, limit=1):
+        return ""
+    known = {r.task for r in app.list_runs(limit=500)}  # the tasks of the recent runs
+    close = did_you_mean(task, known) or next(
+        (f" (did you mean {name!r}?)" for name in sorted(known) if name.rsplit(".", 1)[-1] == task), ""
+    )
+    return f"; no run of task {task!r} exists{close}: --task takes the full task name, as `rota runs` shows it"
 
 
 # -- rota explain --jitter ------------------------------------------------------------------

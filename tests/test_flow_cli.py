@@ -88,6 +88,7 @@ def test_explain_with_jitter_shows_each_offset_and_how_it_is_hashed(db_url: str)
     after = "2030-01-01T00:00"
     code, out = cli(db_url, "explain", "0 * * * *", "--after", after, "--count", "2", "--jitter", "30s")
     assert code == 0 and "offsets hashed from '0 * * * * UTC'" in out and "--name" in out
+    assert "(jitter 30 s: " in out, out  # humanized, as every other duration (not 0:00:30)
     code, out = cli(
         db_url, "explain", "0 * * * *", "--after", after, "--count", "2", "--jitter", "30s", "--name", "n", "--json"
     )

@@ -133,7 +133,7 @@ def jitter_heading(cron: str, tz: str, jitter: timedelta | None, name: str | Non
     if jitter is None:
         return ""
     seed = f"schedule name {name!r}" if name is not None else f"{f'{cron} {tz}'!r} (pass --name for a schedule's own)"
-    return f" (jitter {jitter}: offsets hashed from {seed} and each tick)"
+    return f" (jitter {duration(jitter)}: offsets hashed from {seed} and each tick)"
 
 
 def offset_text(fire: timing.FireTime) -> str:

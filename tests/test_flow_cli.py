@@ -145,3 +145,21 @@ def test_retry_of_a_task_name_that_has_no_run_says_so(db_url: str) -> None:
         assert code == 0 and "no run of task" not in out, out  # it exists: nothing to retry is no typo
     finally:
         app.close()
+
+
+def test_rota_run_says_why_a_run_ended_without_an_attempt(db_url: str) -> None:
+    app = make_app(db_url)
+    try:
+        app.task(name="bad")(lambda: 1 / 0)
+        app.task(name="report")(lambda: None)
+        parent = app.get_task("bad").enqueue()
+        child = app.get_task("report").options(after=[parent]).enqueue()
+        rota.testing.run_pending(app)
+        assert child.refresh().status == "cancelled"
+        code, out = cli(db_url, "run", child.id)
+        assert code == 0 and f"error: DependencyFailed: parent run {parent.id} (bad) ended failed" in out, out
+        code, out = cli(db_url, "run", parent.id)
+        assert code == 0 and out.count("ZeroDivisionError: division by zero") == 2, out  # the attempt's, once
+        assert "         error:" not in out, out  # the attempt already says why
+    finally:
+        app.close()

@@ -213,6 +213,9 @@ def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
         if value is not None and value is not False and value != [] and not (field == "waiting_on" and value == 0):
             shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else value
             click.echo(f"{field:>14}: {clean(shown, newlines=False)}")
+    if run.error and run.error not in [a.get("error") for a in run.attempts]:  # ended with no attempt saying why
+        reason = f"{run.error.get('type')}: {run.error.get('message')}"
+        click.echo(f"{'error':>14}: {clean(reason, newlines=False)}")
     for attempt in run.attempts:
         took = _took(attempt.get("started_at"), attempt.get("finished_at"))
         finished = attempt["finished_at"] or "still running"

@@ -163,3 +163,24 @@ def test_rota_run_says_why_a_run_ended_without_an_attempt(db_url: str) -> None:
         assert "         error:" not in out, out  # the attempt already says why
     finally:
         app.close()
+
+
+def test_enqueue_takes_unique_for_and_after(db_url: str) -> None:
+    app = make_app(db_url)
+    app.migrate()
+    try:
+        base = ("enqueue", "tests.apps.basic:app", "noop")
+        code, first = cli(db_url, *base, "--args", "[1]", "--key", "k", "--unique-for", "10m")
+        assert code == 0 and first.strip().isdigit(), first
+        rota.testing.run_pending(app)  # it succeeds: within the window it still counts
+        code, out = cli(db_url, *base, "--args", "[1]", "--key", "k", "--unique-for", "10m")
+        assert code == 0 and out.startswith(f"{first.strip()} (created with key 'k' within the last 10 min"), out
+        code, out = cli(db_url, *base, "--args", "[2]", "--after", first.strip(), "--json")
+        assert code == 0 and json.loads(out)["created"], out
+        assert app.run_links(json.loads(out)["id"])["parents"] == [first.strip()]
+        code, out = cli(db_url, *base, "--after", "999999")
+        assert code == 1 and out.count("\n") == 1 and "do not exist: 999999" in out, out
+        code, out = cli(db_url, *base, "--key", "k", "--unique-for", "soon")
+        assert code == 2 and "'soon' is not a duration" in out, out
+    finally:
+        app.close()

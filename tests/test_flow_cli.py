@@ -184,3 +184,19 @@ def test_enqueue_takes_unique_for_and_after(db_url: str) -> None:
         assert code == 2 and "'soon' is not a duration" in out, out
     finally:
         app.close()
+
+
+def test_backfill_of_future_ticks_says_they_are_the_schedules_own(db_url: str) -> None:
+    app = make_app(db_url)
+    try:
+        app.add_schedule("nightly", "some.task", every=60)
+        now = datetime.now(UTC)
+        start, end = (now + timedelta(hours=1)).isoformat(), (now + timedelta(hours=2)).isoformat()
+        code, out = cli(db_url, "backfill", "nightly", "--from", start, "--to", end)
+        assert code == 0 and out.count("\n") == 1, out
+        assert "starts at or after its next run" in out and "backfill makes only past ticks" in out, out
+        app.pause("nightly")
+        code, out = cli(db_url, "backfill", "nightly", "--from", start, "--to", end)
+        assert code == 0 and "resume it first" in out, out
+    finally:
+        app.close()

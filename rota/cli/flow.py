@@ -67,13 +67,14 @@ class IsoTime(click.ParamType):  # type: ignore[type-arg]
 @handle_errors
 def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, overlap: str | None, as_json: bool) -> None:
     """Make one run per tick of schedule NAME in [--from, --to) that has none yet."""
-    handles = database_app(ctx).backfill(name, start=start, end=end, overlap=overlap)
+    app = database_app(ctx)
+    handles = app.backfill(name, start=start, end=end, overlap=overlap)
     if as_json:
         print_json([h.refresh().to_json() for h in handles])
         return
     span = f"[{iso(start.astimezone(UTC))}, {iso(end.astimezone(UTC))})"
     if not handles:
-        click.echo(f"schedule {name}: no tick in {span} lacks a run; nothing to do")
+        click.echo(f"schedule {name}: {_why_nothing(app, name, start, span)}; nothing to do")
         return
     click.echo(f"schedule {name}: {len(handles)} run(s) backfilled for {span}")
     for h in handles[:SHOWN]:
@@ -84,6 +85,18 @@ def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, over
         click.echo(
             f"  ... and {len(handles) - SHOWN} more (runs {handles[SHOWN].id} to {handles[-1].id}; --json lists all)"
         )
+
+
+def _why_nothing(app: App, name: str, start: datetime, span: str) -> str:
+    """Every past tick has its run, or the range lies at or after the schedule's next run (its
+    own, not backfill's), or the schedule is paused at an earlier tick."""
+    info = app.get_schedule(name)
+    if info.paused:
+        return f"no tick in {span} before the pause lacks a run (backfill stops where it was paused: resume it first)"
+    if info.next_run_at is not None and start >= info.next_run_at:
+        nxt = iso(info.next_run_at)
+        return f"{span} starts at or after its next run ({nxt}): backfill makes only past ticks, those are its own"
+    return f"no tick in {span} lacks a run"
 
 
 def retry_failed(ctx: click.Context, status: str, task: str | None, since: timedelta | None, as_json: bool) -> None:

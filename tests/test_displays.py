@@ -127,6 +127,8 @@ def test_a_missing_run_id_explains_gaps(tmp_path: Any) -> None:
     assert code == 1 and f"the newest run is {ids[2]}" in out, out
     code, out = cli(url, "retry", ids[1])
     assert code == 1 and "not contiguous" in out, out
+    code, out = cli(url, "run", "0")  # not an id at all: what ids are, no word on gaps
+    assert code == 1 and "run ids are integers from 1" in out and "not contiguous" not in out, out
     app.close()
 
 

@@ -200,3 +200,15 @@ def test_backfill_of_future_ticks_says_they_are_the_schedules_own(db_url: str) -
         assert code == 0 and "resume it first" in out, out
     finally:
         app.close()
+
+
+def test_a_short_schedule_name_gets_the_full_one_suggested(db_url: str) -> None:
+    app = make_app(db_url)
+    try:
+        app.add_schedule("myapp.jobs.nightly_cleanup", "some.task", every=3600)
+        for command in ("trigger", "pause", "resume"):
+            code, out = cli(db_url, command, "nightly_cleanup")
+            assert code == 1 and out.count("\n") == 1, out
+            assert out.count("(did you mean 'myapp.jobs.nightly_cleanup'?)") == 1, out
+    finally:
+        app.close()

@@ -117,10 +117,7 @@ def unknown_task_hint(app: App, task: str | None) -> str:
     a short name or a typo, not "nothing to retry"."""
     if task is None or app.list_runs(task=task, limit=1):
         return ""
-    known = {r.task for r in app.list_runs(limit=500)}  # the tasks of the recent runs
-    close = did_you_mean(task, known) or next(
-        (f" (did you mean {name!r}?)" for name in sorted(known) if name.rsplit(".", 1)[-1] == task), ""
-    )
+    close = did_you_mean(task, {r.task for r in app.list_runs(limit=500)})  # the tasks of the recent runs
     return f"; no run of task {task!r} exists{close}: --task takes the full task name, as `rota runs` shows it"
 
 

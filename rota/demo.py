@@ -34,7 +34,8 @@ STYLE = {
 
 
 def build_demo_app(database_url: str) -> App:
-    app = App(database_url, name="demo", poll_interval=0.5, lease=10)
+    # Its schedules fire every few seconds on purpose: no high-frequency warning for them.
+    app = App(database_url, name="demo", poll_interval=0.5, lease=10, high_frequency=0)
 
     @app.task(name="demo.send_welcome")
     def send_welcome(user: str) -> dict[str, Any]:

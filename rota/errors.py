@@ -77,8 +77,11 @@ class LockLost(RotaError):
 
 
 def did_you_mean(value: str, choices: Iterable[str]) -> str:
-    """' (did you mean 'x'?)' when a close match exists, else ''."""
-    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+    """' (did you mean 'x'?)' when a close match exists, or a full dotted name ends with
+    `value` ('nightly' for 'myapp.jobs.nightly', the name a decorator gives), else ''."""
+    options = list(choices)
+    close = difflib.get_close_matches(value, options, n=1, cutoff=0.6)
+    close = close or sorted(o for o in options if o.endswith("." + value))[:1]
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

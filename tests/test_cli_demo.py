@@ -47,6 +47,7 @@ def test_demo_serves_the_dashboard_and_names_a_working_command(tmp_path: Path) -
         proc.send_signal(signal.SIGINT)  # the second skips the drain
         out = proc.communicate(timeout=30)[0].decode()
     assert f"Dashboard: http://127.0.0.1:{port}/" in out, out
+    assert "WARNING" not in out and "high-frequency" not in out, out  # its own fast schedules are meant
     hint = next(line for line in out.splitlines() if "Try in another terminal:" in line)
     command = hint.split("Try in another terminal: ", 1)[1].split()
     assert command[-3:] == ["--database-url", url, "runs"]

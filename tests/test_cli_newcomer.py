@@ -162,3 +162,15 @@ def test_each_listing_names_the_database_it_read(db_url: str, tmp_path: Path, mo
     if db_url.startswith("sqlite"):  # the default, relative URL: the absolute path too
         code, out = cli("runs", env={"ROTA_DATABASE_URL": None})
         assert out.splitlines()[0].startswith(f"database: sqlite:///rota.db ({tmp_path}/rota.db); times: local, "), out
+
+
+def test_a_narrow_terminal_keeps_the_database_whole_on_its_own_line(db_url: str) -> None:
+    app = make_app(db_url)
+    app.migrate()
+    label = f"database: {app.database_label}"
+    app.close()
+    width = max(len(label) + 2, 40)  # room for the database, not for the times after it
+    code, out = cli("--database-url", db_url, "runs", env={"COLUMNS": str(width)})
+    assert code == 0, out
+    first, second = out.splitlines()[:2]
+    assert first == label and "…" not in first and second.startswith("times: local, "), out

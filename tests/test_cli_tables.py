@@ -28,6 +28,9 @@ def render(url: str, width: int, *args: str) -> list[str]:
     if "--json" in args:
         return lines
     assert lines[0].startswith("database: ") and len(lines[0]) <= width, lines[0]  # which database it read
+    if lines[1].startswith("times: "):  # the database whole on its own line, the times' zone after it
+        return lines[2:]
+    assert "; times: " in lines[0], lines[0]
     return lines[1:]
 
 

@@ -50,6 +50,18 @@ def test_a_retry_line_gives_the_backoff_and_the_attempts_duration(app: rota.App,
     assert line["error"] == "ConnectionError: upstream hiccup"
 
 
+def test_a_jittered_backoff_is_given_to_the_millisecond(app: rota.App, captured: io.StringIO) -> None:
+    @app.task(name="flaky", retries=1, backoff=rota.Backoff(base=2, jitter=0.5))
+    def flaky() -> None:
+        raise ConnectionError("upstream hiccup")
+
+    flaky.enqueue()
+    asyncio.run(app.worker(install_signal_handlers=False, flush_interval=0).run_until_idle())
+    [line] = events(captured, "run_retrying")
+    shown = line["message"].rsplit("retrying in ", 1)[1].removesuffix(" s")
+    assert len(shown.partition(".")[2]) <= 3 and float(shown) == line["retry_in"], line["message"]  # 2.174, not 2.17393
+
+
 def test_a_hand_back_is_an_event_with_run_id_and_worker(app: rota.App, captured: io.StringIO) -> None:
     release = threading.Event()
 

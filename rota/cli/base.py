@@ -180,8 +180,8 @@ def find_run(app: App, run_id: str) -> Run:
     try:
         return app.get_run(run_id)
     except RunNotFound as exc:
-        if not (run_id.isascii() and run_id.isdigit()):
-            raise
+        if not (run_id.isascii() and run_id.isdigit()) or int(run_id) < 1:
+            raise  # not an id at all (its message says what ids are): no word on gaps
         newest = app.list_runs(limit=1)
         top = int(newest[0].id) if newest else 0
         hint = GAPS if int(run_id) < top else (f"the newest run is {top}" if top else "there are no runs yet")

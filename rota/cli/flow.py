@@ -10,7 +10,9 @@ from typing import Any, TypeVar
 import click
 
 from .. import timing
+from ..app import App
 from ..config import parse_duration
+from ..errors import did_you_mean
 from ..models import iso
 from ..timing.misfire import OVERLAP_POLICIES
 from .base import database_app, handle_errors, json_option, main, print_json
@@ -65,13 +67,14 @@ class IsoTime(click.ParamType):  # type: ignore[type-arg]
 @handle_errors
 def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, overlap: str | None, as_json: bool) -> None:
     """Make one run per tick of schedule NAME in [--from, --to) that has none yet."""
-    handles = database_app(ctx).backfill(name, start=start, end=end, overlap=overlap)
+    app = database_app(ctx)
+    handles = app.backfill(name, start=start, end=end, overlap=overlap)
     if as_json:
         print_json([h.refresh().to_json() for h in handles])
         return
     span = f"[{iso(start.astimezone(UTC))}, {iso(end.astimezone(UTC))})"
     if not handles:
-        click.echo(f"schedule {name}: no tick in {span} lacks a run; nothing to do")
+        click.echo(f"schedule {name}: {_why_nothing(app, name, start, span)}; nothing to do")
         return
     click.echo(f"schedule {name}: {len(handles)} run(s) backfilled for {span}")
     for h in handles[:SHOWN]:
@@ -84,16 +87,38 @@ def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, over
         )
 
 
+def _why_nothing(app: App, name: str, start: datetime, span: str) -> str:
+    """Every past tick has its run, or the range lies at or after the schedule's next run (its
+    own, not backfill's), or the schedule is paused at an earlier tick."""
+    info = app.get_schedule(name)
+    if info.paused:
+        return f"no tick in {span} before the pause lacks a run (backfill stops where it was paused: resume it first)"
+    if info.next_run_at is not None and start >= info.next_run_at:
+        nxt = iso(info.next_run_at)
+        return f"{span} starts at or after its next run ({nxt}): backfill makes only past ticks, those are its own"
+    return f"no tick in {span} lacks a run"
+
+
 def retry_failed(ctx: click.Context, status: str, task: str | None, since: timedelta | None, as_json: bool) -> None:
     """`rota retry --failed`: retry every matching final run (App.retry_many)."""
-    count = database_app(ctx).retry_many(status=status, task=task, since=since)
+    app = database_app(ctx)
+    count = app.retry_many(status=status, task=task, since=since)
     if as_json:
         print_json(
             {"retried": count, "status": status, "task": task, "since": since.total_seconds() if since else None}
         )
         return
     scope = (f" of task {task}" if task else "") + (f" finished in the last {duration(since)}" if since else "")
-    click.echo(f"{count} {status} run(s){scope} enqueued again")
+    click.echo(f"{count} {status} run(s){scope} enqueued again{unknown_task_hint(app, task) if not count else ''}")
+
+
+def unknown_task_hint(app: App, task: str | None) -> str:
+    """'; no run of task 'x' exists (did you mean 'app.x'?)' when no run of `task` exists at all:
+    a short name or a typo, not "nothing to retry"."""
+    if task is None or app.list_runs(task=task, limit=1):
+        return ""
+    close = did_you_mean(task, {r.task for r in app.list_runs(limit=500)})  # the tasks of the recent runs
+    return f"; no run of task {task!r} exists{close}: --task takes the full task name, as `rota runs` shows it"
 
 
 # -- rota explain --jitter ------------------------------------------------------------------
@@ -118,7 +143,7 @@ def jitter_heading(cron: str, tz: str, jitter: timedelta | None, name: str | Non
     if jitter is None:
         return ""
     seed = f"schedule name {name!r}" if name is not None else f"{f'{cron} {tz}'!r} (pass --name for a schedule's own)"
-    return f" (jitter {jitter}: offsets hashed from {seed} and each tick)"
+    return f" (jitter {duration(jitter)}: offsets hashed from {seed} and each tick)"
 
 
 def offset_text(fire: timing.FireTime) -> str:

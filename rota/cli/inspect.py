@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
+from rich.console import Console
 
 from .. import config, timing
 from ..app import App
@@ -58,7 +59,12 @@ def _header(app: App, utc: bool, source: str | None = None) -> None:
     here = datetime.now().astimezone()
     offset = here.strftime("%z")
     zone = "UTC" if utc else f"local, {here.tzname()} (UTC{offset[:3]}:{offset[3:]})"
-    line(f"{source or database_line(app)}; times: {zone}")
+    database, times = source or database_line(app), f"times: {zone}"
+    if len(f"{database}; {times}") <= Console().width:
+        line(f"{database}; {times}")
+    else:  # too long for one line: the database whole on its own line (cut only if it alone is)
+        line(database)
+        line(times)
 
 
 SCHEDULE_COLUMNS = (
@@ -134,10 +140,11 @@ def _run_row(r: Run, now: datetime, utc: bool) -> tuple[Any, ...]:
     status = "corrupt" if r.corrupt else ("held" if r.held else r.status)  # held: claimed, not started
     scheduled, started = when(r.scheduled_for, now, utc=utc), when(r.started_at, now, utc=utc)
     attempt = f"{r.attempt}/{r.max_attempts}"
-    return (r.id, r.task, r.schedule, status, attempt, scheduled, started, duration(r.duration), r.worker, _summary(r))
+    took, summary = duration(r.duration), _summary(r, now)
+    return (r.id, r.task, r.schedule, status, attempt, scheduled, started, took, r.worker, summary)
 
 
-def _summary(run: Run) -> str | None:
+def _summary(run: Run, now: datetime) -> str | None:
     if run.corrupt:
         return run.corrupt_reason
     if run.error:
@@ -146,6 +153,8 @@ def _summary(run: Run) -> str | None:
         return json.dumps(run.result)[:200]
     if run.waiting_on:
         return f"waiting for {run.waiting_on} parent run(s) to succeed"
+    if run.status == "pending" and run.due_at > run.scheduled_for and run.due_at > now:
+        return f"due {when(run.due_at, now)}" + (" (tick + jitter)" if run.schedule and not run.attempt else "")
     return None
 
 
@@ -197,11 +206,16 @@ def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
         return
     if run.held:  # claimed by a worker, its handler not started (no attempt counted yet)
         data["status"] = f"{run.status} (held by {run.worker}: not started yet)"
+    if run.due_at != run.scheduled_for and not run.is_final:  # a jittered tick: no worker claims it before
+        data["scheduled_for"] = f"{data['scheduled_for']} (due {iso(run.due_at)})"
     for field in RUN_FIELDS:
         value = data.get(field)
         if value is not None and value is not False and value != [] and not (field == "waiting_on" and value == 0):
             shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else value
             click.echo(f"{field:>14}: {clean(shown, newlines=False)}")
+    if run.error and run.error not in [a.get("error") for a in run.attempts]:  # ended with no attempt saying why
+        reason = f"{run.error.get('type')}: {run.error.get('message')}"
+        click.echo(f"{'error':>14}: {clean(reason, newlines=False)}")
     for attempt in run.attempts:
         took = _took(attempt.get("started_at"), attempt.get("finished_at"))
         finished = attempt["finished_at"] or "still running"

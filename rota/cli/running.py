@@ -26,6 +26,8 @@ from .base import (
     print_json,
     setup_logging,
 )
+from .display import duration
+from .flow import Duration
 
 MAX_DELAY = 100 * 365 * 86400  # seconds: a hundred years
 PORT = click.IntRange(1, 65535)
@@ -148,6 +150,16 @@ def check_delay(delay: float | None) -> float | None:
 @click.option("--priority", type=int, default=None)
 @click.option("--queue", default=None)
 @click.option("--key", default=None, help="Deduplication key.")
+@click.option("--unique-for", type=Duration(), default=None,
+              help="With --key: return the run of this key created within this window (90s, 15m, 6h, 2d), "
+                   "in any status but cancelled, instead of enqueuing again.")  # fmt: skip
+@click.option(
+    "--after",
+    "after",
+    multiple=True,
+    metavar="RUN_ID",
+    help="Run once this run has succeeded (repeatable: once all of them have).",
+)
 @json_option
 @click.pass_context
 @handle_errors
@@ -159,13 +171,19 @@ def enqueue(ctx: click.Context, /, app_path: str, task: str, args_json: str, kwa
         check_queues((opts["queue"],))
     app = load_app(app_path)
     apply_database_flag(ctx, app)
-    key = opts["key"]
-    call = app.get_task(task).options(delay=delay, priority=opts["priority"], queue=opts["queue"], key=key)
+    key, unique_for = opts["key"], opts["unique_for"]
+    extra = {"unique_for": unique_for} if unique_for is not None else {}
+    extra |= {"after": list(opts["after"])} if opts["after"] else {}
+    call = app.get_task(task).options(delay=delay, priority=opts["priority"], queue=opts["queue"], key=key, **extra)
     handle = call.enqueue(*args, **kwargs)
     if opts["as_json"]:
         print_json({"id": handle.id, "created": handle.created})
+    elif handle.created:
+        click.echo(handle.id)
+    elif unique_for is not None:
+        click.echo(f"{handle.id} (created with key {key!r} within the last {duration(unique_for)}: not enqueued again)")
     else:
-        click.echo(handle.id if handle.created else f"{handle.id} (already pending with key {key!r})")
+        click.echo(f"{handle.id} (already pending with key {key!r})")
 
 
 @main.command()

@@ -6,7 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import click
 
-from ..models import FINAL_STATUSES
+from ..app import App
+from ..errors import ScheduleNotFound, did_you_mean
+from ..models import FINAL_STATUSES, ScheduleInfo
 from .base import database_app, find_run, handle_errors, json_option, main, print_json
 from .display import when
 from .flow import Duration, retry_failed
@@ -19,7 +21,11 @@ from .flow import Duration, retry_failed
 @handle_errors
 def trigger(ctx: click.Context, name: str, as_json: bool) -> None:
     """Run schedule NAME now (honouring its overlap policy)."""
-    handle = database_app(ctx).trigger(name)
+    app = database_app(ctx)
+    try:
+        handle = app.trigger(name)
+    except ScheduleNotFound as exc:
+        raise with_hint(app, name, exc) from None
     run = handle.refresh()
     if as_json:
         print_json(run.to_json())
@@ -28,13 +34,29 @@ def trigger(ctx: click.Context, name: str, as_json: bool) -> None:
         click.echo(f"run {run.id} {run.status}{note}")
 
 
+def with_hint(app: App, name: str, exc: ScheduleNotFound) -> ScheduleNotFound:
+    """The error with a "did you mean" from the stored schedules' names (a short name given
+    for a decorator's full one, 'nightly' for 'myapp.jobs.nightly', or a typo)."""
+    if "(did you mean" in str(exc):  # the App's own error has one already
+        return exc
+    return ScheduleNotFound(f"{exc}{did_you_mean(name, [s.name for s in app.list_schedules()])}")
+
+
+def steer_schedule(app: App, action: str, name: str) -> ScheduleInfo:
+    try:
+        info: ScheduleInfo = app.pause(name) if action == "pause" else app.resume(name)
+    except ScheduleNotFound as exc:
+        raise with_hint(app, name, exc) from None
+    return info
+
+
 @main.command()
 @click.argument("name")
 @click.pass_context
 @handle_errors
 def pause(ctx: click.Context, name: str) -> None:
     """Pause schedule NAME (no new ticks until resumed)."""
-    database_app(ctx).pause(name)
+    steer_schedule(database_app(ctx), "pause", name)
     click.echo(f"paused {name}")
 
 
@@ -44,7 +66,7 @@ def pause(ctx: click.Context, name: str) -> None:
 @handle_errors
 def resume(ctx: click.Context, name: str) -> None:
     """Resume schedule NAME from its next tick (missed ticks do not run)."""
-    info = database_app(ctx).resume(name)
+    info = steer_schedule(database_app(ctx), "resume", name)
     click.echo(f"resumed {name}; next run {when(info.next_run_at, datetime.now(UTC)) or '-'}")
 
 

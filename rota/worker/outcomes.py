@@ -130,8 +130,8 @@ class Decider:
         status = record.status
         attempt = f"(attempt {c.attempt}/{c.max_attempts})"
         if status == "pending":  # the attempt's duration, then the backoff before the next one
-            fields["retry_in"] = round(record.retry_in, 3)
-            message = f"run {c.id} {c.task} failed after {duration:.3f} s {attempt}; retrying in {record.retry_in:g} s"
+            fields["retry_in"] = retry_in = round(record.retry_in, 3)
+            message = f"run {c.id} {c.task} failed after {duration:.3f} s {attempt}; retrying in {retry_in:g} s"
         else:
             message = f"run {c.id} {c.task} {status} after {duration:.3f} s {attempt}"
         _line(_LEVELS[status], _EVENTS[status], message, fields)

@@ -34,6 +34,12 @@ function dl(pairs) {
   return el("dl", {}, pairs.filter(([, v]) => v !== null && v !== undefined && v !== "").map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
 }
 
+// after=: the runs this one waits for (parents) or that wait for it (dependents), as links.
+function runLinks(ids, kind) {
+  if (!ids || !ids.length) return null;
+  return el("span", { "data-links": kind }, ids.flatMap((id, i) => (i ? [", ", runLink(id)] : [runLink(id)])));
+}
+
 function back(view, text) { return el("p", {}, link("← " + text, view)); }
 
 function attemptRows(run) {
@@ -105,7 +111,10 @@ function renderRun(root, r, refresh, known) {
         ["queue", link(r.queue, "runs", null, { queue: r.queue })], ["priority", r.priority], ["key", r.key],
         ["scheduled for", r.scheduled_for], ["created", r.created_at], ["due", r.due_at], ["started", r.started_at], ["finished", r.finished_at],
         ["worker", r.worker ? link(r.worker, "worker", r.worker) : null], ["token", r.token], ["lease until", r.lease_until],
-        ["cancel requested", r.cancel_requested ? "yes" : null], ["retry of", r.retry_of ? runLink(r.retry_of) : null]]),
+        ["cancel requested", r.cancel_requested ? "yes" : null], ["retry of", r.retry_of ? runLink(r.retry_of) : null],
+        ["backfill", r.backfill ? "yes: made for a past tick" : null],
+        ["waiting on", r.waiting_on ? r.waiting_on + " parent run(s) to succeed" : null],
+        ["parents", runLinks(r.parents, "parents")], ["dependents", runLinks(r.dependents, "dependents")]]),
       r.corrupt.length ? el("p", { class: "bad" }, badge("corrupt"), " stored value(s) that cannot be read: " + r.corrupt.join(", ")) : null,
       Object.entries(r.raw || {}).map(([k, v]) => [el("strong", {}, k + " as stored"), el("pre", {}, v)]),
       el("strong", {}, "arguments"), el("pre", {}, json({ args: r.args, kwargs: r.kwargs })),

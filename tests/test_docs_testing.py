@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+import rota.stores.postgres  # noqa: F401  (loaded here, not first inside pytester's run, which drops what it imported)
+
 from .conftest import PG_URL, require
 from .test_testing_plugin import plugin_args
 

@@ -36,10 +36,13 @@ def test_several_worker_processes_drain_2000_tasks_exactly_once(
     app = make_app(db_url)
     from .apps.basic import record
 
-    ids = app.store.insert_runs([record.options()._new_run((i,), {}) for i in range(2000)])
-    assert len(ids) == 2000
     for _ in range(n_workers):
         procs.start(concurrency=8)
+    # every process claims from the start (one that starts late under load could otherwise
+    # find the runs drained by the others, and the share asserted below means nothing)
+    wait_until(lambda: sum(w.alive for w in app.list_workers()) == n_workers, 60, "every worker to start")
+    ids = app.store.insert_runs([record.options()._new_run((i,), {}) for i in range(2000)])
+    assert len(ids) == 2000
 
     def finished() -> bool:
         counts = app.store.count_by_status()

@@ -51,6 +51,7 @@ A full key never blocks others: its runs are simply not taken, and the rest are.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -187,6 +188,7 @@ class FlowMixin:
         """Claim up to `limit` due limited or rated runs that their limits and rates allow."""
         if limit <= 0:
             return []
+        self._resolve_some()
         names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
         with self._tx() as s:  # type: ignore[attr-defined]
             heads = s.q("flow_heads", queues=names, n=min(limit + _EXTRA_KEYS, _MAX_KEYS))
@@ -203,6 +205,16 @@ class FlowMixin:
                     s.q("flow_bump", name=name, key=key)
                     s.q("flow_prune", name=name, key=key)
         return self._claimed_rows(rows)  # type: ignore[attr-defined, no-any-return]
+
+    _resolved_at = 0.0
+
+    def _resolve_some(self) -> None:
+        """At most once a second, key the runs of this process's tasks that were made where
+        their keys could not be computed (rota.limit_specs; a callable by=)."""
+        resolve = getattr(self, "flow_resolve", None)
+        if resolve is not None and (now := time.monotonic()) >= self._resolved_at + 1.0:
+            self._resolved_at = now
+            resolve()
 
 
 def _room(asked: int, free: int, claimed: int) -> int:

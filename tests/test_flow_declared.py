@@ -1,0 +1,120 @@
+"""Runs made by a process that does not declare their task (rota trigger, rota retry,
+retry_many, backfill, another app's schedule ticks) get their limit and rate keys from the
+declarations a worker stored at start (rota/limit_specs.py), on both stores. A key only the
+declaring code can compute (a callable by=) waits unresolved until a declaring worker keys
+it: never unlimited."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import rota
+from rota.limit_specs import UNRESOLVED
+from rota.stores.base import Outcome
+
+START = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
+ERROR = '{"type": "Boom", "message": "no"}'
+
+
+def _gates(app: rota.App) -> dict[str, tuple[Any, ...]]:
+    with app.store._read() as s:  # type: ignore[attr-defined]
+        rows = s.q_text("SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs")
+    return {str(r[0]): tuple(r[1:]) for r in rows}
+
+
+def _declaring(app_factory: Callable[..., rota.App], **options: Any) -> rota.App:
+    """The worker's app: declares the limited tasks and stores them (prepare)."""
+    app = app_factory(**options)
+
+    @app.task(limit=rota.Limit(1, by="customer_id"), rate=rota.Rate(50, per=60), name="export")
+    def export(customer_id: int, fmt: str = "csv", region: str = "eu") -> None: ...
+
+    @app.task(limit=rota.Limit(1, by=("region", "fmt")), name="by_default")
+    def by_default(customer_id: int, fmt: str = "csv", region: str = "eu") -> None: ...
+
+    @app.task(limit=rota.Limit(1, by=lambda order, **_: order["shop"]), name="by_call")
+    def by_call(order: dict[str, str]) -> None: ...
+
+    app.migrate()
+    app.prepare()
+    return app
+
+
+def test_triggers_and_retries_from_a_process_without_the_task_carry_its_stored_limit(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    worker = _declaring(app_factory)
+    client = app_factory()  # declares nothing: as `rota trigger` and `rota retry` are
+    client.add_schedule("pos", "export", every=3600, args=[7], overlap="concurrent")
+    client.add_schedule("kw", "export", every=3600, kwargs={"customer_id": 7, "fmt": "json"}, overlap="concurrent")
+    client.add_schedule("dflt", "by_default", every=3600, args=[1], overlap="concurrent")
+    ids = [client.trigger(name).id for name in ("pos", "kw", "dflt")]
+    gates = _gates(client)
+    assert [gates[i] for i in ids] == [
+        ("export", "7", "export", ""),
+        ("export", "7", "export", ""),
+        ("by_default", '["eu", "csv"]', None, None),  # as the declaring code keys it
+    ]
+    (claimed,) = [c for c in worker.store.claim("w", 10, None, 30.0) if c.task == "export"]
+    assert worker.store.claim("w", 10, None, 30.0) == []  # customer 7's other run waits
+    worker.store.finish([Outcome(claimed.id, claimed.token, "failed", error=ERROR, history="{}")])
+    retry = client.retry(str(claimed.id))
+    assert _gates(client)[retry.id] == ("export", "7", "export", "")
+
+
+def test_retry_many_and_backfill_from_a_process_without_the_task_carry_its_stored_limit(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    clock = rota.FakeClock(START)
+    worker = _declaring(app_factory, clock=clock)
+    client = app_factory(clock=clock)
+    client.add_schedule("pos", "export", every=60, args=[7], overlap="concurrent")
+    refs = client.backfill("pos", start=START - timedelta(minutes=2), end=START)  # 23:59 and 00:00
+    assert len(refs) == 2 and {_gates(client)[r.id] for r in refs} == {("export", "7", "export", "")}
+    claimed = worker.store.claim("w", 10, None, 30.0)
+    assert len(claimed) == 1  # one per customer
+    worker.store.finish([Outcome(claimed[0].id, claimed[0].token, "failed", error=ERROR, history="{}")])
+    assert client.retry_many(task="export") == 1
+    (retry,) = [r for r in client.list_runs(status="pending") if r.retry_of is not None]
+    assert _gates(client)[retry.id] == ("export", "7", "export", "")
+    # a worker's own retry_many (it declares the task) keys it from the code likewise
+    assert worker.retry_many(task="export") == 0
+
+
+def test_a_callable_key_waits_unresolved_until_a_declaring_worker_keys_it(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    worker = _declaring(app_factory)
+    client = app_factory()
+    client.add_schedule("a", "by_call", every=3600, args=[{"shop": "a"}], overlap="concurrent")
+    first, second = client.trigger("a").id, client.trigger("a").id
+    assert _gates(client)[first] == (UNRESOLVED, "", None, None)  # no limit has that name: no claim takes it
+    other = app_factory()
+
+    @other.task(name="unrelated")
+    def unrelated() -> None: ...
+
+    other.prepare()  # a worker that does not declare by_call
+    assert other.store.claim("w2", 10, None, 30.0) == []
+    (claimed,) = worker.store.claim("w", 10, None, 30.0)  # keys them first, then one per shop
+    assert claimed.task == "by_call"
+    assert {_gates(client)[i] for i in (first, second)} == {("by_call", "a", None, None)}
+    assert worker.store.claim("w", 10, None, 30.0) == []
+
+
+def test_a_deploy_that_removes_a_limit_removes_it_from_runs_made_elsewhere(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    _declaring(app_factory)
+    client = app_factory()
+    client.add_schedule("pos", "export", every=3600, args=[7], overlap="concurrent")
+    newer = app_factory()
+
+    @newer.task(name="export")
+    def export(customer_id: int, fmt: str = "csv", region: str = "eu") -> None: ...
+
+    newer.prepare()
+    run_id = client.trigger("pos").id
+    assert _gates(client)[run_id] == (None, None, None, None)

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 import rota
 from rota.limit_specs import UNRESOLVED
 from rota.stores.base import Outcome
@@ -118,3 +120,24 @@ def test_a_deploy_that_removes_a_limit_removes_it_from_runs_made_elsewhere(
     newer.prepare()
     run_id = client.trigger("pos").id
     assert _gates(client)[run_id] == (None, None, None, None)
+
+
+def test_a_worker_started_before_the_first_limit_deploy_takes_limited_runs_under_their_limit(
+    app_factory: Callable[..., rota.App], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("rota.stores._limits.FLOW_RECHECK", 0.0)
+    old = app_factory()
+
+    @old.task(name="export")
+    def export(customer_id: int) -> None: ...
+
+    old.migrate()
+    old.prepare()  # no limit or rate in the database yet: its claims are plain ones
+    assert old.store.claim("old", 10, None, 30.0) == []
+    _declaring(app_factory)  # the first deploy with limits
+    client = app_factory()
+    client.add_schedule("pos", "export", every=3600, args=[7], overlap="concurrent")
+    for _ in range(3):
+        client.trigger("pos")
+    assert len(old.store.claim("old", 10, None, 30.0)) == 1  # it asked again: one per customer
+    assert old.store.claim("old", 10, None, 30.0) == []

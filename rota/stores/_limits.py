@@ -56,6 +56,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import DatabaseError
 from .base import Claimed
 
 # Keys taken per flow claim: a few more than the runs asked for (a full rate key is taken
@@ -63,6 +64,8 @@ from .base import Claimed
 # lock held to the commit, and the server's lock table is shared (max_locks_per_transaction
 # times max_connections). A claim that wants more takes the rest at the next one.
 _EXTRA_KEYS, _MAX_KEYS = 8, 64
+# How often a worker whose database had no limit or rate when it started asks again.
+FLOW_RECHECK = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +138,7 @@ class FlowMixin:
         The first `start` runs start (the free slots); the rest are held. Limited and rated
         runs are only claimed into free slots, never held: a slot of a limit is not kept by a
         run that waits on this worker."""
-        if not self.flow_active:
+        if not self._flow_on():
             return self._plain_claim(owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
         free = limit if start is None else start
         tried = self.flow_due
@@ -153,7 +156,7 @@ class FlowMixin:
         lease: float,
         start: int | None = None,
     ) -> tuple[set[int], list[Claimed]]:
-        if not self.flow_active:
+        if not self._flow_on():
             return self._plain_finish_and_claim(outcomes, owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
         if self.flow_due:
             written: set[int] = self.finish(outcomes)  # type: ignore[attr-defined]
@@ -162,6 +165,27 @@ class FlowMixin:
         written, got, due = self._probed_finish_and_claim(outcomes, owner, limit, queues, lease, free)
         room = _room(limit - len(got), free, len(got))
         return written, got + self._after_probe(False, due, owner, room, queues, lease)
+
+    _flow_asked = 0.0  # when flow_any was last asked (monotonic; 0: not yet)
+
+    def _flow_on(self) -> bool:
+        """Whether the database has a limit or a rate. Set when a worker starts (sync_flow)
+        and, while not, asked again every FLOW_RECHECK seconds: a worker started before the
+        first limit was deployed takes limited runs (under their limits) from then on. Until
+        then it leaves them alone (the plain claim never takes one)."""
+        if self.flow_active:
+            return True
+        now = time.monotonic()
+        if not self._flow_asked:
+            self._flow_asked = now
+        elif now >= self._flow_asked + FLOW_RECHECK:
+            self._flow_asked = now
+            try:
+                with self._read() as s:  # type: ignore[attr-defined]
+                    self.flow_active = int(s.q("flow_any")[0][0]) > 0
+            except DatabaseError:  # an older schema (no rota_limits), or the database away
+                pass
+        return self.flow_active
 
     def _after_probe(
         self, tried: bool, due: bool, owner: str, room: int, queues: Sequence[str] | None, lease: float

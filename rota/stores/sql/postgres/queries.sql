@@ -501,10 +501,31 @@ RETURNING name
 
 -- name: cancel_schedule_pending
 -- transition: withdraw
+-- Locks as a finisher does (finish_succeeded): the schedule's row first (the rota_run_finished
+-- trigger of each cancelled run updates it, and a finisher holding it promotes a queued run),
+-- then the runs in id order, then their waiting dependents in id order (the cascade cancels
+-- them). Rows locked in no order here deadlocked against a concurrent finish.
+WITH locked AS (
+    SELECT name FROM rota_schedules WHERE name = %(name)s FOR UPDATE
+),
+runs AS (
+    SELECT id FROM rota_runs
+    WHERE schedule = %(name)s AND status = 'pending' AND (SELECT count(*) FROM locked) >= 0
+    ORDER BY id
+    FOR UPDATE
+),
+deps AS (
+    SELECT c.id FROM rota_runs c
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM runs))))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
+)
 UPDATE rota_runs
 SET status = 'cancelled', finished_at = {now},
     error = %(error)s
-WHERE schedule = %(name)s AND status = 'pending'
+WHERE id = ANY(ARRAY(SELECT id FROM runs)) AND status = 'pending'
+  AND (SELECT count(*) FROM deps) >= 0
 RETURNING id
 
 -- name: withdraw_ahead
@@ -584,8 +605,27 @@ RETURNING id, owner
 
 -- name: cancel_held
 -- transition: overlap
+-- Locks as cancel_schedule_pending does: the schedule's row, then the queued runs in id order
+-- (a finisher holding the row promotes the oldest of them), then their waiting dependents.
+WITH locked AS (
+    SELECT name FROM rota_schedules WHERE name = %(schedule)s FOR UPDATE
+),
+runs AS (
+    SELECT id FROM rota_runs
+    WHERE schedule = %(schedule)s AND held AND status = 'pending' AND (SELECT count(*) FROM locked) >= 0
+    ORDER BY id
+    FOR UPDATE
+),
+deps AS (
+    SELECT c.id FROM rota_runs c
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM runs))))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
+)
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = %(error)s
-WHERE schedule = %(schedule)s AND held AND status = 'pending'
+WHERE id = ANY(ARRAY(SELECT id FROM runs)) AND held AND status = 'pending'
+  AND (SELECT count(*) FROM deps) >= 0
 RETURNING id
 
 -- name: promote_held

@@ -141,3 +141,93 @@ def test_a_worker_started_before_the_first_limit_deploy_takes_limited_runs_under
         client.trigger("pos")
     assert len(old.store.claim("old", 10, None, 30.0)) == 1  # it asked again: one per customer
     assert old.store.claim("old", 10, None, 30.0) == []
+
+
+def test_a_tick_made_by_a_worker_of_another_app_carries_the_stored_limit(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    from .test_schedules import poll_once
+
+    clock = rota.FakeClock(START)
+    _declaring(app_factory, clock=clock)
+    other = app_factory(clock=clock)
+
+    @other.task(name="unrelated")
+    def unrelated() -> None: ...
+
+    other.add_schedule("pos", "export", every=60, kwargs={"customer_id": 9}, overlap="concurrent")
+    clock.advance(timedelta(seconds=45))  # 00:01:15: the 00:01 tick is due
+    poll_once(other)
+    (tick,) = [r for r in other.list_runs(schedule="pos") if r.status == "pending"]
+    assert _gates(other)[tick.id] == ("export", "9", "export", "")
+
+
+class _Task:
+    """What limit_specs reads of a declared task (rota.tasks.Task), for a handler `fn`."""
+
+    def __init__(self, fn: Callable[..., Any], by: Any) -> None:
+        from rota.limits import gate
+
+        self.opts = type("Opts", (), {"limit": rota.Limit(1, by=by), "rate": None, "pass_context": False})()
+        self.fn = fn
+        self.limit_gate = gate("t", fn, self.opts.limit, False)  # type: ignore[attr-defined]
+        self.rate_gate = None
+
+
+def _both(fn: Callable[..., Any], by: Any, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """The key the declaring code gives a call, and the one the stored spec gives it."""
+    import json
+
+    from rota.limit_specs import stamp_spec, task_spec
+    from rota.limits import stamp
+    from rota.stores.base import NewRun
+
+    task = _Task(fn, by)
+    code, stored = NewRun(task="t"), NewRun(task="t", args=json.dumps(args), kwargs=json.dumps(kwargs))
+    stamp(code, task, args, kwargs)
+    spec = task_spec(task)
+    assert spec is not None
+    stamp_spec(stored, spec)
+    return code.limit_key, stored.limit_key
+
+
+def test_the_stored_spec_keys_a_call_as_the_declaring_code_does() -> None:
+    def f(a: int, b: str = "x", /, c: Any = None, *rest: Any, d: int = 4, **more: Any) -> None: ...
+
+    def g(region: str, account: int = 0, *, shard: list[int] | None = None) -> None: ...
+
+    cases: list[tuple[Callable[..., Any], Any, list[Any], dict[str, Any]]] = [
+        (f, "a", [1], {}),
+        (f, "b", [1], {}),
+        (f, "b", [1, "y"], {}),
+        (f, "c", [1, "y", {"k": [1, 2]}], {}),
+        (f, "c", [1], {"c": "z"}),
+        (f, "d", [1, "y", 3, 4, 5], {}),
+        (f, "d", [1], {"d": 7}),
+        (f, ("a", "d"), [1], {"d": 7, "e": 1}),
+        (g, "region", ["eu"], {}),
+        (g, ("region", "account"), [], {"region": "us", "account": 3}),
+        (g, "shard", ["eu"], {"shard": [1, 2]}),
+        (g, "shard", ["eu"], {}),
+    ]
+    for fn, by, args, kwargs in cases:
+        code, stored = _both(fn, by, args, kwargs)
+        assert code == stored, (fn.__name__, by, args, kwargs)
+
+
+def test_a_key_the_stored_spec_cannot_compute_is_left_unresolved() -> None:
+    import json
+
+    from rota.limit_specs import stamp_spec, task_spec
+    from rota.stores.base import NewRun
+
+    def h(when: Any = datetime(2030, 1, 1, tzinfo=UTC), n: int = 0) -> None: ...
+
+    def k(n: int) -> None: ...
+
+    for fn, by, args in ((h, "when", []), (k, lambda n: str(n), [1]), (k, "n", [])):
+        spec = task_spec(_Task(fn, by))
+        assert spec is not None
+        run = NewRun(task="t", args=json.dumps(args))
+        stamp_spec(run, spec)
+        assert (run.limit_name, run.limit_key, run.rate_name) == (UNRESOLVED, "", None)

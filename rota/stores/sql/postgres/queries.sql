@@ -869,9 +869,11 @@ FROM (VALUES ('rota_runs'), ('rota_schedules'), ('rota_workers'), ('rota_locks')
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE NOT has_table_privilege(x.obj, x.priv)
 UNION ALL
--- the tables of 0008 (flow-deps), once they exist
+-- the tables of 0008 (flow-deps), 0010 (limits and rates) and 0011 (task declarations),
+-- once they exist
 SELECT current_user, current_schema(), x.obj, x.priv
-FROM (VALUES ('rota_deps'), ('rota_unique')) AS t(obj)
+FROM (VALUES ('rota_deps'), ('rota_unique'), ('rota_limits'), ('rota_rates'), ('rota_rate_starts'),
+             ('rota_task_flow')) AS t(obj)
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE CASE WHEN to_regclass(x.obj) IS NULL THEN false ELSE NOT has_table_privilege(x.obj, x.priv) END
 UNION ALL

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .limits import Limit, Rate, _text, declared, stamp
@@ -151,12 +151,6 @@ def stored_tasks(tasks: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
     return specs, plain
 
 
-def unresolvable(tasks: Mapping[str, Any]) -> Sequence[str]:
-    """The declared tasks whose runs made elsewhere may wait UNRESOLVED for this process
-    (any with a limit or a rate: stored arguments that do not bind wait too)."""
-    return sorted(stored_tasks(tasks)[0])
-
-
 def sync(store: Any, tasks: Mapping[str, Any]) -> None:
     """At worker start: store the declared limits and rates and each task's spec (the newest
     deploy wins; rota.limit_specs), let the store key the runs it makes itself (schedule
@@ -170,8 +164,8 @@ def sync(store: Any, tasks: Mapping[str, Any]) -> None:
     specs, plain = stored_tasks(tasks)
     store.sync_specs(specs, plain)
     store.flow_stamp = functools.partial(_stamp_stored, dict(tasks))
-    if specs:
-        store.flow_resolve = functools.partial(store.resolve_runs, {n: tasks[n] for n in specs})
+    if tasks:  # a task declared here without the limit an older deploy gave it is resolved too
+        store.flow_resolve = functools.partial(store.resolve_runs, dict(tasks))
 
 
 def _stamp_stored(tasks: Mapping[str, Any], run: Any) -> None:

@@ -81,8 +81,13 @@ def test_retry_many_and_backfill_from_a_process_without_the_task_carry_its_store
     assert client.retry_many(task="export") == 1
     (retry,) = [r for r in client.list_runs(status="pending") if r.retry_of is not None]
     assert _gates(client)[retry.id] == ("export", "7", "export", "")
-    # a worker's own retry_many (it declares the task) keys it from the code likewise
-    assert worker.retry_many(task="export") == 0
+    # the declaring process's own retry_many keys its retries too (from its code)
+    handle = worker.tasks["export"].enqueue(5)
+    (mine,) = [c for c in worker.store.claim("w", 10, None, 30.0) if str(c.id) == handle.id]
+    worker.store.finish([Outcome(mine.id, mine.token, "failed", error=ERROR, history="{}")])
+    assert worker.retry_many(task="export") == 1
+    (again,) = [r for r in worker.list_runs(status="pending") if r.retry_of == str(mine.id)]
+    assert _gates(worker)[again.id] == ("export", "5", "export", "")
 
 
 def test_a_callable_key_waits_unresolved_until_a_declaring_worker_keys_it(
@@ -231,3 +236,24 @@ def test_a_key_the_stored_spec_cannot_compute_is_left_unresolved() -> None:
         run = NewRun(task="t", args=json.dumps(args))
         stamp_spec(run, spec)
         assert (run.limit_name, run.limit_key, run.rate_name) == (UNRESOLVED, "", None)
+
+
+def test_an_unresolved_run_whose_limit_a_newer_deploy_removed_runs_as_a_plain_one(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    _declaring(app_factory)
+    client = app_factory()
+    client.add_schedule("a", "by_call", every=3600, args=[{"shop": "a"}], overlap="concurrent")
+    run_id = client.trigger("a").id
+    assert _gates(client)[run_id][0] == UNRESOLVED
+    newer = app_factory()
+
+    @newer.task(name="by_call")
+    def by_call(order: dict[str, str]) -> None: ...
+
+    @newer.task(limit=1, name="other")  # the database still has limits: flow claims go on
+    def other() -> None: ...
+
+    newer.prepare()
+    (claimed,) = newer.store.claim("w", 10, None, 30.0)
+    assert str(claimed.id) == run_id and _gates(client)[run_id] == (None, None, None, None)

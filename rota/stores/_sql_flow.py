@@ -116,6 +116,11 @@ class SqlFlow(SqlSchedules):
                 self._notify(s, "run")
         return len(rows)
 
+    def count_unresolved(self) -> int:
+        """Pending runs waiting for a worker that declares their task to compute their keys."""
+        with self._read() as s:
+            return int(s.q("flow_unresolved_count", unresolved=UNRESOLVED)[0][0])
+
     def last_run_id(self) -> int:
         return int(self._select("last_run_id")[0][0])
 

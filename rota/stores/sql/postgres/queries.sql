@@ -1337,3 +1337,8 @@ WHERE id = %(id)s AND status = 'pending'
 -- name: flow_specs_table
 -- whether migration 0011 ran (a store asks once; older schemas have no stored specs)
 SELECT to_regclass('rota_task_flow') IS NOT NULL
+
+-- name: flow_unresolved_count
+-- runs waiting for a worker that declares their task to compute their keys (rota limits)
+SELECT count(*) FROM rota_runs
+WHERE limit_name = %(unresolved)s AND status = 'pending' AND NOT held

@@ -1043,3 +1043,7 @@ WHERE id = :id AND status = 'pending'
 
 -- name: flow_specs_table
 SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'rota_task_flow'
+
+-- name: flow_unresolved_count
+SELECT count(*) FROM rota_runs
+WHERE limit_name = :unresolved AND status = 'pending' AND NOT held

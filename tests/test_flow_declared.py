@@ -6,6 +6,7 @@ it: never unlimited."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -257,3 +258,31 @@ def test_an_unresolved_run_whose_limit_a_newer_deploy_removed_runs_as_a_plain_on
     newer.prepare()
     (claimed,) = newer.store.claim("w", 10, None, 30.0)
     assert str(claimed.id) == run_id and _gates(client)[run_id] == (None, None, None, None)
+
+
+def test_a_running_worker_keys_and_runs_unresolved_runs_one_per_key(app_factory: Callable[..., rota.App]) -> None:
+    import time
+
+    from .conftest import start_worker
+
+    worker_app = app_factory(poll_interval=0.2)
+    spans: list[tuple[float, float]] = []
+
+    @worker_app.task(limit=rota.Limit(1, by=lambda order: order["shop"]), name="by_call")
+    def by_call(order: dict[str, str]) -> None:
+        start = time.monotonic()
+        time.sleep(0.2)
+        spans.append((start, time.monotonic()))
+
+    worker_app.migrate()
+    start_worker(worker_app, concurrency=4)
+    time.sleep(0.3)  # it started and stored its declarations
+    client = app_factory()
+    client.add_schedule("a", "by_call", every=3600, args=[{"shop": "a"}], overlap="concurrent")
+    ids = [client.trigger("a").id for _ in range(3)]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(client.get_run(i).status != "succeeded" for i in ids):
+        time.sleep(0.05)
+    assert [client.get_run(i).status for i in ids] == ["succeeded"] * 3
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))  # one at a time: the shop's limit

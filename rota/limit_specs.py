@@ -172,6 +172,8 @@ def _stamp_stored(tasks: Mapping[str, Any], run: Any) -> None:
     """Stamp a run the store made from stored JSON arguments (a schedule's), if its task is
     declared here (else the store keys it from the stored spec)."""
     task = tasks.get(run.task)
-    if task is not None:
+    if task is not None and task.limit_gate is None and task.rate_gate is None:
+        run.flow_known = True  # declared here without either: nothing to parse
+    elif task is not None:
         args, kwargs = json.loads(run.args or "[]"), json.loads(run.kwargs or "{}")
         stamp(run, task, args, kwargs)

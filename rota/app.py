@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import config, limits
+from . import config, limit_specs
 from .aio import AsyncClient
 from .client import Client
 from .clock import Clock
@@ -163,7 +163,7 @@ class App(FlowClient, Client, AsyncClient):
         defs = [spec.to_def(source="code", app=self.name) for spec in self.schedules.values()]
         first = {spec.name: spec.trigger.next_after(now) for spec in self.schedules.values()}
         store.sync_schedules(self.name, defs, first)
-        limits.sync(store, self.tasks)  # limits and rates: this deploy's values win
+        limit_specs.sync(store, self.tasks)  # limits and rates: this deploy's values win
 
     def close(self) -> None:
         """Deliver queued hook events (briefly), release held locks, close every connection."""

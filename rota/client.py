@@ -271,6 +271,12 @@ class Client(Declarations):
         """Run a finished run again, as a new run (retry_of points back; history stays). It
         keeps the run's key and backoff, and a run of an exclusive schedule keeps the
         schedule's overlap policy (TriggerRefused under 'skip' while another run is active)."""
+        return self._retry(run_id)
+
+    def _retry(self, run_id: str | int, retried: set[str] | None = None) -> RunHandle:
+        """As retry; with `retried` (App.retry_many), a retry of a schedule named there
+        queues behind the one made before it instead of replacing it (overlap='replace'),
+        and the schedule of each retry made is added."""
         run = self.get_run(run_id)
         if run.status not in FINAL_STATUSES:
             raise ConfigurationError(f"run {run.id} is still {run.status}; wait for it or cancel it before retrying")
@@ -282,10 +288,13 @@ class Client(Declarations):
         key, backoff = self.store.retry_source(int(run.id)) or (run.key, None)
         sdef = self.store.get_schedule_def(run.schedule) if run.schedule is not None else None
         if sdef is not None and sdef.overlap != "concurrent":
-            due = DueSchedule(**{**_due_fields(sdef), "task": run.task, "args": args, "kwargs": kwargs,
+            behind = sdef.overlap == "replace" and retried is not None and sdef.name in retried
+            due = DueSchedule(**{**_due_fields(sdef), "overlap": "queue" if behind else sdef.overlap, "task": run.task, "args": args, "kwargs": kwargs,
                                  "queue": run.queue, "priority": run.priority, "max_attempts": run.max_attempts,
                                  "timeout": run.timeout, "backoff": backoff, "next_run_at": self.store.now()})  # fmt: skip
             new_id, _ = self.store.trigger(due, key=key, retry_of=int(run.id))
+            if retried is not None:
+                retried.add(sdef.name)
             return RunHandle(cast("App", self), str(new_id))
         new = NewRun(
             task=run.task,

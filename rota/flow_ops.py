@@ -57,7 +57,8 @@ class FlowClient(Client):
         App.retry does: one new run each, `retry_of` pointing back. Works in batches of 500
         runs per transaction, up to the newest run when the call began (its own retries are
         never retried again). A run of an exclusive schedule goes through its overlap policy
-        (under 'skip', only the first is retried while it is active). Returns how many runs
+        (under 'skip', only the first is retried while it is active; under 'replace', the
+        first replaces the active run and the rest queue behind it). Returns how many runs
         were created."""
         if status not in FINAL_STATUSES:
             raise one_of(status, FINAL_STATUSES, "final status")
@@ -68,11 +69,12 @@ class FlowClient(Client):
         store = self.store
         after = store.now() - since if since is not None else None
         upto, cursor, count = store.last_run_id(), 0, 0
+        retried: set[str] = set()  # schedules retried: under 'replace' the next queue behind
         while (batch := store.retry_batch(status, task, after, cursor, upto, RETRY_BATCH)) is not None:
             cursor = batch.last_id
             count += len(batch.retried)
             for run_id in batch.exclusive:
-                count += self._retry_exclusive(run_id)
+                count += self._retry_exclusive(run_id, retried)
         return count
 
     async def backfill_async(
@@ -85,9 +87,12 @@ class FlowClient(Client):
     ) -> int:
         return await asyncio.to_thread(self.retry_many, status=status, task=task, since=since)
 
-    def _retry_exclusive(self, run_id: int) -> int:
+    def _retry_exclusive(self, run_id: int, retried: set[str]) -> int:
+        """Retry a run of an exclusive schedule through its overlap policy; under 'replace'
+        only the first of the schedule's retries replaces its active run, the others queue
+        behind it, oldest first (they would otherwise cancel one another)."""
         try:
-            self.retry(run_id)
+            self._retry(run_id, retried)
         except (TriggerRefused, ConfigurationError) as exc:
             log.info("retry_many: run %d not retried: %s", run_id, exc)
             return 0

@@ -133,6 +133,10 @@ TRANSITIONS: Final = (
        "the run's rate key is full (N starts within the window, on the database clock), its key locked by "
        "the flow claim",
        "a run over its rate waits, pending with no attempt, until the window opens (due_at moved there)"),
+    _t("keyed", (DUE, DUE_LATER), (DUE, DUE_LATER), ANY_WORKER,
+       "a run made where its limit or rate key could not be computed (a callable by=) waits under no limit's "
+       "name; a worker declaring its task computes the keys before its flow claim",
+       "a run made outside its task's process gets its limit and rate keys"),
     _t("misfire_run", (AHEAD,), (DUE,), ANY_WORKER,
        "a run made ahead past its deadline that the policy (coalesce, all, a raised grace) still runs: the "
        "deadline is cleared",

@@ -7,13 +7,13 @@
     @app.task(rate=rota.Rate(100, per=timedelta(minutes=1), by="account_id"))
 
 `by=` names handler parameters (one, or a tuple) or is a callable taking the handler's
-arguments and returning a string; the key is resolved at enqueue and stored on the run. The
-store's side (the flow claim) is in rota/stores/_limits.py.
+arguments and returning a string; the key is resolved at enqueue and stored on the run. A
+run made where the task is not declared is keyed from the stored declaration
+(rota/limit_specs.py). The store's side (the flow claim) is in rota/stores/_limits.py.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import math
@@ -168,6 +168,7 @@ def _text(value: object) -> str:
 
 def stamp(run: Any, task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     """Set a new run's limit and rate names and keys from its task and call arguments."""
+    run.flow_known = True
     if task.limit_gate is not None:
         run.limit_name, run.limit_key = task.limit_gate.name, task.limit_gate.key(args, kwargs)
     if task.rate_gate is not None:
@@ -191,24 +192,3 @@ def declared(tasks: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, tuple[
 def _same(into: dict[str, Any], name: str, value: Any, what: str) -> None:
     if into.setdefault(name, value) != value:
         raise ConfigurationError(f"{what} {name!r} is declared twice with different values: {into[name]} and {value}")
-
-
-def sync(store: Any, tasks: Mapping[str, Any]) -> None:
-    """At worker start: store the declared limits and rates (the newest deploy wins), and let
-    the store stamp the runs it makes itself (schedule ticks) with their task's."""
-    limits, rates = declared(tasks)
-    sync_flow = getattr(store, "sync_flow", None)
-    if sync_flow is None:
-        return
-    sync_flow(limits, rates)
-    gated = {name: t for name, t in tasks.items() if t.limit_gate is not None or t.rate_gate is not None}
-    if gated:
-        store.flow_stamp = functools.partial(_stamp_stored, gated)
-
-
-def _stamp_stored(tasks: Mapping[str, Any], run: Any) -> None:
-    """Stamp a run the store made from stored JSON arguments (a schedule's)."""
-    task = tasks.get(run.task)
-    if task is not None:
-        args, kwargs = json.loads(run.args or "[]"), json.loads(run.kwargs or "{}")
-        stamp(run, task, args, kwargs)

@@ -303,3 +303,23 @@ def test_the_web_api_records_say_which_runs_were_backfilled(fapp: rota.App, fake
         assert web.get(f"/api/runs/{ref.id}").json()["backfill"] is True
         (schedule,) = web.get("/api/schedules").json()
         assert schedule["jitter"] is None
+
+
+def test_retry_many_on_a_replace_schedule_queues_its_retries_one_after_another(
+    fapp: rota.App, fake: rota.FakeClock
+) -> None:
+    fapp.add_schedule("r", "t", every=3600, overlap="replace")
+    failed = []
+    for _ in range(3):
+        fapp.trigger("r")
+        (c,) = fapp.store.claim("w", 10, None, 30)
+        fapp.store.finish([Outcome(c.id, c.token, "failed", error=ERROR, history="{}")])
+        failed.append(c.id)
+    assert fapp.retry_many(task="t") == 3
+    retries = [r for r in runs_of(fapp, "r") if r.retry_of is not None]
+    assert [r.status for r in retries] == ["pending"] * 3  # none replaced another
+    order = []
+    while claimed := finish(fapp):
+        assert len(claimed) == 1  # one at a time, oldest first
+        order.append(int(fapp.get_run(claimed[0]).retry_of or 0))
+    assert order == failed

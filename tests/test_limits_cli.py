@@ -44,3 +44,22 @@ def test_rota_limits_on_a_database_without_limits_says_how_they_get_there(db_url
     app.close()
     code, out = cli(db_url, "limits")
     assert code == 0 and "a worker stores its tasks' limit= and rate= when it starts" in out
+
+
+def test_rota_limits_counts_the_runs_waiting_for_a_declaring_worker_to_key_them(
+    db_url: str, app_factory: Callable[..., rota.App]
+) -> None:
+    app = app_factory()
+
+    @app.task(limit=rota.Limit(1, by=lambda order: order["shop"]), name="by_call")
+    def by_call(order: dict[str, str]) -> None: ...
+
+    app.migrate()
+    app.prepare()
+    client = app_factory()  # declares nothing, as `rota trigger`
+    client.add_schedule("a", "by_call", every=3600, args=[{"shop": "a"}])
+    client.trigger("a")
+    code, out = cli(db_url, "limits", "--json")
+    assert code == 0 and json.loads(out)["unresolved"] == 1, out
+    code, out = cli(db_url, "limits")
+    assert "1 run(s) wait for a worker that declares their task" in out

@@ -104,6 +104,25 @@ def test_a_read_only_role_with_every_privilege_is_caught_by_the_write_probe(
 
 
 @pytest.mark.postgres
+def test_a_role_without_write_on_the_flow_tables_is_refused_naming_them(
+    pg_url: str, limited_role: tuple[str, str]
+) -> None:
+    url, role = limited_role
+    owner = make_app(pg_url)
+    owner.migrate()
+    owner.close()
+    _grant("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}", role, pg_url)
+    _grant("GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}", role, pg_url)
+    _grant("REVOKE INSERT, UPDATE, DELETE ON {schema}.rota_task_flow, {schema}.rota_limits FROM {role}", role, pg_url)
+    app = make_app(url)
+    try:
+        with pytest.raises(rota.PermissionDenied, match=r"lacks INSERT on rota_limits, .*DELETE on rota_task_flow"):
+            app.prepare()  # not a raw error when the worker stores its limits
+    finally:
+        app.close()
+
+
+@pytest.mark.postgres
 def test_migrate_without_create_on_the_schema_names_it(pg_url: str, limited_role: tuple[str, str]) -> None:
     url, role = limited_role
     result = CliRunner().invoke(cli, ["--database-url", url, "migrate"])

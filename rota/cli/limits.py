@@ -21,15 +21,21 @@ def limits(ctx: click.Context, as_json: bool) -> None:
     app = database_app(ctx)
     store: Any = app.store
     try:
-        limit_rows, rate_rows = store.list_limits(), store.list_rates()
+        limit_rows, rate_rows, unresolved = store.list_limits(), store.list_rates(), store.count_unresolved()
     except (AttributeError, DatabaseError) as exc:
         raise ConfigurationError(
             f"this database has no flow-control tables yet ({exc}); run `rota migrate` (a worker does at start)"
         ) from None
     if as_json:
-        print_json({"limits": [i.to_json() for i in limit_rows], "rates": [r.to_json() for r in rate_rows]})
+        print_json({"limits": [i.to_json() for i in limit_rows], "rates": [r.to_json() for r in rate_rows],
+                    "unresolved": unresolved})  # fmt: skip
         return
     line(database_line(app))
+    if unresolved:
+        click.echo(
+            f"{unresolved} run(s) wait for a worker that declares their task to compute their limit key "
+            "(a callable by=, made where the task is not declared): start one"
+        )
     if not limit_rows and not rate_rows:
         click.echo("no limits or rates stored (a worker stores its tasks' limit= and rate= when it starts)")
         return

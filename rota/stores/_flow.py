@@ -5,11 +5,12 @@ for the store's sessions, a caller's connection and an async connection (migrati
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..limit_specs import stamp_spec
 from ..models import PENDING, RUNNING, SUCCEEDED
 from ..serialization import simple_error
 from .base import NewRun
@@ -20,6 +21,28 @@ Params = Callable[[NewRun], dict[str, Any]]
 # The longest chain of waiting runs (links): a failure cancels the rest of a chain through
 # nested trigger calls, which both databases limit (SQLite to 1,000 levels).
 MAX_CHAIN = 250
+
+
+def gate_steps(stamp: Callable[[NewRun], None] | None, runs: Sequence[NewRun]) -> Steps:
+    """Key the new runs whose limit and rate this process does not know (its code does not
+    declare their task): from the code's declaration if `stamp` (the store's, set by a
+    worker) knows the task, else from the stored spec (rota.limit_specs), one lookup per task."""
+    specs: dict[str, str | None] = {}
+    for r in runs:
+        if r.flow_known or r.status != PENDING or r.limit_name is not None or r.rate_name is not None:
+            continue
+        if stamp is not None:
+            stamp(r)
+            if r.flow_known:
+                continue
+        if r.task not in specs:
+            rows = yield "flow_spec", {"task": r.task}
+            specs[r.task] = str(rows[0][0]) if rows else None
+        spec = specs[r.task]
+        r.flow_known = True
+        if spec is not None:
+            stamp_spec(r, spec)
+    return []
 
 
 def insert_one(params: Params, r: NewRun) -> Steps:

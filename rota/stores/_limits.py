@@ -51,10 +51,12 @@ A full key never blocks others: its runs are simply not taken, and the rest are.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import DatabaseError
 from .base import Claimed
 
 # Keys taken per flow claim: a few more than the runs asked for (a full rate key is taken
@@ -62,6 +64,8 @@ from .base import Claimed
 # lock held to the commit, and the server's lock table is shared (max_locks_per_transaction
 # times max_connections). A claim that wants more takes the rest at the next one.
 _EXTRA_KEYS, _MAX_KEYS = 8, 64
+# How often a worker whose database had no limit or rate when it started asks again.
+FLOW_RECHECK = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +138,7 @@ class FlowMixin:
         The first `start` runs start (the free slots); the rest are held. Limited and rated
         runs are only claimed into free slots, never held: a slot of a limit is not kept by a
         run that waits on this worker."""
-        if not self.flow_active:
+        if not self._flow_on():
             return self._plain_claim(owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
         free = limit if start is None else start
         tried = self.flow_due
@@ -152,7 +156,7 @@ class FlowMixin:
         lease: float,
         start: int | None = None,
     ) -> tuple[set[int], list[Claimed]]:
-        if not self.flow_active:
+        if not self._flow_on():
             return self._plain_finish_and_claim(outcomes, owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
         if self.flow_due:
             written: set[int] = self.finish(outcomes)  # type: ignore[attr-defined]
@@ -161,6 +165,27 @@ class FlowMixin:
         written, got, due = self._probed_finish_and_claim(outcomes, owner, limit, queues, lease, free)
         room = _room(limit - len(got), free, len(got))
         return written, got + self._after_probe(False, due, owner, room, queues, lease)
+
+    _flow_asked = 0.0  # when flow_any was last asked (monotonic; 0: not yet)
+
+    def _flow_on(self) -> bool:
+        """Whether the database has a limit or a rate. Set when a worker starts (sync_flow)
+        and, while not, asked again every FLOW_RECHECK seconds: a worker started before the
+        first limit was deployed takes limited runs (under their limits) from then on. Until
+        then it leaves them alone (the plain claim never takes one)."""
+        if self.flow_active:
+            return True
+        now = time.monotonic()
+        if not self._flow_asked:
+            self._flow_asked = now
+        elif now >= self._flow_asked + FLOW_RECHECK:
+            self._flow_asked = now
+            try:
+                with self._read() as s:  # type: ignore[attr-defined]
+                    self.flow_active = int(s.q("flow_any")[0][0]) > 0
+            except DatabaseError:  # an older schema (no rota_limits), or the database away
+                pass
+        return self.flow_active
 
     def _after_probe(
         self, tried: bool, due: bool, owner: str, room: int, queues: Sequence[str] | None, lease: float
@@ -187,6 +212,7 @@ class FlowMixin:
         """Claim up to `limit` due limited or rated runs that their limits and rates allow."""
         if limit <= 0:
             return []
+        self._resolve_some()
         names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
         with self._tx() as s:  # type: ignore[attr-defined]
             heads = s.q("flow_heads", queues=names, n=min(limit + _EXTRA_KEYS, _MAX_KEYS))
@@ -203,6 +229,16 @@ class FlowMixin:
                     s.q("flow_bump", name=name, key=key)
                     s.q("flow_prune", name=name, key=key)
         return self._claimed_rows(rows)  # type: ignore[attr-defined, no-any-return]
+
+    _resolved_at = 0.0
+
+    def _resolve_some(self) -> None:
+        """At most once a second, key the runs of this process's tasks that were made where
+        their keys could not be computed (rota.limit_specs; a callable by=)."""
+        resolve = getattr(self, "flow_resolve", None)
+        if resolve is not None and (now := time.monotonic()) >= self._resolved_at + 1.0:
+            self._resolved_at = now
+            resolve()
 
 
 def _room(asked: int, free: int, claimed: int) -> int:

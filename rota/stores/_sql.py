@@ -15,7 +15,7 @@ from typing import Any
 
 from ..models import RUNNING, LockInfo, Run, WorkerInfo
 from ..serialization import simple_error
-from ._flow import insert_one
+from ._flow import gate_steps, insert_one
 from ._sql_base import NOTIFY_CHANNEL, Row, Session, SqlBase, _plain
 from ._sql_flow import SqlFlow
 from ._steps import AsyncSession, InsertSteps, drive, drive_async
@@ -40,6 +40,7 @@ class SqlStore(SqlFlow):
         if not runs:
             return []
         with self._tx() as s:
+            self._gate(s, runs)
             if _plain(runs):
                 results = [(run_id, True) for run_id in self._insert_plain(s, runs)]
             else:
@@ -58,6 +59,7 @@ class SqlStore(SqlFlow):
         # through the rate limiter, whose trailing NOTIFY could come before that commit.
         if not runs:
             return []
+        self._gate(s, runs)
         if self.bulk_in_foreign_tx and _plain(runs):
             results = [(run_id, True) for run_id in self._insert_plain(s, runs)]
         else:
@@ -71,6 +73,10 @@ class SqlStore(SqlFlow):
     async def insert_runs_in_async(self, s: AsyncSession, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
         if not runs:
             return []
+        if any(not r.flow_known for r in runs) and (
+            self._specs_table or self._specs_stored(await s.q("flow_specs_table"))
+        ):
+            await drive_async(s, gate_steps(self.flow_stamp, runs))
         results = await drive_async(s, self._insert_steps(runs))
         due = self._wake_due(runs, results)
         if due is not None:

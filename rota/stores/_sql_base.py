@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 from ..errors import DatabaseError, PermissionDenied
 from ..models import PENDING
+from ._flow import gate_steps
+from ._steps import drive
 from .base import (
     NewRun,
     RunFilter,
@@ -64,6 +66,7 @@ class SqlBase(Store, abc.ABC):
 
     queries: dict[str, str]
     flow_stamp: Callable[[NewRun], None] | None = None  # sets a run's limit and rate (rota.limits)
+    flow_resolve: Callable[[], int] | None = None  # keys runs waiting unresolved (rota.limit_specs)
 
     # -- what a backend supplies ----------------------------------------------------------
     @abc.abstractmethod
@@ -143,8 +146,20 @@ class SqlBase(Store, abc.ABC):
         assert value is not None
         return value
 
+    def _gate(self, s: Session, runs: Sequence[NewRun]) -> None:
+        """Key the runs made here whose task this process does not declare (`_flow.gate_steps`)."""
+        if any(not r.flow_known for r in runs) and (self._specs_table or self._specs_stored(s.q("flow_specs_table"))):
+            drive(s, gate_steps(self.flow_stamp, runs))
+
+    _specs_table = False  # rota_task_flow exists (migration 0011): once seen, never asked again
+
+    def _specs_stored(self, rows: list[Row]) -> bool:
+        self._specs_table = bool(rows[0][0])
+        return self._specs_table
+
     def _insert_run(self, s: Session, r: NewRun) -> list[Row]:
         """`insert_run`, or `insert_run_gated` for a run with a limit or a rate."""
+        self._gate(s, [r])
         gated = r.limit_name is not None or r.rate_name is not None
         return s.q("insert_run_gated" if gated else "insert_run", **self._run_params(r))
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from ..errors import ScheduleNotFound
+from ..limit_specs import UNRESOLVED, resolved
 from ._sql_schedules import SqlSchedules
 from .base import NewRun, ScheduleDef
 from .flow import RetryBatch
@@ -38,8 +39,9 @@ class SqlFlow(SqlSchedules):
                 return []
             s.q("backfill_release", name=name, ticks=self._time_list(todo))
             created: list[int] = []
-            for tick in todo:
-                run = _backfill_run(sdef, tick, now, exclusive)
+            runs = [_backfill_run(sdef, tick, now, exclusive) for tick in todo]
+            self._gate(s, runs)  # one lookup of the task's stored spec, if not declared here
+            for run in runs:
                 inserted = s.q("backfill_insert", **self._run_params(run), backfill=True)
                 if inserted:
                     created.append(int(inserted[0][0]))
@@ -74,13 +76,57 @@ class SqlFlow(SqlSchedules):
             plain = [int(r[0]) for r in rows if not r[1]]
             batch.exclusive = [int(r[0]) for r in rows if r[1]]
             if plain:
-                batch.retried = [int(r[0]) for r in s.q("retry_insert", ids=self._id_list(plain))]
+                batch.retried = self._retry_insert(s, plain)
             if batch.retried:
                 self._notify(s, "run")
             return batch
 
+    def _retry_insert(self, s: Any, ids: list[int]) -> list[int]:
+        """Insert the retries, then give them their task's limit and rate as declared now
+        (here, or as stored): the retried run's own may predate a deploy."""
+        rows = s.q("retry_insert", ids=self._id_list(ids))
+        runs = {int(r[0]): NewRun(task=str(r[1]), args=str(r[2]), kwargs=str(r[3])) for r in rows}
+        self._gate(s, list(runs.values()))
+        for run_id, r in runs.items():
+            if r.limit_name is not None or r.rate_name is not None:
+                s.q("flow_set_gates", id=run_id, **_gates(r))
+        return list(runs)
+
+    # -- the stored declarations of tasks (rota.limit_specs) ---------------------------------
+    def sync_specs(self, specs: Mapping[str, str], plain: Sequence[str]) -> None:
+        """Store this deploy's spec of each task with a limit or a rate, and drop the specs of
+        the tasks it declares without (the newest deploy wins)."""
+        with self._tx() as s:
+            for task, spec in sorted(specs.items()):
+                s.q("flow_put_spec", task=task, spec=spec)
+            if plain:
+                s.q("flow_drop_specs", tasks=self._names(sorted(plain)))
+
+    def resolve_runs(self, tasks: Mapping[str, Any], batch: int = 100) -> int:
+        """Key up to `batch` runs of the declared `tasks` that were made where their keys
+        could not be computed (limit_specs.UNRESOLVED); returns how many."""
+        names = self._names(sorted(tasks))
+        with self._tx() as s:
+            rows = s.q("flow_unresolved", unresolved=UNRESOLVED, tasks=names, n=batch)
+            for run_id, task, args, kwargs in rows:
+                limit_name, limit_key, rate_name, rate_key = resolved(tasks[str(task)], str(args), str(kwargs))
+                s.q("flow_resolve", id=run_id, unresolved=UNRESOLVED, limit_name=limit_name, limit_key=limit_key,
+                    rate_name=rate_name, rate_key=rate_key)  # fmt: skip
+            if rows:
+                self._notify(s, "run")
+        return len(rows)
+
+    def count_unresolved(self) -> int:
+        """Pending runs waiting for a worker that declares their task to compute their keys."""
+        with self._read() as s:
+            return int(s.q("flow_unresolved_count", unresolved=UNRESOLVED)[0][0])
+
     def last_run_id(self) -> int:
         return int(self._select("last_run_id")[0][0])
+
+
+def _gates(r: NewRun) -> dict[str, Any]:
+    return {"limit_name": r.limit_name, "limit_key": r.limit_key, "rate_name": r.rate_name, "rate_key": r.rate_key}
 
 
 def _backfill_run(sdef: ScheduleDef, tick: datetime, now: datetime, exclusive: bool) -> NewRun:

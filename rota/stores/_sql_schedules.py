@@ -169,9 +169,7 @@ class SqlSchedules(SqlRows):
             exclusive=due.overlap != "concurrent",
             **extra,
         )
-        if self.flow_stamp is not None:
-            self.flow_stamp(run)  # the task's limit and rate, known to a worker (rota.limits.sync)
-        return run
+        return run  # its limit and rate: set as it is inserted (`_gate`)
 
     def materialize(self, due: DueSchedule, plan: Materialization) -> bool:
         try:
@@ -243,6 +241,7 @@ class SqlSchedules(SqlRows):
         # worker running), it is judged by the misfire policy as a tick made late
         # (judge_ahead); "all" runs it whenever.
         run = self._tick_run(due, tick)
+        self._gate(s, [run])
         deadline = None if due.misfire == "all" else (run.due_at or tick) + timedelta(seconds=due.misfire_grace)
         if s.q("insert_ahead", **self._run_params(run), misfire_at=self._ts(deadline)):
             return True

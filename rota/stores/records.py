@@ -38,6 +38,9 @@ class NewRun:
     limit_key: str | None = None
     rate_name: str | None = None  # rota.Rate: likewise
     rate_key: str | None = None
+    # The limit and rate above come from the task's declaration in this process (none may be
+    # set: the task has neither). False: the store keys the run from the stored declaration.
+    flow_known: bool = False
 
 
 @dataclass(slots=True)

@@ -104,3 +104,31 @@ def test_a_killed_worker_holds_its_limited_slot_until_the_rescue_then_it_frees_o
     rescued_at = min(attempt_intervals(runs[i])[0][1] for i in first)
     assert runs[later[0]].started_at.timestamp() >= rescued_at  # type: ignore[union-attr]
     check_limit(runs, "faults.limited", 2, _key)
+
+
+def test_runs_rota_trigger_makes_in_another_process_hold_the_limit_across_workers(
+    db_url: str, client: rota.App, workers: Callable[[str], WorkerProcs], exec_log: Path
+) -> None:
+    """`rota trigger` (a process that does not declare the task) makes the runs: they carry
+    the limit the workers stored at start, so at most 2 of key "a" run at once."""
+    import subprocess
+    import sys
+
+    procs = workers(db_url)
+    for _ in range(2):
+        procs.start(APP, concurrency=4, lease=LEASE, poll=0.1)
+    wait_until(lambda: len(client.list_workers()) >= 2, 30, "workers to start")
+    client.add_schedule("fl", "faults.limited", every=3600, args=["a", 0, 2.0], overlap="concurrent")
+    for _ in range(6):
+        done = subprocess.run(
+            [sys.executable, "-m", "rota", "--database-url", db_url, "trigger", "fl"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    ids = [r.id for r in client.list_runs(schedule="fl")]
+    assert len(ids) == 6
+    wait_until(all_final(client, ids), 60, "every run to end")
+    runs = {str(r.id): r for r in client.list_runs(limit=1000)}  # manual runs: no ticks to check
+    assert {runs[i].status for i in ids} == {"succeeded"}
+    most = check_limit(runs, "faults.limited", 2, _key)
+    assert most == {"a": 2}  # reached, never passed

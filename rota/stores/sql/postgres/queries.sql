@@ -501,10 +501,31 @@ RETURNING name
 
 -- name: cancel_schedule_pending
 -- transition: withdraw
+-- Locks as a finisher does (finish_succeeded): the schedule's row first (the rota_run_finished
+-- trigger of each cancelled run updates it, and a finisher holding it promotes a queued run),
+-- then the runs in id order, then their waiting dependents in id order (the cascade cancels
+-- them). Rows locked in no order here deadlocked against a concurrent finish.
+WITH locked AS (
+    SELECT name FROM rota_schedules WHERE name = %(name)s FOR UPDATE
+),
+runs AS (
+    SELECT id FROM rota_runs
+    WHERE schedule = %(name)s AND status = 'pending' AND (SELECT count(*) FROM locked) >= 0
+    ORDER BY id
+    FOR UPDATE
+),
+deps AS (
+    SELECT c.id FROM rota_runs c
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM runs))))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
+)
 UPDATE rota_runs
 SET status = 'cancelled', finished_at = {now},
     error = %(error)s
-WHERE schedule = %(name)s AND status = 'pending'
+WHERE id = ANY(ARRAY(SELECT id FROM runs)) AND status = 'pending'
+  AND (SELECT count(*) FROM deps) >= 0
 RETURNING id
 
 -- name: withdraw_ahead
@@ -584,8 +605,27 @@ RETURNING id, owner
 
 -- name: cancel_held
 -- transition: overlap
+-- Locks as cancel_schedule_pending does: the schedule's row, then the queued runs in id order
+-- (a finisher holding the row promotes the oldest of them), then their waiting dependents.
+WITH locked AS (
+    SELECT name FROM rota_schedules WHERE name = %(schedule)s FOR UPDATE
+),
+runs AS (
+    SELECT id FROM rota_runs
+    WHERE schedule = %(schedule)s AND held AND status = 'pending' AND (SELECT count(*) FROM locked) >= 0
+    ORDER BY id
+    FOR UPDATE
+),
+deps AS (
+    SELECT c.id FROM rota_runs c
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM runs))))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
+)
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = %(error)s
-WHERE schedule = %(schedule)s AND held AND status = 'pending'
+WHERE id = ANY(ARRAY(SELECT id FROM runs)) AND held AND status = 'pending'
+  AND (SELECT count(*) FROM deps) >= 0
 RETURNING id
 
 -- name: promote_held
@@ -829,9 +869,11 @@ FROM (VALUES ('rota_runs'), ('rota_schedules'), ('rota_workers'), ('rota_locks')
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE NOT has_table_privilege(x.obj, x.priv)
 UNION ALL
--- the tables of 0008 (flow-deps), once they exist
+-- the tables of 0008 (flow-deps), 0010 (limits and rates) and 0011 (task declarations),
+-- once they exist
 SELECT current_user, current_schema(), x.obj, x.priv
-FROM (VALUES ('rota_deps'), ('rota_unique')) AS t(obj)
+FROM (VALUES ('rota_deps'), ('rota_unique'), ('rota_limits'), ('rota_rates'), ('rota_rate_starts'),
+             ('rota_task_flow')) AS t(obj)
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE CASE WHEN to_regclass(x.obj) IS NULL THEN false ELSE NOT has_table_privilege(x.obj, x.priv) END
 UNION ALL
@@ -1001,7 +1043,7 @@ FROM rota_runs
 WHERE id = ANY(%(ids)s::bigint[])
 ORDER BY id
 ON CONFLICT DO NOTHING
-RETURNING id
+RETURNING id, task, args, kwargs
 
 -- name: backfill_bound
 -- The schedule's next planned tick (the ticks from there on are the schedule's own). The
@@ -1021,14 +1063,16 @@ WHERE schedule = %(name)s AND status = 'skipped' AND tick = ANY(%(ticks)s::times
 -- As insert_run, marked backfill (a run App.backfill makes for a past tick).
 INSERT INTO rota_runs (id, task, queue, priority, status, args, kwargs, key, schedule, tick,
                        exclusive, held, scheduled_for, due_at, max_attempts, timeout, backoff,
-                       error, finished_at, retry_of, backfill)
+                       error, finished_at, retry_of, backfill,
+                       limit_name, limit_key, rate_name, rate_key)
 VALUES (coalesce(%(id)s::bigint, nextval('rota_run_id_seq')), %(task)s, %(queue)s, %(priority)s,
         %(status)s, %(args)s, %(kwargs)s, %(key)s,
         %(schedule)s, %(tick)s, %(exclusive)s, %(held)s,
         coalesce(%(scheduled_for)s, {now} + make_interval(secs => %(delay)s)),
         coalesce(%(due_at)s, %(scheduled_for)s, {now} + make_interval(secs => %(delay)s)),
         %(max_attempts)s, %(timeout)s, %(backoff)s, %(error)s,
-        CASE WHEN %(status)s = 'skipped' THEN {now} END, %(retry_of)s, %(backfill)s)
+        CASE WHEN %(status)s = 'skipped' THEN {now} END, %(retry_of)s, %(backfill)s,
+        %(limit_name)s, %(limit_key)s, %(rate_name)s, %(rate_key)s)
 ON CONFLICT DO NOTHING
 RETURNING id
 
@@ -1252,3 +1296,49 @@ SELECT t.name, t.max, t.per,
        (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
        (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
 FROM rota_rates t ORDER BY t.name
+
+-- ==== stored task declarations (migration 0011, rota/limit_specs.py) ======================
+
+-- name: flow_put_spec
+INSERT INTO rota_task_flow (task, spec, updated_at) VALUES (%(task)s, %(spec)s, {now})
+ON CONFLICT (task) DO UPDATE SET spec = excluded.spec, updated_at = excluded.updated_at
+WHERE rota_task_flow.spec IS DISTINCT FROM excluded.spec
+
+-- name: flow_drop_specs
+-- the tasks this deploy declares without a limit or a rate
+DELETE FROM rota_task_flow WHERE task = ANY(%(tasks)s::text[])
+
+-- name: flow_spec
+SELECT spec FROM rota_task_flow WHERE task = %(task)s
+
+-- name: flow_unresolved
+-- Runs made where their task's keys could not be computed (a callable by=), for a worker
+-- that declares the task to key (found through rota_runs_limit_waiting).
+SELECT id, task, args, kwargs FROM rota_runs
+WHERE limit_name = %(unresolved)s AND status = 'pending' AND NOT held
+  AND task = ANY(%(tasks)s::text[])
+ORDER BY limit_name, limit_key, priority DESC, due_at, id
+LIMIT %(n)s
+
+-- name: flow_resolve
+-- transition: keyed
+-- An unresolved run's keys, from its declaring worker (its status does not change).
+UPDATE rota_runs
+SET limit_name = %(limit_name)s, limit_key = %(limit_key)s, rate_name = %(rate_name)s, rate_key = %(rate_key)s
+WHERE id = %(id)s AND status = 'pending' AND limit_name = %(unresolved)s
+
+-- name: flow_set_gates
+-- transition: retry
+-- A retry's limit and rate (retry_insert copies neither: they come from the declaration).
+UPDATE rota_runs
+SET limit_name = %(limit_name)s, limit_key = %(limit_key)s, rate_name = %(rate_name)s, rate_key = %(rate_key)s
+WHERE id = %(id)s AND status = 'pending'
+
+-- name: flow_specs_table
+-- whether migration 0011 ran (a store asks once; older schemas have no stored specs)
+SELECT to_regclass('rota_task_flow') IS NOT NULL
+
+-- name: flow_unresolved_count
+-- runs waiting for a worker that declares their task to compute their keys (rota limits)
+SELECT count(*) FROM rota_runs
+WHERE limit_name = %(unresolved)s AND status = 'pending' AND NOT held

@@ -772,7 +772,7 @@ FROM rota_runs
 WHERE id IN (SELECT value FROM json_each(:ids))
 ORDER BY id
 ON CONFLICT DO NOTHING
-RETURNING id
+RETURNING id, task, args, kwargs
 
 -- name: backfill_bound
 -- The schedule's next planned tick (the ticks from there on are the schedule's own).
@@ -790,12 +790,14 @@ WHERE schedule = :name AND status = 'skipped' AND tick IN (SELECT value FROM jso
 -- As insert_run, marked backfill (a run App.backfill makes for a past tick).
 INSERT INTO rota_runs (id, task, queue, priority, status, args, kwargs, key, schedule, tick,
                        exclusive, held, scheduled_for, due_at, max_attempts, timeout, backoff,
-                       error, finished_at, retry_of, created_at, backfill)
+                       error, finished_at, retry_of, created_at, backfill,
+                       limit_name, limit_key, rate_name, rate_key)
 VALUES (:id, :task, :queue, :priority, :status, :args, :kwargs, :key, :schedule, :tick,
         :exclusive, :held, coalesce(:scheduled_for, {now} + :delay),
         coalesce(:due_at, :scheduled_for, {now} + :delay),
         :max_attempts, :timeout, :backoff, :error,
-        CASE WHEN :status = 'skipped' THEN {now} END, :retry_of, {now}, :backfill)
+        CASE WHEN :status = 'skipped' THEN {now} END, :retry_of, {now}, :backfill,
+        :limit_name, :limit_key, :rate_name, :rate_key)
 ON CONFLICT DO NOTHING
 RETURNING id
 
@@ -1006,3 +1008,42 @@ SELECT t.name, t.max, t.per,
        (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
        (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
 FROM rota_rates t ORDER BY t.name
+
+-- ==== stored task declarations (migration 0011, rota/limit_specs.py) ======================
+
+-- name: flow_put_spec
+INSERT INTO rota_task_flow (task, spec, updated_at) VALUES (:task, :spec, {now})
+ON CONFLICT (task) DO UPDATE SET spec = excluded.spec, updated_at = excluded.updated_at
+WHERE rota_task_flow.spec IS NOT excluded.spec
+
+-- name: flow_drop_specs
+DELETE FROM rota_task_flow WHERE task IN (SELECT value FROM json_each(:tasks))
+
+-- name: flow_spec
+SELECT spec FROM rota_task_flow WHERE task = :task
+
+-- name: flow_unresolved
+SELECT id, task, args, kwargs FROM rota_runs
+WHERE limit_name = :unresolved AND status = 'pending' AND NOT held
+  AND task IN (SELECT value FROM json_each(:tasks))
+ORDER BY limit_name, limit_key, priority DESC, due_at, id
+LIMIT :n
+
+-- name: flow_resolve
+-- transition: keyed
+UPDATE rota_runs
+SET limit_name = :limit_name, limit_key = :limit_key, rate_name = :rate_name, rate_key = :rate_key
+WHERE id = :id AND status = 'pending' AND limit_name = :unresolved
+
+-- name: flow_set_gates
+-- transition: retry
+UPDATE rota_runs
+SET limit_name = :limit_name, limit_key = :limit_key, rate_name = :rate_name, rate_key = :rate_key
+WHERE id = :id AND status = 'pending'
+
+-- name: flow_specs_table
+SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'rota_task_flow'
+
+-- name: flow_unresolved_count
+SELECT count(*) FROM rota_runs
+WHERE limit_name = :unresolved AND status = 'pending' AND NOT held

@@ -1,0 +1,179 @@
+"""A task's limit and rate as stored (`rota_task_flow`, migration 0011), so that a run made
+by a process that does not declare the task (`rota trigger`, `rota retry`, a schedule tick
+or a backfill made by another app, `App.retry_many`) gets the same limit and rate keys as
+one enqueued by the declaring code.
+
+A worker stores the spec of each task it declares when it starts (the newest deploy wins,
+as for the limits themselves). A spec records, for the limit and for the rate, the pool's
+name and how to key a run: no key, the parameters `by=` names (with their positions and
+JSON defaults, so stored arguments bind as the handler's signature binds them), or
+"callable". A callable `by=` (or a parameter whose default is not JSON) cannot be computed
+outside the declaring process: such a run is stored under the limit name UNRESOLVED, which
+no claim takes (no limit has that name), and a worker that declares the task gives it its
+keys before it claims (`resolve`). It waits; it never runs unlimited.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .limits import Limit, Rate, _text, declared, stamp
+
+# The limit name of a run whose keys only a worker declaring its task can compute.
+UNRESOLVED = "\x1frota:unresolved"
+
+
+def task_spec(task: Any) -> str | None:
+    """The JSON spec of a declared task's limit and rate; None if it has neither."""
+    lim, rate = task.opts.limit, task.opts.rate
+    if lim is None and rate is None:
+        return None
+    spec: dict[str, Any] = {}
+    for what, value, gate in (("limit", lim, task.limit_gate), ("rate", rate, task.rate_gate)):
+        if value is not None:
+            spec[what] = {"name": gate.name, "by": _by_spec(task.fn, value, task.opts.pass_context)}
+    return json.dumps(spec, sort_keys=True)
+
+
+def _by_spec(fn: Any, value: Limit | Rate, pass_context: bool) -> Any:
+    by = value.by
+    if by is None:
+        return None
+    if callable(by) and not isinstance(by, str):
+        return "callable"
+    params = list(inspect.signature(fn).parameters.values())[1 if pass_context else 0 :]
+    positional: list[str] = []
+    for p in params:
+        if p.kind == p.VAR_POSITIONAL:
+            break
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            positional.append(p.name)
+    out = []
+    for name in (by,) if isinstance(by, str) else tuple(by):
+        p = next(q for q in params if q.name == name)
+        entry: dict[str, Any] = {"name": name, "pos": positional.index(name) if name in positional else None}
+        if p.default is not p.empty:
+            if not _plain_json(p.default):
+                return "callable"  # keyed from a value only the declaring process has
+            entry["default"] = p.default
+        out.append(entry)
+    return out
+
+
+def _plain_json(value: object) -> bool:
+    try:
+        return bool(json.loads(json.dumps(value)) == value)
+    except (TypeError, ValueError):
+        return False
+
+
+def stamp_spec(run: Any, spec: str) -> None:
+    """Set a run's limit and rate from a stored spec and its stored (JSON) arguments; a key
+    that cannot be computed here leaves the run UNRESOLVED (for a declaring worker)."""
+    parsed = json.loads(spec)
+    try:
+        args, kwargs = json.loads(run.args or "[]"), json.loads(run.kwargs or "{}")
+    except ValueError:
+        args, kwargs = None, None
+    keys: dict[str, tuple[str, str] | None] = {}
+    for what in ("limit", "rate"):
+        if what in parsed:
+            key = _key(parsed[what]["by"], args, kwargs)
+            keys[what] = None if key is None else (parsed[what]["name"], key)
+    if any(v is None for v in keys.values()):
+        run.limit_name, run.limit_key, run.rate_name, run.rate_key = UNRESOLVED, "", None, None
+        return
+    if (lim := keys.get("limit")) is not None:
+        run.limit_name, run.limit_key = lim
+    if (rate := keys.get("rate")) is not None:
+        run.rate_name, run.rate_key = rate
+
+
+def _key(by: Any, args: Any, kwargs: Any) -> str | None:
+    if by is None:
+        return ""
+    if by == "callable" or not isinstance(args, list) or not isinstance(kwargs, dict):
+        return None
+    values = []
+    for entry in by:
+        name, pos = entry["name"], entry["pos"]
+        if name in kwargs:
+            values.append(kwargs[name])
+        elif pos is not None and pos < len(args):
+            values.append(args[pos])
+        elif "default" in entry:
+            values.append(entry["default"])
+        else:
+            return None  # the arguments do not bind: the declaring worker decides
+    return _text(values[0]) if len(values) == 1 else json.dumps(values, sort_keys=True, default=str)
+
+
+def resolved(task: Any, args_json: str, kwargs_json: str) -> tuple[str | None, str | None, str | None, str | None]:
+    """(limit name, key, rate name, key) of an UNRESOLVED run, computed by a process that
+    declares its task (a call whose arguments do not bind gets the empty key: its handler
+    fails as it would anyway)."""
+    run = _Keys()
+    try:
+        args, kwargs = json.loads(args_json or "[]"), json.loads(kwargs_json or "{}")
+        stamp(run, task, args, kwargs)
+    except Exception:  # a by= callable that fails, arguments that do not bind: the empty key
+        run = _Keys()
+        if task.limit_gate is not None:
+            run.limit_name, run.limit_key = task.limit_gate.name, ""
+        if task.rate_gate is not None:
+            run.rate_name, run.rate_key = task.rate_gate.name, ""
+    return run.limit_name, run.limit_key, run.rate_name, run.rate_key
+
+
+class _Keys:
+    limit_name: str | None = None
+    limit_key: str | None = None
+    rate_name: str | None = None
+    rate_key: str | None = None
+    flow_known = True
+
+
+def stored_tasks(tasks: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """The specs of the declared tasks with a limit or a rate, and the names of the others
+    (whose stored specs this deploy removes)."""
+    specs: dict[str, str] = {}
+    plain: list[str] = []
+    for name, task in tasks.items():
+        spec = task_spec(task)
+        if spec is None:
+            plain.append(name)
+        else:
+            specs[name] = spec
+    return specs, plain
+
+
+def sync(store: Any, tasks: Mapping[str, Any]) -> None:
+    """At worker start: store the declared limits and rates and each task's spec (the newest
+    deploy wins; rota.limit_specs), let the store key the runs it makes itself (schedule
+    ticks, backfills, retries) of the tasks declared here from their code, and give the
+    runs made elsewhere that wait unresolved their keys."""
+    limits, rates = declared(tasks)
+    sync_flow = getattr(store, "sync_flow", None)
+    if sync_flow is None:
+        return
+    sync_flow(limits, rates)
+    specs, plain = stored_tasks(tasks)
+    store.sync_specs(specs, plain)
+    store.flow_stamp = functools.partial(_stamp_stored, dict(tasks))
+    if tasks:  # a task declared here without the limit an older deploy gave it is resolved too
+        store.flow_resolve = functools.partial(store.resolve_runs, dict(tasks))
+
+
+def _stamp_stored(tasks: Mapping[str, Any], run: Any) -> None:
+    """Stamp a run the store made from stored JSON arguments (a schedule's), if its task is
+    declared here (else the store keys it from the stored spec)."""
+    task = tasks.get(run.task)
+    if task is not None and task.limit_gate is None and task.rate_gate is None:
+        run.flow_known = True  # declared here without either: nothing to parse
+    elif task is not None:
+        args, kwargs = json.loads(run.args or "[]"), json.loads(run.kwargs or "{}")
+        stamp(run, task, args, kwargs)

@@ -103,6 +103,10 @@ class FlowMixin:
 
     flow_active: bool = False  # set when the database has a limit or a rate
     flow_due: bool = True  # a limited or rated run was last seen due: claim those first
+    # the last flow claim took fewer runs than it could: the due limited or rated runs left
+    # wait for a slot (or for their window); see poll_after_claim
+    flow_blocked: bool = False
+    _flow_capped: bool = False  # the last flow claim took as many keys as it may
 
     def sync_flow(self, limits: dict[str, int], rates: dict[str, tuple[int, float]]) -> bool:
         """Store the limits and rates the code declares (this deploy's values win); return
@@ -141,6 +145,7 @@ class FlowMixin:
         got = self.flow_claim(owner, min(limit, free), queues, lease) if tried else []
         more, due = self._probed_claim(owner, limit - len(got), queues, lease, free - len(got))
         room = _room(limit - len(got) - len(more), free - len(got), len(more))
+        self.flow_blocked = tried and len(got) < min(limit, free) and not self._flow_capped
         return got + more + self._after_probe(tried, due, owner, room, queues, lease)
 
     def finish_and_claim(
@@ -154,10 +159,12 @@ class FlowMixin:
     ) -> tuple[set[int], list[Claimed]]:
         if not self.flow_active:
             return self._plain_finish_and_claim(outcomes, owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
-        if self.flow_due:
-            written: set[int] = self.finish(outcomes)  # type: ignore[attr-defined]
-            return written, self.claim(owner, limit, queues, lease, start)
         free = limit if start is None else start
+        if self.flow_due:  # the outcomes free slots: written first, in the claim's transaction
+            written, taken, got, due = self._flow_finish_and_claim(outcomes, owner, limit, queues, lease, free)
+            self.flow_due = due
+            self.flow_blocked = taken < min(limit, free) and not self._flow_capped
+            return written, got
         written, got, due = self._probed_finish_and_claim(outcomes, owner, limit, queues, lease, free)
         room = _room(limit - len(got), free, len(got))
         return written, got + self._after_probe(False, due, owner, room, queues, lease)
@@ -189,20 +196,58 @@ class FlowMixin:
             return []
         names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
         with self._tx() as s:  # type: ignore[attr-defined]
-            heads = s.q("flow_heads", queues=names, n=min(limit + _EXTRA_KEYS, _MAX_KEYS))
-            if not heads:
-                return []
-            keys = [[str(k), str(n), str(v)] for k, n, v in heads]
-            room = {(str(k), str(n), str(v)): f for k, n, v, f in s.q("flow_room", keys=json.dumps(keys))}
-            ids = list(_choose(s, room, limit, names))
-            rows = self._flow_take(s, ids, owner, lease) if ids else []  # type: ignore[attr-defined]
-            if rows:
-                s.q("flow_started", ids=json.dumps([r[0] for r in rows]))
-            for kind, name, key in room:
-                if kind == "r":
-                    s.q("flow_bump", name=name, key=key)
-                    s.q("flow_prune", name=name, key=key)
+            rows = self._flow_rows(s, owner, limit, names, lease)
         return self._claimed_rows(rows)  # type: ignore[attr-defined, no-any-return]
+
+    def _flow_rows(self, s: Any, owner: str, limit: int, names: Any, lease: float) -> list[Any]:
+        """The flow claim's statements, in the caller's transaction: the claimed rows. When
+        every key taken is a limit key, one statement after the locks counts their slots and
+        claims their first waiting runs (flow_take_limits); with a rate key, step by step."""
+        n = min(limit + _EXTRA_KEYS, _MAX_KEYS)
+        heads = s.q("flow_heads", queues=names, n=n)
+        self._flow_capped = len(heads) >= n  # more keys may have room: not blocked
+        if not heads:
+            return []
+        keys = [[str(k), str(n), str(v)] for k, n, v in heads]
+        if all(k[0] == "l" for k in keys):
+            return self._flow_take_limits(s, keys, owner, limit, names, lease)  # type: ignore[attr-defined, no-any-return]
+        room = {(str(k), str(n), str(v)): f for k, n, v, f in s.q("flow_room", keys=json.dumps(keys))}
+        ids = list(_choose(s, room, limit, names))
+        rows: list[Any] = self._flow_take(s, ids, owner, lease) if ids else []  # type: ignore[attr-defined]
+        if rows:
+            s.q("flow_started", ids=json.dumps([r[0] for r in rows]))
+        for kind, name, key in room:
+            if kind == "r":
+                s.q("flow_bump", name=name, key=key)
+                s.q("flow_prune", name=name, key=key)
+        return rows
+
+    def _flow_finish_and_claim(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
+    ) -> tuple[set[int], int, list[Claimed], bool]:
+        """One transaction: write `outcomes` (freeing their slots), the flow claim into the
+        free slots, the plain claim for the rest, the probe. (written, limited or rated runs
+        taken, all claimed, whether any are still due)."""
+        raise NotImplementedError  # pragma: no cover - each backend's
+
+    def _next_due_after(self, queues: Sequence[str] | None) -> Any:
+        names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
+        with self._read() as s:  # type: ignore[attr-defined]
+            return self._due_time(s.q("flow_next_due", queues=names)[0][0])  # type: ignore[attr-defined]
+
+    def poll_after_claim(self, queues: Sequence[str] | None) -> Any:
+        """As poll_state after a claim that got fewer runs than it asked for. While the last
+        flow claim left due limited runs waiting for a slot, their due time (past) says
+        nothing: the next run due is the first due later (a slot that frees wakes the
+        workers: the trigger's NOTIFY, the data_version watch, or this worker's own run
+        ending), so a worker waiting on a full limit sleeps rather than claims in a loop."""
+        state = self.poll_state(queues)  # type: ignore[attr-defined]
+        if not (self.flow_blocked and self.flow_due) or state.next_run_due is None:
+            return state
+        if state.next_run_due > state.now:
+            return state
+        later = self._next_due_after(queues)
+        return type(state)(state.now, later, state.next_schedule_due)
 
 
 def _room(asked: int, free: int, claimed: int) -> int:
@@ -234,6 +279,18 @@ def _choose(s: Any, room: dict[tuple[str, str, str], Any], limit: int, queues: A
             return
 
 
+class _Synced:
+    """A pipelined session whose `q` runs at once (the flow claim needs each answer)."""
+
+    __slots__ = ("s",)
+
+    def __init__(self, s: Any) -> None:
+        self.s = s
+
+    def q(self, name: str, /, **params: Any) -> list[Any]:
+        return self.s.q_synced(name, **params)  # type: ignore[no-any-return]
+
+
 class PostgresFlow(FlowMixin):
     """PostgreSQL: each taken run gets its token from the sequence, as in `claim`."""
 
@@ -258,8 +315,40 @@ class PostgresFlow(FlowMixin):
         *written, claims, due = s.received[len(lock) :]
         return {r[0] for rows in written for r in rows}, claimed(claims), bool(due and due[0][0])
 
+    def _flow_finish_and_claim(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
+    ) -> tuple[set[int], int, list[Claimed], bool]:
+        return self._again(self._flow_pipeline, outcomes, owner, limit, queues, lease, free)  # type: ignore[attr-defined, no-any-return]
+
+    def _flow_pipeline(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
+    ) -> tuple[set[int], int, list[Claimed], bool]:
+        """In pipeline mode: BEGIN, the outcomes and flow_heads in one round trip; the flow
+        claim's take in the next; the plain claim, the probe and COMMIT in the last."""
+        from ._pg_session import claim_call, claimed, finish_batches, finished_schedules_lock
+
+        batches = finish_batches(outcomes)
+        lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
+        names = None if queues is None else list(queues)
+        n = min(limit, free)
+        with self._session(False, pipeline=True) as s:  # type: ignore[attr-defined]
+            for query, params in [*lock, *batches]:
+                s.send(query, **params)
+            rows = self._flow_rows(_Synced(s), owner, n, names, lease) if n > 0 else []
+            query, params = claim_call(owner, limit - len(rows), queues, lease, free - len(rows))
+            s.send(query, **params)
+            s.send("flow_due", queues=names)
+        *written, more, due = s.received[len(lock) :]
+        got = claimed(rows) + claimed(more)
+        return {r[0] for rows_ in written for r in rows_}, len(rows), got, bool(due and due[0][0])
+
     def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float) -> list[Any]:
         return s.q("flow_take", ids=json.dumps(ids), owner=owner, lease=lease)  # type: ignore[no-any-return]
+
+    def _flow_take_limits(
+        self, s: Any, keys: list[list[str]], owner: str, limit: int, names: Any, lease: float
+    ) -> list[Any]:
+        return s.q("flow_take_limits", keys=json.dumps(keys), owner=owner, limit=limit, queues=names, lease=lease)  # type: ignore[no-any-return]
 
     def _claimed_rows(self, rows: list[Any]) -> list[Claimed]:
         from ._pg_session import claimed
@@ -279,6 +368,28 @@ class SQLiteFlow(FlowMixin):
             rows = self._claim(s, owner, limit, queues, lease, start) if limit > 0 else []  # type: ignore[attr-defined]
             due = bool(s.q("flow_due", queues=names)[0][0])
         return written, self._claimed_rows(rows), due  # type: ignore[attr-defined]
+
+    def _flow_finish_and_claim(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
+    ) -> tuple[set[int], int, list[Claimed], bool]:
+        names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
+        n = min(limit, free)
+        with self._tx() as s:  # type: ignore[attr-defined]
+            written: set[int] = self._finish(s, outcomes) if outcomes else set()  # type: ignore[attr-defined]
+            rows = self._flow_rows(s, owner, n, names, lease) if n > 0 else []
+            left = limit - len(rows)
+            more = self._claim(s, owner, left, queues, lease, free - len(rows)) if left > 0 else []  # type: ignore[attr-defined]
+            due = bool(s.q("flow_due", queues=names)[0][0])
+        return written, len(rows), self._claimed_rows(rows) + self._claimed_rows(more), due  # type: ignore[attr-defined]
+
+    def _flow_take_limits(
+        self, s: Any, keys: list[list[str]], owner: str, limit: int, names: Any, lease: float
+    ) -> list[Any]:
+        """In process, a statement costs no round trip: the room, each key's first waiting
+        runs (flow_waiting_limit, by index) and one flow_take."""
+        room = {(str(k), str(n), str(v)): f for k, n, v, f in s.q("flow_room", keys=json.dumps(keys))}
+        ids = list(_choose(s, room, limit, names))
+        return self._flow_take(s, ids, owner, lease) if ids else []
 
     def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float) -> list[Any]:
         token = int(s.q("next_token")[0][0])

@@ -1126,22 +1126,23 @@ heads AS MATERIALIZED (
                     AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
                   ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
 ),
-rooms AS MATERIALIZED (
-    SELECT h.kind, h.name, h.key,
-           CASE WHEN h.kind = 'l'
+room AS (
+    SELECT h.kind, h.name, h.key, h.priority, h.due_at, h.id FROM heads h
+    ORDER BY h.priority DESC, h.due_at, h.id
+    OFFSET 0  -- keeps the filter below above the sort: evaluated key by key, up to the LIMIT
+)
+SELECT kind, name, key FROM room h CROSS JOIN LATERAL (
+    SELECT CASE WHEN h.kind = 'l'
                 THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
                      - (SELECT count(*) FROM rota_runs r WHERE r.status = 'running'
                         AND r.limit_name = h.name AND r.limit_key = h.key)
                 ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
                                         AND s.started_at > {now} - make_interval(secs => t.per))
-                      FROM rota_rates t WHERE t.name = h.name) END AS free
-    FROM heads h
-    ORDER BY h.priority DESC, h.due_at, h.id
-)
-SELECT kind, name, key FROM rooms
-WHERE (free > 0 OR (kind = 'r' AND free IS NOT NULL))
-  AND pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || kind || name || chr(31) || key))
+                      FROM rota_rates t WHERE t.name = h.name) END AS free) f
+WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
+           THEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
+           ELSE false END
 LIMIT %(n)s
 
 -- name: flow_due
@@ -1150,6 +1151,13 @@ SELECT EXISTS (SELECT 1 FROM rota_runs
                WHERE status = 'pending' AND NOT held AND due_at <= {now}
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
                  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])))
+
+-- name: flow_next_due
+-- After a claim that left due limited runs waiting for a slot: the first pending run due
+-- later (a range of rota_runs_due from now: the waiting runs before it are not walked)
+SELECT min(due_at) FROM rota_runs
+WHERE status = 'pending' AND NOT held AND due_at > {now} AND (misfire_at IS NULL OR misfire_at >= {now})
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
 
 -- name: flow_room
 -- The free slots or room of the keys this transaction locked (a statement after the lock,
@@ -1194,6 +1202,43 @@ SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), at
     lease_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s)
 WHERE r.id = ANY(ARRAY(SELECT e::bigint FROM json_array_elements_text(%(ids)s::json) AS e))
   AND r.status = 'pending'
+RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
+          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
+          r.priority, extract(epoch FROM r.due_at)::float8
+
+-- name: flow_take_limits
+-- transition: claim
+-- The flow claim's second statement when every key taken is a limit key (no rate): after
+-- the locks (flow_heads), in one statement, each key's free slots (counted again: this
+-- statement's snapshot sees every claim committed before the lock was granted), its first
+-- waiting runs up to them, and their claim, keys in flow_heads' order, at most %(limit)s in
+-- all. A waiting run that also has a rate is left for a flow claim that locks its rate key
+-- (it uses its slot quota here, as in the general path). Stamped as flow_take.
+WITH keys AS MATERIALIZED (
+    SELECT k.ord, k.e->>1 AS name, k.e->>2 AS key,
+           (SELECT l.max FROM rota_limits l WHERE l.name = k.e->>1)
+           - (SELECT count(*) FROM rota_runs r WHERE r.status = 'running'
+              AND r.limit_name = k.e->>1 AND r.limit_key = k.e->>2) AS free
+    FROM json_array_elements(%(keys)s::json) WITH ORDINALITY AS k(e, ord)
+),
+picked AS MATERIALIZED (
+    SELECT w.id FROM keys k CROSS JOIN LATERAL (
+        SELECT r.id, r.rate_name, row_number() OVER () AS rn FROM (
+            SELECT r.id, r.rate_name FROM rota_runs r
+            WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
+              AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
+              AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+            ORDER BY r.priority DESC, r.due_at, r.id
+            LIMIT greatest(coalesce(k.free, 0), 0)) r) w
+    WHERE w.rate_name IS NULL
+    ORDER BY k.ord, w.rn
+    LIMIT %(limit)s
+)
+UPDATE rota_runs r
+SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), attempt = r.attempt + 1,
+    started_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    lease_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s)
+WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.status = 'pending'
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
           r.priority, extract(epoch FROM r.due_at)::float8

@@ -897,7 +897,7 @@ heads AS (
     FROM rkeys k
 ),
 rooms AS (
-    SELECT h.kind, h.name, h.key, r.priority, r.due_at, r.id,
+    SELECT h.kind, h.name, h.key,
            CASE WHEN h.kind = 'l'
                 THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
                      - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
@@ -907,11 +907,13 @@ rooms AS (
                                       WHERE s.name = h.name AND s.key = h.key
                                         AND s.started_at > {now} - t.per)
                       FROM rota_rates t WHERE t.name = h.name) END AS free
-    FROM heads h JOIN rota_runs r ON r.id = h.head
+    FROM (SELECT h.kind, h.name, h.key, r.priority, r.due_at, r.id
+          FROM heads h JOIN rota_runs r ON r.id = h.head
+          ORDER BY r.priority DESC, r.due_at, r.id
+          LIMIT -1) h  -- (not flattened: the room of each key is counted in this order, up to :n)
 )
 SELECT kind, name, key FROM rooms
 WHERE free > 0 OR (kind = 'r' AND free IS NOT NULL)
-ORDER BY priority DESC, due_at, id
 LIMIT :n
 
 -- name: flow_due
@@ -920,6 +922,12 @@ SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_gated_due
                WHERE status = 'pending' AND NOT held AND due_at <= {now}
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))))
+
+-- name: flow_next_due
+-- After a claim that left due limited runs waiting for a slot: the first pending run due later
+SELECT min(due_at) FROM rota_runs
+WHERE status = 'pending' AND NOT held AND due_at > {now} AND (misfire_at IS NULL OR misfire_at >= {now})
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
 
 -- name: flow_room
 SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2,

@@ -56,12 +56,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import Claimed
+from .records import PollState
 
 # Keys taken per flow claim: a few more than the runs asked for (a full rate key is taken
 # too, to push its runs' due time), at most _MAX_KEYS: on PostgreSQL each is an advisory
 # lock held to the commit, and the server's lock table is shared (max_locks_per_transaction
-# times max_connections). A claim that wants more takes the rest at the next one.
-_EXTRA_KEYS, _MAX_KEYS = 8, 64
+# times max_connections: 6,400 by default). A claim that wants more takes the rest at the
+# next one. The keys are looked for first among the first _WALK times as many waiting runs.
+_EXTRA_KEYS, _MAX_KEYS, _WALK = 8, 256, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,7 @@ class FlowMixin:
     # wait for a slot (or for their window); see poll_after_claim
     flow_blocked: bool = False
     _flow_capped: bool = False  # the last flow claim took as many keys as it may
+    _walk_heads = False  # the backend has flow_heads_walk
 
     def sync_flow(self, limits: dict[str, int], rates: dict[str, tuple[int, float]]) -> bool:
         """Store the limits and rates the code declares (this deploy's values win); return
@@ -132,21 +135,16 @@ class FlowMixin:
     def claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
-        """The flow claim first while limited or rated runs were last seen due, then the plain
-        claim, which also probes whether any are due (in its own transaction: no extra round
-        trip), so a database with limits costs tasks without one a probe, not a flow claim.
-        The first `start` runs start (the free slots); the rest are held. Limited and rated
-        runs are only claimed into free slots, never held: a slot of a limit is not kept by a
-        run that waits on this worker."""
+        """While limited or rated runs were last seen due: the flow claim, then the plain
+        claim and the probe, in one transaction. Otherwise the plain claim, which also
+        probes whether any are due (in its own transaction: no extra round trip), so a
+        database with limits costs tasks without one a probe, not a flow claim. The first
+        `start` runs start (the free slots); the rest are held. Runs of limits may be held
+        (a held run is `running`: it counts against its limit); rated runs are only claimed
+        into free slots (their start is logged when they are claimed)."""
         if not self.flow_active:
             return self._plain_claim(owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
-        free = limit if start is None else start
-        tried = self.flow_due
-        got = self.flow_claim(owner, min(limit, free), queues, lease) if tried else []
-        more, due = self._probed_claim(owner, limit - len(got), queues, lease, free - len(got))
-        room = _room(limit - len(got) - len(more), free - len(got), len(more))
-        self.flow_blocked = tried and len(got) < min(limit, free) and not self._flow_capped
-        return got + more + self._after_probe(tried, due, owner, room, queues, lease)
+        return self.finish_and_claim([], owner, limit, queues, lease, start)[1]
 
     def finish_and_claim(
         self,
@@ -163,11 +161,17 @@ class FlowMixin:
         if self.flow_due:  # the outcomes free slots: written first, in the claim's transaction
             written, taken, got, due = self._flow_finish_and_claim(outcomes, owner, limit, queues, lease, free)
             self.flow_due = due
-            self.flow_blocked = taken < min(limit, free) and not self._flow_capped
+            self.flow_blocked = taken < limit and not self._flow_capped
             return written, got
         written, got, due = self._probed_finish_and_claim(outcomes, owner, limit, queues, lease, free)
         room = _room(limit - len(got), free, len(got))
+        self.flow_blocked = False
         return written, got + self._after_probe(False, due, owner, room, queues, lease)
+
+    def claim_cut_short(self) -> bool:
+        """The last claim took as many keys as one claim may while more were due: the runs
+        it did not take are due now (not a sign that what is due was drained)."""
+        return self.flow_active and self.flow_due and self._flow_capped
 
     def _after_probe(
         self, tried: bool, due: bool, owner: str, room: int, queues: Sequence[str] | None, lease: float
@@ -190,30 +194,40 @@ class FlowMixin:
     ) -> tuple[set[int], list[Claimed], bool]:
         raise NotImplementedError  # pragma: no cover - each backend's
 
-    def flow_claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
-        """Claim up to `limit` due limited or rated runs that their limits and rates allow."""
+    def flow_claim(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
+    ) -> list[Claimed]:
+        """Claim up to `limit` due limited or rated runs that their limits and rates allow;
+        the first `start` (all if None) start, the rest are held (runs of limits only)."""
         if limit <= 0:
             return []
         names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
         with self._tx() as s:  # type: ignore[attr-defined]
-            rows = self._flow_rows(s, owner, limit, names, lease)
+            rows = self._flow_rows(s, owner, limit, names, lease, limit if start is None else start)
         return self._claimed_rows(rows)  # type: ignore[attr-defined, no-any-return]
 
-    def _flow_rows(self, s: Any, owner: str, limit: int, names: Any, lease: float) -> list[Any]:
+    def _flow_rows(self, s: Any, owner: str, limit: int, names: Any, lease: float, start: int) -> list[Any]:
         """The flow claim's statements, in the caller's transaction: the claimed rows. When
         every key taken is a limit key, one statement after the locks counts their slots and
-        claims their first waiting runs (flow_take_limits); with a rate key, step by step."""
+        claims their first waiting runs (flow_take_limits), the first `start` started, the
+        rest held (a held run counts against its limit as a running one: it is `running`).
+        With a rate key, step by step, and only into the `start` free slots (a rated run's
+        start is logged when it is claimed)."""
         n = min(limit + _EXTRA_KEYS, _MAX_KEYS)
-        heads = s.q("flow_heads", queues=names, n=n)
+        walk = self._flow_capped and self._walk_heads  # many keys wait: look near the head first
+        heads = s.q("flow_heads_walk" if walk else "flow_heads", queues=names, n=n, m=_WALK * n)
         self._flow_capped = len(heads) >= n  # more keys may have room: not blocked
         if not heads:
             return []
-        keys = [[str(k), str(n), str(v)] for k, n, v in heads]
+        keys = [[str(k), str(name), str(v)] for k, name, v, _ in heads]
         if all(k[0] == "l" for k in keys):
-            return self._flow_take_limits(s, keys, owner, limit, names, lease)  # type: ignore[attr-defined, no-any-return]
+            return self._flow_take_limits(s, keys, owner, limit, names, lease, start)  # type: ignore[attr-defined, no-any-return]
+        limit = min(limit, start)
+        if limit <= 0:
+            return []
         room = {(str(k), str(n), str(v)): f for k, n, v, f in s.q("flow_room", keys=json.dumps(keys))}
         ids = list(_choose(s, room, limit, names))
-        rows: list[Any] = self._flow_take(s, ids, owner, lease) if ids else []  # type: ignore[attr-defined]
+        rows: list[Any] = self._flow_take(s, ids, owner, lease, len(ids)) if ids else []  # type: ignore[attr-defined]
         if rows:
             s.q("flow_started", ids=json.dumps([r[0] for r in rows]))
         for kind, name, key in room:
@@ -230,24 +244,29 @@ class FlowMixin:
         taken, all claimed, whether any are still due)."""
         raise NotImplementedError  # pragma: no cover - each backend's
 
-    def _next_due_after(self, queues: Sequence[str] | None) -> Any:
+    def poll_after_claim(self, queues: Sequence[str] | None) -> PollState:
+        """As poll_state, after a claim that got fewer runs than it asked for. While the
+        last flow claim left due limited runs waiting for a slot, their due time (past)
+        says nothing: the next run due is the first due later (a slot that frees wakes the
+        workers: the trigger's NOTIFY, the data_version watch, this worker's own run
+        ending), so a worker waiting on a full limit sleeps rather than claims in a loop."""
+        if not (self.flow_blocked and self.flow_due):
+            return self.poll_state(queues)  # type: ignore[attr-defined, no-any-return]
         names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
         with self._read() as s:  # type: ignore[attr-defined]
-            return self._due_time(s.q("flow_next_due", queues=names)[0][0])  # type: ignore[attr-defined]
+            row = s.q("flow_poll_later", queues=names)[0]
+        now = self._dt(row[0])  # type: ignore[attr-defined]
+        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))  # type: ignore[attr-defined]
 
-    def poll_after_claim(self, queues: Sequence[str] | None) -> Any:
-        """As poll_state after a claim that got fewer runs than it asked for. While the last
-        flow claim left due limited runs waiting for a slot, their due time (past) says
-        nothing: the next run due is the first due later (a slot that frees wakes the
-        workers: the trigger's NOTIFY, the data_version watch, or this worker's own run
-        ending), so a worker waiting on a full limit sleeps rather than claims in a loop."""
-        state = self.poll_state(queues)  # type: ignore[attr-defined]
-        if not (self.flow_blocked and self.flow_due) or state.next_run_due is None:
-            return state
-        if state.next_run_due > state.now:
-            return state
-        later = self._next_due_after(queues)
-        return type(state)(state.now, later, state.next_schedule_due)
+    def limits_due(self) -> bool:
+        """Limited or rated runs were last seen due: outcomes written with the next claim
+        free their slots for it (the worker takes its queued outcomes along)."""
+        return self.flow_active and self.flow_due
+
+    def limits_wait(self) -> bool:
+        """Due limited runs wait for a slot (the last flow claim found their limits full):
+        a run of this worker that ends may free one, so it claims again at once."""
+        return self.flow_active and self.flow_due and self.flow_blocked
 
 
 def _room(asked: int, free: int, claimed: int) -> int:
@@ -294,6 +313,8 @@ class _Synced:
 class PostgresFlow(FlowMixin):
     """PostgreSQL: each taken run gets its token from the sequence, as in `claim`."""
 
+    _walk_heads = True
+
     def _probed_finish_and_claim(
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int
     ) -> tuple[set[int], list[Claimed], bool]:
@@ -330,25 +351,27 @@ class PostgresFlow(FlowMixin):
         batches = finish_batches(outcomes)
         lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
         names = None if queues is None else list(queues)
-        n = min(limit, free)
         with self._session(False, pipeline=True) as s:  # type: ignore[attr-defined]
             for query, params in [*lock, *batches]:
                 s.send(query, **params)
-            rows = self._flow_rows(_Synced(s), owner, n, names, lease) if n > 0 else []
-            query, params = claim_call(owner, limit - len(rows), queues, lease, free - len(rows))
+            rows = self._flow_rows(_Synced(s), owner, limit, names, lease, min(limit, free)) if limit > 0 else []
+            got = claimed(rows)
+            started = sum(not c.held for c in got)
+            query, params = claim_call(owner, limit - len(rows), queues, lease, free - started)
             s.send(query, **params)
             s.send("flow_due", queues=names)
         *written, more, due = s.received[len(lock) :]
-        got = claimed(rows) + claimed(more)
-        return {r[0] for rows_ in written for r in rows_}, len(rows), got, bool(due and due[0][0])
+        return {r[0] for rows_ in written for r in rows_}, len(rows), got + claimed(more), bool(due and due[0][0])
 
-    def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float) -> list[Any]:
-        return s.q("flow_take", ids=json.dumps(ids), owner=owner, lease=lease)  # type: ignore[no-any-return]
+    def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float, start: int) -> list[Any]:
+        return s.q("flow_take", ids=json.dumps(ids), owner=owner, lease=lease)  # type: ignore[no-any-return]  # all start
 
     def _flow_take_limits(
-        self, s: Any, keys: list[list[str]], owner: str, limit: int, names: Any, lease: float
+        self, s: Any, keys: list[list[str]], owner: str, limit: int, names: Any, lease: float, start: int
     ) -> list[Any]:
-        return s.q("flow_take_limits", keys=json.dumps(keys), owner=owner, limit=limit, queues=names, lease=lease)  # type: ignore[no-any-return]
+        return s.q(  # type: ignore[no-any-return]
+            "flow_take_limits", keys=json.dumps(keys), owner=owner, limit=limit, start=start, queues=names, lease=lease
+        )
 
     def _claimed_rows(self, rows: list[Any]) -> list[Claimed]:
         from ._pg_session import claimed
@@ -373,27 +396,28 @@ class SQLiteFlow(FlowMixin):
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
     ) -> tuple[set[int], int, list[Claimed], bool]:
         names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
-        n = min(limit, free)
         with self._tx() as s:  # type: ignore[attr-defined]
             written: set[int] = self._finish(s, outcomes) if outcomes else set()  # type: ignore[attr-defined]
-            rows = self._flow_rows(s, owner, n, names, lease) if n > 0 else []
-            left = limit - len(rows)
-            more = self._claim(s, owner, left, queues, lease, free - len(rows)) if left > 0 else []  # type: ignore[attr-defined]
+            rows = self._flow_rows(s, owner, limit, names, lease, min(limit, free)) if limit > 0 else []
+            got: list[Claimed] = self._claimed_rows(rows)  # type: ignore[attr-defined]
+            left, started = limit - len(rows), sum(not c.held for c in got)
+            more = self._claim(s, owner, left, queues, lease, free - started) if left > 0 else []  # type: ignore[attr-defined]
             due = bool(s.q("flow_due", queues=names)[0][0])
-        return written, len(rows), self._claimed_rows(rows) + self._claimed_rows(more), due  # type: ignore[attr-defined]
+        return written, len(rows), got + self._claimed_rows(more), due  # type: ignore[attr-defined]
 
     def _flow_take_limits(
-        self, s: Any, keys: list[list[str]], owner: str, limit: int, names: Any, lease: float
+        self, s: Any, keys: list[list[str]], owner: str, limit: int, names: Any, lease: float, start: int
     ) -> list[Any]:
         """In process, a statement costs no round trip: the room, each key's first waiting
         runs (flow_waiting_limit, by index) and one flow_take."""
         room = {(str(k), str(n), str(v)): f for k, n, v, f in s.q("flow_room", keys=json.dumps(keys))}
         ids = list(_choose(s, room, limit, names))
-        return self._flow_take(s, ids, owner, lease) if ids else []
+        return self._flow_take(s, ids, owner, lease, start) if ids else []
 
-    def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float) -> list[Any]:
+    def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float, start: int) -> list[Any]:
+        """`ids` in the claim's order: the first `start` start, the rest are held."""
         token = int(s.q("next_token")[0][0])
-        rows: list[Any] = s.q("flow_take", ids=json.dumps(sorted(ids)), owner=owner, lease=lease, token=token)
+        rows: list[Any] = s.q("flow_take", ids=json.dumps(ids), owner=owner, lease=lease, token=token, start=start)
         if rows:
             s.q("take_token", token=token + len(rows) - 1)
         return rows

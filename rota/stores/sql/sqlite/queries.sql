@@ -912,7 +912,7 @@ rooms AS (
           ORDER BY r.priority DESC, r.due_at, r.id
           LIMIT -1) h  -- (not flattened: the room of each key is counted in this order, up to :n)
 )
-SELECT kind, name, key FROM rooms
+SELECT kind, name, key, free FROM rooms
 WHERE free > 0 OR (kind = 'r' AND free IS NOT NULL)
 LIMIT :n
 
@@ -923,11 +923,17 @@ SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_gated_due
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))))
 
--- name: flow_next_due
--- After a claim that left due limited runs waiting for a slot: the first pending run due later
-SELECT min(due_at) FROM rota_runs
-WHERE status = 'pending' AND NOT held AND due_at > {now} AND (misfire_at IS NULL OR misfire_at >= {now})
-  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+-- name: flow_poll_later
+-- poll_state after a claim that left due limited runs waiting for a slot: the first run due later
+SELECT {now},
+       (SELECT min(due_at) FROM rota_runs INDEXED BY rota_runs_due
+        WHERE status = 'pending' AND NOT held AND due_at > {now} AND (misfire_at IS NULL OR misfire_at >= {now})
+          AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))),
+       (SELECT min(t) FROM (
+            SELECT min(next_run_at) AS t FROM rota_schedules WHERE active AND NOT paused
+            UNION ALL
+            SELECT min(misfire_at) FROM rota_runs INDEXED BY rota_runs_misfire
+            WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
 
 -- name: flow_room
 SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2,
@@ -960,10 +966,13 @@ LIMIT :n
 
 -- name: flow_take
 -- transition: claim
+-- :ids in the claim's order: the first :start start, the rest are held (as claim's);
+-- tokens in id order
 UPDATE rota_runs
-SET status = 'running', owner = :owner, token = :token + c.rank, attempt = attempt + 1,
-    started_at = {now}, lease_until = {now} + :lease
-FROM (SELECT value AS id, row_number() OVER (ORDER BY value) - 1 AS rank FROM json_each(:ids)) AS c
+SET status = 'running', owner = :owner, token = :token + c.rank,
+    attempt = attempt + (c.pos < :start),
+    started_at = CASE WHEN c.pos < :start THEN {now} END, lease_until = {now} + :lease
+FROM (SELECT value AS id, key AS pos, row_number() OVER (ORDER BY value) - 1 AS rank FROM json_each(:ids)) AS c
 WHERE rota_runs.id = c.id AND rota_runs.status = 'pending'
 RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
           scheduled_for, started_at, lease_until, priority, due_at

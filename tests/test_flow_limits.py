@@ -310,3 +310,20 @@ def test_a_worker_waiting_on_a_full_limit_learns_no_past_due_time(app_factory: C
     later = t["plain"].options(delay=60).enqueue(1)
     assert later is not None
     assert store.poll_after_claim(None).next_run_due > state.now  # a run due later is learned
+
+
+def test_a_held_limited_run_counts_against_its_limit(app_factory: Callable[..., rota.App]) -> None:
+    """A run of a limit claimed ahead (held: running, not started) takes a slot like a
+    running one: no claim takes the limit past its size while it is held."""
+    app, t = _limited_app(app_factory)
+    for i in range(4):
+        t["two"].enqueue(i)
+    store: Any = app.store
+    got = store.claim(OWNER, 10, None, 30.0, 1)  # one free slot: the rest may be held
+    assert _tasks(got) == ["two", "two"] and [c.held for c in got] == [False, True]
+    assert store.claim(OWNER, 10, None, 30.0) == []  # the held one counts
+    (info,) = [i for i in store.list_limits() if i.name == "two"]
+    assert (info.running, info.waiting) == (2, 2)
+    held = [c for c in got if c.held]
+    assert store.hand_back([(held[0].id, held[0].token)], "test") == {held[0].id}
+    assert _tasks(store.claim(OWNER, 10, None, 30.0)) == ["two"]  # handed back: its slot is free

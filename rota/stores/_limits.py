@@ -63,7 +63,7 @@ from .records import PollState
 # lock held to the commit, and the server's lock table is shared (max_locks_per_transaction
 # times max_connections: 6,400 by default). A claim that wants more takes the rest at the
 # next one. The keys are looked for first among the first _WALK times as many waiting runs.
-_EXTRA_KEYS, _MAX_KEYS, _WALK = 8, 256, 2
+_EXTRA_KEYS, _MAX_KEYS, _WALK = 8, 256, 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +109,6 @@ class FlowMixin:
     # wait for a slot (or for their window); see poll_after_claim
     flow_blocked: bool = False
     _flow_capped: bool = False  # the last flow claim took as many keys as it may
-    _walk_heads = False  # the backend has flow_heads_walk
 
     def sync_flow(self, limits: dict[str, int], rates: dict[str, tuple[int, float]]) -> bool:
         """Store the limits and rates the code declares (this deploy's values win); return
@@ -214,8 +213,10 @@ class FlowMixin:
         With a rate key, step by step, and only into the `start` free slots (a rated run's
         start is logged when it is claimed)."""
         n = min(limit + _EXTRA_KEYS, _MAX_KEYS)
-        walk = self._flow_capped and self._walk_heads  # many keys wait: look near the head first
-        heads = s.q("flow_heads_walk" if walk else "flow_heads", queues=names, n=n, m=_WALK * n)
+        if self._flow_capped:  # many keys wait: look near the head first
+            heads = self._walked_heads(s, names, n)
+        else:
+            heads = s.q("flow_heads", queues=names, n=n)
         self._flow_capped = len(heads) >= n  # more keys may have room: not blocked
         if not heads:
             return []
@@ -235,6 +236,10 @@ class FlowMixin:
                 s.q("flow_bump", name=name, key=key)
                 s.q("flow_prune", name=name, key=key)
         return rows
+
+    def _walked_heads(self, s: Any, names: Any, n: int) -> list[Any]:
+        """flow_heads after a claim that took as many keys as it may: each backend's."""
+        raise NotImplementedError  # pragma: no cover
 
     def _flow_finish_and_claim(
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
@@ -307,13 +312,18 @@ class _Synced:
         self.s = s
 
     def q(self, name: str, /, **params: Any) -> list[Any]:
+        if name == "flow_walk_plan":  # no rows to wait for: travels with the next statement
+            self.s.cur.execute(self.s.queries[name], {"now": None})
+            return []
         return self.s.q_synced(name, **params)  # type: ignore[no-any-return]
 
 
 class PostgresFlow(FlowMixin):
     """PostgreSQL: each taken run gets its token from the sequence, as in `claim`."""
 
-    _walk_heads = True
+    def _walked_heads(self, s: Any, names: Any, n: int) -> list[Any]:
+        s.q("flow_walk_plan")
+        return s.q("flow_heads_walk", queues=names, n=n, m=_WALK * n)  # type: ignore[no-any-return]
 
     def _probed_finish_and_claim(
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int
@@ -381,6 +391,15 @@ class PostgresFlow(FlowMixin):
 
 class SQLiteFlow(FlowMixin):
     """SQLite: tokens from the counter row, as in `claim` (the store turns rows into Claimed)."""
+
+    def _walked_heads(self, s: Any, names: Any, n: int) -> list[Any]:
+        """The keys near the head first; the others (loose scan) only if too few (one writer:
+        no lock to take, the room seen is the room)."""
+        heads: list[Any] = s.q("flow_heads_walk", queues=names, n=n, m=_WALK * n)
+        if len(heads) < n:
+            seen = {tuple(h[:3]) for h in heads}
+            heads += [h for h in s.q("flow_heads", queues=names, n=n) if tuple(h[:3]) not in seen][: n - len(heads)]
+        return heads
 
     def _probed_finish_and_claim(
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int

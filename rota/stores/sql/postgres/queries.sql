@@ -1148,6 +1148,13 @@ WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room fir
            ELSE false END
 LIMIT %(n)s
 
+-- name: flow_walk_plan
+-- Before flow_heads_walk, for the rest of the flow claim's transaction: no bitmap scans. On
+-- a table not analyzed yet (a backlog just enqueued) the planner guesses a handful of
+-- waiting runs and would fetch and sort them all (measured: 17 ms for 20,000) rather than
+-- read the first ones from rota_runs_gated_order (2 ms).
+SELECT set_config('enable_bitmapscan', 'off', true)
+
 -- name: flow_heads_walk
 -- As flow_heads, for a claim after one that took as many keys as it may (many keys wait):
 -- the keys with a due waiting run, the key whose first run comes first in the claim's order

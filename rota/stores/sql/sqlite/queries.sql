@@ -916,6 +916,46 @@ SELECT kind, name, key, free FROM rooms
 WHERE free > 0 OR (kind = 'r' AND free IS NOT NULL)
 LIMIT :n
 
+-- name: flow_heads_walk
+-- As the PostgreSQL one: when many keys wait, the keys of the first :m waiting runs in the
+-- claim's order (rota_runs_gated_order), with their room, the key whose first run comes
+-- first first; when they give fewer than :n keys, flow_heads finds the others
+WITH walked AS MATERIALIZED (
+    SELECT limit_name, limit_key, rate_name, rate_key, priority, due_at, id
+    FROM rota_runs INDEXED BY rota_runs_gated_order
+    WHERE status = 'pending' AND NOT held AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
+      AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+    ORDER BY priority DESC, due_at, id
+    LIMIT :m
+),
+firsts AS (
+    SELECT kind, name, key, priority, due_at, id,
+           row_number() OVER (PARTITION BY kind, name, key ORDER BY priority DESC, due_at, id) AS rn
+    FROM (SELECT 'l' AS kind, limit_name AS name, limit_key AS key, priority, due_at, id FROM walked
+          WHERE limit_name IS NOT NULL AND due_at <= {now}
+          UNION ALL
+          SELECT 'r', rate_name, rate_key, priority, due_at, id FROM walked
+          WHERE rate_name IS NOT NULL AND due_at <= {now})
+),
+rooms AS (
+    SELECT h.kind, h.name, h.key,
+           CASE WHEN h.kind = 'l'
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                     - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
+                        WHERE x.status = 'running' AND x.limit_name IS NOT NULL
+                          AND x.limit_name = h.name AND x.limit_key = h.key)
+                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                                      WHERE s.name = h.name AND s.key = h.key
+                                        AND s.started_at > {now} - t.per)
+                      FROM rota_rates t WHERE t.name = h.name) END AS free
+    FROM (SELECT kind, name, key, priority, due_at, id FROM firsts WHERE rn = 1
+          ORDER BY priority DESC, due_at, id
+          LIMIT -1) h
+)
+SELECT kind, name, key, free FROM rooms
+WHERE free > 0 OR (kind = 'r' AND free IS NOT NULL)
+LIMIT :n
+
 -- name: flow_due
 -- Is a limited or rated run due (the probe the plain claim's transaction ends with)?
 SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_gated_due

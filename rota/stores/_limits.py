@@ -212,15 +212,15 @@ class FlowMixin:
         rest held (a held run counts against its limit as a running one: it is `running`).
         With a rate key, step by step, and only into the `start` free slots (a rated run's
         start is logged when it is claimed)."""
-        n = min(limit + _EXTRA_KEYS, _MAX_KEYS)
-        if self._flow_capped:  # many keys wait: look near the head first
-            heads = self._walked_heads(s, names, n)
-        else:
-            heads = s.q("flow_heads", queues=names, n=n)
-        self._flow_capped = len(heads) >= n  # more keys may have room: not blocked
-        if not heads:
-            return []
+        return self._flow_take_heads(s, self._flow_heads(s, limit, names), owner, limit, names, lease, start)
+
+    def _flow_take_heads(
+        self, s: Any, heads: list[Any], owner: str, limit: int, names: Any, lease: float, start: int
+    ) -> list[Any]:
+        """The second half of _flow_rows: claim runs of the keys `heads` locked."""
         keys = [[str(k), str(name), str(v)] for k, name, v, _ in heads]
+        if not keys:
+            return []
         if all(k[0] == "l" for k in keys):
             return self._flow_take_limits(s, keys, owner, limit, names, lease, start)  # type: ignore[attr-defined, no-any-return]
         limit = min(limit, start)
@@ -236,6 +236,16 @@ class FlowMixin:
                 s.q("flow_bump", name=name, key=key)
                 s.q("flow_prune", name=name, key=key)
         return rows
+
+    def _flow_heads(self, s: Any, limit: int, names: Any) -> list[Any]:
+        """The keys locked for a flow claim of up to `limit` runs: (kind, name, key, room seen)."""
+        n = min(limit + _EXTRA_KEYS, _MAX_KEYS)
+        if self._flow_capped:  # many keys wait: look near the head first
+            heads: list[Any] = self._walked_heads(s, names, n)
+        else:
+            heads = s.q("flow_heads", queues=names, n=n)
+        self._flow_capped = len(heads) >= n  # more keys may have room: not blocked
+        return heads
 
     def _walked_heads(self, s: Any, names: Any, n: int) -> list[Any]:
         """flow_heads after a claim that took as many keys as it may: each backend's."""
@@ -364,13 +374,24 @@ class PostgresFlow(FlowMixin):
         with self._session(False, pipeline=True) as s:  # type: ignore[attr-defined]
             for query, params in [*lock, *batches]:
                 s.send(query, **params)
-            rows = self._flow_rows(_Synced(s), owner, limit, names, lease, min(limit, free)) if limit > 0 else []
-            got = claimed(rows)
-            started = sum(not c.held for c in got)
-            query, params = claim_call(owner, limit - len(rows), queues, lease, free - started)
+            heads = self._flow_heads(_Synced(s), limit, names) if limit > 0 else []
+            take = bool(heads) and all(h[0] == "l" for h in heads)
+            if take:  # sent with the plain claim, for the slots flow_heads saw (at most)
+                expect = min(limit, sum(max(int(h[3] or 0), 0) for h in heads))
+                keys = json.dumps([[str(k), str(name), str(v)] for k, name, v, _ in heads])
+                start = min(expect, free)
+                s.send("flow_take_limits", keys=keys, owner=owner, limit=expect, start=start, queues=names, lease=lease)
+                rows: list[Any] = []
+            else:
+                rows = self._flow_take_heads(_Synced(s), heads, owner, limit, names, lease, min(limit, free))
+                expect = start = len(rows)  # (a rated run is never held)
+            query, params = claim_call(owner, limit - expect, queues, lease, free - start)
             s.send(query, **params)
             s.send("flow_due", queues=names)
         *written, more, due = s.received[len(lock) :]
+        if take:
+            *written, rows = written
+        got = claimed(rows)
         return {r[0] for rows_ in written for r in rows_}, len(rows), got + claimed(more), bool(due and due[0][0])
 
     def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float, start: int) -> list[Any]:

@@ -10,9 +10,18 @@ lock or statement, and a backlog of waiting limited runs costs it nothing.
 
 The limits and rates themselves (max, per) live in `rota_limits` and `rota_rates`, written
 when a worker starts (`sync_flow`; the newest deploy wins). A store whose database has any
-runs the *flow claim* below before the plain claim, in the same call, while limited or rated
-runs were last seen due; otherwise the plain claim's own transaction ends with a probe
-(`flow_due`, one index probe, no extra round trip) that switches the flow claim back on.
+runs, while limited or rated runs were last seen due, one transaction: the outcomes it is
+given (their slots freed first), the *flow claim* below, the plain claim for the rest and
+the probe (on PostgreSQL pipelined: two round trips). Otherwise the plain claim's own
+transaction ends with a probe (`flow_due`, one index probe, no extra round trip) that
+switches the flow claim back on. Runs of limits may be claimed ahead (held): a held run is
+`running`, so it counts against its limit; rated runs are only claimed into free slots
+(their start is logged at the claim). The worker takes its queued outcomes along while
+limited runs are due (`limits_due`); while due runs wait on full limits (`limits_wait`) a
+run of its own that ends makes it claim again within a millisecond, and the due time it
+learns after such a claim is the next one due later (`poll_after_claim`): it sleeps rather
+than claims in a loop, and is woken by the freed slot (trigger NOTIFY, data_version, or its
+own run ending).
 
 Slots are not counted in a counter row: a limit key's running count is the number of its
 runs whose status is `running` (an index holds just those). Every statement that ends or
@@ -31,20 +40,29 @@ ordinary "next run due at" sleep wakes it then: no polling while runs wait on a 
 starts are pruned whenever the key is claimed. (A GCRA "next allowed" timestamp would be
 one row per key, but it enforces a smoothed rate, not "N in any window".)
 
-The flow claim, one transaction:
+The flow claim, in that transaction:
 1. `flow_heads`: the limit and rate keys that have a due waiting run and room, ordered by
-   their first run. The keys come from the waiting runs themselves by a loose index scan
-   (one probe per distinct key, however many runs wait; no key table to keep or prune). On
-   PostgreSQL each is taken with an advisory *try*-lock, one at a time, until enough keys
-   are held: a key another claimer holds is skipped, never waited for (no deadlock, and
-   concurrent claimers share the keys, as SKIP LOCKED shares rows).
-2. `flow_room`: the free slots / room of the locked keys, counted again in a statement
-   that starts after the locks were granted (so it sees every claim committed before).
-3. For each key, its first waiting runs (`flow_waiting_*`), kept while every key the run
-   has (a run may have a limit and a rate) is locked and has room; `flow_take` claims them
-   (`flow_started` logs the starts of rated ones).
-4. For each rate key now full, `flow_bump` moves its waiting runs' due time to the window's
-   opening; `flow_prune` drops its starts that left the window.
+   their first run, the room of each counted only when its turn comes. The keys come from
+   the waiting runs themselves by a loose index scan (one probe per distinct key, however
+   many runs wait; no key table to keep or prune). After a claim that took as many keys as
+   it may (many keys wait), `flow_heads_walk` first reads the keys of the first waiting runs
+   in the claim's order (`rota_runs_gated_order`), and the loose scan only finds the keys
+   beyond them when those were too few. On PostgreSQL each key is taken with an advisory
+   *try*-lock, one at a time, until enough keys are held: a key another claimer holds is
+   skipped, never waited for (no deadlock, and concurrent claimers share the keys, as SKIP
+   LOCKED shares rows).
+2. When every key taken is a limit key: `flow_take_limits` (PostgreSQL; one statement that
+   starts after the locks were granted, so it sees every claim committed before) counts
+   their free slots again and claims their first waiting runs. Otherwise, and on SQLite
+   (one writer: no round trips, nothing changes meanwhile), step by step:
+   `flow_room`, the free slots / room of the locked keys; for each key its first waiting
+   runs (`flow_waiting_*`), kept while every key the run has (a run may have a limit and a
+   rate) is locked and has room; `flow_take` claims them (`flow_started` logs the starts of
+   rated ones); for each rate key now full, `flow_bump` moves its waiting runs' due time to
+   the window's opening; `flow_prune` drops its starts that left the window.
+Running counts go through an index scan that visits the rows (`count(r.id)`): it marks the
+index entries of row versions gone as dead, where an index-only count would walk every run
+that ever ran on the key until VACUUM (measured: a claim growing with the drain).
 A full key never blocks others: its runs are simply not taken, and the rest are.
 """
 

@@ -113,13 +113,13 @@ class Poller:
         await self.ticker.ticks()
 
     async def learn_after_claim(self) -> None:
-        """After a claim that got fewer runs than it asked for. A wake-up that came during
-        the read (a slot freed, a run enqueued) is not overwritten by what it learned; and
-        while due limited runs wait for a slot, outcomes of ours queued meanwhile free
-        slots: claim again at once."""
+        """After a claim that got fewer runs than it asked for. While due limited runs wait
+        for a slot, what it learns leaves them out: a wake-up that came during the read (a
+        slot freed elsewhere) or outcomes of ours queued meanwhile (slots they free) make it
+        claim again at once."""
         store = self.store()
         self.due.learn(await self.db(store.poll_after_claim, self.queues))
-        if self.due.wake.is_set() or (self.completer.outbox and store.limits_wait()):
+        if store.limits_wait() and (self.completer.outbox or self.due.wake.is_set()):
             self.due.run_now()
 
     async def refresh_due(self) -> None:

@@ -271,3 +271,59 @@ def test_plain_claims_only_probe_while_no_limited_run_is_due_and_none_starves(
     first = store.claim(OWNER, 5, None, 30.0)
     second = store.claim(OWNER, 5, None, 30.0)
     assert "two" in _tasks(first + second)
+
+
+def test_outcomes_written_with_a_claim_free_their_slots_for_it_in_one_transaction(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    """finish_and_claim while limited runs are due: the finishes go first in the claim's
+    transaction, so the slots they free are taken by the same claim (and no more)."""
+    app, t = _limited_app(app_factory)
+    for i in range(5):
+        t["two"].enqueue(i)
+    t["plain"].enqueue(9)
+    store: Any = app.store
+    first = _tasks(got := store.claim(OWNER, 10, None, 30.0))
+    assert first == ["plain", "two", "two"]
+    limited = [c for c in got if c.task == "two"]
+    done = [Outcome(limited[0].id, limited[0].token, "succeeded", result="0")]
+    written, again = store.finish_and_claim(done, OWNER, 10, None, 30.0)
+    assert written == {limited[0].id}
+    assert _tasks(again) == ["two"]  # the one slot the finish freed, in the same call
+    assert store.finish_and_claim([], OWNER, 10, None, 30.0)[1] == []  # full again
+    assert sum(r.status == "running" for r in app.list_runs(task="two")) == 2
+
+
+def test_a_worker_waiting_on_a_full_limit_learns_no_past_due_time(app_factory: Callable[..., rota.App]) -> None:
+    """After a claim that left due limited runs waiting on a full limit, the due time the
+    worker learns is not theirs (past): it sleeps until a slot frees or a later run is due,
+    rather than claiming in a loop."""
+    app, t = _limited_app(app_factory)
+    for i in range(4):
+        t["two"].enqueue(i)
+    store: Any = app.store
+    assert len(store.claim(OWNER, 10, None, 30.0)) == 2
+    assert store.claim(OWNER, 10, None, 30.0) == []
+    state = store.poll_after_claim(None)
+    assert state.next_run_due is None  # the two waiting runs are due, but their limit is full
+    assert store.poll_state(None).next_run_due is not None  # the plain poll still sees them
+    later = t["plain"].options(delay=60).enqueue(1)
+    assert later is not None
+    assert store.poll_after_claim(None).next_run_due > state.now  # a run due later is learned
+
+
+def test_a_held_limited_run_counts_against_its_limit(app_factory: Callable[..., rota.App]) -> None:
+    """A run of a limit claimed ahead (held: running, not started) takes a slot like a
+    running one: no claim takes the limit past its size while it is held."""
+    app, t = _limited_app(app_factory)
+    for i in range(4):
+        t["two"].enqueue(i)
+    store: Any = app.store
+    got = store.claim(OWNER, 10, None, 30.0, 1)  # one free slot: the rest may be held
+    assert _tasks(got) == ["two", "two"] and [c.held for c in got] == [False, True]
+    assert store.claim(OWNER, 10, None, 30.0) == []  # the held one counts
+    (info,) = [i for i in store.list_limits() if i.name == "two"]
+    assert (info.running, info.waiting) == (2, 2)
+    held = [c for c in got if c.held]
+    assert store.hand_back([(held[0].id, held[0].token)], "test") == {held[0].id}
+    assert _tasks(store.claim(OWNER, 10, None, 30.0)) == ["two"]  # handed back: its slot is free

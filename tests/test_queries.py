@@ -6,13 +6,17 @@ from rota.stores.queries import load_migrations, load_queries
 
 # SQLite has no sequences: a claim reads the token counter and bumps it only when it claimed.
 SQLITE_ONLY = {"next_token", "take_token"}
+# PostgreSQL only: the flow claim's planner setting (no bitmap scans while walking the keys
+# near the head) and its one-statement take of limit keys after the advisory locks (SQLite,
+# one writer with nothing changing meanwhile, takes them step by step).
+POSTGRES_ONLY = {"flow_walk_plan", "flow_take_limits"}
 
 
 def test_both_backends_define_the_same_named_queries() -> None:
     sqlite = set(load_queries("sqlite", ":now"))
     postgres = set(load_queries("postgres", "now()"))
-    assert sqlite - SQLITE_ONLY == postgres
-    assert sqlite >= SQLITE_ONLY
+    assert sqlite - SQLITE_ONLY == postgres - POSTGRES_ONLY
+    assert sqlite >= SQLITE_ONLY and postgres >= POSTGRES_ONLY
 
 
 def test_both_backends_have_the_same_migration_numbers() -> None:

@@ -10,9 +10,18 @@ lock or statement, and a backlog of waiting limited runs costs it nothing.
 
 The limits and rates themselves (max, per) live in `rota_limits` and `rota_rates`, written
 when a worker starts (`sync_flow`; the newest deploy wins). A store whose database has any
-runs the *flow claim* below before the plain claim, in the same call, while limited or rated
-runs were last seen due; otherwise the plain claim's own transaction ends with a probe
-(`flow_due`, one index probe, no extra round trip) that switches the flow claim back on.
+runs, while limited or rated runs were last seen due, one transaction: the outcomes it is
+given (their slots freed first), the *flow claim* below, the plain claim for the rest and
+the probe (on PostgreSQL pipelined: two round trips). Otherwise the plain claim's own
+transaction ends with a probe (`flow_due`, one index probe, no extra round trip) that
+switches the flow claim back on. Runs of limits may be claimed ahead (held): a held run is
+`running`, so it counts against its limit; rated runs are only claimed into free slots
+(their start is logged at the claim). The worker takes its queued outcomes along while
+limited runs are due (`limits_due`); while due runs wait on full limits (`limits_wait`) a
+run of its own that ends makes it claim again within a millisecond, and the due time it
+learns after such a claim is the next one due later (`poll_after_claim`): it sleeps rather
+than claims in a loop, and is woken by the freed slot (trigger NOTIFY, data_version, or its
+own run ending).
 
 Slots are not counted in a counter row: a limit key's running count is the number of its
 runs whose status is `running` (an index holds just those). Every statement that ends or
@@ -31,20 +40,29 @@ ordinary "next run due at" sleep wakes it then: no polling while runs wait on a 
 starts are pruned whenever the key is claimed. (A GCRA "next allowed" timestamp would be
 one row per key, but it enforces a smoothed rate, not "N in any window".)
 
-The flow claim, one transaction:
+The flow claim, in that transaction:
 1. `flow_heads`: the limit and rate keys that have a due waiting run and room, ordered by
-   their first run. The keys come from the waiting runs themselves by a loose index scan
-   (one probe per distinct key, however many runs wait; no key table to keep or prune). On
-   PostgreSQL each is taken with an advisory *try*-lock, one at a time, until enough keys
-   are held: a key another claimer holds is skipped, never waited for (no deadlock, and
-   concurrent claimers share the keys, as SKIP LOCKED shares rows).
-2. `flow_room`: the free slots / room of the locked keys, counted again in a statement
-   that starts after the locks were granted (so it sees every claim committed before).
-3. For each key, its first waiting runs (`flow_waiting_*`), kept while every key the run
-   has (a run may have a limit and a rate) is locked and has room; `flow_take` claims them
-   (`flow_started` logs the starts of rated ones).
-4. For each rate key now full, `flow_bump` moves its waiting runs' due time to the window's
-   opening; `flow_prune` drops its starts that left the window.
+   their first run, the room of each counted only when its turn comes. The keys come from
+   the waiting runs themselves by a loose index scan (one probe per distinct key, however
+   many runs wait; no key table to keep or prune). After a claim that took as many keys as
+   it may (many keys wait), `flow_heads_walk` first reads the keys of the first waiting runs
+   in the claim's order (`rota_runs_gated_order`), and the loose scan only finds the keys
+   beyond them when those were too few. On PostgreSQL each key is taken with an advisory
+   *try*-lock, one at a time, until enough keys are held: a key another claimer holds is
+   skipped, never waited for (no deadlock, and concurrent claimers share the keys, as SKIP
+   LOCKED shares rows).
+2. When every key taken is a limit key: `flow_take_limits` (PostgreSQL; one statement that
+   starts after the locks were granted, so it sees every claim committed before) counts
+   their free slots again and claims their first waiting runs. Otherwise, and on SQLite
+   (one writer: no round trips, nothing changes meanwhile), step by step:
+   `flow_room`, the free slots / room of the locked keys; for each key its first waiting
+   runs (`flow_waiting_*`), kept while every key the run has (a run may have a limit and a
+   rate) is locked and has room; `flow_take` claims them (`flow_started` logs the starts of
+   rated ones); for each rate key now full, `flow_bump` moves its waiting runs' due time to
+   the window's opening; `flow_prune` drops its starts that left the window.
+Running counts go through an index scan that visits the rows (`count(r.id)`): it marks the
+index entries of row versions gone as dead, where an index-only count would walk every run
+that ever ran on the key until VACUUM (measured: a claim growing with the drain).
 A full key never blocks others: its runs are simply not taken, and the rest are.
 """
 
@@ -58,12 +76,14 @@ from typing import Any
 
 from ..errors import DatabaseError
 from .base import Claimed
+from .records import PollState
 
 # Keys taken per flow claim: a few more than the runs asked for (a full rate key is taken
 # too, to push its runs' due time), at most _MAX_KEYS: on PostgreSQL each is an advisory
 # lock held to the commit, and the server's lock table is shared (max_locks_per_transaction
-# times max_connections). A claim that wants more takes the rest at the next one.
-_EXTRA_KEYS, _MAX_KEYS = 8, 64
+# times max_connections: 6,400 by default). A claim that wants more takes the rest at the
+# next one. The keys are looked for first among the first _WALK times as many waiting runs.
+_EXTRA_KEYS, _MAX_KEYS, _WALK = 8, 256, 4
 # How often a worker whose database had no limit or rate when it started asks again.
 FLOW_RECHECK = 10.0
 
@@ -107,6 +127,10 @@ class FlowMixin:
 
     flow_active: bool = False  # set when the database has a limit or a rate
     flow_due: bool = True  # a limited or rated run was last seen due: claim those first
+    # the last flow claim took fewer runs than it could: the due limited or rated runs left
+    # wait for a slot (or for their window); see poll_after_claim
+    flow_blocked: bool = False
+    _flow_capped: bool = False  # the last flow claim took as many keys as it may
 
     def sync_flow(self, limits: dict[str, int], rates: dict[str, tuple[int, float]]) -> bool:
         """Store the limits and rates the code declares (this deploy's values win); return
@@ -132,20 +156,16 @@ class FlowMixin:
     def claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
-        """The flow claim first while limited or rated runs were last seen due, then the plain
-        claim, which also probes whether any are due (in its own transaction: no extra round
-        trip), so a database with limits costs tasks without one a probe, not a flow claim.
-        The first `start` runs start (the free slots); the rest are held. Limited and rated
-        runs are only claimed into free slots, never held: a slot of a limit is not kept by a
-        run that waits on this worker."""
+        """While limited or rated runs were last seen due: the flow claim, then the plain
+        claim and the probe, in one transaction. Otherwise the plain claim, which also
+        probes whether any are due (in its own transaction: no extra round trip), so a
+        database with limits costs tasks without one a probe, not a flow claim. The first
+        `start` runs start (the free slots); the rest are held. Runs of limits may be held
+        (a held run is `running`: it counts against its limit); rated runs are only claimed
+        into free slots (their start is logged when they are claimed)."""
         if not self._flow_on():
             return self._plain_claim(owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
-        free = limit if start is None else start
-        tried = self.flow_due
-        got = self.flow_claim(owner, min(limit, free), queues, lease) if tried else []
-        more, due = self._probed_claim(owner, limit - len(got), queues, lease, free - len(got))
-        room = _room(limit - len(got) - len(more), free - len(got), len(more))
-        return got + more + self._after_probe(tried, due, owner, room, queues, lease)
+        return self.finish_and_claim([], owner, limit, queues, lease, start)[1]
 
     def finish_and_claim(
         self,
@@ -158,12 +178,16 @@ class FlowMixin:
     ) -> tuple[set[int], list[Claimed]]:
         if not self._flow_on():
             return self._plain_finish_and_claim(outcomes, owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
-        if self.flow_due:
-            written: set[int] = self.finish(outcomes)  # type: ignore[attr-defined]
-            return written, self.claim(owner, limit, queues, lease, start)
         free = limit if start is None else start
+        if self.flow_due:  # the outcomes free slots: written first, in the claim's transaction
+            self._resolve_some()
+            written, taken, got, due = self._flow_finish_and_claim(outcomes, owner, limit, queues, lease, free)
+            self.flow_due = due
+            self.flow_blocked = taken < limit and not self._flow_capped
+            return written, got
         written, got, due = self._probed_finish_and_claim(outcomes, owner, limit, queues, lease, free)
         room = _room(limit - len(got), free, len(got))
+        self.flow_blocked = False
         return written, got + self._after_probe(False, due, owner, room, queues, lease)
 
     _flow_asked = 0.0  # when flow_any was last asked (monotonic; 0: not yet)
@@ -187,6 +211,11 @@ class FlowMixin:
                 pass
         return self.flow_active
 
+    def claim_cut_short(self) -> bool:
+        """The last claim took as many keys as one claim may while more were due: the runs
+        it did not take are due now (not a sign that what is due was drained)."""
+        return self.flow_active and self.flow_due and self._flow_capped
+
     def _after_probe(
         self, tried: bool, due: bool, owner: str, room: int, queues: Sequence[str] | None, lease: float
     ) -> list[Claimed]:
@@ -208,26 +237,17 @@ class FlowMixin:
     ) -> tuple[set[int], list[Claimed], bool]:
         raise NotImplementedError  # pragma: no cover - each backend's
 
-    def flow_claim(self, owner: str, limit: int, queues: Sequence[str] | None, lease: float) -> list[Claimed]:
-        """Claim up to `limit` due limited or rated runs that their limits and rates allow."""
+    def flow_claim(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
+    ) -> list[Claimed]:
+        """Claim up to `limit` due limited or rated runs that their limits and rates allow;
+        the first `start` (all if None) start, the rest are held (runs of limits only)."""
         if limit <= 0:
             return []
         self._resolve_some()
         names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
         with self._tx() as s:  # type: ignore[attr-defined]
-            heads = s.q("flow_heads", queues=names, n=min(limit + _EXTRA_KEYS, _MAX_KEYS))
-            if not heads:
-                return []
-            keys = [[str(k), str(n), str(v)] for k, n, v in heads]
-            room = {(str(k), str(n), str(v)): f for k, n, v, f in s.q("flow_room", keys=json.dumps(keys))}
-            ids = list(_choose(s, room, limit, names))
-            rows = self._flow_take(s, ids, owner, lease) if ids else []  # type: ignore[attr-defined]
-            if rows:
-                s.q("flow_started", ids=json.dumps([r[0] for r in rows]))
-            for kind, name, key in room:
-                if kind == "r":
-                    s.q("flow_bump", name=name, key=key)
-                    s.q("flow_prune", name=name, key=key)
+            rows = self._flow_rows(s, owner, limit, names, lease, limit if start is None else start)
         return self._claimed_rows(rows)  # type: ignore[attr-defined, no-any-return]
 
     _resolved_at = 0.0
@@ -239,6 +259,84 @@ class FlowMixin:
         if resolve is not None and (now := time.monotonic()) >= self._resolved_at + 1.0:
             self._resolved_at = now
             resolve()
+
+    def _flow_rows(self, s: Any, owner: str, limit: int, names: Any, lease: float, start: int) -> list[Any]:
+        """The flow claim's statements, in the caller's transaction: the claimed rows. When
+        every key taken is a limit key, one statement after the locks counts their slots and
+        claims their first waiting runs (flow_take_limits), the first `start` started, the
+        rest held (a held run counts against its limit as a running one: it is `running`).
+        With a rate key, step by step, and only into the `start` free slots (a rated run's
+        start is logged when it is claimed)."""
+        return self._flow_take_heads(s, self._flow_heads(s, limit, names), owner, limit, names, lease, start)
+
+    def _flow_take_heads(
+        self, s: Any, heads: list[Any], owner: str, limit: int, names: Any, lease: float, start: int
+    ) -> list[Any]:
+        """The second half of _flow_rows: claim runs of the keys `heads` locked."""
+        keys = [[str(k), str(name), str(v)] for k, name, v, _ in heads]
+        if not keys:
+            return []
+        if all(k[0] == "l" for k in keys):
+            return self._flow_take_limits(s, keys, owner, limit, names, lease, start)  # type: ignore[attr-defined, no-any-return]
+        limit = min(limit, start)
+        if limit <= 0:
+            return []
+        room = {(str(k), str(n), str(v)): f for k, n, v, f in s.q("flow_room", keys=json.dumps(keys))}
+        ids = list(_choose(s, room, limit, names))
+        rows: list[Any] = self._flow_take(s, ids, owner, lease, len(ids)) if ids else []  # type: ignore[attr-defined]
+        if rows:
+            s.q("flow_started", ids=json.dumps([r[0] for r in rows]))
+        for kind, name, key in room:
+            if kind == "r":
+                s.q("flow_bump", name=name, key=key)
+                s.q("flow_prune", name=name, key=key)
+        return rows
+
+    def _flow_heads(self, s: Any, limit: int, names: Any) -> list[Any]:
+        """The keys locked for a flow claim of up to `limit` runs: (kind, name, key, room seen)."""
+        n = min(limit + _EXTRA_KEYS, _MAX_KEYS)
+        if self._flow_capped:  # many keys wait: look near the head first
+            heads: list[Any] = self._walked_heads(s, names, n)
+        else:
+            heads = s.q("flow_heads", queues=names, n=n)
+        self._flow_capped = len(heads) >= n  # more keys may have room: not blocked
+        return heads
+
+    def _walked_heads(self, s: Any, names: Any, n: int) -> list[Any]:
+        """flow_heads after a claim that took as many keys as it may: each backend's."""
+        raise NotImplementedError  # pragma: no cover
+
+    def _flow_finish_and_claim(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
+    ) -> tuple[set[int], int, list[Claimed], bool]:
+        """One transaction: write `outcomes` (freeing their slots), the flow claim into the
+        free slots, the plain claim for the rest, the probe. (written, limited or rated runs
+        taken, all claimed, whether any are still due)."""
+        raise NotImplementedError  # pragma: no cover - each backend's
+
+    def poll_after_claim(self, queues: Sequence[str] | None) -> PollState:
+        """As poll_state, after a claim that got fewer runs than it asked for. While the
+        last flow claim left due limited runs waiting for a slot, their due time (past)
+        says nothing: the next run due is the first due later (a slot that frees wakes the
+        workers: the trigger's NOTIFY, the data_version watch, this worker's own run
+        ending), so a worker waiting on a full limit sleeps rather than claims in a loop."""
+        if not (self.flow_blocked and self.flow_due):
+            return self.poll_state(queues)  # type: ignore[attr-defined, no-any-return]
+        names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
+        with self._read() as s:  # type: ignore[attr-defined]
+            row = s.q("flow_poll_later", queues=names)[0]
+        now = self._dt(row[0])  # type: ignore[attr-defined]
+        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))  # type: ignore[attr-defined]
+
+    def limits_due(self) -> bool:
+        """Limited or rated runs were last seen due: outcomes written with the next claim
+        free their slots for it (the worker takes its queued outcomes along)."""
+        return self.flow_active and self.flow_due
+
+    def limits_wait(self) -> bool:
+        """Due limited runs wait for a slot (the last flow claim found their limits full):
+        a run of this worker that ends may free one, so it claims again at once."""
+        return self.flow_active and self.flow_due and self.flow_blocked
 
 
 def _room(asked: int, free: int, claimed: int) -> int:
@@ -268,57 +366,3 @@ def _choose(s: Any, room: dict[tuple[str, str, str], Any], limit: int, queues: A
                 yield int(run_id)
         if len(chosen) >= limit:
             return
-
-
-class PostgresFlow(FlowMixin):
-    """PostgreSQL: each taken run gets its token from the sequence, as in `claim`."""
-
-    def _probed_finish_and_claim(
-        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int
-    ) -> tuple[set[int], list[Claimed], bool]:
-        return self._again(self._probed_pipeline, outcomes, owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
-
-    def _probed_pipeline(
-        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int
-    ) -> tuple[set[int], list[Claimed], bool]:
-        """As the store's finish_and_claim (one pipelined transaction), with the probe last."""
-        from ._pg_session import claim_call, claimed, finish_batches, finished_schedules_lock
-
-        batches = finish_batches(outcomes)
-        lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
-        probe = ("flow_due", {"queues": None if queues is None else list(queues)})
-        calls = [*lock, *batches, claim_call(owner, limit, queues, lease, start), probe]
-        with self._session(False, pipeline=True) as s:  # type: ignore[attr-defined]
-            for query, params in calls:
-                s.send(query, **params)
-        *written, claims, due = s.received[len(lock) :]
-        return {r[0] for rows in written for r in rows}, claimed(claims), bool(due and due[0][0])
-
-    def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float) -> list[Any]:
-        return s.q("flow_take", ids=json.dumps(ids), owner=owner, lease=lease)  # type: ignore[no-any-return]
-
-    def _claimed_rows(self, rows: list[Any]) -> list[Claimed]:
-        from ._pg_session import claimed
-
-        return claimed(rows)
-
-
-class SQLiteFlow(FlowMixin):
-    """SQLite: tokens from the counter row, as in `claim` (the store turns rows into Claimed)."""
-
-    def _probed_finish_and_claim(
-        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int
-    ) -> tuple[set[int], list[Claimed], bool]:
-        names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
-        with self._tx() as s:  # type: ignore[attr-defined]
-            written: set[int] = self._finish(s, outcomes) if outcomes else set()  # type: ignore[attr-defined]
-            rows = self._claim(s, owner, limit, queues, lease, start) if limit > 0 else []  # type: ignore[attr-defined]
-            due = bool(s.q("flow_due", queues=names)[0][0])
-        return written, self._claimed_rows(rows), due  # type: ignore[attr-defined]
-
-    def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float) -> list[Any]:
-        token = int(s.q("next_token")[0][0])
-        rows: list[Any] = s.q("flow_take", ids=json.dumps(sorted(ids)), owner=owner, lease=lease, token=token)
-        if rows:
-            s.q("take_token", token=token + len(rows) - 1)
-        return rows

@@ -92,6 +92,14 @@ class _Session:
         self.cur.execute(sql, params)
         return self.cur.fetchall() if self.cur.description is not None else []
 
+    def q_synced(self, name: str, /, **params: Any) -> list[Row]:
+        """In pipeline mode: run a named statement now and return its rows (a sync point
+        inside the transaction, one round trip with whatever was queued before it)."""
+        params["now"] = self.now
+        with self.cur.connection.pipeline():  # a nested block syncs when it ends
+            self.cur.execute(self.queries[name], params)
+        return self.cur.fetchall() if self.cur.description is not None else []
+
 
 @contextmanager
 def pipelined(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:

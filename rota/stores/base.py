@@ -288,6 +288,23 @@ class Store(FlowStore, abc.ABC):
     def poll_state(self, queues: Sequence[str] | None) -> PollState:
         """Now, the earliest due pending run and the earliest due schedule (cheap: indexes)."""
 
+    def poll_after_claim(self, queues: Sequence[str] | None) -> PollState:
+        """poll_state, after a claim that got fewer runs than it asked for (a store with
+        limits leaves out the due runs that wait for a slot: see _limits)."""
+        return self.poll_state(queues)
+
+    def limits_due(self) -> bool:
+        """Whether due runs wait on limits whose slots the outcomes written with a claim free."""
+        return False
+
+    def limits_wait(self) -> bool:
+        """Whether due runs wait for a slot of their limit that a run ending here may free."""
+        return False
+
+    def claim_cut_short(self) -> bool:
+        """Whether the last claim stopped short of what is due (more are due now)."""
+        return False
+
     # -- schedules -----------------------------------------------------------------------
     @abc.abstractmethod
     def sync_schedules(self, app: str, defs: Sequence[ScheduleDef], first_ticks: dict[str, datetime]) -> None:

@@ -30,7 +30,7 @@ from ..errors import (
 )
 from ..models import FINAL_STATUSES, PENDING, RUNNING
 from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
-from ._limits import PostgresFlow
+from ._limits_sql import PostgresFlow
 from ._pg_foreign import PgForeignSessions
 from ._pg_listen import listen as listen_on_channel
 from ._pg_lists import runs_where, web_rows

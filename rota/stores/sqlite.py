@@ -32,7 +32,7 @@ from ..errors import (
     PermissionDenied,
 )
 from ._handler_tx import sqlite_handler_tx
-from ._limits import SQLiteFlow
+from ._limits_sql import SQLiteFlow
 from ._sql import NOTIFY_CHANNEL, SqlStore
 from ._sqlite_conn import (
     _busy_timeout,

@@ -3,6 +3,7 @@ each claimed run on its executor, and turn each run's end into a queued outcome.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ from .wakeups import DueTimes
 
 log = logging.getLogger("rota.worker")
 CHECK = 0.01  # while runs are held and no slot frees: look at the handlers' pace this often
+LIMIT_GATHER = 0.001  # a run of ours ended while limited runs wait: claim again this soon
 Observer = Callable[[str, Claimed, float], None]
 
 
@@ -57,6 +59,7 @@ class Claimer:
         self.observers: list[Observer] = []
         self._trim_after = 0.0  # no hand-back before (one failed: the database is away)
         self.reserved = 0  # free slots kept for the runs a claim in flight starts
+        self._limit_wake: asyncio.TimerHandle | None = None
 
     async def claim_some(self) -> tuple[int, int]:
         """Claim up to the free slots, plus the prefetch room, if a run is due; start what
@@ -75,6 +78,8 @@ class Claimer:
         self.counters.claimed += len(claimed)
         if claimed:
             self.due.claimed_at = time.monotonic()
+        if len(claimed) < want and self.store().claim_cut_short():
+            want = len(claimed)  # more are due (a claim takes so many limit keys at most): a backlog
         if len(claimed) < want:
             self.due.run_due = None
         self.prefetch.backlog = len(claimed) == want
@@ -84,6 +89,18 @@ class Claimer:
                 self.dispatch(c)  # started by the claim itself
         self.start_held()
         return len(claimed), want
+
+    def limit_slot_freed(self) -> None:
+        """A run of ours ended while due limited runs wait for a slot: claim again within
+        LIMIT_GATHER (the handlers ending meanwhile join the same claim), taking the
+        outcomes along (their slots are freed in the claim's own transaction)."""
+        if self._limit_wake is None:
+            loop = asyncio.get_running_loop()
+            self._limit_wake = loop.call_later(LIMIT_GATHER, self._limit_wake_due)
+
+    def _limit_wake_due(self) -> None:
+        self._limit_wake = None
+        self.due.run_now()
 
     def wanted(self) -> int:
         """How many runs a claim may ask for now: the free slots and the prefetch room."""
@@ -109,7 +126,8 @@ class Claimer:
         busy, slots would wait for the outcomes' writes too (measured: slower on PostgreSQL
         than a claim alone with the outcomes written beside it)."""
         store = self.store()
-        if self.completer.outbox and self.prefetch.active() and finishes_with_claims(store):
+        along = self.prefetch.active() or store.limits_due()  # the outcomes free slots of limits
+        if self.completer.outbox and along and finishes_with_claims(store):
             claimed = await self.completer.finish_and_claim(self.worker, limit, self.queues, self.lease, start)
             if claimed is not None:
                 return claimed
@@ -221,11 +239,13 @@ class Finisher:
 
     def complete(self, active: Active, outcome: tuple[str, Any]) -> None:
         """The attempt ended (or was given up): free its slot, start a held run in it, and
-        queue its outcome."""
+        queue its outcome (and claim again at once while due limited runs wait for a slot)."""
         if not self.executors.finish(active):
             return
         self.claimer.prefetch.ran(time.monotonic() - active.started)
         self.claimer.start_held()
+        if self.claimer.store().limits_wait():  # its outcome frees a slot of a full limit:
+            self.claimer.limit_slot_freed()  # claim again now (taking it along), not at a poll
         kind, value = outcome
         if kind == "lost":
             self.completer.forget(active.claim.id)

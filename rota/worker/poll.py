@@ -72,8 +72,8 @@ class Poller:
                     await self.poll_and_rescue()
                     housekeeping_at = time.monotonic() + self.poll_interval
                 claimed, asked = await self.claimer.claim_some()
-                if asked and claimed < asked:
-                    await self.refresh_due()  # drained what is due: learn when the next is due
+                if asked and claimed < asked:  # drained what is due: learn when the next is due
+                    await self.learn_after_claim()
             except DatabaseError as exc:
                 if not self.claiming():
                     break
@@ -111,6 +111,16 @@ class Poller:
         """One whole pass, ticks included (run_until_idle: no ticker task there)."""
         await self.poll_and_rescue()
         await self.ticker.ticks()
+
+    async def learn_after_claim(self) -> None:
+        """After a claim that got fewer runs than it asked for. While due limited runs wait
+        for a slot, what it learns leaves them out: a wake-up that came during the read (a
+        slot freed elsewhere) or outcomes of ours queued meanwhile (slots they free) make it
+        claim again at once."""
+        store = self.store()
+        self.due.learn(await self.db(store.poll_after_claim, self.queues))
+        if store.limits_wait() and (self.completer.outbox or self.due.wake.is_set()):
+            self.due.run_now()
 
     async def refresh_due(self) -> None:
         self.due.learn(await self.db(self.store().poll_state, self.queues))

@@ -211,7 +211,8 @@ class Worker(Lifecycle):
         outcomes along in its transaction: the writer waits longer, for those it leaves."""
         if not self._claiming:
             return 0.0
-        return max(self.flush_interval, BACKLOG_FLUSH) if self._prefetch.active() else self.flush_interval
+        along = self._prefetch.active() or self.app.store.limits_due()  # the claimer takes them along
+        return max(self.flush_interval, BACKLOG_FLUSH) if along else self.flush_interval
 
     def _bind_loop(self) -> None:
         self._loop = asyncio.get_running_loop()

@@ -41,6 +41,9 @@ CREATE INDEX rota_runs_limit_waiting ON rota_runs (limit_name, limit_key, priori
     WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL;
 CREATE INDEX rota_runs_rate_waiting ON rota_runs (rate_name, rate_key, priority DESC, due_at, id)
     WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL;
+-- The flow claim's first walk: the waiting runs in the claim's order.
+CREATE INDEX rota_runs_gated_order ON rota_runs (priority DESC, due_at, id)
+    WHERE status = 'pending' AND NOT held AND (limit_name IS NOT NULL OR rate_name IS NOT NULL);
 CREATE INDEX rota_runs_gated_due ON rota_runs (due_at)
     WHERE status = 'pending' AND NOT held AND (limit_name IS NOT NULL OR rate_name IS NOT NULL);
 CREATE INDEX rota_runs_limit_running ON rota_runs (limit_name, limit_key)

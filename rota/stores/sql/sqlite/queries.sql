@@ -899,7 +899,7 @@ heads AS (
     FROM rkeys k
 ),
 rooms AS (
-    SELECT h.kind, h.name, h.key, r.priority, r.due_at, r.id,
+    SELECT h.kind, h.name, h.key,
            CASE WHEN h.kind = 'l'
                 THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
                      - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
@@ -909,11 +909,53 @@ rooms AS (
                                       WHERE s.name = h.name AND s.key = h.key
                                         AND s.started_at > {now} - t.per)
                       FROM rota_rates t WHERE t.name = h.name) END AS free
-    FROM heads h JOIN rota_runs r ON r.id = h.head
+    FROM (SELECT h.kind, h.name, h.key, r.priority, r.due_at, r.id
+          FROM heads h JOIN rota_runs r ON r.id = h.head
+          ORDER BY r.priority DESC, r.due_at, r.id
+          LIMIT -1) h  -- (not flattened: the room of each key is counted in this order, up to :n)
 )
-SELECT kind, name, key FROM rooms
+SELECT kind, name, key, free FROM rooms
 WHERE free > 0 OR (kind = 'r' AND free IS NOT NULL)
-ORDER BY priority DESC, due_at, id
+LIMIT :n
+
+-- name: flow_heads_walk
+-- As the PostgreSQL one: when many keys wait, the keys of the first :m waiting runs in the
+-- claim's order (rota_runs_gated_order), with their room, the key whose first run comes
+-- first first; when they give fewer than :n keys, flow_heads finds the others
+WITH walked AS MATERIALIZED (
+    SELECT limit_name, limit_key, rate_name, rate_key, priority, due_at, id
+    FROM rota_runs INDEXED BY rota_runs_gated_order
+    WHERE status = 'pending' AND NOT held AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
+      AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+    ORDER BY priority DESC, due_at, id
+    LIMIT :m
+),
+firsts AS (
+    SELECT kind, name, key, priority, due_at, id,
+           row_number() OVER (PARTITION BY kind, name, key ORDER BY priority DESC, due_at, id) AS rn
+    FROM (SELECT 'l' AS kind, limit_name AS name, limit_key AS key, priority, due_at, id FROM walked
+          WHERE limit_name IS NOT NULL AND due_at <= {now}
+          UNION ALL
+          SELECT 'r', rate_name, rate_key, priority, due_at, id FROM walked
+          WHERE rate_name IS NOT NULL AND due_at <= {now})
+),
+rooms AS (
+    SELECT h.kind, h.name, h.key,
+           CASE WHEN h.kind = 'l'
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                     - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
+                        WHERE x.status = 'running' AND x.limit_name IS NOT NULL
+                          AND x.limit_name = h.name AND x.limit_key = h.key)
+                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                                      WHERE s.name = h.name AND s.key = h.key
+                                        AND s.started_at > {now} - t.per)
+                      FROM rota_rates t WHERE t.name = h.name) END AS free
+    FROM (SELECT kind, name, key, priority, due_at, id FROM firsts WHERE rn = 1
+          ORDER BY priority DESC, due_at, id
+          LIMIT -1) h
+)
+SELECT kind, name, key, free FROM rooms
+WHERE free > 0 OR (kind = 'r' AND free IS NOT NULL)
 LIMIT :n
 
 -- name: flow_due
@@ -922,6 +964,18 @@ SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_gated_due
                WHERE status = 'pending' AND NOT held AND due_at <= {now}
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))))
+
+-- name: flow_poll_later
+-- poll_state after a claim that left due limited runs waiting for a slot: the first run due later
+SELECT {now},
+       (SELECT min(due_at) FROM rota_runs INDEXED BY rota_runs_due
+        WHERE status = 'pending' AND NOT held AND due_at > {now} AND (misfire_at IS NULL OR misfire_at >= {now})
+          AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))),
+       (SELECT min(t) FROM (
+            SELECT min(next_run_at) AS t FROM rota_schedules WHERE active AND NOT paused
+            UNION ALL
+            SELECT min(misfire_at) FROM rota_runs INDEXED BY rota_runs_misfire
+            WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
 
 -- name: flow_room
 SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2,
@@ -954,10 +1008,13 @@ LIMIT :n
 
 -- name: flow_take
 -- transition: claim
+-- :ids in the claim's order: the first :start start, the rest are held (as claim's);
+-- tokens in id order
 UPDATE rota_runs
-SET status = 'running', owner = :owner, token = :token + c.rank, attempt = attempt + 1,
-    started_at = {now}, lease_until = {now} + :lease
-FROM (SELECT value AS id, row_number() OVER (ORDER BY value) - 1 AS rank FROM json_each(:ids)) AS c
+SET status = 'running', owner = :owner, token = :token + c.rank,
+    attempt = attempt + (c.pos < :start),
+    started_at = CASE WHEN c.pos < :start THEN {now} END, lease_until = {now} + :lease
+FROM (SELECT value AS id, key AS pos, row_number() OVER (ORDER BY value) - 1 AS rank FROM json_each(:ids)) AS c
 WHERE rota_runs.id = c.id AND rota_runs.status = 'pending'
 RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
           scheduled_for, started_at, lease_until, priority, due_at

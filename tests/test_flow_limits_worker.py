@@ -1,0 +1,50 @@
+"""A worker waiting on a full limit (real processes, both stores): it sleeps rather than
+claims in a loop, and the next run of the key starts within a wake-up of the slot freeing,
+not at the next poll (the poll interval here is 10 s)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from pathlib import Path
+
+from .conftest import make_app
+from .procs import WorkerProcs, wait_until
+
+
+def test_a_worker_waiting_on_a_full_limit_sleeps_and_starts_the_next_run_when_the_slot_frees(
+    db_url: str, tmp_path: Path
+) -> None:
+    app = make_app(db_url)
+
+    @app.task(limit=1, name="tests.apps.flow_limited.one")
+    def one(seconds: float) -> None: ...
+
+    app.migrate()
+    app.prepare()
+    first = one.enqueue(4.0)
+    rest = [one.enqueue(0.0) for _ in range(5)]
+    procs = WorkerProcs(db_url, tmp_path)
+    try:
+        proc = procs.start("tests.apps.flow_limited:app", concurrency=4, poll=10.0, lease=30.0)
+        wait_until(lambda: app.get_run(first.id).status == "running", 30, "the first run to start")  # type: ignore[union-attr]
+        time.sleep(0.5)
+        before = _cpu_seconds(proc.pid)
+        time.sleep(2.0)  # the limit is full: five runs wait, due
+        used = _cpu_seconds(proc.pid) - before
+        assert used < 0.4, f"a worker waiting on a full limit used {used:.3f} s of CPU in 2 s (a loop)"
+        assert all(app.get_run(r.id).status == "pending" for r in rest)  # type: ignore[union-attr]
+        wait_until(lambda: all(app.get_run(r.id).status == "succeeded" for r in rest), 30, "the waiting runs")  # type: ignore[union-attr]
+        runs = sorted((app.get_run(r.id) for r in [first, *rest]), key=lambda r: r.started_at)  # type: ignore[union-attr, arg-type, return-value]
+        for prev, nxt in itertools.pairwise(runs):
+            gap = (nxt.started_at - prev.finished_at).total_seconds()
+            assert -0.001 <= gap < 2.0, f"run {nxt.id} started {gap:.3f} s after its slot freed"
+    finally:
+        procs.stop_all()
+        app.close()
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -234,8 +234,9 @@ def limit_records(app: App) -> dict[str, Any]:
     """A store without flow control (no `list_limits`) has none to show."""
     store: Any = app.store
     if not hasattr(store, "list_limits"):
-        return {"limits": [], "rates": []}
-    return {"limits": [i.to_json() for i in store.list_limits()], "rates": [r.to_json() for r in store.list_rates()]}
+        return {"limits": [], "rates": [], "unresolved": 0}
+    limits, rates = [i.to_json() for i in store.list_limits()], [r.to_json() for r in store.list_rates()]
+    return {"limits": limits, "rates": rates, "unresolved": store.count_unresolved()}
 
 
 async def timeline(request: Request) -> Response:

@@ -150,6 +150,8 @@ SCHEMAS: dict[str, Any] = {
                     {"name": STR, "max": INT, "per_seconds": NUM, "started_in_window": INT, "waiting": INT, "keys": INT}
                 ),
             },
+            # runs made where their task is not declared, waiting for a declaring worker to key them
+            "unresolved": INT,
         }
     ),
     "Stats": _obj(

@@ -54,7 +54,8 @@ const limits = {
           table(["limit", "max", "running", "waiting", "keys"], limitRows(data.limits), "No concurrency limits.")),
           el("section", { id: "rates" }, el("h2", {}, "Rate limits",
             el("span", { class: "muted" }, "starts in a sliding window, across every worker, on the database's clock")),
-          table(["rate", "max per window", "starts in the window", "waiting", "keys"], rateRows(data.rates), "No rate limits.")));
+          table(["rate", "max per window", "starts in the window", "waiting", "keys"], rateRows(data.rates), "No rate limits.")),
+          data.unresolved ? el("p", { id: "unresolved", class: "muted" }, `${data.unresolved} run(s) wait for a worker that declares their task to compute their limit key.`) : null);
       },
     };
   },

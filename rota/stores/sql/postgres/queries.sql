@@ -107,7 +107,11 @@ WITH picked AS MATERIALIZED (
 UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
     attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN r.attempt + 1 ELSE r.attempt END,
-    started_at = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN {now} END,
+    -- the statement's time, not the transaction's: in finish_and_claim this runs after the
+    -- finishes, which may wait for a schedule's row lock (a start recorded before the end
+    -- of the exclusive run it waited for)
+    started_at = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[])
+                      THEN coalesce(%(now)s::timestamptz, statement_timestamp()) END,
     misfire_at = NULL,
     lease_until = {now} + make_interval(secs => %(lease)s)
 WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
@@ -133,7 +137,11 @@ WITH picked AS MATERIALIZED (
 UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
     attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN r.attempt + 1 ELSE r.attempt END,
-    started_at = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN {now} END,
+    -- the statement's time, not the transaction's: in finish_and_claim this runs after the
+    -- finishes, which may wait for a schedule's row lock (a start recorded before the end
+    -- of the exclusive run it waited for)
+    started_at = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[])
+                      THEN coalesce(%(now)s::timestamptz, statement_timestamp()) END,
     misfire_at = NULL,
     lease_until = {now} + make_interval(secs => %(lease)s)
 WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])

@@ -204,7 +204,15 @@ def test_kill9_of_a_worker_holding_runs_ahead_gets_them_rescued(
     victim = procs.start("tests.apps.prefetch_app:app", concurrency=2, lease=lease, poll=poll)
     ids = enqueue(app, "chaos", [((0, 0.0), {})] + [((i, 30.0), {}) for i in range(1, 5)])
     # run 0 ends at once: two long runs take the slots, the other two are held ahead
-    wait_until(lambda: app.store.count_by_status().get("running", 0) == 4, 30, "four runs held by the victim")
+    # (a run the victim holds shows as running before its handler logs its start: wait for both)
+    wait_until(
+        lambda: (
+            app.store.count_by_status().get("running", 0) == 4
+            and len([f for f in log_lines(tmp_path) if f[0] == "start"]) >= 3
+        ),
+        30,
+        "four runs held by the victim, two of them started",
+    )
     assert len([f for f in log_lines(tmp_path) if f[0] == "start"]) == 3
     procs.start(concurrency=4, lease=lease, poll=poll)
     wait_until(lambda: len([w for w in app.list_workers() if w.alive]) == 2, 30, "the rescuer to register")

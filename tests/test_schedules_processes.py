@@ -45,9 +45,9 @@ def client(db_url: str) -> Iterator[rota.App]:
     app.close()
 
 
-def start_workers(procs: WorkerProcs, client: rota.App, n: int, **env: str) -> None:
+def start_workers(procs: WorkerProcs, client: rota.App, n: int, lease: float = 3.0, **env: str) -> None:
     for _ in range(n):
-        procs.start(APP, concurrency=4, env=env)
+        procs.start(APP, concurrency=4, lease=lease, env=env)
     wait_until(
         lambda: len([w for w in client.list_workers() if w.alive and w.state == "running"]) >= n,
         30,
@@ -176,7 +176,10 @@ def test_one_run_per_tick_with_several_worker_processes(
 def test_overlap_policies_with_slow_jobs_across_processes(
     db_url: str, procs: WorkerProcs, client: rota.App, tmp_path: Path
 ) -> None:
-    start_workers(procs, client, 3)
+    # A lease well above the handlers' times: a worker starved of CPU for longer than its lease
+    # is presumed dead and its run handed on while the handler may still be in it (CI saw a
+    # 1.5 s sleep take 3.8 s under load with a 3 s lease). That case is the crash suite's.
+    start_workers(procs, client, 3, lease=10.0)
     added = client.store.now()
     client.add_schedule("skip", "slow", every=1, args=[2.5], overlap="skip")
     client.add_schedule("queue", "slow", every=1, args=[1.5], overlap="queue")

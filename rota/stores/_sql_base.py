@@ -22,6 +22,8 @@ from .base import (
 
 Row = tuple[Any, ...]
 NOTIFY_CHANNEL = "rota"
+UNHAPPY = frozenset({"failed", "cancelled", "skipped"})
+UNHAPPY_TERM = "status IN ('failed', 'cancelled', 'skipped')"
 # When new runs are due: (the earliest scheduled_for given, the smallest delay from now).
 Due = tuple[datetime | None, float | None]
 
@@ -131,6 +133,10 @@ class SqlBase(Store, abc.ABC):
             if value is not None:
                 clauses.append(f"{column} = {self._p(column)}")
                 params[column] = value
+        if flt.status in UNHAPPY and (flt.task is not None or flt.schedule is not None):
+            # the predicate of rota_runs_unhappy_task/_schedule (migration 0012), repeated:
+            # SQLite uses a partial index only when the query's WHERE names its terms
+            clauses.append(UNHAPPY_TERM)
         if flt.before_id is not None:
             clauses.append(f"id < {self._p('before_id')}")
             params["before_id"] = flt.before_id

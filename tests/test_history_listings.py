@@ -1,0 +1,70 @@
+"""Listing a task's or a schedule's unhappy runs reads an index of those runs only (migration
+0012), so its time does not grow with the history kept; the results are those of a scan."""
+
+from __future__ import annotations
+
+import pytest
+
+import rota
+from rota.stores.base import Outcome, RunFilter
+
+
+def _finish_all(app: rota.App) -> None:
+    while claimed := app.store.claim("w", 500, None, 30):
+        outcomes = []
+        for c in claimed:
+            status = "failed" if c.id % 3 == 0 else "succeeded"
+            outcomes.append(Outcome(c.id, c.token, status, result="null", error='{"type": "X"}'))
+        app.store.finish(outcomes)
+
+
+@pytest.fixture
+def history(app: rota.App) -> rota.App:
+    @app.task(name="a")
+    def a() -> None: ...
+
+    @app.task(name="b")
+    def b() -> None: ...
+
+    a.enqueue_many([((), {})] * 60)
+    b.enqueue_many([((), {})] * 60)
+    _finish_all(app)
+    app.add_schedule("s", "b", every=3600, overlap="concurrent")
+    for _ in range(3):
+        app.trigger("s")
+    for run in app.list_runs(schedule="s"):
+        app.cancel(run.id)
+    return app
+
+
+@pytest.mark.parametrize("status", ["failed", "succeeded", "cancelled"])
+def test_a_tasks_runs_of_one_status_are_those_a_scan_finds(history: rota.App, status: str) -> None:
+    everything = history.list_runs(limit=1000)
+    for task in ("a", "b"):
+        expected = [r.id for r in everything if r.task == task and r.status == status]
+        assert [r.id for r in history.list_runs(task=task, status=status, limit=1000)] == expected
+        page = history.list_runs(task=task, status=status, limit=5)
+        assert [r.id for r in page] == expected[:5]
+        if page:
+            rest = history.list_runs(task=task, status=status, before=page[-1].id, limit=1000)
+            assert [r.id for r in rest] == expected[5:]
+    by_schedule = [r.id for r in everything if r.schedule == "s" and r.status == status]
+    assert [r.id for r in history.list_runs(schedule="s", status=status, limit=1000)] == by_schedule
+
+
+def test_the_unhappy_listing_reads_its_own_index(history: rota.App, db_url: str) -> None:
+    store = history.store
+    for flt, index in (
+        (RunFilter(status="failed", task="a"), "rota_runs_unhappy_task"),
+        (RunFilter(status="cancelled", schedule="s"), "rota_runs_unhappy_schedule"),
+    ):
+        suffix, params = store._runs_where(flt)  # type: ignore[attr-defined]
+        sql = store.queries["run_columns"] + suffix  # type: ignore[attr-defined]
+        with store._tx() as s:  # type: ignore[attr-defined]
+            if db_url.startswith("postgres"):
+                s.q_text("SET LOCAL enable_seqscan = off")
+                s.q_text("SET LOCAL enable_bitmapscan = off")
+                plan = " ".join(str(r[0]) for r in s.q_text("EXPLAIN " + sql, **params))
+            else:
+                plan = " ".join(str(r[-1]) for r in s.q_text("EXPLAIN QUERY PLAN " + sql, **params))
+        assert index in plan, (flt, plan)

@@ -3,7 +3,8 @@
 For each store and each history size (final runs kept), builds the history and measures:
 
 - **drain**: DUE no-op runs drained by one in-process worker (concurrency 100), right after a
-  burst; the rate against the same store's with no history (the first size should be 0);
+  burst, DRAINS times (the median); the rate against the same store's with no history (the
+  first size should be 0);
 - **listings**: `app.list_runs` by status, task, schedule, task + status, a page deep in the
   history (`before=`), and the dashboard's 24 h throughput and lateness charts (by time):
   p50 and p95 over REPEATS calls each;
@@ -42,7 +43,7 @@ from bench.dbs import DEFAULT_PG_URL, scratch_pg
 from rota.web.charts import lateness_data, throughput_data, window
 from rota.worker.maintenance import PruneBatch
 
-DUE, BURST, REPEATS, PRUNE = 20_000, 200_000, 30, 1_000_000
+DUE, DRAINS, BURST, REPEATS, PRUNE = 50_000, 3, 200_000, 30, 1_000_000
 FILL_CHUNK = 500_000
 DAY = 86400.0
 Result = dict[str, Any]
@@ -237,11 +238,13 @@ def measure(store: str, size: int, pg_url: str, with_prune: bool) -> Result:
         enqueue(noop, min(size, BURST))
         drain(app)
         setup_s = time.perf_counter() - t0
-        enqueue(noop, DUE)
-        t0 = time.perf_counter()
-        drained = drain(app)
-        rate = drained / (time.perf_counter() - t0)
-        result: Result = {"store": store, "size": size, "setup_s": setup_s, "drain_rate": rate}
+        rates = []
+        for _ in range(DRAINS):
+            enqueue(noop, DUE)
+            t0 = time.perf_counter()
+            rates.append(drain(app) / (time.perf_counter() - t0))
+        result: Result = {"store": store, "size": size, "setup_s": setup_s, "drain_rate": statistics.median(rates)}
+        result["drain_rates"] = rates
         result["listings"] = listings(app)
         if with_prune and size >= PRUNE + BURST:
             result["prune"] = prune(app, url, older_than=DAY)
@@ -251,12 +254,16 @@ def measure(store: str, size: int, pg_url: str, with_prune: bool) -> Result:
 
 def report(results: list[Result]) -> None:
     empty = {r["store"]: r["drain_rate"] for r in results if r["size"] == 0}
-    print("| store | history | drain runs/s | vs empty | slowest listing p95 (ms) |")
+    print("| store | history | drain runs/s (median, min-max) | vs empty | slowest listing p95 (ms) |")
     print("|---|---:|---:|---:|---|")
     for r in results:
         ratio = f"{100 * r['drain_rate'] / empty[r['store']]:.0f} %" if r["store"] in empty else "-"
         name, worst = max(r["listings"].items(), key=lambda kv: kv[1]["p95_ms"])
-        print(f"| {r['store']} | {r['size']:,} | {r['drain_rate']:,.0f} | {ratio} | {worst['p95_ms']:.1f} ({name}) |")
+        spread = f"{min(r['drain_rates']):,.0f}-{max(r['drain_rates']):,.0f}"
+        print(
+            f"| {r['store']} | {r['size']:,} | {r['drain_rate']:,.0f} ({spread}) | {ratio} "
+            f"| {worst['p95_ms']:.1f} ({name}) |"
+        )
     for r in results:
         print(f"\n{r['store']}, {r['size']:,} runs: listings p50 / p95 ms")
         for name, t in r["listings"].items():

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..models import STATUSES
 from ._sql import SqlStore
 from .base import RunFilter
 
@@ -26,6 +27,18 @@ def runs_suffix(suffix: str, flt: RunFilter) -> str:
     where, _, order = suffix.partition(" ORDER BY ")
     parts = [_PART.format(where=where, op=op, order=order) for op in ("<>", "=")]
     return f" WHERE id IN ({parts[0]} UNION ALL {parts[1]}) ORDER BY {order}"
+
+
+def status_terms(store: SqlStore, flt: RunFilter, params: dict[str, Any]) -> list[str]:
+    """PostgresStore._status_terms: a known status as a literal, not a parameter. The store's
+    statements are prepared after a few calls (psycopg), and a cached generic plan for
+    `status = $1` cannot use the partial indexes (rota_runs_active, rota_runs_unhappy and
+    migration 0012's by task and schedule), whose predicates name the statuses: it walks the
+    history instead (62 ms for a task's failed runs at 2,000,000 runs, against 0.05 ms). One
+    statement text per status keeps each plan on its index."""
+    if flt.status in STATUSES:
+        return [f"status = '{flt.status}'"]
+    return SqlStore._status_terms(store, flt, params)
 
 
 def runs_where(store: SqlStore, flt: RunFilter) -> tuple[str, dict[str, Any]]:

@@ -127,22 +127,32 @@ class SqlBase(Store, abc.ABC):
             return s.q_text(self.queries[query] + suffix, **params)
 
     def _runs_where(self, flt: RunFilter) -> tuple[str, dict[str, Any]]:
-        clauses, params = [], {}
-        for column in ("status", "task", "schedule", "queue"):
+        clauses: list[str] = []
+        params: dict[str, Any] = {}
+        if flt.status is not None:
+            clauses += self._status_terms(flt, params)
+        for column in ("task", "schedule", "queue"):
             value = getattr(flt, column)
             if value is not None:
                 clauses.append(f"{column} = {self._p(column)}")
                 params[column] = value
-        if flt.status in UNHAPPY and (flt.task is not None or flt.schedule is not None):
-            # the predicate of rota_runs_unhappy_task/_schedule (migration 0012), repeated:
-            # SQLite uses a partial index only when the query's WHERE names its terms
-            clauses.append(UNHAPPY_TERM)
         if flt.before_id is not None:
             clauses.append(f"id < {self._p('before_id')}")
             params["before_id"] = flt.before_id
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         params["limit"] = flt.limit
         return f"{where} ORDER BY id DESC LIMIT {self._p('limit')}", params
+
+    def _status_terms(self, flt: RunFilter, params: dict[str, Any]) -> list[str]:
+        """A listing's status condition (SQLite; PostgreSQL overrides). An unhappy status with
+        a task or a schedule repeats the predicate of rota_runs_unhappy_task/_schedule
+        (migration 0012): SQLite uses a partial index only when the query's WHERE names the
+        index's terms."""
+        params["status"] = flt.status
+        terms = [f"status = {self._p('status')}"]
+        if flt.status in UNHAPPY and (flt.task is not None or flt.schedule is not None):
+            terms.append(UNHAPPY_TERM)
+        return terms
 
     def now(self) -> datetime:
         if self.clock is not None:

@@ -33,7 +33,7 @@ from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
 from ._limits_sql import PostgresFlow
 from ._pg_foreign import PgForeignSessions
 from ._pg_listen import listen as listen_on_channel
-from ._pg_lists import runs_where, web_rows
+from ._pg_lists import runs_where, status_terms, web_rows
 from ._pg_session import (
     _check_can_migrate,
     _connect_kwargs,
@@ -240,6 +240,7 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
         return list(values) if values is not None else None
 
     _runs_where = runs_where  # listings by task or schedule: see _pg_lists
+    _status_terms = status_terms  # the status as a literal: see _pg_lists
     web_rows = web_rows  # the dashboard's charts, pipelined
 
     def _p(self, name: str) -> str:

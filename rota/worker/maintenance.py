@@ -3,9 +3,12 @@ small batches, under a shared lease (one worker at a time does it).
 
 A prune statement is a write: on SQLite it holds the database's one write lock (claims and
 finishes wait for it), on PostgreSQL row locks on final runs only. So each statement deletes
-as many runs as take about STATEMENT_TARGET seconds, judged from the statements before it
-(the cost per run grows with the table's indexes and size), and the next one waits three
-times as long as the last took: claims get at least three quarters of the time.
+as many runs as take about STATEMENT_TARGET seconds beyond the statement's fixed cost (the
+commit, the round trip, a trigger: the fastest statement of the pass, a small one, stands for
+it), judged from the statements before it (the cost per run grows with the table's indexes
+and size), and the next one waits three times as long as the last took: claims get at least
+three quarters of the time. A pass ends within PASS_SECONDS, well inside the pruning lease
+(LOCK_TTL): what is left waits for the next pass.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from .counters import WorkerCounters
 from .db import Db
 
 log = logging.getLogger("rota.worker")
-STATEMENT_TARGET = 0.005  # seconds one prune statement should take
-FIRST_BATCH, MIN_BATCH, MAX_BATCH = 200, 20, 5000
+STATEMENT_TARGET = 0.005  # seconds a prune statement should take beyond its fixed cost
+FIRST_BATCH, MIN_BATCH, MAX_BATCH = 20, 20, 5000
 MIN_PAUSE = 0.02
+LOCK_TTL, PASS_SECONDS = 60.0, 40.0
 
 
 @dataclass
@@ -36,13 +40,18 @@ class PruneBatch:
 
     size: int = FIRST_BATCH
     target: float = STATEMENT_TARGET
+    fastest: float = float("inf")  # the pass's fastest statement: its fixed cost, about
 
     def took(self, rows: int, seconds: float) -> None:
-        """A statement deleted `rows` in `seconds`: aim the next at the target, moving at most
-        2x up or 4x down a step (one slow statement, a lock wait, does not swing it far)."""
+        """A statement deleted `rows` in `seconds`: aim the next at the fixed cost plus the
+        target, moving at most 2x up or 4x down a step (one slow statement, a lock wait, does
+        not swing it far). A fixed cost above the target (a slow commit) never starves the
+        batch: the aim is at least twice the fastest statement."""
         if rows <= 0:
             return
-        ideal = self.target * rows / seconds if seconds > 0 else float(MAX_BATCH)
+        self.fastest = min(self.fastest, seconds)
+        aim = max(self.fastest + self.target, 2 * self.fastest)
+        ideal = aim * rows / seconds if seconds > 0 else float(MAX_BATCH)
         self.size = int(max(MIN_BATCH, min(MAX_BATCH, 2 * self.size, max(ideal, self.size / 4))))
 
     @staticmethod
@@ -80,30 +89,37 @@ class Maintenance:
 
     async def prune(self, retention: dict[str, timedelta]) -> int:
         store = self.store()
-        token = await self.db(store.lock_acquire, "rota:prune", self.worker, 60.0)
+        token = await self.db(store.lock_acquire, "rota:prune", self.worker, LOCK_TTL)
         if token is None:
             return 0
-        total = 0
+        before = self.counters.pruned
+        share = PASS_SECONDS / len(retention)
         try:
             for status, keep in retention.items():
-                total += await self._prune_status(store, status, keep)
+                await self._prune_status(store, status, keep, time.monotonic() + share)
             keep_workers = min(k.total_seconds() for k in retention.values())
             await self.db(store.prune_workers, self.app_lease * 3, keep_workers)
         finally:
             await self.db(store.lock_release, "rota:prune", self.worker, token)
-        self.counters.pruned += total
-        if total:
-            log.info("pruned %d finished runs past their retention", total)
+            total = self.counters.pruned - before
+            if total:
+                log.info("pruned %d finished runs past their retention", total)
         return total
 
-    async def _prune_status(self, store: Store, status: str, keep: timedelta) -> int:
-        total, batch = 0, PruneBatch()
+    async def _prune_status(self, store: Store, status: str, keep: timedelta, deadline: float) -> None:
+        """Batches until none is full or the status's share of the pass is spent; each
+        batch is counted as it is deleted (an error later in the pass keeps the count)."""
+        batch = PruneBatch()
         while True:
             size, started = batch.size, time.monotonic()
             n = await self.db(store.prune, status, keep.total_seconds(), size)
             took = time.monotonic() - started
-            total += n
+            self.counters.pruned += n
             if n < size:
-                return total
+                return
             batch.took(n, took)
-            await asyncio.sleep(batch.pause(took))
+            pause = batch.pause(took)
+            if time.monotonic() + pause >= deadline:
+                log.debug("pruning %s runs continues next pass (this pass's share is spent)", status)
+                return
+            await asyncio.sleep(pause)

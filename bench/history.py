@@ -197,10 +197,10 @@ def prune(app: rota.App, url: str, older_than: float) -> Result:
         probe.start()
         time.sleep(12.0)  # the worker starts, then 10 s of lateness without a prune
         before_hi = time.time()
-        statements, sizes, total, batch = [], [], 0, PruneBatch()
+        statements, sizes, total, batch, after = [], [], 0, PruneBatch(), 0
         while total < PRUNE:
             size, t0 = batch.size, time.perf_counter()
-            n = app.store.prune("succeeded", older_than, size)
+            n, after = app.store.prune_from("succeeded", older_than, size, after)
             took = time.perf_counter() - t0
             statements.append(took * 1000)
             sizes.append(size)
@@ -288,7 +288,7 @@ def main() -> None:
     for store in args.stores.split(","):
         for size in (int(s) for s in args.sizes.split(",")):
             results.append(measure(store, size, args.pg_url, not args.no_prune))
-            print(f"# {store} {size:,}: {results[-1]['drain_rate']:,.0f} runs/s", flush=True)
+            print(f"# {store} {size:,}: {json.dumps(results[-1], default=lambda v: round(v, 2))}", flush=True)
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

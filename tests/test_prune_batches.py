@@ -74,14 +74,14 @@ def _finished_runs(app: rota.App, n: int) -> None:
 
 def _spy(app: rota.App, monkeypatch: pytest.MonkeyPatch, delay: float) -> list[int]:
     sizes: list[int] = []
-    prune = app.store.prune
+    prune = app.store.prune_from
 
-    def spy(status: str, older_than: float, limit: int) -> int:
+    def spy(status: str, older_than: float, limit: int, after: int) -> tuple[int, int]:
         sizes.append(limit)
         time.sleep(delay)
-        return prune(status, older_than, limit)
+        return prune(status, older_than, limit, after)
 
-    monkeypatch.setattr(app.store, "prune", spy)
+    monkeypatch.setattr(app.store, "prune_from", spy)
     return sizes
 
 
@@ -107,14 +107,14 @@ def test_statements_slower_per_run_get_smaller_and_are_followed_by_pauses(
     _finished_runs(app, 300)
     clock.advance(timedelta(days=2))
     sizes: list[int] = []
-    prune = app.store.prune
+    prune = app.store.prune_from
 
-    def slow(status: str, older_than: float, limit: int) -> int:
+    def slow(status: str, older_than: float, limit: int, after: int) -> tuple[int, int]:
         sizes.append(limit)
         time.sleep(0.001 * limit)
-        return prune(status, older_than, limit)
+        return prune(status, older_than, limit, after)
 
-    monkeypatch.setattr(app.store, "prune", slow)
+    monkeypatch.setattr(app.store, "prune_from", slow)
     pauses: list[float] = []
     real_sleep = asyncio.sleep
 
@@ -141,18 +141,44 @@ def test_a_pass_stops_when_its_share_is_spent_and_counts_what_it_deleted(
     assert app.store.count_by_status()["succeeded"] == 200 - FIRST_BATCH
 
     calls = 0
-    prune = app.store.prune
+    prune = app.store.prune_from
 
-    def failing(status: str, older_than: float, limit: int) -> int:
+    def failing(status: str, older_than: float, limit: int, after: int) -> tuple[int, int]:
         nonlocal calls
         calls += 1
         if calls == 3:
             raise rota.DatabaseTransient("database is locked")
-        return prune(status, older_than, limit)
+        return prune(status, older_than, limit, after)
 
     monkeypatch.setattr("rota.worker.maintenance.PASS_SECONDS", 40.0)
-    monkeypatch.setattr(app.store, "prune", failing)
+    monkeypatch.setattr(app.store, "prune_from", failing)
     with pytest.raises(rota.DatabaseTransient):
         asyncio.run(worker._prune(app.retention))
     assert worker.counters.pruned == FIRST_BATCH + FIRST_BATCH + 2 * FIRST_BATCH  # kept across the error
     assert app.store.lock_acquire("rota:prune", "other", 5.0) is not None  # released
+
+
+def test_each_statement_goes_on_after_the_last_run_the_one_before_deleted(
+    app_factory: Callable[..., rota.App], clock: rota.FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL the runs a pass deleted leave dead index entries until VACUUM: a pass whose
+    every statement started from the oldest run walked them again and again (570 runs/s at
+    10,000,000 runs). Each statement starts after the highest id the one before deleted."""
+    app = app_factory(clock=clock, retention={"succeeded": timedelta(days=1)})
+    _finished_runs(app, 500)
+    clock.advance(timedelta(days=2))
+    store = app.store
+    ids = sorted(int(r.id) for r in app.list_runs(limit=1000))
+    assert store.prune_from("succeeded", 3600, 3, ids[9]) == (3, ids[12])  # ids above the 10th only
+    assert store.prune_from("succeeded", 3600, 10, ids[-1]) == (0, ids[-1])  # nothing after the last
+    afters: list[int] = []
+    prune = store.prune_from
+
+    def spy(status: str, older_than: float, limit: int, after: int) -> tuple[int, int]:
+        afters.append(after)
+        return prune(status, older_than, limit, after)
+
+    monkeypatch.setattr(store, "prune_from", spy)
+    assert asyncio.run(app.worker()._prune(app.retention)) == 497
+    assert afters[0] == 0 and afters == sorted(set(afters))  # always further on
+    assert store.count_by_status().get("succeeded", 0) == 0

@@ -222,8 +222,9 @@ class SqlStore(SqlFlow):
             return bool(s.q("signed_out", nonce=nonce, at=at))
 
     # -- retention -----------------------------------------------------------------------
-    def prune(self, status: str, older_than: float, limit: int) -> int:
-        return len(self._one("prune", status=status, older_than=older_than, limit=limit))
+    def prune_from(self, status: str, older_than: float, limit: int, after: int) -> tuple[int, int]:
+        ids = [int(r[0]) for r in self._one("prune", status=status, older_than=older_than, limit=limit, after=after)]
+        return len(ids), max(ids, default=after)
 
     def run_counts(self) -> RunCounts:
         """Exact counts from a trigger-kept table (SQLite); PostgreSQL overrides this."""

@@ -474,10 +474,17 @@ class Store(FlowStore, abc.ABC):
     def signed_out(self, nonce: str, at: float) -> bool: ...
 
     # -- retention -----------------------------------------------------------------------
-    @abc.abstractmethod
     def prune(self, status: str, older_than: float, limit: int) -> int:
         """Delete up to `limit` runs in a final `status` finished more than `older_than`
         seconds ago; return how many."""
+        return self.prune_from(status, older_than, limit, 0)[0]
+
+    @abc.abstractmethod
+    def prune_from(self, status: str, older_than: float, limit: int, after: int) -> tuple[int, int]:
+        """`prune` of the runs with an id above `after`, in id order: how many, and the
+        highest id deleted (`after` if none). A pass goes on from there, so no statement
+        walks again over the runs the pass deleted (on PostgreSQL their dead index entries
+        stay until VACUUM: each statement from the oldest run made pruning quadratic)."""
 
     @abc.abstractmethod
     def stats(self) -> dict[str, Any]:

@@ -738,6 +738,7 @@ SELECT 1 FROM rota_dashboard_signouts WHERE nonce = %(nonce)s AND expires_at > %
 WITH doomed AS (
     SELECT id FROM rota_runs
     WHERE status = %(status)s AND finished_at < {now} - make_interval(secs => %(older_than)s)
+      AND id > %(after)s
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

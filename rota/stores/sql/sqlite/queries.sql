@@ -519,7 +519,7 @@ SELECT 1 FROM rota_dashboard_signouts WHERE nonce = :nonce AND expires_at > :at
 -- transition: prune
 DELETE FROM rota_runs
 WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_status
-             WHERE status = :status AND finished_at < {now} - :older_than
+             WHERE status = :status AND finished_at < {now} - :older_than AND id > :after
              ORDER BY id LIMIT :limit)
 RETURNING id
 

@@ -197,7 +197,7 @@ def prune(app: rota.App, url: str, older_than: float) -> Result:
         probe.start()
         time.sleep(12.0)  # the worker starts, then 10 s of lateness without a prune
         before_hi = time.time()
-        statements, sizes, total, batch, after = [], [], 0, PruneBatch(), 0
+        statements, sizes, total, batch, after = [], [], 0, PruneBatch(), 0.0
         while total < PRUNE:
             size, t0 = batch.size, time.perf_counter()
             n, after = app.store.prune_from("succeeded", older_than, size, after)

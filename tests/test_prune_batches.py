@@ -64,10 +64,12 @@ def test_the_rows_part_of_a_statement_settles_near_the_target() -> None:
 
 
 def _finished_runs(app: rota.App, n: int) -> None:
-    @app.task(name="t")
-    def t() -> None: ...
+    if "t" not in app.tasks:
 
-    t.enqueue_many([((), {})] * n)
+        @app.task(name="t")
+        def t() -> None: ...
+
+    app.tasks["t"].enqueue_many([((), {})] * n)
     while claimed := app.store.claim("w", 500, None, 30):
         app.store.finish([Outcome(c.id, c.token, "succeeded", result="null") for c in claimed])
 
@@ -76,7 +78,7 @@ def _spy(app: rota.App, monkeypatch: pytest.MonkeyPatch, delay: float) -> list[i
     sizes: list[int] = []
     prune = app.store.prune_from
 
-    def spy(status: str, older_than: float, limit: int, after: int) -> tuple[int, int]:
+    def spy(status: str, older_than: float, limit: int, after: float) -> tuple[int, float]:
         sizes.append(limit)
         time.sleep(delay)
         return prune(status, older_than, limit, after)
@@ -109,7 +111,7 @@ def test_statements_slower_per_run_get_smaller_and_are_followed_by_pauses(
     sizes: list[int] = []
     prune = app.store.prune_from
 
-    def slow(status: str, older_than: float, limit: int, after: int) -> tuple[int, int]:
+    def slow(status: str, older_than: float, limit: int, after: float) -> tuple[int, float]:
         sizes.append(limit)
         time.sleep(0.001 * limit)
         return prune(status, older_than, limit, after)
@@ -143,7 +145,7 @@ def test_a_pass_stops_when_its_share_is_spent_and_counts_what_it_deleted(
     calls = 0
     prune = app.store.prune_from
 
-    def failing(status: str, older_than: float, limit: int, after: int) -> tuple[int, int]:
+    def failing(status: str, older_than: float, limit: int, after: float) -> tuple[int, float]:
         nonlocal calls
         calls += 1
         if calls == 3:
@@ -158,27 +160,32 @@ def test_a_pass_stops_when_its_share_is_spent_and_counts_what_it_deleted(
     assert app.store.lock_acquire("rota:prune", "other", 5.0) is not None  # released
 
 
-def test_each_statement_goes_on_after_the_last_run_the_one_before_deleted(
+def test_each_statement_goes_on_from_the_last_finish_time_the_one_before_deleted(
     app_factory: Callable[..., rota.App], clock: rota.FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On PostgreSQL the runs a pass deleted leave dead index entries until VACUUM: a pass whose
     every statement started from the oldest run walked them again and again (570 runs/s at
-    10,000,000 runs). Each statement starts after the highest id the one before deleted."""
+    10,000,000 runs). Runs go oldest finish first, each statement from where the last ended."""
     app = app_factory(clock=clock, retention={"succeeded": timedelta(days=1)})
-    _finished_runs(app, 500)
+    finished: list[float] = []
+    for _ in range(5):  # five groups of 100, finished a second apart
+        _finished_runs(app, 100)
+        finished.append(clock.now().timestamp())
+        clock.advance(timedelta(seconds=1))
     clock.advance(timedelta(days=2))
     store = app.store
-    ids = sorted(int(r.id) for r in app.list_runs(limit=1000))
-    assert store.prune_from("succeeded", 3600, 3, ids[9]) == (3, ids[12])  # ids above the 10th only
-    assert store.prune_from("succeeded", 3600, 10, ids[-1]) == (0, ids[-1])  # nothing after the last
-    afters: list[int] = []
+    n, after = store.prune_from("succeeded", 3600, 150, finished[2])  # from the third group on
+    assert n == 150 and after == pytest.approx(finished[3], abs=1e-3)
+    assert {r.finished_at.timestamp() for r in app.list_runs(limit=1000) if r.finished_at} >= {finished[0], finished[1]}
+    assert store.prune_from("succeeded", 3600, 10, finished[-1] + 1) == (0, finished[-1] + 1)  # none after
+    afters: list[float] = []
     prune = store.prune_from
 
-    def spy(status: str, older_than: float, limit: int, after: int) -> tuple[int, int]:
+    def spy(status: str, older_than: float, limit: int, after: float) -> tuple[int, float]:
         afters.append(after)
         return prune(status, older_than, limit, after)
 
     monkeypatch.setattr(store, "prune_from", spy)
-    assert asyncio.run(app.worker()._prune(app.retention)) == 497
-    assert afters[0] == 0 and afters == sorted(set(afters))  # always further on
+    assert asyncio.run(app.worker()._prune(app.retention)) == 350
+    assert afters[0] == 0 and afters == sorted(afters) and afters[-1] > finished[0]  # always further on
     assert store.count_by_status().get("succeeded", 0) == 0

@@ -222,9 +222,10 @@ class SqlStore(SqlFlow):
             return bool(s.q("signed_out", nonce=nonce, at=at))
 
     # -- retention -----------------------------------------------------------------------
-    def prune_from(self, status: str, older_than: float, limit: int, after: int) -> tuple[int, int]:
-        ids = [int(r[0]) for r in self._one("prune", status=status, older_than=older_than, limit=limit, after=after)]
-        return len(ids), max(ids, default=after)
+    def prune_from(self, status: str, older_than: float, limit: int, after: float) -> tuple[int, float]:
+        rows = self._one("prune", status=status, older_than=older_than, limit=limit, after=after)
+        # a microsecond back: the cursor must not pass a run finished at the same time
+        return len(rows), max((float(r[1]) - 1e-6 for r in rows), default=after)
 
     def run_counts(self) -> RunCounts:
         """Exact counts from a trigger-kept table (SQLite); PostgreSQL overrides this."""

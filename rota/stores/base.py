@@ -480,11 +480,12 @@ class Store(FlowStore, abc.ABC):
         return self.prune_from(status, older_than, limit, 0)[0]
 
     @abc.abstractmethod
-    def prune_from(self, status: str, older_than: float, limit: int, after: int) -> tuple[int, int]:
-        """`prune` of the runs with an id above `after`, in id order: how many, and the
-        highest id deleted (`after` if none). A pass goes on from there, so no statement
-        walks again over the runs the pass deleted (on PostgreSQL their dead index entries
-        stay until VACUUM: each statement from the oldest run made pruning quadratic)."""
+    def prune_from(self, status: str, older_than: float, limit: int, after: float) -> tuple[int, float]:
+        """`prune` of the runs that finished at or after `after` (Unix seconds), oldest finish
+        first: how many, and where the next statement of the pass goes on (`after` if none
+        was deleted). No statement walks again over the runs the pass deleted (on PostgreSQL
+        their dead index entries stay until VACUUM: a statement from the oldest run each time
+        made pruning quadratic)."""
 
     @abc.abstractmethod
     def stats(self) -> dict[str, Any]:

@@ -109,8 +109,8 @@ class Maintenance:
     async def _prune_status(self, store: Store, status: str, keep: timedelta, deadline: float) -> None:
         """Batches until none is full or the status's share of the pass is spent; each
         batch is counted as it is deleted (an error later in the pass keeps the count). Each
-        goes on in id order after the last run the one before deleted (Store.prune_from)."""
-        batch, after = PruneBatch(), 0
+        goes on from the last finish time the one before deleted (Store.prune_from)."""
+        batch, after = PruneBatch(), 0.0
         while True:
             size, started = batch.size, time.monotonic()
             n, after = await self.db(store.prune_from, status, keep.total_seconds(), size, after)

@@ -735,16 +735,20 @@ SELECT 1 FROM rota_dashboard_signouts WHERE nonce = %(nonce)s AND expires_at > %
 
 -- name: prune
 -- transition: prune
+-- Oldest finish first, through rota_runs_finished (finished_at, status, ...): an index range
+-- scan in finish order whatever the plan's guess of the status's share (a generic plan for
+-- `status = $1` over the primary key sorted millions of rows), and a pass goes on from the
+-- last finish time it deleted (:after, epoch seconds), past the dead entries of what it deleted.
 WITH doomed AS (
     SELECT id FROM rota_runs
-    WHERE status = %(status)s AND finished_at < {now} - make_interval(secs => %(older_than)s)
-      AND id > %(after)s
-    ORDER BY id
+    WHERE finished_at < {now} - make_interval(secs => %(older_than)s)
+      AND finished_at >= to_timestamp(%(after)s) AND status = %(status)s
+    ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM rota_runs r USING doomed WHERE r.id = doomed.id
-RETURNING r.id
+RETURNING r.id, extract(epoch FROM r.finished_at)::float8
 
 -- ===================================================================================-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
 -- ==========================================================================================

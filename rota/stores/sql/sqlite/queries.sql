@@ -517,11 +517,13 @@ SELECT 1 FROM rota_dashboard_signouts WHERE nonce = :nonce AND expires_at > :at
 
 -- name: prune
 -- transition: prune
+-- Oldest finish first through rota_runs_finished, from the last finish time the pass deleted
+-- (:after): see PostgreSQL.
 DELETE FROM rota_runs
-WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_status
-             WHERE status = :status AND finished_at < {now} - :older_than AND id > :after
-             ORDER BY id LIMIT :limit)
-RETURNING id
+WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_finished
+             WHERE finished_at < {now} - :older_than AND finished_at >= :after AND status = :status
+             ORDER BY finished_at LIMIT :limit)
+RETURNING id, finished_at
 
 -- ===================================================================================-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
 -- ==========================================================================================

@@ -74,17 +74,18 @@ def _finished_runs(app: rota.App, n: int) -> None:
         app.store.finish([Outcome(c.id, c.token, "succeeded", result="null") for c in claimed])
 
 
-def _spy(app: rota.App, monkeypatch: pytest.MonkeyPatch, delay: float) -> list[int]:
-    sizes: list[int] = []
+def _spy(app: rota.App, monkeypatch: pytest.MonkeyPatch, per_run: float = 0.0) -> list[tuple[int, float]]:
+    """Record each prune statement's (limit, after); make it take `per_run` seconds a run."""
+    calls: list[tuple[int, float]] = []
     prune = app.store.prune_from
 
     def spy(status: str, older_than: float, limit: int, after: float) -> tuple[int, float]:
-        sizes.append(limit)
-        time.sleep(delay)
+        calls.append((limit, after))
+        time.sleep(per_run * limit)
         return prune(status, older_than, limit, after)
 
     monkeypatch.setattr(app.store, "prune_from", spy)
-    return sizes
+    return calls
 
 
 def test_every_old_run_goes_in_batches_that_grow_at_most_twofold(
@@ -93,9 +94,10 @@ def test_every_old_run_goes_in_batches_that_grow_at_most_twofold(
     app = app_factory(clock=clock, retention={"succeeded": timedelta(days=1)})
     _finished_runs(app, 1500)
     clock.advance(timedelta(days=2))
-    sizes = _spy(app, monkeypatch, 0.0)
+    calls = _spy(app, monkeypatch)
     worker = app.worker()
     assert asyncio.run(worker._prune(app.retention)) == 1500
+    sizes = [limit for limit, _ in calls]
     assert app.store.count_by_status().get("succeeded", 0) == 0 and worker.counters.pruned == 1500
     assert sizes[0] == FIRST_BATCH and all(b <= 2 * a for a, b in itertools.pairwise(sizes))
 
@@ -108,15 +110,7 @@ def test_statements_slower_per_run_get_smaller_and_are_followed_by_pauses(
     app = app_factory(clock=clock, retention={"succeeded": timedelta(days=1)})
     _finished_runs(app, 300)
     clock.advance(timedelta(days=2))
-    sizes: list[int] = []
-    prune = app.store.prune_from
-
-    def slow(status: str, older_than: float, limit: int, after: float) -> tuple[int, float]:
-        sizes.append(limit)
-        time.sleep(0.001 * limit)
-        return prune(status, older_than, limit, after)
-
-    monkeypatch.setattr(app.store, "prune_from", slow)
+    calls = _spy(app, monkeypatch, per_run=0.001)
     pauses: list[float] = []
     real_sleep = asyncio.sleep
 
@@ -126,6 +120,7 @@ def test_statements_slower_per_run_get_smaller_and_are_followed_by_pauses(
 
     monkeypatch.setattr("rota.worker.maintenance.asyncio.sleep", sleep)
     assert asyncio.run(app.worker()._prune(app.retention)) == 300
+    sizes = [limit for limit, _ in calls]
     assert sizes[0] == FIRST_BATCH and max(sizes) < MAX_BATCH
     assert pauses and all(p >= 3 * 0.001 * FIRST_BATCH for p in pauses)
     assert app.store.count_by_status().get("succeeded", 0) == 0
@@ -178,14 +173,8 @@ def test_each_statement_goes_on_from_the_last_finish_time_the_one_before_deleted
     assert n == 150 and after == pytest.approx(finished[3], abs=1e-3)
     assert {r.finished_at.timestamp() for r in app.list_runs(limit=1000) if r.finished_at} >= {finished[0], finished[1]}
     assert store.prune_from("succeeded", 3600, 10, finished[-1] + 1) == (0, finished[-1] + 1)  # none after
-    afters: list[float] = []
-    prune = store.prune_from
-
-    def spy(status: str, older_than: float, limit: int, after: float) -> tuple[int, float]:
-        afters.append(after)
-        return prune(status, older_than, limit, after)
-
-    monkeypatch.setattr(store, "prune_from", spy)
+    calls = _spy(app, monkeypatch)
     assert asyncio.run(app.worker()._prune(app.retention)) == 350
+    afters = [after for _, after in calls]
     assert afters[0] == 0 and afters == sorted(afters) and afters[-1] > finished[0]  # always further on
     assert store.count_by_status().get("succeeded", 0) == 0

@@ -56,13 +56,22 @@ const runs = {
       if (p.limit === "50") p.limit = "";
       go(href("runs", null, p));  // a new filter starts from the newest page
     };
-    form.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(apply, 350); });
-    form.addEventListener("submit", (e) => { e.preventDefault(); clearTimeout(typing); apply(); });
+    // A select applies at once; typing applies 350 ms after the last key. Until an edit is
+    // applied, a refresh (every 5 s, or on resize) leaves the form as the user left it.
+    const now = () => { clearTimeout(typing); typing = null; apply(); };
+    form.addEventListener("input", (e) => {
+      if (e.target.tagName === "SELECT") return now();
+      clearTimeout(typing);
+      typing = setTimeout(now, 350);
+    });
+    form.addEventListener("submit", (e) => { e.preventDefault(); now(); });
     return {
       async update(route, alive) {
         const p = paramsOf(route, RUN_FILTERS);
-        for (const k of ["status", "task", "schedule", "queue"]) if (document.activeElement !== form.elements[k]) form.elements[k].value = p[k];
-        form.elements.limit.value = p.limit || "50";
+        if (typing === null) {
+          for (const k of ["status", "task", "schedule", "queue"]) if (document.activeElement !== form.elements[k]) form.elements[k].value = p[k];
+          form.elements.limit.value = p.limit || "50";
+        }
         const q = new URLSearchParams();
         for (const k of RUN_FILTERS) if (p[k]) q.set(k, p[k]);
         const items = await api("api/runs?" + q.toString());

@@ -74,6 +74,14 @@ def _finished_runs(app: rota.App, n: int) -> None:
         app.store.finish([Outcome(c.id, c.token, "succeeded", result="null") for c in claimed])
 
 
+def _old_runs(app_factory: Callable[..., rota.App], clock: rota.FakeClock, n: int) -> rota.App:
+    """An app keeping succeeded runs a day, with `n` of them finished two days ago."""
+    app = app_factory(clock=clock, retention={"succeeded": timedelta(days=1)})
+    _finished_runs(app, n)
+    clock.advance(timedelta(days=2))
+    return app
+
+
 def _spy(app: rota.App, monkeypatch: pytest.MonkeyPatch, per_run: float = 0.0) -> list[tuple[int, float]]:
     """Record each prune statement's (limit, after); make it take `per_run` seconds a run."""
     calls: list[tuple[int, float]] = []
@@ -91,9 +99,7 @@ def _spy(app: rota.App, monkeypatch: pytest.MonkeyPatch, per_run: float = 0.0) -
 def test_every_old_run_goes_in_batches_that_grow_at_most_twofold(
     app_factory: Callable[..., rota.App], clock: rota.FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = app_factory(clock=clock, retention={"succeeded": timedelta(days=1)})
-    _finished_runs(app, 1500)
-    clock.advance(timedelta(days=2))
+    app = _old_runs(app_factory, clock, 1500)
     calls = _spy(app, monkeypatch)
     worker = app.worker()
     assert asyncio.run(worker._prune(app.retention)) == 1500
@@ -107,9 +113,7 @@ def test_statements_slower_per_run_get_smaller_and_are_followed_by_pauses(
 ) -> None:
     """A store whose prune takes 1 ms a run: the batch stays far below the fast store's, each
     statement is followed by a pause of three times its length, and nothing is left behind."""
-    app = app_factory(clock=clock, retention={"succeeded": timedelta(days=1)})
-    _finished_runs(app, 300)
-    clock.advance(timedelta(days=2))
+    app = _old_runs(app_factory, clock, 300)
     calls = _spy(app, monkeypatch, per_run=0.001)
     pauses: list[float] = []
     real_sleep = asyncio.sleep
@@ -129,9 +133,7 @@ def test_statements_slower_per_run_get_smaller_and_are_followed_by_pauses(
 def test_a_pass_stops_when_its_share_is_spent_and_counts_what_it_deleted(
     app_factory: Callable[..., rota.App], clock: rota.FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = app_factory(clock=clock, retention={"succeeded": timedelta(days=1)})
-    _finished_runs(app, 200)
-    clock.advance(timedelta(days=2))
+    app = _old_runs(app_factory, clock, 200)
     monkeypatch.setattr("rota.worker.maintenance.PASS_SECONDS", 0.0)
     worker = app.worker()
     assert asyncio.run(worker._prune(app.retention)) == FIRST_BATCH  # one statement, then the next pass

@@ -23,7 +23,8 @@ from .base import (
 Row = tuple[Any, ...]
 NOTIFY_CHANNEL = "rota"
 UNHAPPY = frozenset({"failed", "cancelled", "skipped"})
-UNHAPPY_TERM = "status IN ('failed', 'cancelled', 'skipped')"
+# the predicate of SQLite's rota_runs_unhappy_* indexes, word for word (migration 0013)
+UNHAPPY_TERM = "(status = 'failed' OR status = 'cancelled' OR status = 'skipped')"
 # When new runs are due: (the earliest scheduled_for given, the smallest delay from now).
 Due = tuple[datetime | None, float | None]
 
@@ -146,7 +147,7 @@ class SqlBase(Store, abc.ABC):
     def _status_terms(self, flt: RunFilter, params: dict[str, Any]) -> list[str]:
         """A listing's status condition (SQLite; PostgreSQL overrides). An unhappy status with
         a task or a schedule repeats the predicate of rota_runs_unhappy_task/_schedule
-        (migration 0012): SQLite uses a partial index only when the query's WHERE names the
+        (migrations 0012, 0013): SQLite uses a partial index only when the query's WHERE names the
         index's terms."""
         params["status"] = flt.status
         terms = [f"status = {self._p('status')}"]

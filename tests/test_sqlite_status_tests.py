@@ -1,0 +1,105 @@
+"""SQLite builds a temporary b-tree for an `IN` list of three or more constants, each time the
+test runs. A claim and a finish change `status` row by row, so no predicate SQLite tests on
+such a change may hold one (migration 0013): the indexes on rota_runs, the table's CHECK and
+the statements of the run lifecycle's hot path."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rota.stores import sqlite as sqlite_module
+from rota.stores.base import Outcome, RunFilter
+from rota.stores.queries import load_migrations
+
+from .conftest import make_app
+
+LONG_IN = re.compile(r"\bIN\s*\(\s*'[^']*'\s*,\s*'[^']*'\s*,", re.IGNORECASE)
+HOT = ("claim", "claim_in_queues", "finish_succeeded", "finish", "start", "heartbeat", "hand_back")
+
+
+def _definitions(path: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE tbl_name = 'rota_runs' AND sql IS NOT NULL")
+        return [(name, sql) for name, sql in rows]
+
+
+def _main_program_ephemerals(conn: sqlite3.Connection, sql: str) -> int:
+    """OpenEphemeral opcodes a statement runs for itself (its triggers' programs not counted:
+    EXPLAIN lists them after the main program's Halt)."""
+    ops = [row[1] for row in conn.execute("EXPLAIN " + sql, dict.fromkeys(re.findall(r":(\w+)", sql)))]
+    return ops[: ops.index("Halt")].count("OpenEphemeral")
+
+
+def test_no_status_test_on_the_runs_table_holds_a_long_in_list(tmp_path: Path) -> None:
+    app = make_app(f"sqlite:///{tmp_path}/rota.db")
+    try:
+        app.migrate()
+        assert [name for name, sql in _definitions(tmp_path / "rota.db") if LONG_IN.search(sql)] == []
+    finally:
+        app.close()
+
+
+def test_a_finish_and_a_heartbeat_build_no_temporary_table_row_by_row(tmp_path: Path) -> None:
+    """The per-run statements (executed once per run): no temporary b-tree at all. The claim
+    runs once per batch; its window functions sort, but no status test builds one per row."""
+    app = make_app(f"sqlite:///{tmp_path}/rota.db")
+    try:
+        app.migrate()
+        queries: Any = app.store.queries  # type: ignore[attr-defined]
+        with sqlite3.connect(tmp_path / "rota.db") as conn:
+            counts = {name: _main_program_ephemerals(conn, queries[name]) for name in HOT}
+        # the claim's (once per batch): its two windows and their subqueries' sorts
+        assert counts == {
+            "claim": 4,
+            "claim_in_queues": 5,
+            "finish_succeeded": 0,
+            "finish": 0,
+            "start": 0,
+            "heartbeat": 0,
+            "hand_back": 0,
+        }
+    finally:
+        app.close()
+
+
+def test_a_populated_version_12_database_migrates_in_place_and_keeps_refusing_bad_statuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path}/rota.db"
+    with monkeypatch.context() as patch:
+        patch.setattr(sqlite_module, "load_migrations", lambda _d: load_migrations("sqlite")[:12])
+        old = make_app(url)
+        assert old.migrate()[-1] == "0012_history_listings"
+
+        @old.task(name="t")
+        def t() -> None: ...
+
+        t.enqueue_many([((), {})] * 9)
+        claimed = old.store.claim("w", 6, None, 30)
+        old.store.finish([Outcome(c.id, c.token, "failed" if c.id % 2 else "succeeded") for c in claimed])
+        before = {r.id: r.status for r in old.list_runs()}
+        old.close()
+    app = make_app(url)
+    try:
+        assert app.migrate() == ["0013_cheap_status_tests"]
+        assert {r.id: r.status for r in app.list_runs()} == before
+        assert [name for name, sql in _definitions(tmp_path / "rota.db") if LONG_IN.search(sql)] == []
+        with sqlite3.connect(tmp_path / "rota.db") as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+                conn.execute("UPDATE rota_runs SET status = 'done' WHERE id = 1")
+        failed = [r.id for r in app.list_runs(task="t", status="failed")]
+        assert failed == [i for i, s in before.items() if s == "failed"]
+        suffix, params = app.store._runs_where(RunFilter(status="failed", task="t"))  # type: ignore[attr-defined]
+        with sqlite3.connect(tmp_path / "rota.db") as conn:
+            plan = " ".join(
+                str(r) for r in conn.execute(f"EXPLAIN QUERY PLAN SELECT id FROM rota_runs{suffix}", params)
+            )
+        assert "rota_runs_unhappy_task" in plan
+    finally:
+        app.close()

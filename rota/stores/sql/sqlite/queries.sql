@@ -72,13 +72,13 @@ UPDATE rota_counters SET value = :token WHERE name = 'token'
 -- started_at set); the rest are held: claimed, not started (started_at NULL, the attempt not
 -- counted until their start). A run whose cancellation was requested is never claimed.
 UPDATE rota_runs
-SET status = 'running', owner = :owner, token = :token + c.rank,
+SET status = 'running', owner = :owner, token = :token + c.pos - 1,
     attempt = CASE WHEN c.pos <= :start THEN attempt + 1 ELSE attempt END,
     started_at = CASE WHEN c.pos <= :start THEN {now} END, lease_until = {now} + :lease,
     misfire_at = NULL
--- one fencing token per claimed run (:token + rank), so ctx.token fences one attempt
-FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank,
-             row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos FROM (
+-- one fencing token per claimed run (:token + its place in the claim's order), so ctx.token
+-- fences one attempt
+FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos FROM (
     SELECT id, priority, due_at FROM rota_runs INDEXED BY rota_runs_claim
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND (misfire_at IS NULL OR misfire_at >= {now})
@@ -94,13 +94,13 @@ RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeou
 -- transition: claim
 -- as claim, for some queues only
 UPDATE rota_runs
-SET status = 'running', owner = :owner, token = :token + c.rank,
+SET status = 'running', owner = :owner, token = :token + c.pos - 1,
     attempt = CASE WHEN c.pos <= :start THEN attempt + 1 ELSE attempt END,
     started_at = CASE WHEN c.pos <= :start THEN {now} END, lease_until = {now} + :lease,
     misfire_at = NULL
--- one fencing token per claimed run (:token + rank), so ctx.token fences one attempt
-FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS rank,
-             row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos FROM (
+-- one fencing token per claimed run (:token + its place in the claim's order), so ctx.token
+-- fences one attempt
+FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos FROM (
     SELECT id, priority, due_at FROM rota_runs INDEXED BY rota_runs_claim
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND (misfire_at IS NULL OR misfire_at >= {now})

@@ -80,6 +80,9 @@ def test_postgresql_lists_by_a_status_literal_so_a_cached_plan_keeps_the_partial
     if db_url.startswith("postgres"):
         assert "status = 'failed'" in suffix and "status" not in params
     else:
-        assert params["status"] == "failed" and "(status = 'failed' OR status = 'cancelled' OR status = 'skipped')" in suffix
+        assert (
+            params["status"] == "failed"
+            and "(status = 'failed' OR status = 'cancelled' OR status = 'skipped')" in suffix
+        )
     for _ in range(8):  # prepared by now: the listing still answers right
         assert all(r.status == "failed" and r.task == "a" for r in history.list_runs(task="a", status="failed"))

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +107,70 @@ def test_a_populated_version_12_database_migrates_in_place_and_keeps_refusing_ba
         assert "rota_runs_unhappy_task" in plan
     finally:
         app.close()
+
+
+def _t(i: int) -> int:
+    return i
+
+
+def _finished(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT count(*) FROM rota_runs WHERE finished_at IS NOT NULL").fetchone()[0])
+
+
+WORKER_AT_12 = textwrap.dedent(
+    """
+    import sys
+    import rota
+    from rota.stores import sqlite as sqlite_module
+    from rota.stores.queries import load_migrations
+
+    sqlite_module.load_migrations = lambda _d: load_migrations("sqlite")[:12]  # the previous release
+    app = rota.App(sys.argv[1], poll_interval=0.02, lease=5.0, retention=None)
+
+    @app.task(name="t", retries=1, backoff=0.01)
+    def t(i: int) -> int:
+        if i % 7 == 0:
+            raise ValueError(f"boom {i}")
+        return i
+
+    app.run_worker(concurrency=4, shutdown_timeout=5.0)
+    """
+)
+
+
+def test_a_worker_of_the_previous_schema_works_on_through_the_migration(tmp_path: Path) -> None:
+    """A rolling upgrade: a worker process at version 12 claims and finishes while another
+    process migrates the file to 13, and after."""
+    url = f"sqlite:///{tmp_path}/rota.db"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sqlite_module, "load_migrations", lambda _d: load_migrations("sqlite")[:12])
+        old = make_app(url)
+        old.migrate()
+        old.task(name="t")(_t).enqueue_many([((i,), {}) for i in range(400)])
+        old.close()
+    worker = subprocess.Popen([sys.executable, "-c", WORKER_AT_12, url], stderr=subprocess.PIPE, text=True)
+    app = make_app(url)
+    t = app.task(name="t")(_t)
+    try:
+        deadline = time.monotonic() + 30
+        while _finished(tmp_path / "rota.db") < 50 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert app.migrate() == ["0013_cheap_status_tests"]  # while the worker claims and finishes
+        assert _finished(tmp_path / "rota.db") < 400
+        t.enqueue_many([((i,), {}) for i in range(400, 800)])
+        while app.stats()["pending"] + app.stats()["running"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        runs = app.list_runs(limit=1000)
+        assert len(runs) == 800 and {r.status for r in runs} == {"succeeded", "failed"}
+        assert {r.id for r in runs if r.status == "failed"} == {r.id for r in runs if r.args[0] % 7 == 0}
+        with sqlite3.connect(tmp_path / "rota.db") as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            tokens = [row[0] for row in conn.execute("SELECT token FROM rota_runs")]
+            assert len(set(tokens)) == len(tokens)  # one fencing token per attempt, across both
+    finally:
+        worker.terminate()
+        _, err = worker.communicate(timeout=15)
+        app.close()
+    assert worker.returncode == 0, err
+    assert "Traceback" not in err.replace("ValueError: boom", ""), err

@@ -23,7 +23,7 @@ from .base import (
 Row = tuple[Any, ...]
 NOTIFY_CHANNEL = "rota"
 UNHAPPY = frozenset({"failed", "cancelled", "skipped"})
-# the predicate of SQLite's rota_runs_unhappy_* indexes, word for word (migration 0013)
+# the predicate of SQLite's rota_runs_unhappy_* indexes (migration 0013)
 UNHAPPY_TERM = "(status = 'failed' OR status = 'cancelled' OR status = 'skipped')"
 # When new runs are due: (the earliest scheduled_for given, the smallest delay from now).
 Due = tuple[datetime | None, float | None]
@@ -147,8 +147,9 @@ class SqlBase(Store, abc.ABC):
     def _status_terms(self, flt: RunFilter, params: dict[str, Any]) -> list[str]:
         """A listing's status condition (SQLite; PostgreSQL overrides). An unhappy status with
         a task or a schedule repeats the predicate of rota_runs_unhappy_task/_schedule
-        (migrations 0012, 0013): SQLite uses a partial index only when the query's WHERE names the
-        index's terms."""
+        (migration 0013): SQLite uses a partial index only when the query's WHERE implies the
+        index's predicate. The bound status alone does since 0013 (it did not imply 0012's
+        IN list); the repeated term keeps the plan from resting on the bound value."""
         params["status"] = flt.status
         terms = [f"status = {self._p('status')}"]
         if flt.status in UNHAPPY and (flt.task is not None or flt.schedule is not None):

@@ -188,6 +188,10 @@ def test_a_held_run_is_shown_as_held_by_the_cli(store_app: rota.App, db_url: str
     assert (data["held"], data["started_at"], data["attempt"]) == (True, None, 0)
 
 
+def _starts(tmp_path: Path) -> set[int]:
+    return {int(f[1]) for f in log_lines(tmp_path) if f[0] == "start"}
+
+
 @pytest.mark.slow
 def test_kill9_fails_no_run_that_never_started(db_url: str, tmp_path: Path) -> None:
     """Item 5 with real processes: one attempt allowed (the default). The runs the victim
@@ -201,7 +205,9 @@ def test_kill9_fails_no_run_that_never_started(db_url: str, tmp_path: Path) -> N
         runs = [NewRun(task="record", args=json.dumps(list(a)), kwargs=json.dumps(k)) for a, k in calls]
         ids = [run_id for run_id, _ in app.store.insert_runs(runs)]  # one attempt each: the default
         wait_until(lambda: app.store.count_by_status().get("running", 0) == 4, 30, "four runs held by the victim")
-        started = {int(f[1]) for f in log_lines(tmp_path) if f[0] == "start"}
+        # a run shows `running` as soon as it is claimed, before its handler logs its start
+        wait_until(lambda: len(_starts(tmp_path)) == 3, 30, "the first three handlers to start")
+        started = _starts(tmp_path)
         held = [run_id for run_id in ids if run_id not in started]
         assert held == ids[3:], [app.get_run(str(i)) for i in ids]  # claimed, their handlers not started
         procs.start(concurrency=4)

@@ -8,8 +8,11 @@ import itertools
 import os
 import time
 from pathlib import Path
+from typing import Any
 
-from .conftest import make_app
+import rota
+
+from .conftest import make_app, start_worker
 from .procs import WorkerProcs, wait_until
 
 
@@ -48,3 +51,30 @@ def test_a_worker_waiting_on_a_full_limit_sleeps_and_starts_the_next_run_when_th
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_worker_whose_own_runs_fill_a_limit_asks_for_no_runs_before_a_slot_frees(app: rota.App) -> None:
+    """Limit 10, concurrency 10, a backlog of short runs: each claim fills the limit with
+    the worker's own runs, so a claim before one of them ends (to hold runs ahead) would
+    find it full. The worker waits for its runs' ends and claims with their outcomes."""
+
+    @app.task(limit=10, name="tests.flow.filled")
+    def filled(i: int) -> int:
+        return i
+
+    ids = filled.enqueue_many([((i,), {}) for i in range(300)])
+    store = app.store
+    real = store.finish_and_claim
+    futile: list[int] = []
+
+    def spy(outcomes: Any, owner: str, limit: int, *rest: Any) -> Any:
+        written, got = real(outcomes, owner, limit, *rest)
+        if limit and not got and app.store.count_by_status().get("pending"):
+            futile.append(len(outcomes))
+        return written, got
+
+    store.finish_and_claim = spy  # type: ignore[method-assign]
+    start_worker(app, concurrency=10)
+    runs = [rota.RunHandle(app, run_id).wait(60) for run_id in ids]
+    assert all(r.status == "succeeded" for r in runs)
+    assert len(futile) <= 3, f"{len(futile)} claims found the limit full of the worker's own runs"

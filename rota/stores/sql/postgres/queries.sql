@@ -1148,7 +1148,8 @@ RETURNING id
 -- transaction-level advisory try-lock, one at a time up to %(n)s keys: a key another
 -- claimer holds is skipped (as SKIP LOCKED skips a row), so concurrent claimers share the
 -- keys and never wait or deadlock. A full rate key is taken too: its waiting runs are then
--- made due when its window opens.
+-- made due when its window opens. (`OFFSET 0` in the room's subquery: without it the planner
+-- inlines it, and counts each key's room twice, once for the filter and once for the output.)
 WITH RECURSIVE lkeys AS (
     (SELECT limit_name AS name, limit_key AS key FROM rota_runs
      WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
@@ -1199,7 +1200,7 @@ SELECT kind, name, key, free FROM room h CROSS JOIN LATERAL (
                 ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
                                         AND s.started_at > {now} - make_interval(secs => t.per))
-                      FROM rota_rates t WHERE t.name = h.name) END AS free) f
+                      FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
 WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
            THEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
            ELSE false END
@@ -1291,7 +1292,7 @@ taken AS MATERIALIZED (
                 ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
                                         AND s.started_at > {now} - make_interval(secs => t.per))
-                      FROM rota_rates t WHERE t.name = h.name) END AS free) f
+                      FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
     WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
           THEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
           ELSE false END
@@ -1312,7 +1313,7 @@ UNION ALL
                 ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
                                         AND s.started_at > {now} - make_interval(secs => t.per))
-                      FROM rota_rates t WHERE t.name = h.name) END AS free) f
+                      FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
  WHERE (SELECT count(*) FROM walked) >= %(m)s AND (SELECT count(*) FROM taken) < %(n)s
    AND CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
           THEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))

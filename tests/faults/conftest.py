@@ -104,6 +104,11 @@ def starts(exec_log: Path) -> int:
     return exec_log.read_text().count('"event": "start"') if exec_log.exists() else 0
 
 
+def ends(exec_log: Path) -> int:
+    """How many executions have returned so far."""
+    return exec_log.read_text().count('"event": "end"') if exec_log.exists() else 0
+
+
 def all_final(app: rota.App, ids: list[str]) -> Callable[[], bool]:
     wanted = set(ids)
 

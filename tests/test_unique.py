@@ -179,6 +179,42 @@ def test_unique_for_inside_a_caller_s_transaction(app_factory: Callable[..., rot
     assert outside.created and outside.id != again.id
 
 
+@pytest.mark.parametrize("first_ends", ["commit", "rollback"])
+def test_two_caller_transactions_racing_one_key_make_one_run(
+    app_factory: Callable[..., rota.App], db_url: str, first_ends: str
+) -> None:
+    """The second caller's keyed enqueue waits for the first caller's transaction: it gets
+    the first's run once that commits, or makes its own if that rolls back."""
+    app = app_factory()
+
+    @app.task(name="sync")
+    def sync(n: int) -> int:
+        return n
+
+    app.migrate()
+    got: list[rota.RunHandle] = []
+
+    def second_caller() -> None:  # its own connection, on its own thread (as sqlite3 wants)
+        with caller_connection(db_url) as two:
+            got.append(sync.options(connection=two, key="k", unique_for=600).enqueue(2))
+            two.commit()
+
+    with caller_connection(db_url) as one:
+        first = sync.options(connection=one, key="k", unique_for=600).enqueue(1)
+        racer = threading.Thread(target=second_caller)
+        racer.start()
+        racer.join(0.5)
+        assert racer.is_alive(), "the second enqueue did not wait for the first transaction"
+        getattr(one, first_ends)()
+        racer.join(10)
+    (second,) = got
+    if first_ends == "commit":
+        assert first.created and (second.id, second.created) == (first.id, False)
+        assert [r.id for r in app.list_runs()] == [first.id]
+    else:
+        assert second.created and [r.args for r in app.list_runs()] == [[2]]
+
+
 def test_unique_for_with_the_async_api(app: rota.App) -> None:
     @app.task(name="sync")
     def sync(n: int) -> int:

@@ -78,3 +78,37 @@ def test_a_worker_whose_own_runs_fill_a_limit_asks_for_no_runs_before_a_slot_fre
     runs = [rota.RunHandle(app, run_id).wait(60) for run_id in ids]
     assert all(r.status == "succeeded" for r in runs)
     assert len(futile) <= 3, f"{len(futile)} claims found the limit full of the worker's own runs"
+
+
+def test_runs_without_a_limit_are_still_held_ahead_while_a_limit_is_full(app: rota.App) -> None:
+    """A limit of 1, its slot taken for the whole test and runs waiting for it, beside a
+    backlog of short runs without a limit: the worker goes on holding those ahead (claims
+    made with no free slot bring runs), as it would with no limit in the database."""
+
+    @app.task(limit=1, name="tests.flow.one")
+    def one(seconds: float) -> None:
+        time.sleep(seconds)
+
+    @app.task(name="tests.flow.plain")
+    def plain(i: int) -> int:
+        return i
+
+    one.enqueue(3.0)
+    waiting = [one.enqueue(0.0) for _ in range(5)]
+    ids = plain.enqueue_many([((i,), {}) for i in range(2000)])
+    store = app.store
+    real = store.finish_and_claim
+    ahead: list[int] = []
+
+    def spy(outcomes: Any, owner: str, limit: int, queues: Any, lease: float, start: int | None = None) -> Any:
+        written, got = real(outcomes, owner, limit, queues, lease, start)
+        if start == 0 and got:  # no free slot: every run it claimed is held ahead
+            ahead.append(len(got))
+        return written, got
+
+    store.finish_and_claim = spy  # type: ignore[method-assign]
+    start_worker(app, concurrency=4)
+    runs = [rota.RunHandle(app, run_id).wait(60) for run_id in ids]
+    assert all(r.status == "succeeded" for r in runs)
+    assert ahead, "no run was held ahead while the limit was full"
+    assert all(rota.RunHandle(app, r.id).wait(30).status == "succeeded" for r in waiting)

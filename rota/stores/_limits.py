@@ -22,9 +22,11 @@ run of its own that ends makes it claim again within a millisecond, and the due 
 learns after such a claim is the next one due later (`poll_after_claim`): it sleeps rather
 than claims in a loop, and is woken by the freed slot (trigger NOTIFY, data_version, or its
 own run ending). A claim that took every slot its keys had counts as leaving the rest
-waiting too, even when it got all it asked for (`_left_waiting`): the worker then holds no
-runs ahead (prefetch), since a claim before one of its own runs ends would find the limit
-full (measured: one such empty round trip per cycle, W10 `limit=100` at 0.47x).
+waiting too, even when it got all it asked for (`_left_waiting`); while no run without a
+limit is due either (`plain_due`, from the last plain claim that was asked for runs), the
+worker holds no runs ahead (`limits_full`, prefetch): a claim before one of its own runs ends
+would find nothing (measured: one such empty round trip per cycle, W10 `limit=100` at 0.47x).
+Runs without a limit are still held ahead while a limit is full.
 
 Slots are not counted in a counter row: a limit key's running count is the number of its
 runs whose status is `running` (an index holds just those). Every statement that ends or
@@ -134,6 +136,9 @@ class FlowMixin:
     # wait for a slot (or for their window); see poll_after_claim
     flow_blocked: bool = False
     _flow_capped: bool = False  # the last flow claim took as many keys as it may
+    # the last claim that asked for runs without a limit or a rate got all it asked for (more
+    # may be due); unknown (kept) when a flow claim took all the room and asked none
+    plain_due: bool = True
 
     def sync_flow(self, limits: dict[str, int], rates: dict[str, tuple[int, float]]) -> bool:
         """Store the limits and rates the code declares (this deploy's values win); return
@@ -184,11 +189,15 @@ class FlowMixin:
         free = limit if start is None else start
         if self.flow_due:  # the outcomes free slots: written first, in the claim's transaction
             self._resolve_some()
-            written, taken, got, due = self._flow_finish_and_claim(outcomes, owner, limit, queues, lease, free)
+            written, taken, got, due, plain = self._flow_finish_and_claim(outcomes, owner, limit, queues, lease, free)
             self.flow_due = due
             self.flow_blocked = self._left_waiting(taken, limit)
+            if plain > 0:  # the plain claim was asked for runs: did it find as many?
+                self.plain_due = len(got) - taken >= plain
             return written, got
         written, got, due = self._probed_finish_and_claim(outcomes, owner, limit, queues, lease, free)
+        if limit > 0:
+            self.plain_due = len(got) >= limit
         room = _room(limit - len(got), free, len(got))
         self.flow_blocked = False
         return written, got + self._after_probe(False, due, owner, room, queues, lease)
@@ -325,10 +334,10 @@ class FlowMixin:
 
     def _flow_finish_and_claim(
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
-    ) -> tuple[set[int], int, list[Claimed], bool]:
+    ) -> tuple[set[int], int, list[Claimed], bool, int]:
         """One transaction: write `outcomes` (freeing their slots), the flow claim into the
         free slots, the plain claim for the rest, the probe. (written, limited or rated runs
-        taken, all claimed, whether any are still due)."""
+        taken, all claimed, whether any are still due, how many the plain claim asked for)."""
         raise NotImplementedError  # pragma: no cover - each backend's
 
     def poll_after_claim(self, queues: Sequence[str] | None) -> PollState:
@@ -354,6 +363,11 @@ class FlowMixin:
         """Due limited runs wait for a slot (the last flow claim found their limits full):
         a run of this worker that ends may free one, so it claims again at once."""
         return self.flow_active and self.flow_due and self.flow_blocked
+
+    def limits_full(self) -> bool:
+        """A claim now would find nothing: the due limited runs wait for slots, and the last
+        claim that asked for runs without a limit found fewer than it asked for."""
+        return self.limits_wait() and not self.plain_due
 
 
 def _room(asked: int, free: int, claimed: int) -> int:

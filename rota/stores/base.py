@@ -301,6 +301,11 @@ class Store(FlowStore, abc.ABC):
         """Whether due runs wait for a slot of their limit that a run ending here may free."""
         return False
 
+    def limits_full(self) -> bool:
+        """Whether a claim now would find nothing: due runs wait for slots of their limits
+        and no run without a limit is due (a worker then holds no runs ahead)."""
+        return False
+
     def claim_cut_short(self) -> bool:
         """Whether the last claim stopped short of what is due (more are due now)."""
         return False

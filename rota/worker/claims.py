@@ -82,9 +82,9 @@ class Claimer:
             want = len(claimed)  # more are due (a claim takes so many limit keys at most): a backlog
         if len(claimed) < want:
             self.due.run_due = None
-        # a backlog to hold runs ahead from, but not of runs waiting for a limit's slot:
-        # a claim before a slot frees would find the limit full (a round trip for nothing)
-        self.prefetch.backlog = len(claimed) == want and not self.store().limits_wait()
+        # a backlog to hold runs ahead from, unless only runs waiting for a limit's slot are
+        # due: a claim before a slot frees would find nothing (a round trip for nothing)
+        self.prefetch.backlog = len(claimed) == want and not self.store().limits_full()
         self.prefetch.hold_all([c for c in claimed if c.held], deadline)  # in start order
         for c in claimed:
             if not c.held:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,32 @@ def test_runs_without_a_limit_are_still_held_ahead_while_a_limit_is_full(app: ro
     assert all(r.status == "succeeded" for r in runs)
     assert ahead, "no run was held ahead while the limit was full"
     assert all(rota.RunHandle(app, r.id).wait(30).status == "succeeded" for r in waiting)
+
+
+def test_runs_without_a_limit_enqueued_later_do_not_wait_for_a_full_limit_s_backlog(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    """The worker's concurrency equals the limit and a backlog of limited runs fills every
+    slot it frees; runs without a limit enqueued meanwhile (by another process's app) are
+    still claimed as they come, not once the limited backlog has drained."""
+    app, other = app_factory(), app_factory()
+
+    @app.task(limit=4, name="tests.flow.four")
+    def four(i: int) -> None:
+        time.sleep(0.02)
+
+    @app.task(name="tests.flow.later")
+    def later(i: int) -> int:
+        return i
+
+    @other.task(name="tests.flow.later")
+    def later_elsewhere(i: int) -> int:
+        return i
+
+    four.enqueue_many([((i,), {}) for i in range(300)])
+    start_worker(app, concurrency=4)
+    wait_until(lambda: len(app.list_runs(status="succeeded", limit=20)) >= 20, 30, "the limited runs to flow")
+    sent = [later_elsewhere.enqueue(i) for i in range(10)]
+    wait_until(lambda: all(app.get_run(h.id).status == "succeeded" for h in sent), 60, "the later runs")  # type: ignore[union-attr]
+    waiting = len(app.list_runs(status="pending", task="tests.flow.four", limit=1000))
+    assert waiting > 50, f"the later runs ended when only {waiting} limited runs were left"

@@ -23,8 +23,8 @@ learns after such a claim is the next one due later (`poll_after_claim`): it sle
 than claims in a loop, and is woken by the freed slot (trigger NOTIFY, data_version, or its
 own run ending). A claim that took every slot its keys had counts as leaving the rest
 waiting too, even when it got all it asked for (`_left_waiting`); while no run without a
-limit is due either (`plain_due`, from the last plain claim that was asked for runs), the
-worker holds no runs ahead (`limits_full`, prefetch): a claim before one of its own runs ends
+limit is due either (`plain_due`: the plain claim got fewer than it asked for, or, asked for
+none, a probe on its index found none), the worker holds no runs ahead (`limits_full`, prefetch): a claim before one of its own runs ends
 would find nothing (measured: one such empty round trip per cycle, W10 `limit=100` at 0.47x).
 Runs without a limit are still held ahead while a limit is full.
 
@@ -136,8 +136,8 @@ class FlowMixin:
     # wait for a slot (or for their window); see poll_after_claim
     flow_blocked: bool = False
     _flow_capped: bool = False  # the last flow claim took as many keys as it may
-    # the last claim that asked for runs without a limit or a rate got all it asked for (more
-    # may be due); unknown (kept) when a flow claim took all the room and asked none
+    # runs without a limit or a rate may still be due: the last claim's plain part got all it
+    # asked for, or (when it was asked for none) the plain_due probe found one
     plain_due: bool = True
 
     def sync_flow(self, limits: dict[str, int], rates: dict[str, tuple[int, float]]) -> bool:
@@ -189,11 +189,10 @@ class FlowMixin:
         free = limit if start is None else start
         if self.flow_due:  # the outcomes free slots: written first, in the claim's transaction
             self._resolve_some()
-            written, taken, got, due, plain = self._flow_finish_and_claim(outcomes, owner, limit, queues, lease, free)
-            self.flow_due = due
+            written, taken, got, self.flow_due, self.plain_due = self._flow_finish_and_claim(
+                outcomes, owner, limit, queues, lease, free
+            )
             self.flow_blocked = self._left_waiting(taken, limit)
-            if plain > 0:  # the plain claim was asked for runs: did it find as many?
-                self.plain_due = len(got) - taken >= plain
             return written, got
         written, got, due = self._probed_finish_and_claim(outcomes, owner, limit, queues, lease, free)
         if limit > 0:
@@ -212,9 +211,11 @@ class FlowMixin:
             return self.flow_blocked
         if self._flow_capped:
             return False
-        return taken < asked or taken >= self._flow_room
+        return taken < asked or (self._flow_room is not None and taken >= self._flow_room)
 
-    _flow_room = 0  # the slots and room of the keys the last flow claim took (as flow_heads saw them)
+    # the free slots of the limit keys the last flow claim took, as flow_heads saw them (None:
+    # it took a rate key too)
+    _flow_room: int | None = 0
     _flow_asked = 0.0  # when flow_any was last asked (monotonic; 0: not yet)
 
     def _flow_on(self) -> bool:
@@ -325,7 +326,9 @@ class FlowMixin:
         else:
             heads = s.q("flow_heads", queues=names, n=n)
         self._flow_capped = len(heads) >= n  # more keys may have room: not blocked
-        self._flow_room = sum(max(int(h[3] or 0), 0) for h in heads)
+        # (a run with a limit and a rate uses a unit of both keys: their sum says nothing)
+        limits_only = all(h[0] == "l" for h in heads)
+        self._flow_room = sum(max(int(h[3] or 0), 0) for h in heads) if limits_only else None
         return heads
 
     def _walked_heads(self, s: Any, names: Any, n: int) -> list[Any]:
@@ -334,10 +337,11 @@ class FlowMixin:
 
     def _flow_finish_and_claim(
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
-    ) -> tuple[set[int], int, list[Claimed], bool, int]:
+    ) -> tuple[set[int], int, list[Claimed], bool, bool]:
         """One transaction: write `outcomes` (freeing their slots), the flow claim into the
-        free slots, the plain claim for the rest, the probe. (written, limited or rated runs
-        taken, all claimed, whether any are still due, how many the plain claim asked for)."""
+        free slots, the plain claim for the rest, the probes. (written, limited or rated runs
+        taken, all claimed, whether any are still due, whether runs without a limit may be:
+        the plain claim got all it asked for, or, asked for none, the plain_due probe)."""
         raise NotImplementedError  # pragma: no cover - each backend's
 
     def poll_after_claim(self, queues: Sequence[str] | None) -> PollState:

@@ -57,12 +57,12 @@ class PostgresFlow(FlowMixin):
 
     def _flow_finish_and_claim(
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
-    ) -> tuple[set[int], int, list[Claimed], bool, int]:
+    ) -> tuple[set[int], int, list[Claimed], bool, bool]:
         return self._again(self._flow_pipeline, outcomes, owner, limit, queues, lease, free)  # type: ignore[attr-defined, no-any-return]
 
     def _flow_pipeline(
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
-    ) -> tuple[set[int], int, list[Claimed], bool, int]:
+    ) -> tuple[set[int], int, list[Claimed], bool, bool]:
         """In pipeline mode: BEGIN, the outcomes and flow_heads in one round trip; the flow
         claim's take in the next; the plain claim, the probe and COMMIT in the last."""
         from ._pg_session import claim_call, claimed, finish_batches, finished_schedules_lock
@@ -87,12 +87,19 @@ class PostgresFlow(FlowMixin):
             query, params = claim_call(owner, limit - expect, queues, lease, free - start)
             s.send(query, **params)
             s.send("flow_due", queues=names)
-        *written, more, due = s.received[len(lock) :]
+            probe = limit - expect <= 0  # the plain claim asks for nothing: is any of its runs due?
+            if probe:
+                s.send("plain_due", queues=names)
+        received = s.received[len(lock) :]
+        if probe:
+            *received, probed = received
+        *written, more, due = received
+        plain = bool(probed and probed[0][0]) if probe else len(more) >= limit - expect
         if take:
             *written, rows = written
         got = claimed(rows)
         written_ids = {r[0] for rows_ in written for r in rows_}
-        return written_ids, len(rows), got + claimed(more), bool(due and due[0][0]), limit - expect
+        return written_ids, len(rows), got + claimed(more), bool(due and due[0][0]), plain
 
     def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float, start: int) -> list[Any]:
         return s.q("flow_take", ids=json.dumps(ids), owner=owner, lease=lease)  # type: ignore[no-any-return]  # all start
@@ -134,7 +141,7 @@ class SQLiteFlow(FlowMixin):
 
     def _flow_finish_and_claim(
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
-    ) -> tuple[set[int], int, list[Claimed], bool, int]:
+    ) -> tuple[set[int], int, list[Claimed], bool, bool]:
         names = None if queues is None else self._names(queues)  # type: ignore[attr-defined]
         with self._tx() as s:  # type: ignore[attr-defined]
             written: set[int] = self._finish(s, outcomes) if outcomes else set()  # type: ignore[attr-defined]
@@ -143,7 +150,8 @@ class SQLiteFlow(FlowMixin):
             left, started = limit - len(rows), sum(not c.held for c in got)
             more = self._claim(s, owner, left, queues, lease, free - started) if left > 0 else []  # type: ignore[attr-defined]
             due = bool(s.q("flow_due", queues=names)[0][0])
-        return written, len(rows), got + self._claimed_rows(more), due, left  # type: ignore[attr-defined]
+            plain = len(more) >= left if left > 0 else bool(s.q("plain_due", queues=names)[0][0])
+        return written, len(rows), got + self._claimed_rows(more), due, plain  # type: ignore[attr-defined]
 
     def _flow_take_limits(
         self, s: Any, keys: list[list[str]], owner: str, limit: int, names: Any, lease: float, start: int

@@ -202,7 +202,9 @@ class Claimer:
         if not self.due.wake.is_set():
             return False
         self.due.wake.clear()
-        self.prefetch.backlog = True
+        # (not while only runs waiting for a limit's slot were due: the wake-up may be this
+        # worker's own run ending, whose slot its next claim takes with the outcome)
+        self.prefetch.backlog = not self.store().limits_full()
         return self.wanted() > 0
 
     async def trim(self) -> None:

@@ -1327,6 +1327,20 @@ SELECT EXISTS (SELECT 1 FROM rota_runs
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
                  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])))
 
+-- name: plain_due
+-- Is a run without a limit or a rate due (the plain claim's candidates)? Sent with a flow
+-- claim whose plain claim was asked for no run (the limits took every slot asked for), so
+-- the worker knows whether to hold runs ahead (rota/stores/_limits.py, limits_full). The
+-- claim's own index and order: it stops at the first candidate, as the claim would.
+SELECT EXISTS (SELECT 1 FROM (
+    SELECT 1 FROM rota_runs
+    WHERE status = 'pending' AND NOT held AND due_at <= {now}
+      AND (misfire_at IS NULL OR misfire_at >= {now})
+      AND limit_name IS NULL AND rate_name IS NULL AND NOT cancel_requested
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+    ORDER BY priority DESC, due_at, id
+    LIMIT 1) AS first)
+
 -- name: flow_poll_later
 -- poll_state after a claim that left due limited runs waiting for a slot: the next run due
 -- is the first due later (a range of rota_runs_due from now: the waiting runs before it

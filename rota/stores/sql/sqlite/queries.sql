@@ -967,6 +967,16 @@ SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_gated_due
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))))
 
+-- name: plain_due
+-- Is a run without a limit or a rate due (the plain claim's candidates)? Run with a flow claim
+-- whose plain claim was asked for no run (see the PostgreSQL file).
+SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_claim
+               WHERE status = 'pending' AND NOT held AND due_at <= {now}
+                 AND (misfire_at IS NULL OR misfire_at >= {now})
+                 AND NOT cancel_requested
+                 AND limit_name IS NULL AND rate_name IS NULL
+                 AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))))
+
 -- name: flow_poll_later
 -- poll_state after a claim that left due limited runs waiting for a slot: the first run due later
 SELECT {now},

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import rota
 
 from .conftest import make_app, start_worker
@@ -54,13 +56,18 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_a_worker_whose_own_runs_fill_a_limit_asks_for_no_runs_before_a_slot_frees(app: rota.App) -> None:
+@pytest.mark.parametrize("seconds", [0.0, 0.03], ids=["instant", "30ms"])
+def test_a_worker_whose_own_runs_fill_a_limit_asks_for_no_runs_before_a_slot_frees(
+    app: rota.App, seconds: float
+) -> None:
     """Limit 10, concurrency 10, a backlog of short runs: each claim fills the limit with
     the worker's own runs, so a claim before one of them ends (to hold runs ahead) would
-    find it full. The worker waits for its runs' ends and claims with their outcomes."""
+    find it full. The worker waits for its runs' ends and claims with their outcomes (with
+    handlers slower than its 10 ms look at the pace too, when a wake-up comes meanwhile)."""
 
     @app.task(limit=10, name="tests.flow.filled")
     def filled(i: int) -> int:
+        time.sleep(seconds)
         return i
 
     ids = filled.enqueue_many([((i,), {}) for i in range(300)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,6 +79,18 @@ def scratch_pg(admin_url: str, name: str) -> Iterator[str]:
         yield url
     finally:
         _drop_db(admin_url, name)
+
+
+@contextmanager
+def scratch_store(backend: str, admin_url: str, name: str) -> Iterator[str]:
+    """A fresh rota database URL for a script outside the runner: a new SQLite file in a
+    temporary folder, or the PostgreSQL database `name` (scratch_pg); gone afterwards."""
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory() as folder:
+            yield f"sqlite:///{Path(folder) / (name + '.db')}"
+        return
+    with scratch_pg(admin_url, name) as url:
+        yield url
 
 
 def pg_scalar(url: str, query: str) -> Any:

@@ -15,31 +15,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import rota
-
-
-@contextmanager
-def database(backend: str, pg_url: str) -> Iterator[str]:
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory() as folder:
-            yield f"sqlite:///{Path(folder) / 'fanin.db'}"
-        return
-    import psycopg
-
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS bench_fanin")
-        conn.execute("CREATE DATABASE bench_fanin")
-    try:
-        yield pg_url.rsplit("/", 1)[0] + "/bench_fanin"
-    finally:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute("DROP DATABASE IF EXISTS bench_fanin WITH (FORCE)")
+from bench.dbs import scratch_store
 
 
 def one_run(url: str, parents: int) -> float:
@@ -80,7 +59,7 @@ def main() -> None:
     started = time.monotonic()
     for _ in range(args.runs):  # interleaved: run 1 of each store, then run 2, ...
         for backend in backends:
-            with database(backend, args.pg_url) as url:
+            with scratch_store(backend, args.pg_url, "bench_fanin") as url:
                 gaps[backend].append(one_run(url, args.parents))
     print(f"W11 fan-in: {args.parents:,} parents, one dependent, 1 worker at concurrency 100, {args.runs} runs")
     print("| store | gap median (ms) | min-max (ms) | target |")

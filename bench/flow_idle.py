@@ -19,29 +19,15 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import psutil
 
 import rota
-from bench.dbs import DEFAULT_PG_URL, scratch_pg
+from bench.dbs import DEFAULT_PG_URL, scratch_store
 
 APP = "bench.flow_idle_app:app"
 SETTLE = 5.0  # seconds after the first start: the waiting runs' due time has moved on
-
-
-@contextmanager
-def database(backend: str, pg_url: str) -> Iterator[str]:
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory() as folder:
-            yield f"sqlite:///{Path(folder) / 'idle.db'}"
-        return
-    with scratch_pg(pg_url, "bench_flow_idle") as url:
-        yield url
 
 
 def one_run(url: str, waiting: int, seconds: float) -> float:
@@ -93,7 +79,7 @@ def main() -> None:
     started = time.monotonic()
     for _ in range(args.runs):  # interleaved: run 1 of each case, then run 2, ...
         for backend, waiting in cases:
-            with database(backend, args.pg_url) as url:
+            with scratch_store(backend, args.pg_url, "bench_flow_idle") as url:
                 cpu[(backend, waiting)].append(one_run(url, waiting, args.seconds))
     print(f"W12 idle under a rate: one `rota worker` (defaults), CPU over {args.seconds:.0f} s, {args.runs} runs")
     print("| store | runs waiting on Rate(1, per=60) | worker CPU, % of a core (median) | min-max | target |")

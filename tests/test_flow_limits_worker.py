@@ -8,6 +8,7 @@ import itertools
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,30 @@ def test_a_worker_waiting_on_a_full_limit_sleeps_and_starts_the_next_run_when_th
         app.close()
 
 
+@dataclass(frozen=True)
+class Claim:
+    asked: int
+    start: int | None  # how many of its runs start at once (the worker's free slots)
+    got: int
+    pending_after: bool  # runs were pending after a claim that got none (else False)
+
+
+def watch_claims(app: rota.App) -> list[Claim]:
+    """Every claim the app's store makes from now on (they all go through finish_and_claim)."""
+    store = app.store
+    real = store.finish_and_claim
+    claims: list[Claim] = []
+
+    def spy(outcomes: Any, owner: str, limit: int, queues: Any, lease: float, start: int | None = None) -> Any:
+        written, got = real(outcomes, owner, limit, queues, lease, start)
+        pending = not got and bool(store.count_by_status().get("pending"))
+        claims.append(Claim(limit, start, len(got), pending))
+        return written, got
+
+    store.finish_and_claim = spy  # type: ignore[method-assign]
+    return claims
+
+
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -71,21 +96,15 @@ def test_a_worker_whose_own_runs_fill_a_limit_asks_for_no_runs_before_a_slot_fre
         return i
 
     ids = filled.enqueue_many([((i,), {}) for i in range(300)])
-    store = app.store
-    real = store.finish_and_claim
-    futile: list[int] = []
-
-    def spy(outcomes: Any, owner: str, limit: int, *rest: Any) -> Any:
-        written, got = real(outcomes, owner, limit, *rest)
-        if limit and not got and app.store.count_by_status().get("pending"):
-            futile.append(len(outcomes))
-        return written, got
-
-    store.finish_and_claim = spy  # type: ignore[method-assign]
+    claims = watch_claims(app)
     start_worker(app, concurrency=10)
     runs = [rota.RunHandle(app, run_id).wait(60) for run_id in ids]
     assert all(r.status == "succeeded" for r in runs)
-    assert len(futile) <= 3, f"{len(futile)} claims found the limit full of the worker's own runs"
+    futile = [c for c in claims if c.asked and not c.got and c.pending_after]
+    # Measured on this 2-core VM: 11-76 such claims at ac96df3 (one or two per cycle of the
+    # drain's 30), 0-4 now (a claim can still meet an outcome being written by the worker's
+    # writer meanwhile, its slot not yet free).
+    assert len(futile) <= 8, f"{len(futile)} claims found the limit full of the worker's own runs"
 
 
 def test_runs_without_a_limit_are_still_held_ahead_while_a_limit_is_full(app: rota.App) -> None:
@@ -104,20 +123,11 @@ def test_runs_without_a_limit_are_still_held_ahead_while_a_limit_is_full(app: ro
     one.enqueue(3.0)
     waiting = [one.enqueue(0.0) for _ in range(5)]
     ids = plain.enqueue_many([((i,), {}) for i in range(2000)])
-    store = app.store
-    real = store.finish_and_claim
-    ahead: list[int] = []
-
-    def spy(outcomes: Any, owner: str, limit: int, queues: Any, lease: float, start: int | None = None) -> Any:
-        written, got = real(outcomes, owner, limit, queues, lease, start)
-        if start == 0 and got:  # no free slot: every run it claimed is held ahead
-            ahead.append(len(got))
-        return written, got
-
-    store.finish_and_claim = spy  # type: ignore[method-assign]
+    claims = watch_claims(app)
     start_worker(app, concurrency=4)
     runs = [rota.RunHandle(app, run_id).wait(60) for run_id in ids]
     assert all(r.status == "succeeded" for r in runs)
+    ahead = [c for c in claims if c.start == 0 and c.got]  # no free slot: every run it got is held
     assert ahead, "no run was held ahead while the limit was full"
     assert all(rota.RunHandle(app, r.id).wait(30).status == "succeeded" for r in waiting)
 

@@ -21,12 +21,13 @@ limited runs are due (`limits_due`); while due runs wait on full limits (`limits
 run of its own that ends makes it claim again within a millisecond, and the due time it
 learns after such a claim is the next one due later (`poll_after_claim`): it sleeps rather
 than claims in a loop, and is woken by the freed slot (trigger NOTIFY, data_version, or its
-own run ending). A claim that took every slot its keys had counts as leaving the rest
-waiting too, even when it got all it asked for (`_left_waiting`); while no run without a
-limit is due either (`plain_due`: the plain claim got fewer than it asked for, or, asked for
-none, a probe on its index found none), the worker holds no runs ahead (`limits_full`, prefetch): a claim before one of its own runs ends
-would find nothing (measured: one such empty round trip per cycle, W10 `limit=100` at 0.47x).
-Runs without a limit are still held ahead while a limit is full.
+own run ending). A claim that took every free slot of its limit keys counts as leaving the
+rest waiting too, even when it got all it asked for (`_left_waiting`). While no run without
+a limit is due either (`plain_due`: the plain claim got fewer than it asked for, or, asked
+for none, a probe on its index found none), the worker holds no runs ahead (`limits_full`,
+prefetch): a claim before one of its own runs ends would find nothing (measured: one such
+empty round trip per cycle, W10 `limit=100` at 0.55x). Runs without a limit are still held
+ahead while a limit is full.
 
 Slots are not counted in a counter row: a limit key's running count is the number of its
 runs whose status is `running` (an index holds just those). Every statement that ends or
@@ -203,8 +204,8 @@ class FlowMixin:
 
     def _left_waiting(self, taken: int, asked: int) -> bool:
         """Whether the flow claim that took `taken` of `asked` runs left the due limited or
-        rated runs waiting for a slot: it took fewer than it asked for, or every slot and
-        room its keys had (a claim that fills a limit exactly asks the next one to wait for
+        rated runs waiting for a slot: it took fewer than it asked for, or every free slot
+        of its limit keys (a claim that fills a limit exactly asks the next one to wait for
         a slot too: another claim now would find it full). Not when it took as many keys as
         one claim may: more keys wait, with room."""
         if asked <= 0:  # nothing asked: nothing learnt

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -153,3 +154,12 @@ def start_worker(app: rota.App, **options: Any) -> rota.Worker:
     worker = app.worker(**options)
     worker.start()
     return worker
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Until `condition()` holds; an AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)

@@ -13,6 +13,7 @@ free only when its handler body really returned (stuck threads keep theirs).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -62,8 +63,9 @@ class CoroutineExecutor(_Decidable):
             args, kwargs = decode_arguments(c)
             if task.opts.pass_context:
                 args.insert(0, run_context(active))
-            async with asyncio.timeout(c.timeout) as scope:
-                result = await task.fn(*args, **kwargs)
+            with self.slots.watch():  # the loop watchdog names it if it blocks the loop
+                async with asyncio.timeout(c.timeout) as scope:
+                    result = await task.fn(*args, **kwargs)
             outcome = "ok", encode_result(task.name, result)
         except asyncio.CancelledError as exc:
             if not (active.cancel_requested or active.done):
@@ -212,6 +214,7 @@ class Executors:
         self.handoff = Handoff(concurrency * 2 + 4, deliver)
         self.by_kind: dict[str, Executor] = {name: make(self) for name, make in EXECUTORS.items()}
         self.stuck_changed: Callable[[], None] = lambda: None  # on the loop: the registry shows it at once
+        self.watch: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext  # LoopWatch.watching
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.handoff.loop = loop

@@ -111,6 +111,7 @@ class Worker(Lifecycle):
         app = self.app
         self._maintenance = Maintenance(self.id, store, self._db, c, app.retention, app.prune_interval, app.lease)
         self._loop_watch = LoopWatch()
+        self._executors.watch = self._loop_watch.watching
         self._wire_roles()
 
     def _wire_roles(self) -> None:

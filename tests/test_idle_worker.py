@@ -1,0 +1,66 @@
+"""An idle worker sleeps (issue 20, W12: an idle worker under 1 % of a core): with nothing to
+run, its event loop wakes for its own timers (poll, heartbeat), not for the SQLite
+`data_version` watch (a thread looks at the file, and wakes the loop only when it changed)
+nor for the loop watchdog (it beats only while an `async def` handler runs). A commit by
+another connection still wakes it at once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import rota
+
+from .conftest import start_worker, wait_for
+
+
+def _loop_wakeups(worker: rota.Worker, seconds: float) -> int:
+    """How many times the worker's event loop slept in its selector (and woke) in `seconds`
+    (a select with a zero timeout only looks, between callbacks ready to run)."""
+    loop: Any = worker._loop
+    selector = loop._selector
+    calls = 0
+    select = selector.select
+
+    def counted(timeout: float | None = None) -> Any:
+        nonlocal calls
+        calls += timeout is None or timeout > 0
+        return select(timeout)
+
+    selector.select = counted
+    try:
+        time.sleep(seconds)
+    finally:
+        selector.select = select
+    return calls
+
+
+def test_an_idle_worker_sleeps_and_a_commit_still_wakes_it(app_factory: Callable[..., rota.App]) -> None:
+    app = app_factory(lease=30.0)
+
+    @app.task(name="greet")
+    def greet(name: str) -> str:
+        return f"hello {name}"
+
+    app.migrate()
+    worker = start_worker(app, poll_interval=30.0, concurrency=2)
+    wait_for(lambda: worker._loop is not None and app.list_workers(), what="the worker")
+    time.sleep(0.5)  # started: its first poll and heartbeat are done
+    wakeups = _loop_wakeups(worker, 2.0)
+    # SQLite: its poll and heartbeat timers only (60 before: 20 watch looks and 10 watchdog
+    # beats a second). PostgreSQL: also psycopg's LISTEN wait, which wakes every 0.1 s by
+    # its own design (so that Ctrl-C is seen), 20 in 2 s (40 before, with the beats).
+    bound = 5 if app.database_url.startswith("sqlite") else 25
+    assert wakeups <= bound, f"{wakeups} loop wake-ups in 2 s of idling"
+
+    other = app_factory(lease=30.0)  # its own store: its commit reaches the worker through the database
+
+    @other.task(name="greet")
+    def greet_elsewhere(name: str) -> str:
+        return f"hello {name}"
+
+    started = time.monotonic()
+    handle = greet_elsewhere.enqueue("ada")
+    assert handle.wait(5).status == "succeeded"
+    assert time.monotonic() - started < 2.0  # woken, not polled (poll interval 30 s)

@@ -327,3 +327,31 @@ def test_a_held_limited_run_counts_against_its_limit(app_factory: Callable[..., 
     held = [c for c in got if c.held]
     assert store.hand_back([(held[0].id, held[0].token)], "test") == {held[0].id}
     assert _tasks(store.claim(OWNER, 10, None, 30.0)) == ["two"]  # handed back: its slot is free
+
+
+def test_a_worker_of_some_queues_claims_and_probes_only_their_limited_runs(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    app = app_factory()
+
+    @app.task(limit=5, name="mail", queue="mail")
+    def mail(n: int) -> int:
+        return n
+
+    @app.task(limit=5, name="report", queue="reports")
+    def report(n: int) -> int:
+        return n
+
+    app.migrate()
+    app.prepare()
+    store: Any = app.store
+    report.enqueue_many([((i,), {}) for i in range(3)])
+    assert store.claim(OWNER, 10, ["mail"], 30.0) == []
+    assert store.flow_due is False  # the probe of the mail queue (flow_due_in_queues): none due there
+    mail.enqueue_many([((i,), {}) for i in range(7)])
+    store.flow_due = True  # as a wake-up would leave it
+    got = store.claim(OWNER, 10, ["mail"], 30.0)
+    assert _tasks(got) == ["mail"] * 5  # its limit, and nothing of the other queue
+    assert store.flow_due is True  # two more mail runs wait for a slot
+    assert _tasks(store.claim(OWNER, 10, None, 30.0)) == ["report"] * 3  # every queue: flow_due
+    assert store.flow_due is True

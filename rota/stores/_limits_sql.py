@@ -12,6 +12,11 @@ from ._limits import _WALK, FlowMixin, _choose
 from .base import Claimed
 
 
+def flow_due_call(names: Any) -> tuple[str, dict[str, Any]]:
+    """The flow_due probe for a worker of every queue (`names` None) or of some."""
+    return ("flow_due", {}) if names is None else ("flow_due_in_queues", {"queues": names})
+
+
 class _Synced:
     """A pipelined session whose `q` runs at once (the flow claim needs each answer)."""
 
@@ -47,7 +52,7 @@ class PostgresFlow(FlowMixin):
 
         batches = finish_batches(outcomes)
         lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
-        probe = ("flow_due", {"queues": None if queues is None else list(queues)})
+        probe = flow_due_call(None if queues is None else list(queues))
         calls = [*lock, *batches, claim_call(owner, limit, queues, lease, start), probe]
         with self._session(False, pipeline=True) as s:  # type: ignore[attr-defined]
             for query, params in calls:
@@ -86,7 +91,8 @@ class PostgresFlow(FlowMixin):
                 expect = start = len(rows)  # (a rated run is never held)
             query, params = claim_call(owner, limit - expect, queues, lease, free - start)
             s.send(query, **params)
-            s.send("flow_due", queues=names)
+            due_query, due_params = flow_due_call(names)
+            s.send(due_query, **due_params)
             probe = limit - expect <= 0  # the plain claim asks for nothing: is any of its runs due?
             if probe:
                 s.send("plain_due", queues=names)
@@ -136,7 +142,8 @@ class SQLiteFlow(FlowMixin):
         with self._tx() as s:  # type: ignore[attr-defined]
             written: set[int] = self._finish(s, outcomes) if outcomes else set()  # type: ignore[attr-defined]
             rows = self._claim(s, owner, limit, queues, lease, start) if limit > 0 else []  # type: ignore[attr-defined]
-            due = bool(s.q("flow_due", queues=names)[0][0])
+            due_query, due_params = flow_due_call(names)
+            due = bool(s.q(due_query, **due_params)[0][0])
         return written, self._claimed_rows(rows), due  # type: ignore[attr-defined]
 
     def _flow_finish_and_claim(
@@ -149,7 +156,8 @@ class SQLiteFlow(FlowMixin):
             got: list[Claimed] = self._claimed_rows(rows)  # type: ignore[attr-defined]
             left, started = limit - len(rows), sum(not c.held for c in got)
             more = self._claim(s, owner, left, queues, lease, free - started) if left > 0 else []  # type: ignore[attr-defined]
-            due = bool(s.q("flow_due", queues=names)[0][0])
+            due_query, due_params = flow_due_call(names)
+            due = bool(s.q(due_query, **due_params)[0][0])
             plain = len(more) >= left if left > 0 else bool(s.q("plain_due", queues=names)[0][0])
         return written, len(rows), got + self._claimed_rows(more), due, plain  # type: ignore[attr-defined]
 

@@ -1321,11 +1321,20 @@ UNION ALL
  LIMIT greatest(%(n)s - (SELECT count(*) FROM taken), 0))
 
 -- name: flow_due
--- Is a limited or rated run due (the probe the plain claim's transaction ends with)?
+-- Is a limited or rated run due (the probe the plain claim's transaction ends with)? For a
+-- worker of every queue. No "queues IS NULL OR ..." test: with one, PostgreSQL's generic plan
+-- of the prepared statement costs more than a custom one, so it planned it again at every
+-- call (0.15 ms per flow claim, measured, against 0.03 to run it); flow_due_in_queues has it.
+SELECT EXISTS (SELECT 1 FROM rota_runs
+               WHERE status = 'pending' AND NOT held AND due_at <= {now}
+                 AND (limit_name IS NOT NULL OR rate_name IS NOT NULL))
+
+-- name: flow_due_in_queues
+-- flow_due for a worker of some queues.
 SELECT EXISTS (SELECT 1 FROM rota_runs
                WHERE status = 'pending' AND NOT held AND due_at <= {now}
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
-                 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])))
+                 AND queue = ANY(%(queues)s::text[]))
 
 -- name: plain_due
 -- Is a run without a limit or a rate due (the plain claim's candidates)? Sent with a flow

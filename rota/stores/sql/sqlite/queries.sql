@@ -961,11 +961,17 @@ WHERE free > 0 OR (kind = 'r' AND free IS NOT NULL)
 LIMIT :n
 
 -- name: flow_due
--- Is a limited or rated run due (the probe the plain claim's transaction ends with)?
+-- Is a limited or rated run due (the probe the plain claim's transaction ends with)? For a
+-- worker of every queue (flow_due_in_queues: of some).
+SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_gated_due
+               WHERE status = 'pending' AND NOT held AND due_at <= {now}
+                 AND (limit_name IS NOT NULL OR rate_name IS NOT NULL))
+
+-- name: flow_due_in_queues
 SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_gated_due
                WHERE status = 'pending' AND NOT held AND due_at <= {now}
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
-                 AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))))
+                 AND queue IN (SELECT value FROM json_each(:queues)))
 
 -- name: plain_due
 -- Is a run without a limit or a rate due (the plain claim's candidates)? Run with a flow claim

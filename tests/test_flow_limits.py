@@ -355,3 +355,29 @@ def test_a_worker_of_some_queues_claims_and_probes_only_their_limited_runs(
     assert store.flow_due is True  # two more mail runs wait for a slot
     assert _tasks(store.claim(OWNER, 10, None, 30.0)) == ["report"] * 3  # every queue: flow_due
     assert store.flow_due is True
+
+
+def test_enqueue_many_keys_every_run_like_enqueue_also_in_a_callers_transaction(
+    app_factory: Callable[..., rota.App], db_url: str
+) -> None:
+    """enqueue_many takes the bulk path (COPY on PostgreSQL, also in a caller's transaction)
+    for runs with a limit or a rate too: each run still carries its key."""
+    from .test_txn import caller_connection
+
+    app, t = _limited_app(app_factory)
+
+    @app.task(rate=rota.Rate(2, per=60), name="rated")
+    def rated(n: int) -> int:
+        return n
+
+    app.prepare()
+    t["per_customer"].enqueue_many([((c, n), {}) for c in (1, 2) for n in range(3)])
+    rated.enqueue_many([((n,), {}) for n in range(5)])
+    with caller_connection(db_url) as conn:
+        t["two"].enqueue_many([((n,), {}) for n in range(4)], connection=conn)
+        conn.commit()
+    got = _tasks(_claim(app))
+    assert got.count("per_customer") == 2  # one per customer
+    assert got.count("rated") == 2  # the rate's window
+    assert got.count("two") == 2  # its limit
+    assert len(app.list_runs(limit=100)) == 15

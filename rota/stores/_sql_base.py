@@ -38,7 +38,8 @@ class Session(Protocol):
 
 
 def _plain(runs: Sequence[NewRun]) -> bool:
-    """No keys, schedules or special status: the bulk insert path applies."""
+    """No keys, schedules, parents or special status: the bulk insert path applies. A limit
+    or a rate is four more columns of it (resolved before, by `_gate`)."""
     return all(
         r.key is None
         and r.schedule is None
@@ -46,8 +47,6 @@ def _plain(runs: Sequence[NewRun]) -> bool:
         and r.status == PENDING
         and not r.held
         and not r.after
-        and r.limit_name is None
-        and r.rate_name is None
         for r in runs
     )
 

@@ -259,7 +259,8 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         base = int(s.q("next_run_ids")[0][0])
         ids = list(range(base + 1, base + len(runs) + 1))
         now = s.now
-        sql = self.queries["insert_runs_bulk"]
+        gated = any(r.limit_name is not None or r.rate_name is not None for r in runs)
+        sql = self.queries["insert_runs_bulk_gated" if gated else "insert_runs_bulk"]
         s.conn.executemany(
             sql,
             (
@@ -276,6 +277,16 @@ class SQLiteStore(SQLiteFlow, SqlStore):
                     "timeout": r.timeout,
                     "backoff": r.backoff,
                     "now": now,
+                    **(
+                        {
+                            "limit_name": r.limit_name,
+                            "limit_key": r.limit_key,
+                            "rate_name": r.rate_name,
+                            "rate_key": r.rate_key,
+                        }
+                        if gated
+                        else {}
+                    ),
                 }
                 for run_id, r in zip(ids, runs, strict=True)
             ),

@@ -41,6 +41,13 @@ RETURNING id
 COPY rota_runs (id, task, queue, priority, args, kwargs, scheduled_for, due_at, max_attempts, timeout, backoff)
 FROM STDIN
 
+-- name: insert_runs_bulk_gated
+-- transition: enqueue
+-- COPY: as insert_runs_bulk, for a batch where some runs have a limit or a rate
+COPY rota_runs (id, task, queue, priority, args, kwargs, scheduled_for, due_at, max_attempts, timeout, backoff,
+                limit_name, limit_key, rate_name, rate_key)
+FROM STDIN
+
 -- name: next_run_ids
 SELECT nextval('rota_run_id_seq') FROM generate_series(1, %(n)s)
 

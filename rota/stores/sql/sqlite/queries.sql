@@ -37,6 +37,15 @@ INSERT INTO rota_runs (id, task, queue, priority, args, kwargs, scheduled_for, d
 VALUES (:id, :task, :queue, :priority, :args, :kwargs, coalesce(:scheduled_for, {now} + :delay),
         coalesce(:scheduled_for, {now} + :delay), :max_attempts, :timeout, :backoff, {now})
 
+-- name: insert_runs_bulk_gated
+-- transition: enqueue
+-- as insert_runs_bulk, for a batch where some runs have a limit or a rate
+INSERT INTO rota_runs (id, task, queue, priority, args, kwargs, scheduled_for, due_at,
+                       max_attempts, timeout, backoff, created_at, limit_name, limit_key, rate_name, rate_key)
+VALUES (:id, :task, :queue, :priority, :args, :kwargs, coalesce(:scheduled_for, {now} + :delay),
+        coalesce(:scheduled_for, {now} + :delay), :max_attempts, :timeout, :backoff, {now},
+        :limit_name, :limit_key, :rate_name, :rate_key)
+
 -- name: next_run_ids
 SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'rota_runs'), 0)
 

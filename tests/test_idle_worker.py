@@ -6,11 +6,14 @@ another connection still wakes it at once."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import rota
+from rota.worker.wakeups import DueTimes, Wakeups
 
 from .conftest import start_worker, wait_for
 
@@ -64,3 +67,40 @@ def test_an_idle_worker_sleeps_and_a_commit_still_wakes_it(app_factory: Callable
     handle = greet_elsewhere.enqueue("ada")
     assert handle.wait(5).status == "succeeded"
     assert time.monotonic() - started < 2.0  # woken, not polled (poll interval 30 s)
+
+    watchers = [t for t in threading.enumerate() if t.name == "rota-data-version"]
+    assert len(watchers) == app.database_url.startswith("sqlite")
+    worker.stop(wait=True, timeout=10)
+    assert not any(t.is_alive() for t in watchers)  # ended with the worker, before the store closes
+
+
+class _File:
+    """A SQLite file's data_version, moved by hand (another process committing)."""
+
+    version = 1
+
+    def data_version(self) -> int:
+        return self.version
+
+
+def test_a_commit_seen_while_every_slot_is_busy_wakes_the_worker_once_one_frees() -> None:
+    file, free = _File(), [0]
+    wakeups = Wakeups(lambda: file, DueTimes(), lambda: free[0])  # type: ignore[arg-type,return-value]
+
+    async def scenario() -> tuple[bool, bool]:
+        changed, stop = asyncio.Event(), threading.Event()
+        look = threading.Thread(target=wakeups._look, args=(file, asyncio.get_running_loop(), changed, stop))
+        look.start()
+        try:
+            await asyncio.sleep(0.5)  # looked at least once (every 0.2 s while no slot is free)
+            file.version = 2  # committed while the worker is full
+            await asyncio.sleep(0.6)
+            woken_while_full = changed.is_set()
+            free[0] = 1
+            await asyncio.wait_for(changed.wait(), 5.0)
+            return woken_while_full, changed.is_set()
+        finally:
+            stop.set()
+            look.join(5)
+
+    assert asyncio.run(scenario()) == (False, True)

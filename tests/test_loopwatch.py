@@ -40,11 +40,11 @@ def test_an_idle_watch_takes_no_beats_and_its_thread_ends_with_it() -> None:
     deadline = time.monotonic() + 2
     while _watchdog_threads() > before and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert _watchdog_threads() == before  # the parked thread saw the stop
+    assert _watchdog_threads() <= before  # the parked thread saw the stop
 
 
 def test_a_watched_handler_gets_beats_and_they_stop_when_it_ends() -> None:
-    watch = LoopWatch(threshold=0.05, tick=0.01)
+    watch = LoopWatch(threshold=5.0, tick=0.01)  # no lag on a loaded machine counts as a block
 
     async def handler() -> None:
         with watch.watching():

@@ -179,7 +179,19 @@ class SQLiteStore(SQLiteFlow, SqlStore):
 
     def data_version(self) -> int:
         """Changes whenever another connection commits: a cheap 'anything new?' probe."""
-        return int(self._conn().execute("PRAGMA data_version").fetchone()[0])
+        try:
+            return int(self._conn().execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+
+    def release_thread(self) -> None:
+        """Close the calling thread's connection (a thread that is about to end)."""
+        with self._all_lock:
+            conn = self._all.pop(threading.current_thread(), None)
+        self._local.conn = None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
 
     # -- value conversions ---------------------------------------------------------------
     def _ts(self, value: datetime | None) -> Any:

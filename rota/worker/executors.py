@@ -57,15 +57,18 @@ class CoroutineExecutor(_Decidable):
         active.async_task = asyncio.get_running_loop().create_task(self._call(active, task), name=name)
 
     async def _call(self, active: Active, task: Task[Any, Any]) -> None:
+        with self.slots.watch():  # the loop watchdog names the run if it blocks the loop
+            self.slots.deliver(active, await self._outcome(active, task))
+
+    async def _outcome(self, active: Active, task: Task[Any, Any]) -> Result:
         c = active.claim
         outcome: Result
         try:
             args, kwargs = decode_arguments(c)
             if task.opts.pass_context:
                 args.insert(0, run_context(active))
-            with self.slots.watch():  # the loop watchdog names it if it blocks the loop
-                async with asyncio.timeout(c.timeout) as scope:
-                    result = await task.fn(*args, **kwargs)
+            async with asyncio.timeout(c.timeout) as scope:
+                result = await task.fn(*args, **kwargs)
             outcome = "ok", encode_result(task.name, result)
         except asyncio.CancelledError as exc:
             if not (active.cancel_requested or active.done):
@@ -75,7 +78,7 @@ class CoroutineExecutor(_Decidable):
             outcome = ("timeout", None) if scope.expired() else ("error", exc)
         except Exception as exc:
             outcome = "error", exc
-        self.slots.deliver(active, outcome)
+        return outcome
 
     def stop(self, active: Active, lost: bool) -> None:
         if active.async_task is not None:

@@ -52,6 +52,7 @@ class LoopWatch:
         """On the loop: beat while watched, and report lag. `describe` turns a task name
         into a label."""
         loop = asyncio.get_running_loop()
+        self._stop.clear()  # a worker run again (run_until_idle) watches again
         self._armed = asyncio.Event()  # of this loop
         if self.watched:
             self._armed.set()
@@ -71,6 +72,7 @@ class LoopWatch:
         if not self.watched:
             self._armed.clear()
             self._thread_armed.clear()
+            self.culprit = None  # a name the thread took as the last handler ended says nothing
             await self._armed.wait()
             return time.monotonic() - self.beat  # `watching` set the beat: a block since counts
         before = time.monotonic()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,7 @@ from typing import Any
 from ..errors import DatabaseError
 from ..stores.base import PollState, Store
 
+log = logging.getLogger("rota.worker")
 # Wake this much before a due run and step the loop (yielding) up to its due time: the
 # event loop's timers round up to the millisecond (epoll), which made runs start up to 1 ms
 # late; waking early costs at most this much of stepping per due run.
@@ -172,19 +174,29 @@ class Wakeups:
                     await self._changed()
         finally:
             stop.set()
+            look.join(0.5)  # at once (stop is set; a PRAGMA takes no lock): ended before the store closes
 
     def _look(self, store: Any, loop: asyncio.AbstractEventLoop, changed: asyncio.Event, stop: threading.Event) -> None:
-        """On the watch thread: look at `data_version` every `_every()` seconds."""
+        """On the watch thread: look at `data_version` every `_every()` seconds. A change
+        seen while no slot is free is kept for when one frees (`seen` stays behind)."""
         seen = None
-        while not stop.wait(self._every()):
-            try:
-                version = store.data_version()
-            except DatabaseError:
-                continue
-            if seen is not None and version != seen and self.free_slots():
-                with contextlib.suppress(RuntimeError):  # the loop is closed: the worker stopped
-                    loop.call_soon_threadsafe(changed.set)
-            seen = version
+        try:
+            while not stop.wait(self._every()) and not loop.is_closed():
+                try:
+                    version = store.data_version()
+                except Exception as exc:  # the database away, or closing: look again later
+                    log.debug("data_version: %s", exc)
+                    continue
+                if seen is not None and version != seen:
+                    if not self.free_slots():
+                        continue
+                    with contextlib.suppress(RuntimeError):  # the loop is closed: the worker stopped
+                        loop.call_soon_threadsafe(changed.set)
+                seen = version
+        finally:
+            release = getattr(store, "release_thread", None)
+            if release is not None:
+                release()
 
     def _every(self) -> float:
         """Every 20 ms while runs keep coming, every 50 ms once none was claimed for 5 s

@@ -371,8 +371,10 @@ def test_enqueue_many_keys_every_run_like_enqueue_also_in_a_callers_transaction(
         return n
 
     app.prepare()
-    t["per_customer"].enqueue_many([((c, n), {}) for c in (1, 2) for n in range(3)])
-    rated.enqueue_many([((n,), {}) for n in range(5)])
+    with pytest.MonkeyPatch.context() as patch:  # the bulk path, not one statement a run
+        patch.setattr(app.store, "_insert_steps", lambda runs: pytest.fail("inserted one by one"))
+        t["per_customer"].enqueue_many([((c, n), {}) for c in (1, 2) for n in range(3)])
+        rated.enqueue_many([((n,), {}) for n in range(5)])
     with caller_connection(db_url) as conn:
         t["two"].enqueue_many([((n,), {}) for n in range(4)], connection=conn)
         conn.commit()

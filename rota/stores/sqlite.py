@@ -289,16 +289,9 @@ class SQLiteStore(SQLiteFlow, SqlStore):
                     "timeout": r.timeout,
                     "backoff": r.backoff,
                     "now": now,
-                    **(
-                        {
-                            "limit_name": r.limit_name,
-                            "limit_key": r.limit_key,
-                            "rate_name": r.rate_name,
-                            "rate_key": r.rate_key,
-                        }
-                        if gated
-                        else {}
-                    ),
+                    **{
+                        k: getattr(r, k) for k in ("limit_name", "limit_key", "rate_name", "rate_key")
+                    },  # read by insert_runs_bulk_gated only
                 }
                 for run_id, r in zip(ids, runs, strict=True)
             ),

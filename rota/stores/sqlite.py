@@ -34,6 +34,7 @@ from ..errors import (
 from ._handler_tx import sqlite_handler_tx
 from ._limits_sql import SQLiteFlow
 from ._sql import NOTIFY_CHANNEL, SqlStore
+from ._sql_flow import _gates
 from ._sqlite_conn import (
     _busy_timeout,
     _check_not_newer,
@@ -289,9 +290,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
                     "timeout": r.timeout,
                     "backoff": r.backoff,
                     "now": now,
-                    **{
-                        k: getattr(r, k) for k in ("limit_name", "limit_key", "rate_name", "rate_key")
-                    },  # read by insert_runs_bulk_gated only
+                    **_gates(r),  # read by insert_runs_bulk_gated only
                 }
                 for run_id, r in zip(ids, runs, strict=True)
             ),

@@ -132,7 +132,7 @@ def test_log_every_run_logs_all(
 
 
 def test_a_stopping_worker_logs_the_last_summary(app: rota.App, caplog: pytest.LogCaptureFixture) -> None:
-    from .test_worker import wait_for
+    from .conftest import wait_for
 
     @app.task(name="ok")
     def ok() -> None:

@@ -24,7 +24,7 @@ import rota
 from rota.cli import main as cli
 from rota.stores.base import Outcome
 
-from .conftest import start_worker
+from .conftest import start_worker, wait_for
 
 START = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)  # a Tuesday, 30 s past midnight UTC
 SECOND = timedelta(seconds=1)
@@ -60,14 +60,6 @@ def poll_once(app: rota.App) -> rota.Worker:
         worker._threads.close()
         worker._db_pool.close()
     return worker
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def runs_of(app: rota.App, name: str) -> list[rota.Run]:

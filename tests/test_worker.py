@@ -13,15 +13,7 @@ import pytest
 
 import rota
 
-from .conftest import start_worker
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
+from .conftest import start_worker, wait_for
 
 
 def test_runs_sync_and_async_tasks_and_records_the_attempt(app: rota.App) -> None:

@@ -14,8 +14,7 @@ import pytest
 import rota
 from rota import logs
 
-from .conftest import start_worker
-from .test_worker import wait_for
+from .conftest import start_worker, wait_for
 
 
 @pytest.fixture

@@ -51,11 +51,9 @@ def test_an_idle_worker_sleeps_and_a_commit_still_wakes_it(app_factory: Callable
     wait_for(lambda: worker._loop is not None and app.list_workers(), what="the worker")
     time.sleep(0.5)  # started: its first poll and heartbeat are done
     wakeups = _loop_wakeups(worker, 2.0)
-    # SQLite: its poll and heartbeat timers only (60 before: 20 watch looks and 10 watchdog
-    # beats a second). PostgreSQL: also psycopg's LISTEN wait, which wakes every 0.1 s by
-    # its own design (so that Ctrl-C is seen), 20 in 2 s (40 before, with the beats).
-    bound = 5 if app.database_url.startswith("sqlite") else 25
-    assert wakeups <= bound, f"{wakeups} loop wake-ups in 2 s of idling"
+    # Its poll and heartbeat timers only: 60 before on SQLite (20 watch looks and 10
+    # watchdog beats a second), 40 on PostgreSQL (psycopg's LISTEN wait woke every 0.1 s).
+    assert wakeups <= 5, f"{wakeups} loop wake-ups in 2 s of idling"
 
     other = app_factory(lease=30.0)  # its own store: its commit reaches the worker through the database
 

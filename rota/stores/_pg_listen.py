@@ -3,7 +3,12 @@
 The channel is computed on the server (the `notify_channel` query) from current_schema(),
 the schema the store's connections resolve rota's tables with, with the same expression as
 the `notify` query: `rota` for public, `rota:<schema>` otherwise. Apps in other schemas of
-the same database then neither wake nor cancel this app's runs."""
+the same database then neither wake nor cancel this app's runs.
+
+The listening connection waits on its socket for as long as nothing comes: psycopg's own
+waits wake every 0.1 s (so that a blocking caller sees Ctrl-C), which kept an idle worker's
+event loop waking 10 times a second. Cancelling the listener's task ends the wait at once
+either way (an asyncio future is cancelled, not polled)."""
 
 from __future__ import annotations
 
@@ -16,6 +21,20 @@ if TYPE_CHECKING:  # imported at run time in listen(): postgres.py reports a mis
     import psycopg
 
 log = logging.getLogger("rota.store")
+
+
+LISTEN_INTERVAL = 3600.0  # seconds between psycopg's looks while nothing arrives (see above)
+
+
+def listener_class() -> type[psycopg.AsyncConnection[Any]]:
+    """An AsyncConnection whose waits do not wake the loop every 0.1 s (see above)."""
+    import psycopg
+
+    class Listener(psycopg.AsyncConnection[Any]):
+        async def wait(self, gen: Any, interval: float = LISTEN_INTERVAL, timeout: float | None = None) -> Any:
+            return await super().wait(gen, interval=max(interval, LISTEN_INTERVAL), timeout=timeout)
+
+    return Listener
 
 
 async def channel_of(aconn: psycopg.AsyncConnection[Any], channel_sql: str) -> str:

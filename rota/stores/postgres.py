@@ -33,6 +33,7 @@ from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
 from ._limits_sql import PostgresFlow
 from ._pg_foreign import PgForeignSessions
 from ._pg_listen import listen as listen_on_channel
+from ._pg_listen import listener_class
 from ._pg_lists import runs_where, status_terms, web_rows
 from ._pg_session import (
     _check_can_migrate,
@@ -456,7 +457,7 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
     async def listen(self, on_payload: Callable[[str], None]) -> None:
         """LISTEN on the channel of the app's schema until cancelled (see _pg_listen)."""
         kwargs = _connect_kwargs(self.url, self.connect_timeout)
-        connect = functools.partial(psycopg.AsyncConnection.connect, self.url, **kwargs)
+        connect = functools.partial(listener_class().connect, self.url, **kwargs)
         await listen_on_channel(connect, self.queries["notify_channel"], on_payload)
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import rota
 from bench.dbs import DEFAULT_PG_URL, scratch_pg
 from rota.web.charts import lateness_data, throughput_data, window
-from rota.worker.maintenance import PruneBatch
+from rota.worker.maintenance import PruneBatch, statement_target
 
 DUE, DRAINS, BURST, REPEATS, PRUNE = 50_000, 3, 200_000, 30, 1_000_000
 FILL_CHUNK = 500_000
@@ -197,7 +197,7 @@ def prune(app: rota.App, url: str, older_than: float) -> Result:
         probe.start()
         time.sleep(12.0)  # the worker starts, then 10 s of lateness without a prune
         before_hi = time.time()
-        statements, sizes, total, batch, after = [], [], 0, PruneBatch(), 0.0
+        statements, sizes, total, batch, after = [], [], 0, PruneBatch(target=statement_target(app.store)), 0.0
         while total < PRUNE:
             size, t0 = batch.size, time.perf_counter()
             n, after = app.store.prune_from("succeeded", older_than, size, after)

@@ -14,7 +14,16 @@ import pytest
 
 import rota
 from rota.stores.base import Outcome
-from rota.worker.maintenance import FIRST_BATCH, MAX_BATCH, MIN_BATCH, MIN_PAUSE, STATEMENT_TARGET, PruneBatch
+from rota.worker import maintenance
+from rota.worker.maintenance import (
+    FIRST_BATCH,
+    MAX_BATCH,
+    MIN_BATCH,
+    MIN_PAUSE,
+    SQLITE_STATEMENT_TARGET,
+    STATEMENT_TARGET,
+    PruneBatch,
+)
 
 
 def test_a_batch_moves_towards_the_time_target_and_stays_in_bounds() -> None:
@@ -130,6 +139,26 @@ def test_statements_slower_per_run_get_smaller_and_are_followed_by_pauses(
     assert app.store.count_by_status().get("succeeded", 0) == 0
 
 
+def test_sqlite_prune_statements_aim_shorter_than_postgresql_ones(
+    app_factory: Callable[..., rota.App], clock: rota.FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite every prune statement holds the one write lock that claims and finishes
+    need: its batches aim at a shorter time than on PostgreSQL (row locks on final runs)."""
+    app = _old_runs(app_factory, clock, 50)
+    targets: list[float] = []
+    real = maintenance.PruneBatch
+
+    def made(**kwargs: Any) -> PruneBatch:
+        targets.append(kwargs["target"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(maintenance, "PruneBatch", made)
+    assert asyncio.run(app.worker()._prune(app.retention)) == 50
+    sqlite = app.database_url.startswith("sqlite")
+    assert targets == [SQLITE_STATEMENT_TARGET if sqlite else STATEMENT_TARGET]
+    assert SQLITE_STATEMENT_TARGET < STATEMENT_TARGET
+
+
 def test_a_pass_stops_when_its_share_is_spent_and_counts_what_it_deleted(
     app_factory: Callable[..., rota.App], clock: rota.FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -155,6 +184,37 @@ def test_a_pass_stops_when_its_share_is_spent_and_counts_what_it_deleted(
         asyncio.run(worker._prune(app.retention))
     assert worker.counters.pruned == FIRST_BATCH + FIRST_BATCH + 2 * FIRST_BATCH  # kept across the error
     assert app.store.lock_acquire("rota:prune", "other", 5.0) is not None  # released
+
+
+def test_the_time_a_status_does_not_need_goes_to_the_others(
+    app_factory: Callable[..., rota.App], clock: rota.FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention for succeeded and failed runs, only succeeded ones old: succeeded's half of
+    the pass runs out, failed needs one statement, and succeeded gets the rest of the pass,
+    going on from where it stopped (its finish-time cursor), instead of waiting for the next
+    pass (five minutes by default)."""
+    app = app_factory(clock=clock, retention={"succeeded": timedelta(days=1), "failed": timedelta(days=1)})
+    _finished_runs(app, 300)
+    clock.advance(timedelta(days=2))
+    monkeypatch.setattr("rota.worker.maintenance.PASS_SECONDS", 0.6)
+    calls: list[tuple[str, float, float]] = []  # status, cursor given, cursor returned
+    prune = app.store.prune_from
+
+    def slow(status: str, older_than: float, limit: int, after: float) -> tuple[int, float]:
+        time.sleep(0.001 * limit)  # 1 ms a run: 300 runs take far more than the pass
+        n, cursor = prune(status, older_than, limit, after)
+        calls.append((status, after, cursor))
+        return n, cursor
+
+    monkeypatch.setattr(app.store, "prune_from", slow)
+    started = time.monotonic()
+    pruned = asyncio.run(app.worker()._prune(app.retention))
+    statuses = [status for status, _, _ in calls]
+    first_failed = statuses.index("failed")
+    assert statuses[0] == "succeeded" and "succeeded" in statuses[first_failed + 1 :], statuses
+    assert statuses.count("failed") == 1  # nothing to prune: done, not asked again
+    assert calls[first_failed + 1][1] == calls[first_failed - 1][2] > 0.0  # goes on from where it stopped
+    assert 0 < pruned < 300 and time.monotonic() - started < 0.6 + 1.0
 
 
 def test_each_statement_goes_on_from_the_last_finish_time_the_one_before_deleted(

@@ -32,7 +32,7 @@ STATEMENT_TARGET = 0.005  # seconds a prune statement should take beyond its fix
 # SQLite: every prune statement holds the one write lock, so shorter ones. At 10,000,000 runs
 # kept, 3 alternated rounds (bench/results/issue19-prune-sqlite-2core-2026-12-02.md): statement
 # p99 14.8 -> 10.4 ms (2 ms: 11.7), a probe task's start lateness p99 21 -> 18 ms, the prune
-# 0.65x as fast (the commit's fixed cost weighs more): about 6,000 runs/s.
+# 0.65x as fast (the commit's fixed cost weighs more).
 SQLITE_STATEMENT_TARGET = 0.003
 FIRST_BATCH, MIN_BATCH, MAX_BATCH = 20, 20, 5000
 MIN_PAUSE = 0.02
@@ -86,6 +86,7 @@ class Maintenance:
         self.retention = retention
         self.interval = interval
         self.app_lease = app_lease
+        self._not_before = 0.0  # during a pass: the next prune statement waits until then
 
     async def run(self) -> None:
         """The maintenance task (nothing to do without a retention)."""
@@ -116,39 +117,47 @@ class Maintenance:
     async def _prune_statuses(self, store: Store, retention: dict[str, timedelta]) -> None:
         """Each status gets an equal share of what is left of the pass. The time a status
         did not need (nothing more to prune) goes to those whose share ran out, in further
-        rounds while the pass lasts, each going on from where it stopped."""
+        rounds while the pass lasts, each going on from where it stopped (its cursor and its
+        batch size). Every statement waits for the pause of the one before, whichever status
+        it was for: claims get their three quarters across statuses and rounds too."""
         end = time.monotonic() + PASS_SECONDS
-        cursors = dict.fromkeys(retention, 0.0)  # status -> the last finish time it deleted
+        target = statement_target(store)
+        left = {status: (PruneBatch(target=target), 0.0) for status in retention}  # batch, cursor
+        self._not_before = 0.0
         first = True
-        while cursors and (first or time.monotonic() < end):
+        while left and (first or self._not_before < end):
             first = False
-            left = list(cursors)
-            for i, status in enumerate(left):
-                share = max(0.0, end - time.monotonic()) / (len(left) - i)
-                done, cursors[status] = await self._prune_status(
-                    store, status, retention[status], time.monotonic() + share, cursors[status]
+            names = list(left)
+            for i, status in enumerate(names):
+                start = max(time.monotonic(), self._not_before)
+                batch, after = left[status]
+                done, after = await self._prune_status(
+                    store, status, retention[status], batch, after, start + max(0.0, end - start) / (len(names) - i)
                 )
                 if done:
-                    del cursors[status]
-        if cursors:
-            log.debug("pruning %s runs continues next pass (this pass is spent)", ", ".join(cursors))
+                    del left[status]
+                else:
+                    left[status] = batch, after
+        if left:
+            log.debug("pruning %s runs continues next pass (this pass is spent)", ", ".join(left))
 
     async def _prune_status(
-        self, store: Store, status: str, keep: timedelta, deadline: float, after: float
+        self, store: Store, status: str, keep: timedelta, batch: PruneBatch, after: float, deadline: float
     ) -> tuple[bool, float]:
         """Batches until none is full (True: nothing more to prune) or the share is spent
         (False); each batch is counted as it is deleted (an error later in the pass keeps the
         count). Each goes on from the last finish time the one before deleted (Store.prune_from)."""
-        batch = PruneBatch(target=statement_target(store))
         while True:
+            wait = self._not_before - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
             size, started = batch.size, time.monotonic()
             n, after = await self.db(store.prune_from, status, keep.total_seconds(), size, after)
             took = time.monotonic() - started
             self.counters.pruned += n
+            self._not_before = time.monotonic() + batch.pause(took)
             if n < size:
                 return True, after
             batch.took(n, took)
-            pause = batch.pause(took)
-            if time.monotonic() + pause >= deadline:
+            if self._not_before >= deadline:
                 return False, after
-            await asyncio.sleep(pause)

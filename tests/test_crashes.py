@@ -53,10 +53,10 @@ def enqueue(
 
 def test_chaos_kill9_random_workers_loses_nothing(db_url: str, procs: WorkerProcs, tmp_path: Path) -> None:
     """4 workers, 1,000 runs of random short durations, a random worker kill -9'd about
-    every half second and replaced, until all are done."""
+    every second and replaced, until all are done."""
     rng = random.Random(20261129)
     app = make_app(db_url)
-    enqueue(app, "chaos", [((i, round(rng.uniform(0.02, 0.5), 3)), {}) for i in range(1000)])
+    enqueue(app, "chaos", [((i, round(rng.uniform(0.05, 1.0), 3)), {}) for i in range(1000)])
     lease = 1.5
     for _ in range(4):
         procs.start(concurrency=4, lease=lease)
@@ -64,7 +64,7 @@ def test_chaos_kill9_random_workers_loses_nothing(db_url: str, procs: WorkerProc
     deadline = time.monotonic() + 240
     while app.store.count_by_status().get("succeeded", 0) < 1000:
         assert time.monotonic() < deadline, f"not done: {app.store.count_by_status()}"
-        time.sleep(rng.uniform(0.3, 0.7))
+        time.sleep(rng.uniform(0.6, 1.4))
         alive = procs.alive()
         if app.store.count_by_status().get("succeeded", 0) < 950 and alive:
             procs.kill9(rng.choice(alive))

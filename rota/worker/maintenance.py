@@ -124,10 +124,8 @@ class Maintenance:
         end = time.monotonic() + PASS_SECONDS
         target = statement_target(store)
         left = {status: (PruneBatch(target=target), 0.0) for status in retention}  # batch, cursor
-        self._not_before = 0.0
-        first = True
-        while left and (first or self._not_before < end):
-            first = False
+        self._not_before = 0.0  # before `end`: the first round always runs
+        while left and self._not_before < end:
             names = list(left)
             for i, status in enumerate(names):
                 start = max(time.monotonic(), self._not_before)

@@ -47,7 +47,11 @@ def test_demo_serves_the_dashboard_and_names_a_working_command(tmp_path: Path) -
         proc.send_signal(signal.SIGINT)  # the second skips the drain
         out = proc.communicate(timeout=30)[0].decode()
     assert f"Dashboard: http://127.0.0.1:{port}/" in out, out
-    assert "WARNING" not in out and "high-frequency" not in out, out  # its own fast schedules are meant
+    # Its own fast schedules are meant, so no warning of them. The second Ctrl-C hands back a run
+    # that was in flight (demo.slow-sync takes seconds), and says so: that warning is expected.
+    handed_back = ("second stop signal", "handed back: worker")
+    warnings = [line for line in out.splitlines() if "WARNING" in line and not any(h in line for h in handed_back)]
+    assert not warnings and "high-frequency" not in out, out
     hint = next(line for line in out.splitlines() if "Try in another terminal:" in line)
     command = hint.split("Try in another terminal: ", 1)[1].split()
     assert command[-3:] == ["--database-url", url, "runs"]

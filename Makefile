@@ -28,8 +28,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The suite runs on PYTEST_WORKERS processes (pytest-xdist; each test has its own schema, files
+# and ports), then the tests marked `alone` (they restart a shared server) by themselves.
+# Exit code 5 of the second step is "none of the tests PYTEST_ARGS picks is marked alone".
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not alone" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m alone $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test: lint typecheck pytest
 

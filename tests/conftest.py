@@ -69,6 +69,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist other tests run beside each one: a test marked `alone` (it restarts
+    a shared server) skips there. `make pytest` runs the suite on parallel processes, then the
+    `alone` tests by themselves."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    skip = pytest.mark.skip(reason="runs alone (it disturbs other tests): `make pytest` runs it after the rest")
+    for item in items:
+        if item.get_closest_marker("alone"):
+            item.add_marker(skip)
+
+
 @contextlib.contextmanager
 def postgres_schema() -> Iterator[str]:
     """A fresh schema; yields a URL whose search_path points at it. Dropped afterwards."""

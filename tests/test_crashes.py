@@ -217,6 +217,7 @@ def test_worker_survives_its_postgres_connections_being_cut(pg_url: str, tmp_pat
     assert output.count("database unavailable") <= 6 * 2  # once per outage, not once per poll
 
 
+@pytest.mark.alone  # other tests' connections would break: `make pytest` runs it after the rest
 @pytest.mark.skipif(
     not os.environ.get("ROTA_TEST_PG_RESTART"),
     reason="restarts the PostgreSQL server: set ROTA_TEST_PG_RESTART=1 (CI does)",

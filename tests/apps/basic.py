@@ -61,7 +61,9 @@ def chaos(ctx: rota.RunContext, i: int, seconds: float) -> dict[str, int]:
     return record.fn(ctx, i, seconds)  # type: ignore[no-any-return]
 
 
-@app.task(name="hang_isolated", isolation="process", timeout=1.0)
+# 3 s: a child that starts slowly on a loaded machine (parallel suite) must still write its pid
+# before the timeout kills it, or the test cannot check that the kill happened.
+@app.task(name="hang_isolated", isolation="process", timeout=3.0)
 def hang_isolated(pid_file: str) -> None:
     with open(pid_file, "w") as f:
         f.write(str(os.getpid()))

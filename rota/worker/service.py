@@ -30,12 +30,11 @@ async def supervise(
 
 
 def spawn(name: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
-    """Start a role's task under its name (shown by the loop watchdog and in tracebacks)."""
-
-    async def run() -> None:
-        await body()
-
-    return asyncio.create_task(run(), name=name)
+    """Start a role's task under its name (shown by the loop watchdog and in tracebacks),
+    supervised: a body that dies of an unexpected exception is logged and started again a
+    second later (a role that ended silently left the worker without heartbeats, wake-ups
+    or ticks while it went on claiming)."""
+    return asyncio.create_task(supervise(body, f"the {name} role", pause=1.0), name=name)
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> None:

@@ -1,0 +1,37 @@
+"""A worker's background roles (poll, heartbeat, ticks, wake-ups, maintenance, ...) are
+supervised: one that dies of an unexpected exception is logged and started again, so a worker
+never goes on claiming without, say, making ticks or renewing leases."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+import rota
+
+from .conftest import wait_for
+
+
+def test_a_role_that_dies_is_logged_and_started_again(app: rota.App, caplog: pytest.LogCaptureFixture) -> None:
+    ticks: list[int] = []
+    app.schedule(every=1, name="often", run_immediately=True)(lambda: ticks.append(1))
+    worker = app.worker(install_signal_handlers=False, poll_interval=0.05)
+    real = worker._ticker.run
+    starts: list[int] = []
+
+    async def dies_first(*args: Any) -> None:
+        starts.append(1)
+        if len(starts) == 1:
+            raise RuntimeError("the ticker broke")
+        await real(*args)
+
+    worker._ticker.run = dies_first  # type: ignore[method-assign]
+    caplog.set_level(logging.ERROR, "rota.worker")
+    worker.start()
+    wait_for(lambda: len(ticks) >= 1, what="ticks after the ticker's restart")
+    assert len(starts) == 2
+    assert any("rota-ticks role failed; restarting it" in r.getMessage() for r in caplog.records)
+    assert any(r.exc_info and "the ticker broke" in str(r.exc_info[1]) for r in caplog.records)
+    worker.stop(wait=True, timeout=10)

@@ -31,8 +31,10 @@ def listener_class() -> type[psycopg.AsyncConnection[Any]]:
     import psycopg
 
     class Listener(psycopg.AsyncConnection[Any]):
-        async def wait(self, gen: Any, interval: float = LISTEN_INTERVAL, timeout: float | None = None) -> Any:
-            return await super().wait(gen, interval=max(interval, LISTEN_INTERVAL), timeout=timeout)
+        # Other arguments pass through as given: psycopg before 3.3.5 has no `timeout` here,
+        # and 3.2's `interval` may be None.
+        async def wait(self, gen: Any, interval: float | None = LISTEN_INTERVAL, *args: Any, **kw: Any) -> Any:
+            return await super().wait(gen, max(interval or 0.0, LISTEN_INTERVAL), *args, **kw)
 
     return Listener
 

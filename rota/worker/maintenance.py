@@ -124,11 +124,14 @@ class Maintenance:
         end = time.monotonic() + PASS_SECONDS
         target = statement_target(store)
         left = {status: (PruneBatch(target=target), 0.0) for status in retention}  # batch, cursor
-        self._not_before = 0.0  # before `end`: the first round always runs
+        self._not_before = 0.0  # before `end`: the first round always runs, for every status
+        first = True
         while left and self._not_before < end:
             names = list(left)
             for i, status in enumerate(names):
                 start = max(time.monotonic(), self._not_before)
+                if start >= end and not first:
+                    break  # a later round stops where the pass ends
                 batch, after = left[status]
                 done, after = await self._prune_status(
                     store, status, retention[status], batch, after, start + max(0.0, end - start) / (len(names) - i)
@@ -137,6 +140,7 @@ class Maintenance:
                     del left[status]
                 else:
                     left[status] = batch, after
+            first = False
         if left:
             log.debug("pruning %s runs continues next pass (this pass is spent)", ", ".join(left))
 

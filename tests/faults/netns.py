@@ -53,7 +53,9 @@ def free_block() -> int:
     shown = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
     used = {int(word.split("/")[0].rsplit(".", 1)[1]) // 4 for word in shown.split() if word.startswith(f"{SUBNET}.")}
     # Under pytest-xdist each test process takes its own share of the blocks (gw0 the even
-    # ones, gw1 the odd ones, ...): two processes never pick the same free block at once.
+    # ones, gw1 the odd ones, ...): two processes never pick the same free block at once. (A
+    # process xdist starts in place of a crashed one may share another's blocks: the crash
+    # fails the run anyway, and a clash fails `ip addr add` loudly.)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     share, shares = int(worker.removeprefix("gw") or 0), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     free = [block for block in range(64) if block not in used and block % shares == share % shares]

@@ -168,10 +168,11 @@ def start_worker(app: rota.App, **options: Any) -> rota.Worker:
     return worker
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Until `condition()` holds; an AssertionError naming `what` after `timeout` seconds."""
+def wait_for(condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition", step: float = 0.02) -> None:
+    """Until `condition()` holds (looked at every `step` seconds); an AssertionError naming
+    `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
+        time.sleep(step)

@@ -19,14 +19,12 @@ from rota.worker.active import Active
 from rota.worker.handoff import Handoff
 
 from .conftest import start_worker
+from .conftest import wait_for as _wait_for
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.005)
+    """conftest's, looking every 5 ms: some pool states here last only moments."""
+    _wait_for(condition, timeout, what, step=0.005)
 
 
 def test_a_lazy_pool_runs_a_burst_of_tiny_calls_on_one_thread() -> None:

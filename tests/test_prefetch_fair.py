@@ -131,10 +131,13 @@ def test_the_pace_counts_a_handler_at_its_age_once_it_runs_longer_than_the_mean(
     assert p.size() == 50  # four slots still free every millisecond
 
 
-def _blocker_and_held(app: rota.App) -> tuple[Any, list[rota.RunHandle], threading.Event]:
+def _blocker_and_held(
+    app: rota.App, backs: list[Any] | None = None
+) -> tuple[Any, list[rota.RunHandle], threading.Event]:
     """One slot busy with a blocking run, quick runs claimed behind it (held). On a loaded
     machine the blocker may outlast the hold horizon before the worker's next claim, which
-    then rightly holds nothing: that round is released and the scenario made again."""
+    then rightly holds nothing: that round is released and the scenario made again (and
+    `backs`, the hand-backs seen, emptied of the released round's)."""
     gates = [threading.Event()]
 
     @app.task(name="job")
@@ -145,6 +148,8 @@ def _blocker_and_held(app: rota.App) -> tuple[Any, list[rota.RunHandle], threadi
 
     for _ in range(5):
         job.enqueue(0).wait(10)  # a handler ended: the pace is known (instant)
+        if backs is not None:
+            backs.clear()  # every run of an earlier round has ended: none is handed back later
         blocker = job.options(priority=9).enqueue(-1)
         quick = [rota.RunHandle(app, run_id) for run_id in job.enqueue_many([((i,), {}) for i in range(1, 11)])]
         deadline = time.monotonic() + 1.0
@@ -176,7 +181,7 @@ def test_held_runs_are_handed_back_once_the_running_handler_outlasts_the_horizon
 
     monkeypatch.setattr(app.store, "hand_back", watched)
     worker = start_worker(app, concurrency=1)
-    blocker, quick, gate = _blocker_and_held(app)
+    blocker, quick, gate = _blocker_and_held(app, backs)
     try:
         # A held run is handed back as it was (rota/lifecycle.py): pending, no attempt and no
         # history entry; its token shows it was claimed.

@@ -18,15 +18,7 @@ import rota
 from rota import transactional
 from rota.stores.sqlite import sqlite_path
 
-from .conftest import start_worker
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
+from .conftest import start_worker, wait_for
 
 
 @contextlib.contextmanager

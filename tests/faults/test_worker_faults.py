@@ -26,17 +26,9 @@ from rota.errors import DatabaseError, DatabaseTransient, DatabaseUnavailable
 from rota.stores.base import Outcome
 from rota.worker.outage import Outage
 
-from ..conftest import start_worker
+from ..conftest import start_worker, wait_for
 
 LEASE = 0.6
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Cut:

@@ -129,6 +129,32 @@ def test_rescue_returns_a_held_run_to_pending_without_an_attempt(
     assert "before the run started" in rescued[int(held.id)].message
 
 
+@pytest.mark.parametrize("how", ["pending", "succeeded", "failed"])
+def test_the_outcome_of_a_run_rescued_before_its_start_was_written_is_not_written(
+    app_factory: Callable[..., rota.App], clock: rota.FakeClock, how: str
+) -> None:
+    """A held run its worker started (the start not written yet) and that was rescued when
+    the lease ran out: the worker's outcome, its start along, is stale. `finish` writes
+    nothing and says so, in a batch with an outcome that is written, too. (SQLite said a
+    retry was written: the rescued row, pending with the same token, looked like one.)"""
+    app = app_factory(clock=clock, lease=5.0)
+
+    @app.task(name="twice", retries=1)
+    def twice() -> None: ...
+
+    twice.enqueue(), twice.enqueue()
+    first, held = sorted(app.store.claim("w1", 2, None, 5.0, 1), key=lambda c: c.held)
+    clock.advance(6)
+    assert {r.id for r in app.store.rescue()} == {first.id, held.id}
+    other = app.store.claim("w2", 1, None, 5.0)
+    assert [c.id for c in other] == [first.id]  # a retry of the started one: w2 has it now
+    stale = Outcome(held.id, held.token, how, error='{"type": "E"}', started=0.0)
+    fresh = Outcome(first.id, other[0].token, "succeeded")
+    assert app.store.finish([stale, fresh]) == {first.id}
+    run = app.get_run(str(held.id))
+    assert (run.status, run.attempt, run.started_at, run.error["type"]) == ("pending", 0, None, "WorkerLost")
+
+
 def test_a_held_run_cancelled_before_it_started_is_recorded_without_an_attempt(
     app_factory: Callable[..., rota.App], monkeypatch: pytest.MonkeyPatch
 ) -> None:

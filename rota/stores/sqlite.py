@@ -396,8 +396,24 @@ class SQLiteStore(SQLiteFlow, SqlStore):
             return self._finish(s, outcomes)
 
     def _finish(self, s: _Session, outcomes: Sequence[Outcome]) -> set[int]:
-        """One prepared UPDATE per outcome (by primary key) in one transaction; the total
-        change count tells whether every token still held, and only if not do we look."""
+        """One prepared UPDATE per outcome (by primary key) in one transaction. When the total
+        change count says every token still held, all were written; if not (rare: a stale
+        outcome), the batch is undone to its savepoint and written one by one, each change
+        count naming the outcomes written (a rescued run, pending again with its token, can
+        look like a written retry: guessing from the rows got that wrong)."""
+        s.conn.execute("SAVEPOINT rota_finish")
+        if self._finish_batch(s, outcomes) == len(outcomes):
+            written = {o.id for o in outcomes}
+        else:
+            s.conn.execute("ROLLBACK TO rota_finish")
+            written = {o.id for o in outcomes if self._finish_batch(s, [o])}
+        s.conn.execute("RELEASE rota_finish")
+        if s.q("finished_parents", ids=json.dumps([o.id for o in outcomes])):
+            self._notify(s, "run")  # dependents released (after=): claim now, not at the next poll
+        return written
+
+    def _finish_batch(self, s: _Session, outcomes: Sequence[Outcome]) -> int:
+        """The rows the finish statements changed for `outcomes`."""
         now = s.now
         plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
         other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None)]
@@ -406,30 +422,8 @@ class SQLiteStore(SQLiteFlow, SqlStore):
             rows = [{"id": o.id, "token": o.token, "result": o.result, "started": o.started, "now": now} for o in plain]
             changed += s.conn.executemany(self.queries["finish_succeeded"], rows).rowcount
         if other:
-            rows = [_outcome_params(o, now) for o in other]
-            changed += s.conn.executemany(self.queries["finish"], rows).rowcount
-        if s.q("finished_parents", ids=json.dumps([o.id for o in outcomes])):
-            self._notify(s, "run")  # dependents released (after=): claim now, not at the next poll
-        if changed == len(outcomes):
-            return {o.id for o in outcomes}
-        return self._written(s, outcomes, now)
-
-    def _written(self, s: _Session, outcomes: Sequence[Outcome], now: float) -> set[int]:
-        """Which outcomes were written: their row now shows their token, status and time."""
-        rows = s.q_text(
-            "SELECT id, token, status, finished_at, due_at FROM rota_runs"
-            " WHERE id IN (SELECT value FROM json_each(:ids))",
-            ids=json.dumps([o.id for o in outcomes]),
-        )
-        current = {r[0]: r[1:] for r in rows}
-        written = set()
-        for o in outcomes:
-            token, status, finished_at, due_at = current.get(o.id, (None, None, None, None))
-            moment = due_at if o.status == "pending" else finished_at
-            became = "cancelled" if o.status == "pending" else o.status  # a retry after a cancel request
-            if token == o.token and status in (o.status, became) and moment is not None and moment >= now:
-                written.add(o.id)
-        return written
+            changed += s.conn.executemany(self.queries["finish"], [_outcome_params(o, now) for o in other]).rowcount
+        return changed
 
     def hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:
         back: set[int] = set()

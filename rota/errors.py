@@ -60,6 +60,12 @@ class DatabaseUnavailable(DatabaseTransient):
     """The database could not be reached (connection refused, reset, or timed out)."""
 
 
+class DatabaseRefused(DatabaseUnavailable):
+    """The server answered and refused the connection for a reason time alone will not fix:
+    no such database or role, a wrong password, no pg_hba.conf entry. A worker refuses to
+    start on it; a running worker treats it as an outage (someone may be fixing it)."""
+
+
 class PermissionDenied(DatabaseError):
     """The database user may not do a write rota needs (checked when a worker or migrate starts)."""
 

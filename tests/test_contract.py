@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -328,6 +329,25 @@ def test_invalid_database_urls_fail_clearly(tmp_path: object) -> None:
         rota.App("sqlite:///:memory:")
     with pytest.raises(rota.DatabaseUnavailable, match="does not exist"):
         rota.App("sqlite:////nonexistent/dir/rota.db")
+
+
+@pytest.mark.parametrize("missing", ["database", "role"])
+def test_a_worker_refuses_to_start_where_the_server_refuses_it_for_good(pg_url: str, missing: str) -> None:
+    """No such database or role: the server answered, and waiting will not change it. The
+    worker's start fails with the reason (a refused or unreachable server is waited for)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(pg_url)
+    if missing == "database":
+        url = urlunsplit(parts._replace(path="/rota_no_such_database", query=""))
+    else:
+        url = urlunsplit(parts._replace(netloc=parts.netloc.replace("postgres@", "rota_no_such_role@")))
+    app = rota.App(url)
+    app.task(name="t")(lambda: None)
+    worker = app.worker(install_signal_handlers=False)
+    with pytest.raises(rota.DatabaseRefused, match=f"FATAL: +{missing} \"rota_no_such_[a-z]+\" does not exist"):
+        asyncio.run(asyncio.wait_for(worker.run(), 20))
+    app.close()
 
 
 def test_unreachable_postgres_fails_clearly() -> None:

@@ -331,6 +331,17 @@ def tick_bounds(lock_timeout: float, idle_timeout: float) -> str:
     )
 
 
+# What the server says when it refuses a connection for a reason that waiting will not fix
+# (libpq gives no SQLSTATE for a failed connection: its message is all there is).
+_REFUSALS = ("does not exist", "password authentication failed", "no pg_hba.conf entry", "authentication failed")
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether a failed connection was refused by the server for good (see _REFUSALS)."""
+    text = str(exc)
+    return "FATAL:" in text and any(reason in text for reason in _REFUSALS)
+
+
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__

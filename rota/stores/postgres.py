@@ -24,6 +24,7 @@ from ..config import redact_url as redact
 from ..errors import (
     ConfigurationError,
     DatabaseError,
+    DatabaseRefused,
     DatabaseTransient,
     DatabaseUnavailable,
     SchemaVersionError,
@@ -54,6 +55,7 @@ from ._pg_session import (
     finish_batches,
     finished_schedules_lock,
     pipelined,
+    refused,
     tick_bounds,
 )
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
@@ -139,9 +141,8 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
                 pool.open(wait=True, timeout=self.connect_timeout)
             except psycopg.Error as exc:
                 pool.close()
-                raise DatabaseUnavailable(
-                    f"cannot connect to PostgreSQL at {redact(self.url)}: {_reason(exc)}"
-                ) from exc
+                kind = DatabaseRefused if refused(exc) else DatabaseUnavailable
+                raise kind(f"cannot connect to PostgreSQL at {redact(self.url)}: {_reason(exc)}") from exc
             self._pool = pool
             return pool
 

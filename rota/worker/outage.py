@@ -31,13 +31,15 @@ class Outage:
         self.rescue_after = 0.0  # monotonic
         self.db_started: datetime | None = None
 
-    def failed(self, exc: BaseException) -> float:
-        """Record a failure; the delay before the next try."""
+    def failed(self, exc: BaseException, starting: bool = False) -> float:
+        """Record a failure; the delay before the next try. `starting`: the worker has not
+        started yet (it holds nothing)."""
         self.failures += 1
         if self.since is None:
             self.since = time.monotonic()
             what = "database unavailable" if isinstance(exc, DatabaseUnavailable) else "database error"
-            message = f"{what} ({exc}); the worker keeps its leases and retries with backoff"
+            does = "retries with backoff until it can start" if starting else "keeps its leases and retries with backoff"
+            message = f"{what} ({exc}); the worker {does}"
             log_event(log, logging.WARNING, "database_unavailable", message, worker=self.worker, error=str(exc))
         return float(min(self.max_backoff, 0.2 * 2 ** min(self.failures, 6)) * random.uniform(0.75, 1.25))
 

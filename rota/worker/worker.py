@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from ..errors import DatabaseUnavailable, SchemaVersionError
+from ..errors import DatabaseRefused, DatabaseUnavailable, SchemaVersionError
 from ..executor import DaemonPool
 from ..logs import log_event
 from ..stores.base import Claimed, Outcome, Store
@@ -254,10 +254,10 @@ class Worker(Lifecycle):
             try:
                 await self._register()
                 break
-            except SchemaVersionError:
-                raise
+            except (SchemaVersionError, DatabaseRefused):
+                raise  # nothing to wait for: the start fails with the reason
             except DatabaseUnavailable as exc:
-                if await self._sleep_or_stop(self._outage.failed(exc)):
+                if await self._sleep_or_stop(self._outage.failed(exc, starting=True)):
                     return False
         await self._ticker.warn_about_fast_schedules(self.app.schedules, self.app.high_frequency)
         self.state = "running"

@@ -345,7 +345,7 @@ def test_a_worker_refuses_to_start_where_the_server_refuses_it_for_good(pg_url: 
     app = rota.App(url)
     app.task(name="t")(lambda: None)
     worker = app.worker(install_signal_handlers=False)
-    with pytest.raises(rota.DatabaseRefused, match=f"FATAL: +{missing} \"rota_no_such_[a-z]+\" does not exist"):
+    with pytest.raises(rota.DatabaseRefused, match=f'FATAL: +{missing} "rota_no_such_[a-z]+" does not exist'):
         asyncio.run(asyncio.wait_for(worker.run(), 20))
     app.close()
 

@@ -38,7 +38,9 @@ class Outage:
         if self.since is None:
             self.since = time.monotonic()
             what = "database unavailable" if isinstance(exc, DatabaseUnavailable) else "database error"
-            does = "retries with backoff until it can start" if starting else "keeps its leases and retries with backoff"
+            does = (
+                "retries with backoff until it can start" if starting else "keeps its leases and retries with backoff"
+            )
             message = f"{what} ({exc}); the worker {does}"
             log_event(log, logging.WARNING, "database_unavailable", message, worker=self.worker, error=str(exc))
         return float(min(self.max_backoff, 0.2 * 2 ** min(self.failures, 6)) * random.uniform(0.75, 1.25))

@@ -131,6 +131,16 @@ def test_migrate_without_create_on_the_schema_names_it(pg_url: str, limited_role
     assert "0001_initial" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.postgres
+def test_migrate_into_a_schema_that_does_not_exist_says_so(pg_url: str) -> None:
+    """Not "lacks CREATE on schema None" (a superuser was told it lacked a privilege)."""
+    url = pg_url.split("?")[0] + "?options=-csearch_path%3Drota_no_such_schema"
+    result = CliRunner().invoke(cli, ["--database-url", url, "migrate"])
+    assert result.exit_code == 1
+    assert "no schema of the search_path 'rota_no_such_schema' exists" in result.output
+    assert "None" not in result.output and "Traceback" not in result.output
+
+
 def test_the_probe_leaves_no_trace_and_a_writable_store_starts(app: rota.App) -> None:
     app.prepare()
     app.store.check_writable()

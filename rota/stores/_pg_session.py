@@ -159,7 +159,12 @@ def finish_batches(outcomes: Sequence[Outcome]) -> list[tuple[str, dict[str, Any
 
 
 def _check_can_migrate(s: _Session, pending: Sequence[Any]) -> None:
-    can, role, schema = s.q("probe_can_migrate")[0]
+    can, role, schema, search_path = s.q("probe_can_migrate")[0]
+    if schema is None:
+        raise ConfigurationError(
+            f"no schema of the search_path {search_path!r} exists in this database: create it "
+            f"(CREATE SCHEMA ...) or name an existing one in the URL's options=-csearch_path=..."
+        )
     if not can:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
         raise PermissionDenied(

@@ -905,7 +905,9 @@ FROM (VALUES ('rota_run_id_seq'), ('rota_token_seq')) AS q(seq)
 WHERE NOT has_sequence_privilege(q.seq, 'USAGE')
 
 -- name: probe_can_migrate
-SELECT has_schema_privilege(current_schema(), 'CREATE'), current_user, current_schema()
+-- (current_schema() is NULL when no schema of the search_path exists)
+SELECT coalesce(has_schema_privilege(current_schema(), 'CREATE'), false), current_user, current_schema(),
+       current_setting('search_path')
 
 -- The write probe (a worker's start, `rota migrate`): each kind of write on each table, in one
 -- transaction that is rolled back. Catches what privileges do not show: a read-only

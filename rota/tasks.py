@@ -136,8 +136,21 @@ class TaskOptions:
         if "timeout" in changes and isinstance(changes["timeout"], timedelta):
             changes["timeout"] = changes["timeout"].total_seconds()
         if "retry_on" in changes:
-            changes["retry_on"] = tuple(changes["retry_on"])
+            changes["retry_on"] = _retry_on(changes["retry_on"])
         return replace(self, **changes)
+
+
+def _retry_on(value: object) -> tuple[Any, ...]:
+    """retry_on as a tuple: one exception class, or any iterable of them (each checked by
+    TaskOptions); a name given as a string is refused whole, not letter by letter."""
+    if isinstance(value, type):
+        return (value,)
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        raise ConfigurationError(
+            f"retry_on must be an exception class or a tuple of them, got {value!r}"
+            + (f": pass the class itself, e.g. retry_on=({value},)" if isinstance(value, str) else "")
+        )
+    return tuple(value)
 
 
 def check_queue(queue: object) -> str:

@@ -202,3 +202,24 @@ def test_a_worker_fails_a_run_with_bad_stored_json_once_without_retrying(app: ro
     assert good.wait(timeout=10).status == "succeeded"
     time.sleep(0.1)
     assert calls == [(2,)]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("ConnectionError", r"got 'ConnectionError': pass the class itself, e\.g\. retry_on=\(ConnectionError,\)"),
+        (5, r"retry_on must be an exception class or a tuple of them, got 5"),
+        ((ValueError, "KeyError"), r"retry_on must list exception classes, got 'KeyError'"),
+    ],
+)
+def test_retry_on_is_refused_whole_with_its_value(app: rota.App, value: Any, message: str) -> None:
+    """A name given as a string was refused letter by letter ("got 'C'")."""
+    with pytest.raises(rota.ConfigurationError, match=message):
+        app.task(name="t", retry_on=value)(lambda: None)
+
+
+def test_retry_on_takes_one_exception_class_as_well_as_a_tuple(app: rota.App) -> None:
+    one = app.task(name="one", retry_on=TimeoutError)(lambda: None)
+    many = app.task(name="many", retry_on=[TimeoutError, KeyError])(lambda: None)
+    assert one.opts.retry_on == (TimeoutError,)
+    assert many.opts.retry_on == (TimeoutError, KeyError)

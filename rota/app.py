@@ -24,7 +24,7 @@ from .flow_ops import FlowClient
 from .models import FINAL_STATUSES, LockInfo
 from .stores import open_store
 from .stores.base import Store
-from .tasks import RunContext, Task, check_queue
+from .tasks import RunContext, Task, check_int, check_queue
 
 if TYPE_CHECKING:
     from .locks import AsyncLockContext, Lease, LockContext
@@ -98,7 +98,7 @@ class App(FlowClient, Client, AsyncClient):
     def _take_settings(self, cfg: dict[str, Any], name: str, clock: Clock | None) -> None:
         self.database_url: str = cfg["database_url"]
         self.name = check_name("app", name)
-        self.concurrency: int = cfg["concurrency"]
+        self.concurrency: int = check_int("concurrency", cfg["concurrency"], low=1, high=10_000)  # as ROTA_CONCURRENCY
         self.lease: float = config.check_seconds("lease", cfg["lease"], config.MIN_LEASE)
         self.poll_interval: float = config.check_seconds(
             "poll_interval", cfg["poll_interval"], config.MIN_POLL_INTERVAL

@@ -124,6 +124,13 @@ def test_a_bad_variable_stops_the_app(tmp_path: Path, monkeypatch: pytest.Monkey
     assert rota.App(f"sqlite:///{tmp_path}/rota.db", concurrency=3).concurrency == 3  # not read when given
 
 
+@pytest.mark.parametrize("value", [0, -3, 1.5, True, 10_001])
+def test_a_bad_concurrency_argument_stops_the_app(tmp_path: Path, value: object) -> None:
+    """At App(), as a bad ROTA_CONCURRENCY does: not at app.worker(), with a traceback."""
+    with pytest.raises(ConfigurationError, match=rf"^concurrency must be an integer from 1 to 10000, got {value!r}$"):
+        rota.App(f"sqlite:///{tmp_path}/rota.db", concurrency=value)  # type: ignore[arg-type]
+
+
 def test_a_bad_variable_stops_a_worker_even_when_code_sets_the_setting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

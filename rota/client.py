@@ -71,6 +71,14 @@ class Client(Declarations):
                 f"give a notifier schedules=[{name!r}] and the events= to send"
             )
         task_name, base = self._task_ref(task)
+        if isinstance(task, str) and self.tasks and task_name not in self.tasks:  # a typo, or a task of another app
+            log.warning(
+                "schedule %r names task %r, which this app does not register%s: its runs fail with "
+                "TaskNotFound unless the workers' app registers it",
+                name,
+                task_name,
+                did_you_mean(task_name, self.tasks),
+            )
         spec = build_schedule(
             name,
             task_name,

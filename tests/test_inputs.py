@@ -223,3 +223,20 @@ def test_retry_on_takes_one_exception_class_as_well_as_a_tuple(app: rota.App) ->
     many = app.task(name="many", retry_on=[TimeoutError, KeyError])(lambda: None)
     assert one.opts.retry_on == (TimeoutError,)
     assert many.opts.retry_on == (TimeoutError, KeyError)
+
+
+def test_a_stored_schedule_naming_a_task_this_app_lacks_is_warned_about(
+    app: rota.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A typo is named with the close task, in one warning; a task only another app (the
+    workers') registers is allowed: its schedule is stored all the same."""
+    app.task(name="report")(lambda: None)
+    with caplog.at_level("WARNING", "rota"):
+        app.add_schedule("daily", "reprot", every=60)
+        app.add_schedule("hourly", "report", every=60)
+    warned = [r.getMessage() for r in caplog.records if "does not register" in r.getMessage()]
+    assert warned == [
+        "schedule 'daily' names task 'reprot', which this app does not register (did you mean 'report'?): "
+        "its runs fail with TaskNotFound unless the workers' app registers it"
+    ]
+    assert {s.name for s in app.list_schedules()} == {"daily", "hourly"}

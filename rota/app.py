@@ -18,6 +18,7 @@ from .declare import ScheduleSpec, build_schedule, check_name
 from .errors import (
     ConfigurationError,
     SchemaVersionError,
+    shown,
 )
 from .events import Event, Events, Notifier
 from .flow_ops import FlowClient
@@ -266,7 +267,7 @@ def _check_retention(retention: Mapping[str, timedelta] | None) -> dict[str, tim
                 f"retention applies to final statuses ({', '.join(sorted(FINAL_STATUSES))}), got {status!r}"
             )
         if not isinstance(keep, timedelta) or keep <= timedelta(0):
-            raise ConfigurationError(f"retention for {status!r} must be a positive timedelta, got {keep!r}")
+            raise ConfigurationError(f"retention for {status!r} must be a positive timedelta, got {shown(keep)}")
         result[status] = keep
     return result
 

@@ -17,6 +17,7 @@ from .errors import (
     ConfigurationError,
     TaskNotFound,
     did_you_mean,
+    shown,
 )
 from .events import Events, check_notify_on
 from .limits import Limit, Rate, declared
@@ -99,7 +100,7 @@ def build_schedule(
     _check_every(trigger)
     grace = misfire_grace if isinstance(misfire_grace, timedelta) else _seconds("misfire_grace", misfire_grace)
     if grace < timedelta(0):
-        raise ConfigurationError(f"misfire_grace must be >= 0, got {misfire_grace!r}")
+        raise ConfigurationError(f"misfire_grace must be >= 0, got {shown(misfire_grace)}")
     if not isinstance(run_immediately, bool):
         raise ConfigurationError(f"run_immediately must be True or False, got {run_immediately!r}")
     if args is not None and (isinstance(args, (str, bytes)) or not isinstance(args, Sequence)):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from datetime import timedelta
 
 
 class RotaError(Exception):
@@ -80,6 +81,14 @@ class LockUnavailable(RotaError):
 
 class LockLost(RotaError):
     """A held lock expired or was taken over while its holder still thought it owned it."""
+
+
+def shown(value: object) -> str:
+    """A value as an error message names it: a timedelta in seconds (its repr reads
+    `timedelta(days=-1, seconds=86399)` for minus one second), anything else by repr."""
+    if isinstance(value, timedelta):
+        return f"timedelta of {value.total_seconds():g} seconds"
+    return repr(value)
 
 
 def did_you_mean(value: str, choices: Iterable[str]) -> str:

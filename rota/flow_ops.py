@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, cast
 
 from . import timing
 from .client import Client
-from .errors import ConfigurationError, ScheduleNotFound, TriggerRefused, did_you_mean, one_of
+from .errors import ConfigurationError, ScheduleNotFound, TriggerRefused, did_you_mean, one_of, shown
 from .models import FINAL_STATUSES
 from .stores.flow import BACKFILL_CAP, RETRY_BATCH
 from .tasks import RunHandle
@@ -65,7 +65,7 @@ class FlowClient(Client):
         if task is not None and not isinstance(task, str):
             raise ConfigurationError(f"task must be a task name, got {task!r}")
         if since is not None and (not isinstance(since, timedelta) or since <= timedelta(0)):
-            raise ConfigurationError(f"since must be a positive timedelta, got {since!r}")
+            raise ConfigurationError(f"since must be a positive timedelta, got {shown(since)}")
         store = self.store
         after = store.now() - since if since is not None else None
         upto, cursor, count = store.last_run_id(), 0, 0

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .errors import ConfigurationError, did_you_mean
+from .errors import ConfigurationError, did_you_mean, shown
 
 By = str | tuple[str, ...] | Callable[..., str] | None
 MAX = 1_000_000
@@ -93,7 +93,7 @@ class Rate:
             or not math.isfinite(seconds)
             or not 0.001 <= seconds <= 366 * 86400
         ):
-            raise ConfigurationError(f"Rate per= must be seconds (0.001 to a year) or a timedelta, got {per!r}")
+            raise ConfigurationError(f"Rate per= must be seconds (0.001 to a year) or a timedelta, got {shown(per)}")
         object.__setattr__(self, "max", _check_max("Rate max", max))
         object.__setattr__(self, "per", float(seconds))
         object.__setattr__(self, "by", _check_by("Rate", by))

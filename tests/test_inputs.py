@@ -240,3 +240,17 @@ def test_a_stored_schedule_naming_a_task_this_app_lacks_is_warned_about(
         "its runs fail with TaskNotFound unless the workers' app registers it"
     ]
     assert {s.name for s in app.list_schedules()} == {"daily", "hourly"}
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda app: rota.Rate(5, per=timedelta(seconds=-1)),
+        lambda app: app.schedule(every=60, jitter=timedelta(seconds=-1))(lambda: None),
+        lambda app: app.schedule(every=60, misfire_grace=timedelta(seconds=-1))(lambda: None),
+    ],
+)
+def test_a_negative_timedelta_is_named_in_seconds(app: rota.App, make: Any) -> None:
+    """Not as its repr, `timedelta(days=-1, seconds=86399)`, for minus one second."""
+    with pytest.raises(rota.ConfigurationError, match=r"got timedelta of -1 seconds$"):
+        make(app)

@@ -14,7 +14,7 @@ import functools
 import hashlib
 from datetime import datetime, timedelta
 
-from rota.errors import ConfigurationError
+from rota.errors import ConfigurationError, shown
 
 from ._units import _US, _ZERO, EPOCH, _exact_duration, _utc
 from .triggers import IntervalTrigger, Trigger, make_trigger
@@ -30,7 +30,7 @@ def check_jitter(jitter: object, trigger: Trigger | None = None) -> timedelta | 
         raise ConfigurationError(f"jitter must be a timedelta or seconds, got {jitter!r}")
     span = jitter if isinstance(jitter, timedelta) else timedelta(seconds=jitter)
     if span < _ZERO:
-        raise ConfigurationError(f"jitter must be >= 0 (a delay after each tick), got {jitter!r}")
+        raise ConfigurationError(f"jitter must be >= 0 (a delay after each tick), got {shown(jitter)}")
     if isinstance(trigger, IntervalTrigger) and span >= trigger.every:
         raise ConfigurationError(
             f"jitter {_exact_duration(span)} must be shorter than the schedule's interval "

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from rota.errors import ConfigurationError, one_of
+from rota.errors import ConfigurationError, one_of, shown
 
 from ._units import _US, _rough_duration, _seconds_number, _utc
 from .jitter import jitter_boundary
@@ -86,7 +86,7 @@ def plan_ticks(
     now = _utc(now, "now")
     policy = check_misfire(misfire)
     if not isinstance(grace, timedelta) or grace < timedelta(0):
-        raise ConfigurationError(f"misfire grace must be a timedelta >= 0, got {grace!r}")
+        raise ConfigurationError(f"misfire grace must be a timedelta >= 0, got {shown(grace)}")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive integer, got {limit!r}")
     if first > now:

@@ -60,6 +60,7 @@ class Claimer:
         self._trim_after = 0.0  # no hand-back before (one failed: the database is away)
         self.reserved = 0  # free slots kept for the runs a claim in flight starts
         self._limit_wake: asyncio.TimerHandle | None = None
+        self.superseded: Callable[[Active], None] = lambda active: None  # Leases.lost (the worker sets it)
 
     async def claim_some(self) -> tuple[int, int]:
         """Claim up to the free slots, plus the prefetch room, if a run is due; start what
@@ -136,6 +137,12 @@ class Claimer:
         return await self.db(store.claim, self.worker, limit, self.queues, self.lease, start)
 
     def dispatch(self, claim: Claimed) -> None:
+        older = self.executors.inflight.get(claim.id)
+        if older is not None and older.claim.token != claim.token:
+            # We claimed this run again: our older attempt's lease ran out and the run was
+            # rescued (a pause, a blocked loop) before our heartbeat noticed. That attempt is
+            # lost: stopped and its result discarded, before the new one takes the slot.
+            self.superseded(older)
         self.counters.dispatched += 1
         if log.isEnabledFor(logging.DEBUG):
             self._log_claimed(claim)

@@ -265,7 +265,8 @@ class Executors:
         active.done = True
         if active.timer is not None:
             active.timer.cancel()
-        del self.inflight[active.claim.id]
+        if self.inflight.get(active.claim.id) is active:  # not a newer attempt of the same run
+            del self.inflight[active.claim.id]
         self.slot_freed.set()
         return True
 

@@ -126,6 +126,7 @@ class Worker(Lifecycle):
         self._rescuer.use_db_start = self.app.clock is None
         self._claimer.queues, self._claimer.lease = self.queues, self.lease
         self._claimer.observers = self._observers
+        self._claimer.superseded = self._leases.lost
         self._claimer.prefetch = self._prefetch
         self._leases.prefetch = self._prefetch
         self._prefetch.claiming = lambda: self._claiming

@@ -148,6 +148,10 @@ class Lifecycle(RuleBasedStateMachine):
         left = [key(r) for r in due if int(r.id) not in by_id.keys() & {c.id for c in claimed}]
         assert not order or not left or key(order[-1]) < min(left), "a higher priority due run was left"
         for c in claimed:
+            # claimed again while an older attempt of it is ours (rescued before we noticed):
+            # that attempt is lost, as the real worker's dispatch makes it (tests/test_reclaim.py)
+            w.running.pop(c.id, None)
+            w.local.pop(c.id, None)
             if c.held:
                 w.held[c.id] = c
             else:
@@ -210,7 +214,8 @@ class Lifecycle(RuleBasedStateMachine):
                 self.starts[run_id] += 1
             return
         w.running.pop(run_id, None)
-        w.held.pop(run_id, None)
+        if run_id in w.held and w.held[run_id].token == outcome.token:
+            del w.held[run_id]
         self.app.store.finish([outcome])
 
     @rule(name=st.sampled_from(sorted(CAPS)))

@@ -223,7 +223,7 @@ def global_options(command: str) -> list[click.Option]:
     the one given before the command. --log-level/--log-format re-apply the logging setup."""
     options = [
         click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_set_global, help="More logging (-vv for debug). " + GLOBAL_NOTE),
-        click.Option(["--log-level"], type=click.Choice(config.LOG_LEVELS), expose_value=False, callback=_set_global, help=config.help_line("log_level") + " " + GLOBAL_NOTE),
+        click.Option(["--log-level"], type=click.Choice(config.LOG_LEVELS), expose_value=False, callback=_set_global, help=log_level_help(command) + " " + GLOBAL_NOTE),
         click.Option(["--log-format"], type=click.Choice(config.LOG_FORMATS), expose_value=False, callback=_set_global, help=config.help_line("log_format") + " " + GLOBAL_NOTE),
     ]  # fmt: skip
     if command not in NO_DATABASE:
@@ -251,18 +251,38 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (
 utc_option = click.option("--utc", is_flag=True, help="Show absolute times in UTC (default: local time).")
 
 
-def log_options(fn: F) -> F:
-    """--log-level and --log-format (ROTA_LOG_LEVEL, ROTA_LOG_FORMAT)."""
-    fn = click.option("--log-format", type=click.Choice(config.LOG_FORMATS), help=config.help_line("log_format"))(fn)
-    return click.option("--log-level", type=click.Choice(config.LOG_LEVELS), help=config.help_line("log_level"))(fn)
+LOUD_COMMANDS = ("worker", "dashboard")  # log at info by default; every other command at warning
 
 
-def setup_logging(
-    ctx: click.Context, level: str | None = None, fmt: str | None = None, default: str = "warning"
-) -> None:
-    """Flag (here, else before the command) > ROTA_LOG_* variable > -v/-vv > `default`."""
+def default_log_level(command: str | None) -> str:
+    """The log level of `command` when no flag, variable or -v sets one."""
+    return "info" if command in LOUD_COMMANDS else "warning"
+
+
+def log_level_help(command: str | None) -> str:
+    """--log-level's help with the real default of `command` (None: the group's, for all)."""
+    setting = config.SETTINGS["log_level"]
+    shown = default_log_level(command) if command is not None else "warning; info for worker and dashboard"
+    return f"{setting.help} [env {setting.env}; default {shown}]"
+
+
+def log_options(command: str | None = None) -> Callable[[F], F]:
+    """--log-level and --log-format (ROTA_LOG_LEVEL, ROTA_LOG_FORMAT) of `command`."""
+
+    def decorate(fn: F) -> F:
+        formats = click.Choice(config.LOG_FORMATS)
+        fn = click.option("--log-format", type=formats, help=config.help_line("log_format"))(fn)
+        return click.option("--log-level", type=click.Choice(config.LOG_LEVELS), help=log_level_help(command))(fn)
+
+    return decorate
+
+
+def setup_logging(ctx: click.Context, level: str | None = None, fmt: str | None = None) -> None:
+    """Flag (here, else before the command) > ROTA_LOG_* variable > -v/-vv > the command's
+    default (default_log_level: info for worker and dashboard, else warning)."""
     root = ctx.find_root().obj
     level, fmt = level or root.get("log_level"), fmt or root.get("log_format")
+    default = default_log_level(ctx.command.name if ctx.parent is not None else None)
     verbose = root.get("verbose", 0)
     if verbose:
         default = "info" if verbose == 1 else "debug"
@@ -273,7 +293,7 @@ def setup_logging(
 @click.group(cls=RotaGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--database-url", default=None, help=config.help_line("database_url"))
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
-@log_options
+@log_options()
 @click.version_option(version=__version__, prog_name="rota", message="%(prog)s %(version)s")
 @click.pass_context
 def main(

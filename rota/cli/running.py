@@ -77,7 +77,7 @@ def _flag_or_app(app: App, name: str, flag: Any) -> Any:
 @click.option("--shutdown-timeout", type=float, help=config.help_line("shutdown_timeout"))
 @click.option("--metrics-port", type=PORT, help=config.help_line("metrics_port"))
 @click.option("--prefetch", type=click.IntRange(0, 100000), help=config.help_line("prefetch"))
-@log_options
+@log_options("worker")
 @click.pass_context
 @handle_errors
 def worker(ctx: click.Context, /, app_path: str, **flags: Any) -> None:
@@ -93,7 +93,7 @@ def worker(ctx: click.Context, /, app_path: str, **flags: Any) -> None:
             )
     queues = check_queues(flags["queues"]) or config.value("queues")
     metrics_port = config.value("metrics_port", flags["metrics_port"])
-    setup_logging(ctx, flags["log_level"], flags["log_format"], default="info")
+    setup_logging(ctx, flags["log_level"], flags["log_format"])
     if metrics_port is not None:
         check_port(metrics_port, "0.0.0.0", "--metrics-port")
     app = load_app(app_path)
@@ -211,7 +211,7 @@ def dashboard(
 ) -> None:
     """Serve the web dashboard, JSON API and /metrics for APP (needs rota[web])."""
     config.check_environment()  # a bad ROTA_* variable stops the start
-    setup_logging(ctx, default="info")
+    setup_logging(ctx)
     host = config.value("dashboard_host", host)
     port = config.value("dashboard_port", port)
     token = config.value("dashboard_token", token)

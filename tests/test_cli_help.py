@@ -1,0 +1,58 @@
+"""What `rota --help` and docs/reference/cli-notes.md say about the options matches what the
+commands do: each command's --log-level default."""
+
+from __future__ import annotations
+
+import re
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from rota import logs
+from rota.cli import main
+
+
+def cli(*args: str) -> tuple[int, str]:
+    env = {"COLUMNS": "200", "ROTA_LOG_LEVEL": None, "ROTA_DATABASE_URL": None}
+    result = CliRunner(env=env).invoke(main, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.output
+
+
+def stated_log_level(*command: str) -> str:
+    """The default --log-level that `rota COMMAND --help` states."""
+    code, out = cli(*command, "--help")
+    assert code == 0, out
+    found = re.search(r"\[env ROTA_LOG_LEVEL; default ([^\]]+)\]", " ".join(out.split()))
+    assert found is not None, out
+    return found[1]
+
+
+def test_each_command_states_its_own_log_level_default() -> None:
+    for name in main.commands:
+        expected = "info" if name in ("worker", "dashboard") else "warning"
+        assert stated_log_level(name) == expected, name
+    assert stated_log_level() == "warning; info for worker and dashboard"
+
+
+def _free_port() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("worker", "no_such_module:app"),
+        ("dashboard", "no_such_module:app", "--port", _free_port()),
+        ("runs", "--database-url", "sqlite:////nonexistent/rota.db"),
+    ],
+)
+def test_the_stated_log_level_default_is_the_one_used(args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    levels: list[str] = []
+    monkeypatch.setattr(logs, "configure", lambda level, fmt: levels.append(level))
+    code, out = cli(*args)
+    assert code != 0 and levels, out  # each stops at its bad argument, after logging was set up
+    assert levels[-1] == stated_log_level(args[0]), (args, levels)

@@ -1,16 +1,19 @@
 """What `rota --help` and docs/reference/cli-notes.md say about the options matches what the
-commands do: each command's --log-level default."""
+commands do: each command's --log-level default, and which commands take --json."""
 
 from __future__ import annotations
 
 import re
 import socket
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from rota import logs
 from rota.cli import main
+
+NOTES = Path(__file__).parent.parent / "docs" / "reference" / "cli-notes.md"
 
 
 def cli(*args: str) -> tuple[int, str]:
@@ -56,3 +59,13 @@ def test_the_stated_log_level_default_is_the_one_used(args: tuple[str, ...], mon
     code, out = cli(*args)
     assert code != 0 and levels, out  # each stops at its bad argument, after logging was set up
     assert levels[-1] == stated_log_level(args[0]), (args, levels)
+
+
+def test_the_notes_list_the_commands_that_take_json() -> None:
+    takers = sorted(n for n, c in main.commands.items() if any("--json" in getattr(p, "opts", ()) for p in c.params))
+    documented = re.search(r"^error: no such option --json here: .*$", NOTES.read_text(), re.MULTILINE)
+    assert documented is not None, "cli-notes.md quotes the error for a misplaced --json"
+    listed = re.search(r"the commands that take it: ([a-z, -]+) \(", documented[0])
+    assert listed is not None and listed[1].split(", ") == takers, (documented[0], takers)
+    code, out = cli("--json", "runs")
+    assert code == 2 and out.strip() == documented[0], out  # the notes quote the real message

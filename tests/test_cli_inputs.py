@@ -56,8 +56,11 @@ def busy_port() -> Iterator[int]:
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        (("enqueue", BASIC, "noop", "--delay", "1e300"), ("--delay", "1e+300", "100 years")),
+        (("enqueue", BASIC, "noop", "--delay", "1e300"), ("--delay", "'1e300'", "90s, 15m, 6h or 2d")),
+        (("enqueue", BASIC, "noop", "--delay", "36501d"), ("--delay", "'36501d' is too long", "at most 36500d")),
         (("enqueue", BASIC, "noop", "--delay", "nan"), ("--delay", "nan")),
+        (("enqueue", BASIC, "noop", "--delay", "-5"), ("--delay", "'-5'", "0 or more")),
+        (("enqueue", BASIC, "noop", "--delay", "5x"), ("--delay", "'5x'", "a plain number is seconds")),
         (("enqueue", BASIC, "noop", "--args", '["\\ud800"]'), ("--args", "lone surrogate")),
         (("enqueue", BASIC, "noop", "--args", '["\udcff"]'), ("--args", "lone surrogate")),
         (("enqueue", BASIC, "noop", "--args", "[1"), ("--args", "not JSON")),
@@ -78,6 +81,18 @@ def busy_port() -> Iterator[int]:
 def test_bad_flags_are_one_line(url: str, args: tuple[str, ...], needles: tuple[str, ...]) -> None:
     code, out = cli("--database-url", url, *args)
     one_error_line(code, out, *needles)
+
+
+@pytest.mark.parametrize(
+    ("delay", "seconds"), [("5m", 300), ("90s", 90), ("1.5h", 5400), ("2d", 172800), ("45", 45), ("0", 0)]
+)
+def test_delay_takes_the_durations_of_the_other_flags(url: str, delay: str, seconds: float) -> None:
+    code, out = cli("--database-url", url, "enqueue", BASIC, "noop", "--args", "[1]", "--delay", delay, "--json")
+    assert code == 0, out
+    app = rota.App(url)
+    run = app.get_run(json.loads(out)["id"])
+    app.close()
+    assert (run.due_at - run.created_at).total_seconds() == pytest.approx(seconds, abs=1), (delay, run)
 
 
 def test_a_busy_metrics_or_dashboard_port_is_refused_before_start(url: str, busy_port: int) -> None:

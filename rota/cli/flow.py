@@ -3,6 +3,7 @@ options of `rota explain`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -23,17 +24,27 @@ SHOWN = 20  # runs listed by `rota backfill` (all with --json)
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
-    """90s, 15m, 6h, 2d (a plain number is seconds)."""
+    """90s, 15m, 6h, 2d (a plain number is seconds), parsed by rota.config.parse_duration: more
+    than 0 and at most 36500d, or from 0 with `zero` (--delay 0: now)."""
 
     name = "duration"
+    ZERO = re.compile(r"\s*0+(?:\.0+)?\s*[smhd]?\s*")
+
+    def __init__(self, *, zero: bool = False) -> None:
+        self.zero = zero
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
         if isinstance(value, timedelta):
             return value
+        if self.zero and self.ZERO.fullmatch(str(value)):
+            return timedelta(0)
         try:
             return parse_duration(str(value))
-        except ValueError:
-            self.fail(f"{value!r} is not a duration such as 90s, 15m, 6h or 2d", param, ctx)
+        except ValueError as exc:
+            if "at most" in str(exc):  # well formed, too long
+                self.fail(f"{value!r} is too long: expected {exc}", param, ctx)
+            plain = "a plain number is seconds" + (", 0 or more" if self.zero else "")
+            self.fail(f"{value!r} is not a duration such as 90s, 15m, 6h or 2d ({plain})", param, ctx)
 
 
 class IsoTime(click.ParamType):  # type: ignore[type-arg]

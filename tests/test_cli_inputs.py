@@ -19,6 +19,7 @@ from rota.cli import main
 from .conftest import make_app
 
 BASIC = "tests.apps.basic:app"
+PLAIN = "tests.apps.flow_limited:app"  # sets no lease, poll interval or shutdown timeout in code
 
 
 def cli(*args: str, env: dict[str, str | None] | None = None) -> tuple[int, str]:
@@ -69,6 +70,9 @@ def busy_port() -> Iterator[int]:
         (("worker", BASIC, "--metrics-port", "99999"), ("--metrics-port", "99999", "1<=x<=65535")),
         (("worker", BASIC, "-q", "mail", "-q", "bad queue!"), ("--queue", "'bad queue!'", "letters, digits")),
         (("worker", BASIC, "--lease", "inf"), ("--lease", "inf")),
+        (("worker", PLAIN, "--lease", "0.1"), ("--lease", "'0.1' is not valid", ">= 0.5 and at most one year")),
+        (("worker", PLAIN, "--poll-interval", "0.001"), ("--poll-interval", "'0.001'", ">= 0.01")),
+        (("worker", PLAIN, "--shutdown-timeout", "-1"), ("--shutdown-timeout", "'-1'", ">= 0 and")),
         (("worker", BASIC, "-c", "0"), ("--concurrency", "0")),
         (("worker", BASIC, "--prefetch", "-1"), ("--prefetch", "-1", "0<=x<=100000")),
         (("dashboard", BASIC, "--port", "99999"), ("--port", "99999")),

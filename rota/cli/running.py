@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import math
 import socket
 from typing import Any
 
@@ -30,6 +29,24 @@ from .display import duration
 from .flow import Duration
 
 PORT = click.IntRange(1, 65535)
+
+
+class Seconds(click.ParamType):  # type: ignore[type-arg]
+    """A number of seconds checked as the setting's ROTA_* variable is (its bounds, e.g. a lease
+    of at least 0.5 s and at most a year), so a bad flag is refused before anything starts."""
+
+    name = "seconds"
+
+    def __init__(self, setting: str) -> None:
+        self.setting = config.SETTINGS[setting]
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return float(self.setting.parse(str(value)))
+        except ValueError as exc:
+            self.fail(f"{value!r} is not valid: expected {exc}", param, ctx)
 
 
 def check_port(port: int, host: str, flag: str) -> None:
@@ -71,9 +88,9 @@ def _flag_or_app(app: App, name: str, flag: Any) -> Any:
 @click.option(
     "-q", "--queue", "queues", multiple=True, help="Only this queue (repeatable). [env ROTA_QUEUES; default all]"
 )
-@click.option("--lease", type=float, help=config.help_line("lease"))
-@click.option("--poll-interval", type=float, help=config.help_line("poll_interval"))
-@click.option("--shutdown-timeout", type=float, help=config.help_line("shutdown_timeout"))
+@click.option("--lease", type=Seconds("lease"), help=config.help_line("lease"))
+@click.option("--poll-interval", type=Seconds("poll_interval"), help=config.help_line("poll_interval"))
+@click.option("--shutdown-timeout", type=Seconds("shutdown_timeout"), help=config.help_line("shutdown_timeout"))
 @click.option("--metrics-port", type=PORT, help=config.help_line("metrics_port"))
 @click.option("--prefetch", type=click.IntRange(0, 100000), help=config.help_line("prefetch"))
 @log_options("worker")
@@ -82,14 +99,6 @@ def _flag_or_app(app: App, name: str, flag: Any) -> Any:
 def worker(ctx: click.Context, /, app_path: str, **flags: Any) -> None:
     """Run a worker for APP until SIGTERM/SIGINT (then drain and hand back)."""
     config.check_environment()  # a bad ROTA_* variable stops the start, before APP is imported
-    for name in ("lease", "poll_interval", "shutdown_timeout"):
-        value = flags[name]
-        if value is not None and not (
-            math.isfinite(value) and value >= 0 and (value > 0 or name == "shutdown_timeout")
-        ):
-            raise click.BadParameter(
-                f"{value} is not a positive number of seconds", param_hint=f"--{name.replace('_', '-')}"
-            )
     queues = check_queues(flags["queues"]) or config.value("queues")
     metrics_port = config.value("metrics_port", flags["metrics_port"])
     setup_logging(ctx, flags["log_level"], flags["log_format"])

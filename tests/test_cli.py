@@ -85,6 +85,23 @@ def test_cancel_retry_and_enqueue(db_url: str, monkeypatch: object) -> None:
     app.close()
 
 
+def test_runs_of_an_unknown_task_warn_with_a_close_name(db_url: str) -> None:
+    app = make_app(db_url)
+    app.task(name="shop.charge")(lambda: None).enqueue()
+    app.close()  # a task no App declares any more: its runs still list
+    runner = CliRunner(env={"COLUMNS": "300"})
+    result = runner.invoke(main, ["--database-url", db_url, "runs", "--task", "shop.chrage", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout) == [], result.output
+    assert result.stderr == (
+        "warning: no run of task 'shop.chrage' exists (did you mean 'shop.charge'?): "
+        "--task takes the full task name, as the task column shows it\n"
+    )
+    for args in (["--task", "shop.charge"], ["--task", "shop.charge", "--status", "failed"]):
+        result = runner.invoke(main, ["--database-url", db_url, "runs", *args])
+        assert result.exit_code == 0 and result.stderr == "", result.output  # it exists: no warning
+    assert "shop.charge" in runner.invoke(main, ["--database-url", db_url, "runs", "--task", "shop.charge"]).stdout
+
+
 def test_migrate_is_idempotent(tmp_path: object) -> None:
     url = f"sqlite:///{tmp_path}/m.db"
     code, out = cli(url, "migrate", "--dry-run")

@@ -79,6 +79,8 @@ def busy_port() -> Iterator[int]:
         (("explain", "* * * * *", "--count", "100000000"), ("--count", "100000000", "1<=x<=1000")),
         (("explain", "* * * * *", "--after", "notadate"), ("--after", "'notadate'", "ISO time")),
         (("runs", "--limit", "0"), ("--limit",)),
+        (("runs", "--queue", "a b"), ("--queue", "'a b'", "letters, digits")),
+        (("runs", "--queue", "a,b"), ("--queue", "'a,b'", "letters, digits")),
         (("run", "abc"), ("no run with id 'abc'",)),
     ],
 )

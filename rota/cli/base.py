@@ -168,6 +168,14 @@ def check_database(app: App, source: str) -> None:
         raise ConfigurationError(f"no rota tables in {where}: {point}, or create them with `rota migrate`")
 
 
+def check_queue(name: str | None, flag: str = "--queue") -> str | None:
+    """One queue name, checked as `enqueue` and `worker` check theirs (ROTA_QUEUES's rule)."""
+    if name is not None and not config._QUEUE.match(name):
+        rule = "1-100 letters, digits, '_', '-', '.' or ':'"
+        raise click.BadParameter(f"invalid queue name {name!r}: expected {rule}", param_hint=flag)
+    return name
+
+
 GAPS = (
     "run ids are not contiguous: retention prunes old runs, and on PostgreSQL an insert that "
     "rolled back (a transactional enqueue) or met a conflict (a key already taken, a schedule "

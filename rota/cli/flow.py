@@ -120,16 +120,19 @@ def retry_failed(ctx: click.Context, status: str, task: str | None, since: timed
         )
         return
     scope = (f" of task {task}" if task else "") + (f" finished in the last {duration(since)}" if since else "")
-    click.echo(f"{count} {status} run(s){scope} enqueued again{unknown_task_hint(app, task) if not count else ''}")
+    missing = unknown_task(app, task) if not count else None
+    hint = f"; {missing}: --task takes the full task name, as `rota runs` shows it" if missing else ""
+    click.echo(f"{count} {status} run(s){scope} enqueued again{hint}")
 
 
-def unknown_task_hint(app: App, task: str | None) -> str:
-    """'; no run of task 'x' exists (did you mean 'app.x'?)' when no run of `task` exists at all:
-    a short name or a typo, not "nothing to retry"."""
+def unknown_task(app: App, task: str | None) -> str | None:
+    """ "no run of task 'x' exists (did you mean 'app.x'?)" when no run of `task` exists at all
+    (a short name or a typo, not "nothing matched"), else None. The CLI reads no APP here, so
+    the names offered are those of the recent runs' tasks (a removed task's runs still list)."""
     if task is None or app.list_runs(task=task, limit=1):
-        return ""
-    close = did_you_mean(task, {r.task for r in app.list_runs(limit=500)})  # the tasks of the recent runs
-    return f"; no run of task {task!r} exists{close}: --task takes the full task name, as `rota runs` shows it"
+        return None
+    close = did_you_mean(task, {r.task for r in app.list_runs(limit=500)})
+    return f"no run of task {task!r} exists{close}"
 
 
 # -- rota explain --jitter ------------------------------------------------------------------

@@ -15,6 +15,7 @@ from ..app import App
 from ..models import STATUSES, Run, ScheduleInfo, WorkerInfo, iso
 from .base import (
     check_database,
+    check_queue,
     database_app,
     database_line,
     database_source,
@@ -26,7 +27,7 @@ from .base import (
     utc_option,
 )
 from .display import Column, clean, duration, line, table, when
-from .flow import jitter_heading, jitter_options, offset_json, offset_text
+from .flow import jitter_heading, jitter_options, offset_json, offset_text, unknown_task
 
 MAX_EXPLAIN = 1000
 MAX_LIMIT = 10000
@@ -160,7 +161,7 @@ def _summary(run: Run, now: datetime) -> str | None:
 
 @main.command()
 @click.option("--status", type=click.Choice(STATUSES), default=None)
-@click.option("--task", default=None)
+@click.option("--task", default=None, help="Only runs of this task (its full name, e.g. myapp.jobs.send).")
 @click.option("--schedule", default=None)
 @click.option("--queue", default=None)
 @click.option("--limit", type=click.IntRange(1, MAX_LIMIT), default=50, show_default=True)
@@ -170,8 +171,12 @@ def _summary(run: Run, now: datetime) -> str | None:
 @handle_errors
 def runs(ctx: click.Context, /, limit: int, as_json: bool, utc: bool, **flt: Any) -> None:
     """List runs, newest first."""
+    check_queue(flt["queue"])
     app = database_app(ctx)
     items = app.list_runs(limit=limit, **flt)
+    missing = unknown_task(app, flt["task"]) if not items else None
+    if missing:  # a warning, not an error: the listing (empty) stays as asked, on stdout
+        click.echo(f"warning: {missing}: --task takes the full task name, as the task column shows it", err=True)
     if as_json:
         print_json([r.to_json() for r in items])
         return

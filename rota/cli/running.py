@@ -16,6 +16,7 @@ from ..logs import log_event
 from ..serialization import MAX_DEPTH
 from .base import (
     apply_database_flag,
+    check_queue,
     handle_errors,
     json_option,
     load_app,
@@ -167,8 +168,7 @@ def parse_arguments(args_json: str, kwargs_json: str) -> tuple[list[Any], dict[s
 def enqueue(ctx: click.Context, /, app_path: str, task: str, args_json: str, kwargs_json: str, **opts: Any) -> None:
     """Enqueue one run of TASK (a registered task name of APP)."""
     args, kwargs = parse_arguments(args_json, kwargs_json)
-    if opts["queue"] is not None:
-        check_queues((opts["queue"],))
+    check_queue(opts["queue"])
     app = load_app(app_path)
     apply_database_flag(ctx, app)
     key, unique_for = opts["key"], opts["unique_for"]

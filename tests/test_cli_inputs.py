@@ -82,11 +82,22 @@ def busy_port() -> Iterator[int]:
         (("runs", "--queue", "a b"), ("--queue", "'a b'", "letters, digits")),
         (("runs", "--queue", "a,b"), ("--queue", "'a,b'", "letters, digits")),
         (("run", "abc"), ("no run with id 'abc'",)),
+        (("run", "-5"), ("no run with id '-5'", "integers from 1")),
+        (("run", "-12", "--json"), ("no run with id '-12'", "integers from 1")),
+        (("cancel", "-5"), ("no run with id '-5'", "integers from 1")),
+        (("retry", "-5"), ("no run with id '-5'", "integers from 1")),
     ],
 )
 def test_bad_flags_are_one_line(url: str, args: tuple[str, ...], needles: tuple[str, ...]) -> None:
     code, out = cli("--database-url", url, *args)
     one_error_line(code, out, *needles)
+
+
+def test_a_negative_number_as_an_option_value_is_not_taken_for_a_run_id(url: str) -> None:
+    code, out = cli("--database-url", url, "retry", "--failed", "--task", "-5")
+    assert code == 0 and out.startswith("0 failed run(s) of task -5 enqueued again"), out
+    code, out = cli("--database-url", url, "run", "1", "-x")
+    one_error_line(code, out, "No such option '-x'")
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ import click
 from .. import config, logs
 from .._version import __version__
 from ..app import App
+from ..client import _run_id as check_run_id
 from ..errors import ConfigurationError, RotaError, RunNotFound
 from ..logs import log_event
 from ..models import Run
@@ -174,6 +176,21 @@ def check_queue(name: str | None, flag: str = "--queue") -> str | None:
         rule = "1-100 letters, digits, '_', '-', '.' or ':'"
         raise click.BadParameter(f"invalid queue name {name!r}: expected {rule}", param_hint=flag)
     return name
+
+
+class RunIdCommand(click.Command):
+    """A command taking RUN_ID: a negative number there (`rota run -5`) is a run id that cannot
+    exist, and says so as `rota run 0` does; click would call it an unknown option '-5' (or
+    '-1' for -12). A value of an option (`--task -5`) and anything after `--` are left alone."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        valued = {o for p in self.params if isinstance(p, click.Option) and not (p.is_flag or p.count) for o in p.opts}
+        for before, arg in zip(["", *args], args, strict=False):
+            if arg == "--":
+                break
+            if re.fullmatch(r"-[0-9]+", arg) and before not in valued:
+                check_run_id(arg)  # RunNotFound: run ids are integers from 1 to ...
+        return super().parse_args(ctx, args)
 
 
 GAPS = (

@@ -14,6 +14,7 @@ from .. import config, timing
 from ..app import App
 from ..models import STATUSES, Run, ScheduleInfo, WorkerInfo, iso
 from .base import (
+    RunIdCommand,
     check_database,
     check_queue,
     database_app,
@@ -196,7 +197,7 @@ RUN_FIELDS = (
 )
 
 
-@main.command("run")
+@main.command("run", cls=RunIdCommand)
 @click.argument("run_id")
 @json_option
 @click.pass_context

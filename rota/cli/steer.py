@@ -9,7 +9,7 @@ import click
 from ..app import App
 from ..errors import ScheduleNotFound, did_you_mean
 from ..models import FINAL_STATUSES, ScheduleInfo
-from .base import database_app, find_run, handle_errors, json_option, main, print_json
+from .base import RunIdCommand, database_app, find_run, handle_errors, json_option, main, print_json
 from .display import when
 from .flow import Duration, retry_failed
 
@@ -70,7 +70,7 @@ def resume(ctx: click.Context, name: str) -> None:
     click.echo(f"resumed {name}; next run {when(info.next_run_at, datetime.now(UTC)) or '-'}")
 
 
-@main.command()
+@main.command(cls=RunIdCommand)
 @click.argument("run_id")
 @json_option
 @click.pass_context
@@ -92,7 +92,7 @@ def cancel(ctx: click.Context, run_id: str, as_json: bool) -> None:
         click.echo(f"run {run.id} finished as {run.status} before it could be cancelled")
 
 
-@main.command()
+@main.command(cls=RunIdCommand)
 @click.argument("run_id", required=False)
 @click.option(
     "--failed", "bulk", flag_value="failed", default=None, help="Retry every failed run (see --task, --since)."

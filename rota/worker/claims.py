@@ -61,6 +61,7 @@ class Claimer:
         self.reserved = 0  # free slots kept for the runs a claim in flight starts
         self._limit_wake: asyncio.TimerHandle | None = None
         self.superseded: Callable[[Active], None] = lambda active: None  # Leases.lost (the worker sets it)
+        self._superseding = False  # dispatch is retiring an older attempt: start_held waits
 
     async def claim_some(self) -> tuple[int, int]:
         """Claim up to the free slots, plus the prefetch room, if a run is due; start what
@@ -113,7 +114,7 @@ class Claimer:
         """Start held runs in the free slots (on the loop, no round trip); none once the
         worker stops claiming (shutdown hands them back). Each starts here: its attempt
         counts from now, and its start is written with the worker's next write."""
-        while self.executors.free_slots > self.reserved:
+        while self.executors.free_slots > self.reserved and not self._superseding:
             claim = self.prefetch.next()
             if claim is None:
                 return
@@ -141,8 +142,14 @@ class Claimer:
         if older is not None and older.claim.token != claim.token:
             # We claimed this run again: our older attempt's lease ran out and the run was
             # rescued (a pause, a blocked loop) before our heartbeat noticed. That attempt is
-            # lost: stopped and its result discarded, before the new one takes the slot.
-            self.superseded(older)
+            # lost: stopped and its result discarded, before the new one takes the slot. The
+            # slot it frees (at once for a coroutine or a child process) is this one's: no
+            # held run may start in it meanwhile.
+            self._superseding = True
+            try:
+                self.superseded(older)
+            finally:
+                self._superseding = False
         self.counters.dispatched += 1
         if log.isEnabledFor(logging.DEBUG):
             self._log_claimed(claim)
@@ -259,7 +266,7 @@ class Finisher:
             self.claimer.limit_slot_freed()  # claim again now (taking it along), not at a poll
         kind, value = outcome
         if kind == "lost":
-            self.completer.forget(active.claim.id)
+            self.completer.forget(active.claim.id, active.claim.token)
             return
         record = self.decider.decide(active, kind, value)
         self.decider.log(active, kind, record)

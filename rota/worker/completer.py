@@ -77,10 +77,21 @@ class Completer:
         self._start_timer = None
         self.ready.set()
 
-    def forget(self, run_id: int) -> None:
-        """The run is no longer ours (lost, handed back): nothing of its start is written."""
-        self.starts.pop(run_id, None)
-        self.refused_starts.pop(run_id, None)
+    def forget(self, run_id: int, token: int | None = None) -> None:
+        """The run is no longer ours (lost, handed back): nothing of its start is written.
+        With `token`, only that attempt's (a newer attempt of the run keeps its own)."""
+        for starts in (self.starts, self.refused_starts):
+            entry = starts.get(run_id)
+            if entry is not None and (token is None or entry[0] == token):
+                del starts[run_id]
+
+    def _take_start(self, run_id: int, token: int) -> tuple[int, float] | None:
+        """The unwritten start of this attempt (run id and token), taken off the books."""
+        for starts in (self.starts, self.refused_starts):
+            entry = starts.get(run_id)
+            if entry is not None and entry[0] == token:
+                return starts.pop(run_id)
+        return None
 
     def _with_starts(self, batch: list[Outcome]) -> None:
         """Outcomes of runs whose start is not written yet carry it (Outcome.started)."""
@@ -88,8 +99,8 @@ class Completer:
             return
         now = time.monotonic()
         for o in batch:
-            entry = self.starts.pop(o.id, None) or self.refused_starts.pop(o.id, None)
-            if entry is not None and entry[0] == o.token:
+            entry = self._take_start(o.id, o.token)
+            if entry is not None:
                 o.started = max(0.0, now - entry[1])
 
     async def write_starts(self) -> None:
@@ -228,7 +239,7 @@ class Completer:
     def announce(self, outcome: Outcome) -> None:
         """An outcome already written by someone else (a transactional handler's commit):
         only its event is due (the commit recorded the run's start too)."""
-        self.starts.pop(outcome.id, None)
+        self._take_start(outcome.id, outcome.token)
         self.emit(OUTCOME_EVENTS[outcome.status], run_id=outcome.id)
 
     def _count_stale(self, batch: list[Outcome], written: set[int], retry: list[Outcome]) -> None:

@@ -337,14 +337,17 @@ def tick_bounds(lock_timeout: float, idle_timeout: float) -> str:
 
 
 # What the server says when it refuses a connection for a reason that waiting will not fix
-# (libpq gives no SQLSTATE for a failed connection: its message is all there is).
-_REFUSALS = ("does not exist", "password authentication failed", "no pg_hba.conf entry", "authentication failed")
+# (libpq gives no SQLSTATE for a failed connection: its message is all there is). Exact
+# phrases only: LDAP, RADIUS or PAM "authentication failed" may pass (their server is away).
+_REFUSALS = re.compile(
+    r'FATAL:\s+(?:database "[^"]*" does not exist|role "[^"]*" does not exist'
+    r"|password authentication failed for user|no pg_hba\.conf entry for)"
+)
 
 
 def refused(exc: BaseException) -> bool:
     """Whether a failed connection was refused by the server for good (see _REFUSALS)."""
-    text = str(exc)
-    return "FATAL:" in text and any(reason in text for reason in _REFUSALS)
+    return _REFUSALS.search(str(exc)) is not None
 
 
 def _reason(exc: BaseException) -> str:

@@ -4,6 +4,7 @@ never goes on claiming without, say, making ticks or renewing leases."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any
 
@@ -35,3 +36,26 @@ def test_a_role_that_dies_is_logged_and_started_again(app: rota.App, caplog: pyt
     assert any("rota-ticks role failed; restarting it" in r.getMessage() for r in caplog.records)
     assert any(r.exc_info and "the ticker broke" in str(r.exc_info[1]) for r in caplog.records)
     worker.stop(wait=True, timeout=10)
+
+
+def test_a_role_failing_again_and_again_waits_longer_each_time(caplog: pytest.LogCaptureFixture) -> None:
+    """Not a restart every second forever, each with a traceback: the pause doubles (up to a
+    minute) and only the first failure in a row carries the traceback."""
+    import asyncio
+
+    from rota.worker.service import supervise
+
+    failures: list[float] = []
+
+    async def body() -> None:
+        failures.append(asyncio.get_running_loop().time())
+        if len(failures) < 4:
+            raise RuntimeError(f"broken {len(failures)}")
+
+    caplog.set_level(logging.ERROR, "rota.worker")
+    asyncio.run(supervise(body, "the test role", pause=0.02))
+    gaps = [b - a for a, b in itertools.pairwise(failures)]
+    assert len(failures) == 4 and gaps[1] >= 0.04 and gaps[2] >= 0.08  # 0.02, then doubled
+    records = [r for r in caplog.records if "the test role failed" in r.getMessage()]
+    assert [bool(r.exc_info) for r in records] == [True, False, False]
+    assert "failed again (RuntimeError: broken 3); restarting it in 0.1 s" in records[2].getMessage()

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("rota.worker")
+MAX_PAUSE = 60.0  # seconds: the longest wait before a failed role starts again
 
 
 async def supervise(
@@ -18,15 +20,26 @@ async def supervise(
     note: str = "",
     pause: float = 0.05,
 ) -> None:
-    """Run `body` forever: if it raises, log why, call `on_restart`, start it again."""
+    """Run `body` forever: if it raises, log why, call `on_restart`, start it again after
+    `pause`, doubled for each failure in a row up to a minute (a body that fails at once
+    every time is not restarted in a tight loop, nor logged with a traceback each time)."""
+    failures = 0
     while True:
+        began = time.monotonic()
         try:
             await body()
             return
-        except Exception:
-            log.exception("%s failed; restarting it%s", what, note)
+        except Exception as exc:
+            failures = 1 if time.monotonic() - began > MAX_PAUSE else failures + 1
+            delay = min(MAX_PAUSE, pause * 2 ** (failures - 1))
+            if failures == 1:
+                log.exception("%s failed; restarting it%s", what, note)
+            else:
+                log.error(
+                    "%s failed again (%s: %s); restarting it in %.1f s%s", what, type(exc).__name__, exc, delay, note
+                )
             on_restart()
-            await asyncio.sleep(pause)
+            await asyncio.sleep(delay)
 
 
 def spawn(name: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:

@@ -87,7 +87,8 @@ def shown(value: object) -> str:
     """A value as an error message names it: a timedelta in seconds (its repr reads
     `timedelta(days=-1, seconds=86399)` for minus one second), anything else by repr."""
     if isinstance(value, timedelta):
-        return f"timedelta of {value.total_seconds():g} seconds"
+        seconds = f"{value.total_seconds():.6f}".rstrip("0").rstrip(".")
+        return f"timedelta of {seconds} seconds"
     return repr(value)
 
 

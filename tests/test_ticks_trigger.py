@@ -6,7 +6,7 @@ judged by the policy at the tick with the triggered run as the active one."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -123,3 +123,33 @@ def test_a_concurrent_schedule_keeps_its_run_made_ahead_on_trigger(fapp: rota.Ap
     ahead, handle = triggered_in_the_lead(fapp, fake, "concurrent")
     assert fapp.get_run(ahead.id).status == "pending"
     assert fapp.get_run(handle.id).status == "pending"
+
+
+@pytest.mark.parametrize("overlap", ["queue", "replace"])
+def test_a_tick_queued_behind_an_active_run_that_another_worker_made_first_aborts_the_pass(
+    app_factory: Callable[..., rota.App], monkeypatch: pytest.MonkeyPatch, overlap: str
+) -> None:
+    """Between this pass's look (tick_exists: no row) and its insert of the queued run, another
+    worker committed the tick's row: the insert does nothing. The pass is rolled back as when
+    tick_exists finds the row (it raised IndexError, which ended the worker's ticks role)."""
+    clock = rota.FakeClock(datetime(2030, 1, 1, 0, 0, 59, tzinfo=UTC))
+    app = app_factory(clock=clock)
+    app.task(name="t")(lambda: None)
+    app.add_schedule("s", "t", every=60, overlap=overlap)
+    active = app.trigger("s")  # the active run the tick meets: running (replace queues behind it)
+    store: Any = app.store
+    assert [c.id for c in store.claim("w", 1, None, 30.0)] == [int(active.id)]
+    clock.set(datetime(2030, 1, 1, 0, 1, 0, 100_000, tzinfo=UTC))
+    real = store._insert_run
+
+    def insert(s: Any, run: Any) -> list[Any]:
+        return [] if run.held and run.tick is not None else real(s, run)  # as if it met the other's row
+
+    monkeypatch.setattr(store, "_insert_run", insert)
+    worker = app.worker(install_signal_handlers=False)
+    due = store.due_schedules(10, 0.0)
+    plan = worker._ticker._plan(due[0], store.now(), 0.0)
+    assert not isinstance(plan, str)
+    assert store.materialize(due[0], plan) is False  # locked out, nothing half written
+    assert [r.id for r in app.list_runs(schedule="s")] == [active.id]
+    assert app.get_run(active.id).status == "running" and not app.get_run(active.id).cancel_requested

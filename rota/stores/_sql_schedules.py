@@ -280,6 +280,12 @@ class SqlSchedules(SqlRows):
                 s.q("request_cancel", id=active_id)
                 self._notify(s, f"cancel:{active_id}")
         rows = self._insert_run(s, self._tick_run(due, tick, held=True, **extra))
+        if not rows:  # the tick's row came in meanwhile: another instance committed it first
+            if manual:
+                raise TriggerRefused(
+                    f"schedule {due.name!r}: a run with this key or tick was made meanwhile; try again"
+                )
+            raise _Abort  # as when tick_exists finds it: this instance's pass is rolled back
         return int(rows[0][0]), False
 
     def trigger(self, due: DueSchedule, *, key: str | None = None, retry_of: int | None = None) -> tuple[int, str]:

@@ -101,7 +101,7 @@ def _worker_command(tmp_path: Any, *args: str, env: dict[str, str] | None = None
 
 def test_the_worker_command_refuses_a_tiny_lease_or_poll_in_one_line(tmp_path: Any) -> None:
     code, err = _worker_command(tmp_path, "--poll-interval", "1e-300")
-    one_error_line(code, err, "poll_interval", "1e-300", "at least 0.01")
+    one_error_line(code, err, "--poll-interval", "1e-300", ">= 0.01")
     code, err = _worker_command(tmp_path, env={"ROTA_LEASE": "1e-300"})
     one_error_line(code, err, "ROTA_LEASE='1e-300' is not valid", ">= 0.5")
 

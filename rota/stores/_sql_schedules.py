@@ -281,9 +281,10 @@ class SqlSchedules(SqlRows):
                 self._notify(s, f"cancel:{active_id}")
         rows = self._insert_run(s, self._tick_run(due, tick, held=True, **extra))
         if not rows:  # the tick's row came in meanwhile: another instance committed it first
-            if manual:
+            if manual:  # a retry keeping its run's key, which an active run holds
                 raise TriggerRefused(
-                    f"schedule {due.name!r}: a run with this key or tick was made meanwhile; try again"
+                    f"schedule {due.name!r}: key {extra.get('key')!r} is held by another active run; "
+                    "wait for it or cancel it"
                 )
             raise _Abort  # as when tick_exists finds it: this instance's pass is rolled back
         return int(rows[0][0]), False

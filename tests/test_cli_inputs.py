@@ -223,3 +223,29 @@ def test_a_far_future_row_is_shown_not_a_crash(db_url: str) -> None:
     code, out = cli("--database-url", db_url, "runs", "--json")
     assert "scheduled_for" in json.loads(out)[0]["corrupt"], out
     app.close()
+
+
+def test_the_dashboard_refuses_a_database_that_refuses_it_and_warns_of_one_away(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No such database: one error line before serving. A database that does not answer yet:
+    one warning, and it serves (its pages show the error until the database answers)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from rota import web
+
+    served: list[str] = []
+    monkeypatch.setattr(web, "serve", lambda app, **kw: served.append(app.database_label))
+    missing = urlunsplit(urlsplit(pg_url)._replace(path="/rota_no_such_database", query=""))
+    with socket.socket() as sock:  # a port free now (nothing binds it: serve is replaced)
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    code, out = cli("dashboard", BASIC, "--database-url", missing, "--port", port)
+    one_error_line(code, out, 'database "rota_no_such_database" does not exist')
+    assert served == []
+    with caplog.at_level("WARNING", "rota.cli"):
+        code, out = cli("dashboard", BASIC, "--database-url", "postgresql://postgres@127.0.0.1:1/x", "--port", port)
+    assert code == 0 and len(served) == 1, out
+    assert any(
+        "database unavailable" in r.getMessage() and "the dashboard starts" in r.getMessage() for r in caplog.records
+    )

@@ -12,6 +12,7 @@ import click
 
 from .. import config
 from ..app import App
+from ..errors import DatabaseError, DatabaseRefused
 from ..logs import log_event
 from ..serialization import MAX_DEPTH
 from .base import (
@@ -228,10 +229,24 @@ def dashboard(
     check_port(port, host, "--port")
     app = load_app(app_path)
     apply_database_flag(ctx, app)
+    _probe_database(app)
     try:
         web.serve(app, host=host, port=port, token=token or None, allowed_hosts=hosts, forwarded_allow_ips=forwarded)
     finally:
         app.close()
+
+
+def _probe_database(app: App) -> None:
+    """One read before serving: a database that refuses this URL for good (no such database
+    or role, a wrong password) stops the start with the reason (DatabaseRefused); one that
+    does not answer yet is said in one warning, and the pages show the error until it does."""
+    try:
+        app.store.now()
+    except DatabaseRefused:
+        app.close()
+        raise
+    except DatabaseError as exc:
+        log.warning("database unavailable (%s): the dashboard starts; its pages show this until it answers", exc)
 
 
 def _host_names(flags: tuple[str, ...]) -> list[str] | None:

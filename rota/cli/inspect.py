@@ -346,7 +346,9 @@ def _after(value: str | None) -> datetime | None:
 @click.argument("cron")
 @click.option("--tz", default="UTC", show_default=True, help="IANA time zone.")
 @click.option("--count", type=click.IntRange(1, MAX_EXPLAIN), default=5, show_default=True)
-@click.option("--after", default=None, help="Start after this ISO time (default now).")
+@click.option(
+    "--after", default=None, help="Start after this ISO time (default now; without an offset it is read in --tz)."
+)
 @jitter_options
 @json_option
 @handle_errors

@@ -26,6 +26,7 @@ from ..client import _run_id as check_run_id
 from ..errors import ConfigurationError, RotaError, RunNotFound
 from ..logs import log_event
 from ..models import Run
+from ..tasks import check_queue as check_queue_name
 from .display import clean
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -171,10 +172,12 @@ def check_database(app: App, source: str) -> None:
 
 
 def check_queue(name: str | None, flag: str = "--queue") -> str | None:
-    """One queue name, checked as `enqueue` and `worker` check theirs (ROTA_QUEUES's rule)."""
-    if name is not None and not config._QUEUE.match(name):
-        rule = "1-100 letters, digits, '_', '-', '.' or ':'"
-        raise click.BadParameter(f"invalid queue name {name!r}: expected {rule}", param_hint=flag)
+    """One queue name, checked by the rule a run's queue meets at enqueue (rota.tasks)."""
+    if name is not None:
+        try:
+            check_queue_name(name)
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), param_hint=flag) from None
     return name
 
 

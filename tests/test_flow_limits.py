@@ -383,3 +383,30 @@ def test_enqueue_many_keys_every_run_like_enqueue_also_in_a_callers_transaction(
     assert got.count("rated") == 2  # the rate's window
     assert got.count("two") == 2  # its limit
     assert len(app.list_runs(limit=100)) == 15
+
+
+def test_the_limited_claim_updates_its_runs_by_address_after_a_burst_the_statistics_miss(pg_url: str) -> None:
+    """flow_take_limits reaches the runs it picked by their addresses, whatever the table's
+    statistics say: joined to them by id, the planner believed the few pending runs of the
+    last ANALYZE and hashed (or walked) every pending run of the burst on each claim."""
+    import json
+
+    import psycopg
+
+    app = rota.App(pg_url)
+    task = app.task(name="limited", limit=50)(lambda: None)
+    app.migrate()
+    app.prepare()
+    task.enqueue()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("ANALYZE rota_runs")  # the statistics of a quiet table: one pending run
+    task.enqueue_many([((), {}) for _ in range(3000)])  # then a burst
+    store: Any = app.store
+    with store._tx() as s:
+        heads = s.q("flow_heads", queues=None, n=10)
+        keys = json.dumps([[str(k), str(n), str(v)] for k, n, v, _ in heads])
+        params = {"keys": keys, "owner": OWNER, "limit": 50, "start": 50, "queues": None, "lease": 30.0, "now": None}
+        plan = "\n".join(str(r[0]) for r in s.q_text("EXPLAIN " + store.queries["flow_take_limits"], **params))
+    app.close()
+    scans = [line for line in plan.splitlines() if line.startswith("  ->  ")]  # the update's own, not its CTEs'
+    assert len(scans) == 1 and scans[0].startswith("  ->  Tid Scan on rota_runs r "), plan

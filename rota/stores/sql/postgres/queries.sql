@@ -1435,9 +1435,9 @@ WITH keys AS MATERIALIZED (
     FROM json_array_elements(%(keys)s::json) WITH ORDINALITY AS k(e, ord)
 ),
 picked AS MATERIALIZED (
-    SELECT w.id, row_number() OVER (ORDER BY k.ord, w.rn) AS pos FROM keys k CROSS JOIN LATERAL (
-        SELECT r.id, r.rate_name, row_number() OVER () AS rn FROM (
-            SELECT r.id, r.rate_name FROM rota_runs r
+    SELECT w.ctid, row_number() OVER (ORDER BY k.ord, w.rn) AS pos FROM keys k CROSS JOIN LATERAL (
+        SELECT r.ctid, r.rate_name, row_number() OVER () AS rn FROM (
+            SELECT r.ctid, r.rate_name FROM rota_runs r
             WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
               AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
               AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
@@ -1446,14 +1446,23 @@ picked AS MATERIALIZED (
     WHERE w.rate_name IS NULL
     ORDER BY k.ord, w.rn
     LIMIT %(limit)s
+),
+-- The row versions to update, by address (a TID scan, as in claim). Joined to `picked`
+-- by id instead, the planner trusted the statistics of the table before a burst (a handful
+-- of pending runs) and hashed or walked every pending run on each claim (measured: 5.4 ms
+-- per call at 20,000 waiting, against 1.4 ms). A run changed and committed since this
+-- statement's snapshot (a cancel request) has a new address: it is left pending, not taken
+-- (so no status test here: one would offer the planner the active runs' index again).
+ids AS MATERIALIZED (
+    SELECT array_agg(ctid) AS every, array_agg(ctid) FILTER (WHERE pos <= %(start)s) AS starts FROM picked
 )
 UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
-    attempt = CASE WHEN p.pos <= %(start)s THEN r.attempt + 1 ELSE r.attempt END,
-    started_at = CASE WHEN p.pos <= %(start)s THEN coalesce(%(now)s::timestamptz, statement_timestamp()) END,
+    attempt = CASE WHEN r.ctid = ANY((SELECT starts FROM ids)::tid[]) THEN r.attempt + 1 ELSE r.attempt END,
+    started_at = CASE WHEN r.ctid = ANY((SELECT starts FROM ids)::tid[])
+                      THEN coalesce(%(now)s::timestamptz, statement_timestamp()) END,
     lease_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s)
-FROM picked p
-WHERE r.id = p.id AND r.status = 'pending'
+WHERE r.ctid = ANY((SELECT every FROM ids)::tid[])
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
           r.priority, extract(epoch FROM r.due_at)::float8

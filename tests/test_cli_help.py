@@ -4,7 +4,6 @@ commands do: each command's --log-level default, and which commands take --json.
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,8 @@ from click.testing import CliRunner
 
 from rota import logs
 from rota.cli import main
+
+from .ports import free_port
 
 NOTES = Path(__file__).parent.parent / "docs" / "reference" / "cli-notes.md"
 
@@ -39,17 +40,11 @@ def test_each_command_states_its_own_log_level_default() -> None:
     assert stated_log_level() == "warning; info for worker and dashboard"
 
 
-def _free_port() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return str(probe.getsockname()[1])
-
-
 @pytest.mark.parametrize(
     "args",
     [
         ("worker", "no_such_module:app"),
-        ("dashboard", "no_such_module:app", "--port", _free_port()),
+        ("dashboard", "no_such_module:app", "--port", str(free_port())),
         ("runs", "--database-url", "sqlite:////nonexistent/rota.db"),
     ],
 )

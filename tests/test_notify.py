@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,6 +17,7 @@ import rota.notify
 import rota.testing
 
 from .conftest import make_app
+from .ports import free_port
 
 
 class Hooked(ThreadingHTTPServer):
@@ -139,12 +139,6 @@ def test_bad_notifier_options_are_refused(tmp_path: Any) -> None:
         rota.notify.Email(host="localhost", sender="a@b.c", to=["ops@b.c"], ssl=True, starttls=True)
     with pytest.raises(rota.ConfigurationError, match="wants"):
         app.add_notifier(object())  # type: ignore[arg-type]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_email_is_sent_through_smtp(db_url: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +21,8 @@ from rota.errors import DatabaseUnavailable
 from rota.models import iso
 from rota.web import create_app
 from rota.web.static import FILES
+
+from .ports import free_port
 
 RUN_FIELDS = {
     "id",
@@ -435,13 +436,6 @@ def test_cli_refuses_a_public_bind_without_a_token(db_url: str, served: list[dic
         assert f"refusing to serve the dashboard on '{host}' without a token" in out
         assert "ROTA_DASHBOARD_TOKEN" in out and "--token" in out
     assert served == []
-
-
-def free_port() -> int:
-    """A port nothing listens on now (the dashboard checks that its port is free)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_cli_serves_with_a_token_or_on_loopback(db_url: str, served: list[dict[str, Any]]) -> None:

@@ -4,7 +4,6 @@ proxies (through a real uvicorn), and no `--allowed-host '*'` without a token.""
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +16,8 @@ from starlette.testclient import TestClient
 
 from rota.cli import main
 from rota.web.sessions import FREE_FAILURES
+
+from .ports import free_port
 
 TOKEN = "t0ken-for-peers"
 
@@ -41,12 +42,6 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(uvicorn, "run", lambda web, **options: calls.append({"web": web, **options}))
     return calls
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

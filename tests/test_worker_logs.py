@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +14,7 @@ import rota
 from rota import logs
 
 from .conftest import start_worker, wait_for
+from .ports import free_port
 
 
 @pytest.fixture
@@ -61,13 +61,6 @@ def test_a_worker_logs_run_transitions_and_poll_summaries_as_json(app: rota.App,
         assert by_event[name]["worker"] == worker.id, name
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_worker_metrics_expose_counters_gauges_and_run_histograms(app: rota.App) -> None:
     pytest.importorskip("prometheus_client")
 
@@ -75,7 +68,7 @@ def test_worker_metrics_expose_counters_gauges_and_run_histograms(app: rota.App)
     def t() -> int:
         return 1
 
-    port = _free_port()
+    port = free_port()
     worker = start_worker(app, metrics_port=port)
     assert t.enqueue().wait(10).status == "succeeded"
     wait_for(lambda: worker.counters.succeeded == 1, what="the count")

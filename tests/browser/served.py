@@ -3,17 +3,11 @@ tests that need a real HTTP server)."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import Any
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from ..ports import free_port
 
 
 class Served:

@@ -21,7 +21,7 @@ from .errors import (
 )
 from .events import Events, check_notify_on
 from .limits import Limit, Rate, declared
-from .serialization import check_text, encode_arguments
+from .serialization import check_call, check_text, encode_arguments
 from .stores.base import ScheduleDef
 from .tasks import Backoff, Task, TaskOptions
 from .transactional import check_handler
@@ -324,6 +324,7 @@ class Declarations:
             task, registered = self._schedule_task(fn, name, task_options)
             try:
                 spec = build_schedule(name or task.name, task.name, options=task.opts, **when)
+                check_call(f"schedule {spec.name!r}: {task.name}", task.signature, spec.args, spec.kwargs)
                 if spec.name in self.schedules:
                     raise ConfigurationError(f"duplicate schedule name {spec.name!r}; pass name=... to tell them apart")
             except BaseException:

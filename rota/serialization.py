@@ -93,6 +93,44 @@ def _positional(task: str, index: int, fn: Callable[..., Any] | None, skip: int)
     return f"argument {index + 1}{name} of {task}()"
 
 
+class CallSignature:
+    """A handler's signature as enqueue calls it (without its first `skip` parameters, e.g.
+    ctx; without annotations, for messages), with the range of positional-only calls that
+    surely bind (most enqueues: checked without building a binding)."""
+
+    __slots__ = ("fewest", "most", "signature")
+
+    def __init__(self, signature: inspect.Signature, skip: int) -> None:
+        parameters = [p.replace(annotation=p.empty) for p in list(signature.parameters.values())[skip:]]
+        self.signature = signature.replace(parameters=parameters, return_annotation=signature.empty)
+        kinds = [p.kind for p in parameters]
+        positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        required_keywords = any(p.kind == p.KEYWORD_ONLY and p.default is p.empty for p in parameters)
+        self.fewest = len(positional) + 1 if required_keywords else sum(p.default is p.empty for p in positional)
+        self.most = sys.maxsize if inspect.Parameter.VAR_POSITIONAL in kinds else len(positional)
+
+
+def call_signature(fn: Callable[..., Any], skip: int = 0) -> CallSignature | None:
+    """fn's CallSignature, or None when Python cannot say (a builtin)."""
+    try:
+        return CallSignature(inspect.signature(fn), skip)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_call(task: str, call: CallSignature | None, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Refuse, at enqueue, arguments the handler could not be called with (too many, one
+    missing, an unknown keyword): otherwise each such run would fail on a worker."""
+    if call is None or (not kwargs and call.fewest <= len(args) <= call.most):
+        return
+    signature = call.signature
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        given = f"{len(args)} positional argument(s)" + (f" and {', '.join(map(repr, kwargs))}" if kwargs else "")
+        raise ConfigurationError(f"{task}{signature} cannot take {given}: {exc}") from None
+
+
 @functools.lru_cache(maxsize=1024)
 def _parameter_names(fn: Callable[..., Any]) -> tuple[str, ...]:
     """The names of fn's parameters that take positional arguments (before any *args)."""

@@ -17,7 +17,7 @@ from .errors import ConfigurationError
 from .limits import Limit, Rate, gate, stamp
 from .runs import RunContext as RunContext
 from .runs import RunHandle as RunHandle
-from .serialization import check_text, encode_arguments
+from .serialization import call_signature, check_call, check_text, encode_arguments
 from .stores.base import NewRun
 
 if TYPE_CHECKING:
@@ -189,6 +189,7 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.limit_gate = gate(name, fn, options.limit, options.pass_context)  # fails on a bad by=
         self.rate_gate = gate(name, fn, options.rate, options.pass_context)
+        self.signature = call_signature(fn, int(options.pass_context))  # what enqueue checks calls against
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -258,8 +259,9 @@ class TaskCall(Generic[P, R]):
         self.unique_for: float | None = None
         self.after: tuple[int, ...] = ()
 
-    def _new_run(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewRun:
+    def _new_run(self, args: Sequence[Any], kwargs: Mapping[str, Any], where: str = "") -> NewRun:
         task = self.task
+        check_call(where + task.name, task.signature, args, kwargs)
         a, k = encode_arguments(task.name, args, kwargs, task.fn, int(task.opts.pass_context))
         run = NewRun(
             task=self.task.name,
@@ -287,7 +289,7 @@ class TaskCall(Generic[P, R]):
                     f"enqueue_many item {i} is {call!r:.60}; each item must be an (args, kwargs) pair, e.g. ((1, 2), {{}})"
                 )
             args, kwargs = call
-            runs.append(self._new_run(tuple(args), dict(kwargs)))
+            runs.append(self._new_run(tuple(args), dict(kwargs), f"enqueue_many item {i}: "))
         if self.key is not None and len(runs) > 1:
             raise ConfigurationError("a dedup key applies to one run; enqueue keyed runs one at a time")
         return runs

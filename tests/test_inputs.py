@@ -254,3 +254,58 @@ def test_a_negative_timedelta_is_named_in_seconds(app: rota.App, make: Any) -> N
     """Not as its repr, `timedelta(days=-1, seconds=86399)`, for minus one second."""
     with pytest.raises(rota.ConfigurationError, match=r"got timedelta of -1 seconds$"):
         make(app)
+
+
+def _send(app: rota.App) -> Any:
+    @app.task(name="shop.send")
+    def send(to: str, subject: str, body: str = "") -> None: ...
+
+    return send
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (("a", "b", "c", "d"), {}, "cannot take 4 positional argument(s): too many positional arguments"),
+        (("a",), {}, "missing a required argument: 'subject'"),
+        (("a", "b"), {"bogus": 1}, "and 'bogus': got an unexpected keyword argument 'bogus'"),
+        (("a", "b"), {"to": "x"}, "multiple values for argument 'to'"),
+    ],
+)
+def test_arguments_the_handler_cannot_take_are_refused_at_enqueue_and_nothing_is_stored(
+    app: rota.App, args: tuple[Any, ...], kwargs: dict[str, Any], message: str
+) -> None:
+    send = _send(app)
+    with pytest.raises(rota.ConfigurationError) as caught:
+        send.enqueue(*args, **kwargs)
+    assert str(caught.value).startswith("shop.send(to, subject, body='') cannot take ")
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(rota.ConfigurationError, match=r"^enqueue_many item 1: shop\.send\(to, subject"):
+        send.enqueue_many([(("a", "b"), {}), (args, kwargs)])
+    assert app.list_runs() == []  # the good item of the batch is not stored either
+    send.enqueue("a", "b")
+    send.enqueue(to="a", subject="b", body="c")
+    assert len(app.list_runs()) == 2
+
+
+def test_a_context_parameter_is_not_counted_and_varargs_take_anything(app: rota.App) -> None:
+    @app.task(name="with_ctx", pass_context=True)
+    def with_ctx(ctx: rota.RunContext, n: int) -> None: ...
+
+    @app.task(name="anything")
+    def anything(*args: Any, **kwargs: Any) -> None: ...
+
+    with pytest.raises(rota.ConfigurationError, match=r"^with_ctx\(n\) cannot take 2 positional"):
+        with_ctx.enqueue(1, 2)
+    with_ctx.enqueue(1)
+    anything.enqueue(1, 2, x=3)
+    anything.enqueue()
+
+
+def test_a_schedule_whose_arguments_its_handler_cannot_take_fails_at_the_decorator(app: rota.App) -> None:
+    with pytest.raises(rota.ConfigurationError, match=r"^schedule 'nightly': nightly\(month\) cannot take 2"):
+
+        @app.schedule(every=60, name="nightly", args=(1, 2))
+        def report(month: int) -> None: ...
+
+    assert "nightly" not in app.schedules and "nightly" not in app.tasks  # (the task takes the schedule's name)

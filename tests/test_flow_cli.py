@@ -178,9 +178,9 @@ def test_enqueue_takes_unique_for_and_after(db_url: str) -> None:
         code, out = cli(db_url, *base, "--args", "[2]", "--after", first.strip(), "--json")
         assert code == 0 and json.loads(out)["created"], out
         assert app.run_links(json.loads(out)["id"])["parents"] == [first.strip()]
-        code, out = cli(db_url, *base, "--after", "999999")
+        code, out = cli(db_url, *base, "--args", "[3]", "--after", "999999")
         assert code == 1 and out.count("\n") == 1 and "do not exist: 999999" in out, out
-        code, out = cli(db_url, *base, "--key", "k", "--unique-for", "soon")
+        code, out = cli(db_url, *base, "--args", "[3]", "--key", "k", "--unique-for", "soon")
         assert code == 2 and "'soon' is not a duration" in out, out
     finally:
         app.close()

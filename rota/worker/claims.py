@@ -31,6 +31,23 @@ LIMIT_GATHER = 0.001  # a run of ours ended while limited runs wait: claim again
 Observer = Callable[[str, Claimed, float], None]
 
 
+def tell(observers: list[Observer], event: str, claim: Claimed) -> None:
+    """Call each observer (Worker.observe: user code too). One that raises is logged, with
+    its traceback the first time only, and never stops a run's start or its outcome."""
+    at = time.time()
+    for observe in observers:
+        try:
+            observe(event, claim, at)
+        except Exception:
+            first = id(observe) not in _FAILED
+            _FAILED.add(id(observe))
+            log.log(logging.ERROR if first else logging.DEBUG, "run observer %r raised on %s of run %d",
+                    observe, event, claim.id, exc_info=first)  # fmt: skip
+
+
+_FAILED: set[int] = set()  # ids of the observers that raised once (later failures: debug only)
+
+
 class Claimer:
     """Claims due runs into free slots and hands them to the executors."""
 
@@ -153,8 +170,7 @@ class Claimer:
         self.counters.dispatched += 1
         if log.isEnabledFor(logging.DEBUG):
             self._log_claimed(claim)
-        for observe in self.observers:
-            observe("started", claim, time.time())
+        tell(self.observers, "started", claim)
         self.executors.submit(claim, self.tasks.get(claim.task))
 
     def _log_claimed(self, claim: Claimed) -> None:
@@ -270,8 +286,7 @@ class Finisher:
             return
         record = self.decider.decide(active, kind, value)
         self.decider.log(active, kind, record)
-        for observe in self.claimer.observers:
-            observe(record.status, active.claim, time.time())
+        tell(self.claimer.observers, record.status, active.claim)
         if kind == COMMITTED:  # written with the handler's own transaction
             self.completer.announce(record)
             return

@@ -242,7 +242,10 @@ class Executors:
         active.kind = kind_of(task)
         if task.opts.pass_context or active.kind == "process":
             active._cancel = active.cancel  # made here, on the loop: the handler's thread reads it
-        self.by_kind[active.kind].submit(active, task)
+        try:
+            self.by_kind[active.kind].submit(active, task)
+        except Exception as exc:  # not started (a child process not spawned, a pool closing): a
+            self.deliver(active, ("error", exc))  # failed attempt, retried by its policy
         return active
 
     def stop(self, active: Active, lost: bool) -> None:

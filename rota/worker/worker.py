@@ -171,7 +171,8 @@ class Worker(Lifecycle):
 
     def observe(self, callback: Callable[[str, Claimed, float], None]) -> None:
         """Call `callback(event, claim, unix_time)` on the loop when a run starts ('started')
-        and ends (its status). Used by `rota demo`, metrics and tests; keep it cheap."""
+        and ends (its status). Used by `rota demo`, metrics and tests; keep it cheap. One
+        that raises is logged (with its traceback the first time) and changes no run."""
         self._observers.append(callback)
 
     # -- the main coroutine ----------------------------------------------------------------

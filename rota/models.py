@@ -100,11 +100,21 @@ class Run:
                     "worker": self.worker,
                     "started_at": _iso(self.started_at),
                     "finished_at": _iso(self.finished_at),
-                    "status": self.status,
+                    "status": self._last_attempt_status(),
                     "error": self.error,
                 }
             )
         return entries
+
+    def _last_attempt_status(self) -> str:
+        """How the last attempt ended, labelled as earlier ones are in history: `lost` (its
+        worker's lease ran out) and `timed out` rather than the run's final status."""
+        kind = self.error.get("type") if isinstance(self.error, dict) else None
+        if self.status in (FAILED, CANCELLED) and kind == "WorkerLost":
+            return "lost"
+        if self.status == FAILED and kind == "Timeout":
+            return "timed out"
+        return self.status
 
     def to_json(self) -> dict[str, Any]:
         """The CLI/API shape (`--json`, the JSON API): these field names, times as ISO-8601 UTC."""

@@ -203,6 +203,7 @@ def test_rescue_without_attempts_left_fails_naming_the_worker(app: rota.App, clo
     assert run.error is not None and run.error["type"] == "WorkerLost"
     assert "worker host-x:123 was lost: its lease expired at" in run.error["message"]
     assert "(attempt 1 of 1)" in run.error["message"]
+    assert [a["status"] for a in run.attempts] == ["lost"]  # as a lost attempt before a retry is
     app.close()
 
 

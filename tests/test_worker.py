@@ -162,6 +162,7 @@ def test_a_hung_sync_job_times_out_keeps_its_slot_until_it_returns_and_its_late_
     run = hung.wait(10)
     assert run.status == "failed" and run.error is not None and run.error["type"] == "Timeout"
     assert "exceeded its timeout of 0.3 s" in run.error["message"]
+    assert [a["status"] for a in run.attempts] == ["timed out"]  # as in history before a retry
     waiting = quick.enqueue()
     time.sleep(0.5)
     assert waiting.refresh().status == "pending"  # the body still runs: its slot is held

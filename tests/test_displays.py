@@ -204,7 +204,9 @@ def test_run_ids_are_strings_in_every_json_output(db_url: str) -> None:
         cli(db_url, "trigger", "hourly", "--json"),
         cli(db_url, "cancel", later.id, "--json"),
     ]
-    result = CliRunner().invoke(main, ["--database-url", db_url, "enqueue", "tests.apps.basic:app", "noop", "--args", "[1]", "--json"])
+    result = CliRunner().invoke(
+        main, ["--database-url", db_url, "enqueue", "tests.apps.basic:app", "noop", "--args", "[1]", "--json"]
+    )
     assert isinstance(json.loads(result.output)["id"], str), result.output
     for code, out in outputs:
         assert code == 0, out

@@ -18,11 +18,11 @@ from .errors import (
     ScheduleNotFound,
     did_you_mean,
 )
-from .limits import stamp
+from .limit_specs import stamp_lenient
 from .models import FINAL_STATUSES, STATUSES, Run, ScheduleInfo, WorkerInfo
 from .serialization import encode_arguments
 from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store, run_stats
-from .tasks import Backoff, RunHandle, Task, TaskOptions, check_int
+from .tasks import Backoff, RunHandle, Task, TaskOptions, check_int, check_schedule_call
 from .timing.frequency import is_high_frequency
 
 if TYPE_CHECKING:
@@ -94,9 +94,14 @@ class Client(Declarations):
             options=_task_options(task_options, base),
             jitter=jitter,
         )
+        check_schedule_call(name, self._declared(task), spec.args, spec.kwargs)
         store = self.store
         store.add_schedule(spec.to_def(source="api", app=None), spec.trigger.next_after(store.now()))
         return self.get_schedule(name)
+
+    def _declared(self, task: Task[..., Any] | str) -> Task[..., Any] | None:
+        """The task object if this process declares it (to check a schedule's arguments)."""
+        return task if isinstance(task, Task) else self.tasks.get(task)
 
     def update_schedule(self, name: str, **changes: Any) -> ScheduleInfo:
         """Change a stored schedule; a new cron/every/tz recomputes its next fire time."""
@@ -140,6 +145,7 @@ class Client(Declarations):
             options=options,
             jitter=changes.get("jitter", current.jitter),
         )
+        check_schedule_call(name, self._declared(changes.get("task", task_name)), spec.args, spec.kwargs)
         # An error left it without a next time, or its stored next time cannot be read: plan it again.
         replan = timing_changed or info.plan_error is not None or "next_run_at" in info.corrupt
         next_run_at = spec.trigger.next_after(store.now()) if replan else None
@@ -147,8 +153,8 @@ class Client(Declarations):
         return self.get_schedule(name)
 
     def remove_schedule(self, name: str) -> None:
-        _filter("schedule name", name)
         """Deactivate a schedule: it stops firing, its pending runs are cancelled, history stays."""
+        _filter("schedule name", name)
         self.store.remove_schedule(name)
 
     # -- inspection ----------------------------------------------------------------------
@@ -319,7 +325,7 @@ class Client(Declarations):
         )
         task = getattr(self, "tasks", {}).get(run.task)  # declared here: its limit and rate hold
         if task is not None:
-            stamp(new, task, run.args, run.kwargs)
+            stamp_lenient(new, task, run.args, run.kwargs)
         ((new_id, _),) = self.store.insert_runs([new])
         return RunHandle(cast("App", self), str(new_id))
 

@@ -21,9 +21,9 @@ from .errors import (
 )
 from .events import Events, check_notify_on
 from .limits import Limit, Rate, declared
-from .serialization import check_call, check_text, encode_arguments
+from .serialization import check_text, encode_arguments
 from .stores.base import ScheduleDef
-from .tasks import Backoff, Task, TaskOptions
+from .tasks import Backoff, Task, TaskOptions, check_schedule_call
 from .transactional import check_handler
 
 if TYPE_CHECKING:
@@ -324,7 +324,7 @@ class Declarations:
             task, registered = self._schedule_task(fn, name, task_options)
             try:
                 spec = build_schedule(name or task.name, task.name, options=task.opts, **when)
-                check_call(f"schedule {spec.name!r}: {task.name}", task.signature, spec.args, spec.kwargs)
+                check_schedule_call(spec.name, task, spec.args, spec.kwargs)
                 if spec.name in self.schedules:
                     raise ConfigurationError(f"duplicate schedule name {spec.name!r}; pass name=... to tell them apart")
             except BaseException:

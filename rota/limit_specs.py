@@ -18,10 +18,13 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from .limits import Limit, Rate, _text, declared, stamp
+
+log = logging.getLogger("rota.flow")
 
 # The limit name of a run whose keys only a worker declaring its task can compute.
 UNRESOLVED = "\x1frota:unresolved"
@@ -114,19 +117,37 @@ def _key(by: Any, args: Any, kwargs: Any) -> str | None:
 
 def resolved(task: Any, args_json: str, kwargs_json: str) -> tuple[str | None, str | None, str | None, str | None]:
     """(limit name, key, rate name, key) of an UNRESOLVED run, computed by a process that
-    declares its task (a call whose arguments do not bind gets the empty key: its handler
-    fails as it would anyway)."""
+    declares its task."""
     run = _Keys()
+    _stamp_json(run, task, args_json, kwargs_json)
+    return run.limit_name, run.limit_key, run.rate_name, run.rate_key
+
+
+def _stamp_json(run: Any, task: Any, args_json: str | None, kwargs_json: str | None) -> None:
+    """Key a run from its stored (JSON) arguments by its declared task (see stamp_lenient)."""
     try:
         args, kwargs = json.loads(args_json or "[]"), json.loads(kwargs_json or "{}")
+    except ValueError:
+        args, kwargs = (), {}
+    stamp_lenient(run, task, args, kwargs)
+
+
+def stamp_lenient(run: Any, task: Any, args: Any, kwargs: Any) -> None:
+    """Key a run made from stored arguments (a schedule's tick, a retry, an unresolved run).
+    A call that cannot be keyed (a `by=` callable that raises, arguments that do not bind:
+    enqueue refuses those, but a schedule stored by other code or an older run may hold
+    them) gets each pool's empty key, with a warning: it runs limited under that shared key
+    rather than stop the schedule's ticks, the retry or the claim."""
+    try:
         stamp(run, task, args, kwargs)
-    except Exception:  # a by= callable that fails, arguments that do not bind: the empty key
-        run = _Keys()
-        if task.limit_gate is not None:
-            run.limit_name, run.limit_key = task.limit_gate.name, ""
-        if task.rate_gate is not None:
-            run.rate_name, run.rate_key = task.rate_gate.name, ""
-    return run.limit_name, run.limit_key, run.rate_name, run.rate_key
+    except Exception as exc:
+        run.flow_known = True
+        limit, rate = task.limit_gate, task.rate_gate
+        run.limit_name, run.limit_key = (limit.name, "") if limit is not None else (None, None)
+        run.rate_name, run.rate_key = (rate.name, "") if rate is not None else (None, None)
+        log.warning(
+            "task %s: a run's limit and rate keys cannot be computed (%s); it takes the empty key", task.name, exc
+        )
 
 
 class _Keys:
@@ -175,5 +196,4 @@ def _stamp_stored(tasks: Mapping[str, Any], run: Any) -> None:
     if task is not None and task.limit_gate is None and task.rate_gate is None:
         run.flow_known = True  # declared here without either: nothing to parse
     elif task is not None:
-        args, kwargs = json.loads(run.args or "[]"), json.loads(run.kwargs or "{}")
-        stamp(run, task, args, kwargs)
+        _stamp_json(run, task, run.args, run.kwargs)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .errors import ConfigurationError
@@ -405,3 +406,15 @@ def _check_key(key: object) -> str | None:
     if not isinstance(key, str) or not key or len(key) > 500:
         raise ConfigurationError(f"key must be a non-empty string of at most 500 characters, got {key!r:.80}")
     return check_text("key", key)
+
+
+def check_schedule_call(
+    schedule: str, task: Task[..., Any] | None, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    """A schedule's arguments, checked when it is declared or stored against its task if
+    this process declares it: they bind to the handler, and its limit's and rate's `by=`
+    can key them (a `by=` that fails on them would fail every tick)."""
+    if task is None:
+        return
+    check_call(f"schedule {schedule!r}: {task.name}", task.signature, args, kwargs)
+    stamp(SimpleNamespace(), task, args, kwargs)

@@ -161,3 +161,43 @@ def test_10000_runs_waiting_on_a_rate_cost_an_idle_worker_under_one_percent_of_a
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _redeploy(db_url: str, clock: rota.FakeClock, rate: rota.Rate) -> rota.App:
+    """A newer deploy of the task `gh` with another rate (a worker storing it at start)."""
+    app = make_app(db_url, clock=clock)
+
+    @app.task(rate=rate, name="gh")
+    def gh(n: int) -> None: ...
+
+    app.prepare()
+    return app
+
+
+@pytest.mark.parametrize(
+    ("rate", "claimable"),
+    [(rota.Rate(3, per=5, name="github"), 2), (rota.Rate(1, per=1, name="github"), 0)],
+    ids=["raised max", "shorter per"],
+)
+def test_a_deploy_that_changes_a_rate_frees_the_runs_waiting_for_the_old_window(
+    rated: Any, db_url: str, rate: rota.Rate, claimable: int
+) -> None:
+    app, _, gh, clock = rated
+    for n in range(3):
+        gh.enqueue(n)
+    later = gh.options(delay=60).enqueue(9)  # due later of its own accord: not the rate's doing
+    soon = gh.options(delay=2).enqueue(8)  # due before the window opens: not moved before it is due
+    assert len(_claim(app)) == 1
+    assert _claim(app) == []  # the other two wait for 00:00:05, the old window's opening
+    clock.advance(0.5)
+    newer = _redeploy(db_url, clock, rate)
+    try:
+        assert len(_claim(app)) == claimable  # a bigger rate: at once
+        if claimable == 0:  # a shorter window: it opens after 1 s, not 5 s
+            assert app.store.poll_state(None).next_run_due == T0 + timedelta(seconds=1)
+            clock.advance(0.5)
+            assert len(_claim(app)) == 1
+        assert app.get_run(later.id).due_at == T0 + timedelta(seconds=60)
+        assert app.get_run(soon.id).due_at == T0 + timedelta(seconds=2)
+    finally:
+        newer.close()

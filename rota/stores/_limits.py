@@ -148,6 +148,7 @@ class FlowMixin:
             for name, max_ in sorted(limits.items()):
                 s.q("flow_upsert_limit", name=name, max=max_)
             for name, (max_, per) in sorted(rates.items()):
+                s.q("flow_rate_reopen", name=name, max=max_, per=per)  # before the old per is gone
                 s.q("flow_upsert_rate", name=name, max=max_, per=per)
             active = int(s.q("flow_any")[0][0]) > 0
         self.flow_active = active

@@ -33,7 +33,7 @@ function rateRows(items) {
 function howTo() {
   const code = (text) => el("code", {}, text);
   return el("div", { class: "empty", id: "limits-empty" },
-    el("p", {}, "No limits or rates are stored yet. Declare them on a task; a worker stores them when it starts (the newest deploy wins):"),
+    el("p", {}, "No limits or rates are stored yet. Declare them on a task; a worker stores them when it starts (the worker that started last wins):"),
     el("pre", {}, "@app.task(limit=3)                                # at most 3 running at once, on every host\n" +
       "@app.task(limit=rota.Limit(1, by=\"customer_id\"))  # at most 1 per customer\n" +
       "@app.task(rate=rota.Rate(100, per=60, name=\"github\"))  # at most 100 starts a minute, shared"),

@@ -1485,7 +1485,7 @@ o AS (SELECT started_at + (SELECT per FROM t) AS at FROM w ORDER BY started_at
       OFFSET greatest((SELECT count(*) FROM w) - (SELECT max FROM t), 0) LIMIT 1)
 UPDATE rota_runs r SET due_at = o.at FROM o
 WHERE r.rate_name = %(name)s AND r.rate_key = %(key)s AND r.rate_name IS NOT NULL
-  AND r.status = 'pending' AND NOT r.held AND r.due_at < o.at
+  AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now} AND r.due_at < o.at
   AND (SELECT count(*) FROM w) >= (SELECT max FROM t)
 
 -- name: flow_prune
@@ -1500,6 +1500,19 @@ SELECT (SELECT count(*) FROM rota_limits) + (SELECT count(*) FROM rota_rates)
 -- name: flow_upsert_limit
 INSERT INTO rota_limits (name, max, updated_at) VALUES (%(name)s, %(max)s, {now})
 ON CONFLICT (name) DO UPDATE SET max = excluded.max, updated_at = excluded.updated_at
+
+-- name: flow_rate_reopen
+-- transition: rate_reopen
+-- Before a deploy stores a rate with a new max or per: the runs its old window moved
+-- (flow_bump set due_at to a logged start of their key plus the old per; it moves only due
+-- runs) are due again, and the next claim judges them by the new rate.
+UPDATE rota_runs r SET due_at = {now}
+FROM rota_rates t
+WHERE t.name = %(name)s AND (t.max <> %(max)s OR t.per <> %(per)s)
+  AND r.rate_name = t.name AND r.status = 'pending' AND NOT r.held AND r.due_at > {now}
+  AND EXISTS (SELECT 1 FROM rota_rate_starts s
+              WHERE s.name = t.name AND s.key = r.rate_key
+                AND s.started_at + make_interval(secs => t.per) = r.due_at)
 
 -- name: flow_upsert_rate
 INSERT INTO rota_rates (name, max, per, updated_at) VALUES (%(name)s, %(max)s, %(per)s, {now})

@@ -1060,7 +1060,8 @@ o AS (SELECT started_at + (SELECT per FROM t) AS at FROM w ORDER BY started_at
       LIMIT 1 OFFSET max((SELECT count(*) FROM w) - (SELECT max FROM t), 0))
 UPDATE rota_runs SET due_at = o.at FROM o
 WHERE rota_runs.rate_name = :name AND rota_runs.rate_key = :key AND rota_runs.rate_name IS NOT NULL
-  AND rota_runs.status = 'pending' AND NOT rota_runs.held AND rota_runs.due_at < o.at
+  AND rota_runs.status = 'pending' AND NOT rota_runs.held AND rota_runs.due_at <= {now}
+  AND rota_runs.due_at < o.at
   AND (SELECT count(*) FROM w) >= (SELECT max FROM t)
 
 -- name: flow_prune
@@ -1074,6 +1075,19 @@ SELECT (SELECT count(*) FROM rota_limits) + (SELECT count(*) FROM rota_rates)
 -- name: flow_upsert_limit
 INSERT INTO rota_limits (name, max, updated_at) VALUES (:name, :max, {now})
 ON CONFLICT (name) DO UPDATE SET max = excluded.max, updated_at = excluded.updated_at
+
+-- name: flow_rate_reopen
+-- transition: rate_reopen
+-- Before a deploy stores a rate with a new max or per: the runs its old window moved
+-- (flow_bump set due_at to a logged start of their key plus the old per; it moves only due
+-- runs) are due again, and the next claim judges them by the new rate.
+UPDATE rota_runs SET due_at = {now}
+FROM rota_rates t
+WHERE t.name = :name AND (t.max <> :max OR t.per <> :per)
+  AND rota_runs.rate_name = t.name AND rota_runs.status = 'pending' AND NOT rota_runs.held
+  AND rota_runs.due_at > {now}
+  AND EXISTS (SELECT 1 FROM rota_rate_starts s
+              WHERE s.name = t.name AND s.key = rota_runs.rate_key AND s.started_at + t.per = rota_runs.due_at)
 
 -- name: flow_upsert_rate
 INSERT INTO rota_rates (name, max, per, updated_at) VALUES (:name, :max, :per, {now})

@@ -52,7 +52,9 @@ class FlowClient(Client):
         log.info("backfill of %r: %d run(s) created for %d tick(s) in range", name, len(ids), len(ticks))
         return [RunHandle(cast("App", self), str(run_id)) for run_id in ids]
 
-    def retry_many(self, *, status: str = "failed", task: str | None = None, since: timedelta | None = None) -> int:
+    def retry_many(
+        self, *, status: str = "failed", task: str | None = None, since: timedelta | float | None = None
+    ) -> int:
         """Retry every final run with `status` (of `task`, finished within `since`), as
         App.retry does: one new run each, `retry_of` pointing back. Works in batches of 500
         runs per transaction, up to the newest run when the call began (its own retries are
@@ -64,10 +66,11 @@ class FlowClient(Client):
             raise one_of(status, FINAL_STATUSES, "final status")
         if task is not None and not isinstance(task, str):
             raise ConfigurationError(f"task must be a task name, got {task!r}")
-        if since is not None and (not isinstance(since, timedelta) or since <= timedelta(0)):
-            raise ConfigurationError(f"since must be a positive timedelta, got {shown(since)}")
+        window = _since(since)
+        if task is not None:
+            self._check_task_known(task)
         store = self.store
-        after = store.now() - since if since is not None else None
+        after = store.now() - window if window is not None else None
         upto, cursor, count = store.last_run_id(), 0, 0
         retried: set[str] = set()  # schedules retried: under 'replace' the next queue behind
         while (batch := store.retry_batch(status, task, after, cursor, upto, RETRY_BATCH)) is not None:
@@ -83,9 +86,19 @@ class FlowClient(Client):
         return await asyncio.to_thread(self.backfill, name, start=start, end=end, overlap=overlap)
 
     async def retry_many_async(
-        self, *, status: str = "failed", task: str | None = None, since: timedelta | None = None
+        self, *, status: str = "failed", task: str | None = None, since: timedelta | float | None = None
     ) -> int:
         return await asyncio.to_thread(self.retry_many, status=status, task=task, since=since)
+
+    def _check_task_known(self, task: str) -> None:
+        """A task this app does not declare and no run names is a typo: refused, not "0 retried"."""
+        if task in self.tasks or self.list_runs(task=task, limit=1):
+            return
+        names = set(self.tasks) | {r.task for r in self.list_runs(limit=500)}  # a removed task's runs still list
+        raise ConfigurationError(
+            f"no run of task {task!r} exists{did_you_mean(task, names)}: nothing to retry "
+            "(a task is named in full, as `rota runs` shows it)"
+        )
 
     def _retry_exclusive(self, run_id: int, retried: set[str]) -> int:
         """Retry a run of an exclusive schedule through its overlap policy; under 'replace'
@@ -97,3 +110,15 @@ class FlowClient(Client):
             log.info("retry_many: run %d not retried: %s", run_id, exc)
             return 0
         return 1
+
+
+def _since(since: object) -> timedelta | None:
+    """retry_many's `since`: a positive timedelta or number of seconds (as everywhere else)."""
+    if since is None:
+        return None
+    if isinstance(since, timedelta):
+        if since > timedelta(0):
+            return since
+    elif isinstance(since, (int, float)) and not isinstance(since, bool) and 0 < since <= 36500 * 86400:
+        return timedelta(seconds=since)
+    raise ConfigurationError(f"since must be a positive timedelta or number of seconds, got {shown(since)}")

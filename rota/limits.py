@@ -35,9 +35,10 @@ def _check_max(what: str, value: object) -> int:
 
 
 def _check_name(what: str, name: object) -> str | None:
-    if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > 200):
-        raise ConfigurationError(f"{what} name must be a non-empty string of at most 200 characters, got {name!r}")
-    return name
+    """A pool's name, checked as every other name (one printable line, at most 200 chars)."""
+    from .declare import check_name  # declare imports this module
+
+    return None if name is None else check_name(what, name)
 
 
 def _check_by(what: str, by: object) -> By:

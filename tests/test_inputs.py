@@ -3,6 +3,7 @@ a damaged stored row does not break listings. Every store refuses the same."""
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -309,3 +310,41 @@ def test_a_schedule_whose_arguments_its_handler_cannot_take_fails_at_the_decorat
         def report(month: int) -> None: ...
 
     assert "nightly" not in app.schedules and "nightly" not in app.tasks  # (the task takes the schedule's name)
+
+
+@pytest.mark.parametrize("jitter", [math.nan, math.inf, 1e300, -1e300])
+def test_a_jitter_that_is_not_a_finite_duration_is_refused_in_one_line(app: rota.App, jitter: float) -> None:
+    @app.task(name="t")
+    def t() -> None: ...
+
+    message = r"^jitter must be seconds from 0 to a year \(31622400\) or a timedelta, got "
+    with pytest.raises(rota.ConfigurationError, match=message):
+        app.add_schedule("s", "t", every=60, jitter=jitter)
+    with pytest.raises(rota.ConfigurationError, match=message):
+        app.schedule(every=60, jitter=jitter, name="d")(t)
+    app.add_schedule("s", "t", every=60)
+    with pytest.raises(rota.ConfigurationError, match=message):
+        app.update_schedule("s", jitter=jitter)
+
+
+def test_retry_many_takes_since_in_seconds_and_refuses_a_task_nothing_names(app: rota.App) -> None:
+    @app.task(name="declared")
+    def declared() -> None: ...
+
+    assert app.retry_many(since=3600) == 0  # seconds, as every other duration of the API
+    assert app.retry_many(task="declared") == 0  # declared, nothing failed yet
+    with pytest.raises(
+        rota.ConfigurationError, match=r"^no run of task 'declard' exists \(did you mean 'declared'\?\)"
+    ):
+        app.retry_many(task="declard")
+    for since in (0, -1, math.nan, True, "6h"):
+        with pytest.raises(rota.ConfigurationError, match="since must be a positive timedelta or number of seconds"):
+            app.retry_many(since=since)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", [rota.Limit, rota.Rate])
+@pytest.mark.parametrize("name", ["a\nb", "tab\there", "\x1frota:unresolved"])
+def test_a_pool_name_is_one_printable_line_as_every_other_name(kind: Any, name: str) -> None:
+    extra = {"per": 1} if kind is rota.Rate else {}
+    with pytest.raises(rota.ConfigurationError, match="contains the control character"):
+        kind(1, name=name, **extra)

@@ -36,8 +36,10 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
         if isinstance(value, timedelta):
             return value
-        if self.zero and self.ZERO.fullmatch(str(value)):
-            return timedelta(0)
+        if self.ZERO.fullmatch(str(value)):
+            if self.zero:
+                return timedelta(0)
+            self.fail(f"{value!r} must be more than 0 (a duration such as 90s, 15m, 6h or 2d)", param, ctx)
         try:
             return parse_duration(str(value))
         except ValueError as exc:
@@ -45,6 +47,18 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
                 self.fail(f"{value!r} is too long: expected {exc}", param, ctx)
             plain = "a plain number is seconds" + (", 0 or more" if self.zero else "")
             self.fail(f"{value!r} is not a duration such as 90s, 15m, 6h or 2d ({plain})", param, ctx)
+
+
+class RunId(click.ParamType):  # type: ignore[type-arg]
+    """A run id as `rota runs` lists them: ASCII digits."""
+
+    name = "run id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value).strip()
+        if not (text.isascii() and text.isdigit()):
+            self.fail(f"{value!r} is not a run id (a number, as `rota runs` lists them)", param, ctx)
+        return text
 
 
 class IsoTime(click.ParamType):  # type: ignore[type-arg]
@@ -120,9 +134,7 @@ def retry_failed(ctx: click.Context, status: str, task: str | None, since: timed
         )
         return
     scope = (f" of task {task}" if task else "") + (f" finished in the last {duration(since)}" if since else "")
-    missing = unknown_task(app, task) if not count else None
-    hint = f"; {missing}: --task takes the full task name, as `rota runs` shows it" if missing else ""
-    click.echo(f"{count} {status} run(s){scope} enqueued again{hint}")
+    click.echo(f"{count} {status} run(s){scope} enqueued again")
 
 
 def unknown_task(app: App, task: str | None) -> str | None:

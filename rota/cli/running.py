@@ -28,7 +28,7 @@ from .base import (
     setup_logging,
 )
 from .display import duration
-from .flow import Duration
+from .flow import Duration, RunId
 
 PORT = click.IntRange(1, 65535)
 
@@ -160,6 +160,7 @@ def parse_arguments(args_json: str, kwargs_json: str) -> tuple[list[Any], dict[s
     "--after",
     "after",
     multiple=True,
+    type=RunId(),
     metavar="RUN_ID",
     help="Run once this run has succeeded (repeatable: once all of them have).",
 )
@@ -173,6 +174,8 @@ def enqueue(ctx: click.Context, /, app_path: str, task: str, args_json: str, kwa
     app = load_app(app_path)
     apply_database_flag(ctx, app)
     key, unique_for = opts["key"], opts["unique_for"]
+    if unique_for is not None and key is None:
+        raise click.UsageError("--unique-for needs --key (the key whose recent run to return)")
     extra = {"unique_for": unique_for} if unique_for is not None else {}
     extra |= {"after": list(opts["after"])} if opts["after"] else {}
     call = app.get_task(task).options(

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from datetime import datetime, timedelta
 
 from rota.errors import ConfigurationError, shown
 
 from ._units import _US, _ZERO, EPOCH, _exact_duration, _utc
 from .triggers import IntervalTrigger, Trigger, make_trigger
+
+_MAX_JITTER = 366 * 86400.0  # longer is a typo (and past a few thousand years, not a timedelta)
 
 
 def check_jitter(jitter: object, trigger: Trigger | None = None) -> timedelta | None:
@@ -28,6 +31,10 @@ def check_jitter(jitter: object, trigger: Trigger | None = None) -> timedelta | 
         return None
     if isinstance(jitter, bool) or not isinstance(jitter, (int, float, timedelta)):
         raise ConfigurationError(f"jitter must be a timedelta or seconds, got {jitter!r}")
+    if not isinstance(jitter, timedelta) and not (math.isfinite(jitter) and abs(jitter) <= _MAX_JITTER):
+        raise ConfigurationError(
+            f"jitter must be seconds from 0 to a year ({_MAX_JITTER:.0f}) or a timedelta, got {jitter!r}"
+        )
     span = jitter if isinstance(jitter, timedelta) else timedelta(seconds=jitter)
     if span < _ZERO:
         raise ConfigurationError(f"jitter must be >= 0 (a delay after each tick), got {shown(jitter)}")

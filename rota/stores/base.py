@@ -34,13 +34,16 @@ from typing import Any, Protocol
 
 from ..clock import Clock
 from ..errors import ConfigurationError
-from ..models import STATUSES, LockInfo, Run, ScheduleInfo, WorkerInfo
+from ..models import LockInfo, Run, ScheduleInfo, WorkerInfo
 from .flow import FlowStore
 from .records import Claimed as Claimed
 from .records import NewRun as NewRun
 from .records import Outcome as Outcome
 from .records import PollState as PollState
 from .records import Rescued as Rescued
+from .records import RunCounts as RunCounts
+from .records import RunFilter as RunFilter
+from .records import run_stats as run_stats
 
 
 class HandlerTransaction(Protocol):
@@ -124,40 +127,10 @@ class Materialization:
     ahead: datetime | None = None
 
 
-@dataclass(slots=True)
-class RunFilter:
-    status: str | None = None
-    task: str | None = None
-    schedule: str | None = None
-    queue: str | None = None
-    limit: int = 100
-    before_id: int | None = None
-
-
-@dataclass(slots=True)
-class RunCounts:
-    """Runs by status; `estimated` names the statuses whose figure is an estimate (from the
-    database's planner statistics on a big table) rather than an exact count."""
-
-    counts: dict[str, int]
-    estimated: frozenset[str]
-
-
 def finishes_with_claims(store: object) -> bool:
     """Whether `store` writes outcomes and claims in one transaction (overrides the default)."""
     method = getattr(type(store), "finish_and_claim", None)
     return method is not None and method is not Store.finish_and_claim
-
-
-def run_stats(counts: RunCounts) -> dict[str, Any]:
-    """The stats() shape of run counts: every status, and whether the figures are exact."""
-    runs = dict.fromkeys(STATUSES, 0)
-    runs.update(counts.counts)
-    return {
-        "runs": runs,
-        "runs_counted": "estimated" if counts.estimated else "exact",
-        "runs_estimated": sorted(counts.estimated),
-    }
 
 
 class Store(FlowStore, abc.ABC):

@@ -1,10 +1,14 @@
 """The records the worker's hot path passes to and from a store: a run to insert, a claimed
-run, an attempt's outcome, a rescued run, the poll's state (re-exported by rota.stores.base)."""
+run, an attempt's outcome, a rescued run, the poll's state, a listing's filter and the run
+counts (re-exported by rota.stores.base)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+from ..models import STATUSES
 
 
 @dataclass(slots=True)
@@ -106,3 +110,33 @@ class PollState:
 
 
 __all__ = ["Claimed", "NewRun", "Outcome", "PollState", "Rescued"]
+
+
+@dataclass(slots=True)
+class RunFilter:
+    status: str | None = None
+    task: str | None = None
+    schedule: str | None = None
+    queue: str | None = None
+    limit: int = 100
+    before_id: int | None = None
+
+
+@dataclass(slots=True)
+class RunCounts:
+    """Runs by status; `estimated` names the statuses whose figure is an estimate (from the
+    database's planner statistics on a big table) rather than an exact count."""
+
+    counts: dict[str, int]
+    estimated: frozenset[str]
+
+
+def run_stats(counts: RunCounts) -> dict[str, Any]:
+    """The stats() shape of run counts: every status, and whether the figures are exact."""
+    runs = dict.fromkeys(STATUSES, 0)
+    runs.update(counts.counts)
+    return {
+        "runs": runs,
+        "runs_counted": "estimated" if counts.estimated else "exact",
+        "runs_estimated": sorted(counts.estimated),
+    }

@@ -71,14 +71,13 @@ class Client(Declarations):
                 f"give a notifier schedules=[{name!r}] and the events= to send"
             )
         task_name, base = self._task_ref(task)
-        if isinstance(task, str) and self.tasks and task_name not in self.tasks:  # a typo, or a task of another app
+        known = self._declared(task)
+        if known is None and self.tasks:  # a typo, or a task of another app
             log.warning(
                 "schedule %r names task %r, which this app does not register%s: its runs fail with "
                 "TaskNotFound unless the workers' app registers it",
-                name,
-                task_name,
-                did_you_mean(task_name, self.tasks),
-            )
+                name, task_name, did_you_mean(task_name, self.tasks),
+            )  # fmt: skip
         spec = build_schedule(
             name,
             task_name,
@@ -94,7 +93,7 @@ class Client(Declarations):
             options=_task_options(task_options, base),
             jitter=jitter,
         )
-        check_schedule_call(name, self._declared(task), spec.args, spec.kwargs)
+        check_schedule_call(name, known, spec.args, spec.kwargs)
         store = self.store
         store.add_schedule(spec.to_def(source="api", app=None), spec.trigger.next_after(store.now()))
         return self.get_schedule(name)

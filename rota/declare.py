@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,6 +20,7 @@ from .errors import (
 )
 from .events import Events, check_notify_on
 from .limits import Limit, Rate, declared
+from .serialization import check_name as check_name
 from .serialization import check_text, encode_arguments
 from .stores.base import ScheduleDef
 from .tasks import Backoff, Task, TaskOptions, check_schedule_call
@@ -130,22 +130,6 @@ def build_schedule(
 # Characters a name may not hold: C0 and C1 controls (newline, tab, escape...), DEL and the
 # Unicode line and paragraph separators. A name is shown on one line in logs, tables, mail
 # subjects; a newline in one would forge log lines.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def check_name(what: str, name: object) -> str:
-    if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise ConfigurationError(f"{what} name must be a non-empty string of at most 200 characters, got {name!r}")
-    check_text(f"{what} name", name)
-    bad = _CONTROL.search(name)
-    if bad is not None:
-        raise ConfigurationError(
-            f"{what} name {name!r:.80} contains the control character {bad[0]!r} at {bad.start()}: "
-            "a name is printable text on one line (no newlines, tabs or escape characters)"
-        )
-    return name
-
-
 def _filter(what: str, value: str | None) -> str | None:
     """A name used to look something up: a NUL or lone surrogate cannot match anything stored."""
     return check_text(what, value) if isinstance(value, str) else value

@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from .errors import ConfigurationError, did_you_mean, shown
+from .serialization import check_name
 
 By = str | tuple[str, ...] | Callable[..., str] | None
 MAX = 1_000_000
@@ -36,8 +37,6 @@ def _check_max(what: str, value: object) -> int:
 
 def _check_name(what: str, name: object) -> str | None:
     """A pool's name, checked as every other name (one printable line, at most 200 chars)."""
-    from .declare import check_name  # declare imports this module
-
     return None if name is None else check_name(what, name)
 
 

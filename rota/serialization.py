@@ -7,6 +7,7 @@ import functools
 import inspect
 import itertools
 import json
+import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -241,3 +242,19 @@ def encode_error(exc: BaseException, *, kind: str | None = None) -> str:
 
 def simple_error(kind: str, message: str) -> str:
     return storable(_encoder.encode({"type": kind, "message": message, "traceback": None}))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def check_name(what: str, name: object) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise ConfigurationError(f"{what} name must be a non-empty string of at most 200 characters, got {name!r}")
+    check_text(f"{what} name", name)
+    bad = _CONTROL.search(name)
+    if bad is not None:
+        raise ConfigurationError(
+            f"{what} name {name!r:.80} contains the control character {bad[0]!r} at {bad.start()}: "
+            "a name is printable text on one line (no newlines, tabs or escape characters)"
+        )
+    return name

@@ -10,6 +10,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from ..errors import (
     ConfigurationError,
@@ -118,3 +119,23 @@ def _statements(script: str) -> Iterator[str]:
             buffer = ""
     if buffer.strip():
         raise DatabaseError(f"incomplete SQL statement in migration: {buffer[:80]!r}")
+
+
+def sqlite_path(url: str) -> str:
+    """The file path of a sqlite:/// URL (relative: sqlite:///rota.db; absolute: sqlite:////x)."""
+    parsed = urlparse(url)
+    path = unquote(parsed.path)
+    if parsed.netloc not in ("", "localhost"):
+        raise ConfigurationError(
+            f"invalid SQLite URL {url!r}: use sqlite:///relative/path.db or sqlite:////absolute/path.db"
+        )
+    path = path[1:] if path.startswith("/") else path
+    if "\x00" in path:
+        raise ConfigurationError(
+            f"invalid SQLite URL {url!r}: the path {path!r} contains a NUL character (%00), which no file name can hold"
+        )
+    if path in ("", ":memory:"):
+        raise ConfigurationError(
+            f"invalid SQLite URL {url!r}: rota needs a database file that workers share, e.g. sqlite:///rota.db"
+        )
+    return path

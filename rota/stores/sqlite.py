@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, urlparse
 
 from ..clock import Clock
 from ..errors import (
@@ -44,31 +44,12 @@ from ._sqlite_conn import (
     _user,
     _writer_lock,
     create_private,
+    sqlite_path,
 )
 from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from .queries import latest_version, load_migrations, load_queries
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
-
-
-def sqlite_path(url: str) -> str:
-    """The file path of a sqlite:/// URL (relative: sqlite:///rota.db; absolute: sqlite:////x)."""
-    parsed = urlparse(url)
-    path = unquote(parsed.path)
-    if parsed.netloc not in ("", "localhost"):
-        raise ConfigurationError(
-            f"invalid SQLite URL {url!r}: use sqlite:///relative/path.db or sqlite:////absolute/path.db"
-        )
-    path = path[1:] if path.startswith("/") else path
-    if "\x00" in path:
-        raise ConfigurationError(
-            f"invalid SQLite URL {url!r}: the path {path!r} contains a NUL character (%00), which no file name can hold"
-        )
-    if path in ("", ":memory:"):
-        raise ConfigurationError(
-            f"invalid SQLite URL {url!r}: rota needs a database file that workers share, e.g. sqlite:///rota.db"
-        )
-    return path
 
 
 class SQLiteStore(SQLiteFlow, SqlStore):

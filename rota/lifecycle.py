@@ -168,6 +168,11 @@ TRANSITIONS: Final = (
        "status pending, due, not queued, cancellation not requested; FOR UPDATE SKIP LOCKED / the write lock; "
        "a new token and a lease per run",
        "priority, due time, id order; the first `start` (the free slots) start at once, the rest are held"),
+    _t("claim_ahead", (DUE_LATER, AHEAD, DUE), (HELD,), ANY_WORKER,
+       "an idle worker, just before the run's due time: due within the lead (20 ms, the database's clock), "
+       "plain (no limit or rate), not queued, cancellation not requested; FOR UPDATE SKIP LOCKED / the write "
+       "lock; a new token and a lease; held, never started by the claim",
+       "a run about to be due is claimed held; the worker starts it at its due time on its own clock"),
     _t("start", (HELD,), (STARTED,), WORKER,
        "the token; still held (started_at NULL); cancellation not requested",
        "a held run's handler started: the attempt counted, started_at set"),

@@ -1,6 +1,7 @@
 """A stateful model test of the run lifecycle (rota/lifecycle.py) against the real stores.
 
-Simulated workers with caps claim (starting what fits, holding the rest), start held runs
+Simulated workers with caps claim (starting what fits, holding the rest; or, idle, holding
+the runs due within a window: claim_ahead), start held runs
 (through Store.start before the handler, or as the real worker does: the handler at once,
 the start written later by Store.start or with the outcome), heartbeat, finish, retry, hand
 back and crash; a client enqueues, cancels, triggers an
@@ -157,6 +158,33 @@ class Lifecycle(RuleBasedStateMachine):
             else:
                 w.running[c.id] = c.token
                 self.starts[c.id] += 1
+
+    @rule(name=st.sampled_from(sorted(CAPS)), ahead=st.sampled_from([0.0, 6.0]))
+    def claim_ahead(self, name: str, ahead: float) -> None:
+        """An idle worker claims, held, the runs due within `ahead` seconds (the start rule
+        then starts them, as the worker does at their due time)."""
+        w = self.workers[name]
+        free = w.cap - w.busy()
+        if free <= 0 or w.held:
+            return
+        now = self.app.store.now()
+        window = [
+            r for r in self.runs()
+            if r.status == "pending" and not r.queued and r.due_at <= now + timedelta(seconds=ahead)
+            and not r.cancel_requested
+        ]  # fmt: skip
+        by_id = {int(r.id): r for r in window}
+        claimed = self.app.store.claim_ahead(w.id, free, None, LEASE, ahead)
+        assert {c.id for c in claimed} <= by_id.keys(), "claimed ahead a run not due within the window"
+        assert all(c.held and c.started_at is None for c in claimed), "a run claimed ahead was started"
+        order = sorted((by_id[c.id] for c in claimed), key=key)
+        left = [key(r) for r in window if int(r.id) not in {c.id for c in claimed}]
+        assert not order or not left or key(order[-1]) < min(left), "a higher priority run was left"
+        for c in claimed:
+            assert c.attempt == by_id[c.id].attempt, "a claim ahead counted an attempt"
+            w.running.pop(c.id, None)
+            w.local.pop(c.id, None)
+            w.held[c.id] = c
 
     @rule(name=st.sampled_from(sorted(CAPS)), here=st.booleans())
     def start(self, name: str, here: bool) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import rota
-from rota.worker.wakeups import EARLY, DueTimes, Wakeups
+from rota.worker.wakeups import CLAIM_AHEAD, EARLY, DueTimes, Wakeups
 
 from .conftest import make_app
 from .test_wakeups import listener as listener_of
@@ -276,9 +276,24 @@ def test_the_clock_estimate_keeps_the_fastest_reply() -> None:
 
 def test_a_due_run_is_waited_for_a_little_early_then_stepped_to() -> None:
     due = DueTimes()
+    due.claim_ahead = 0.0  # claimed at its due time only
     due.run_due = time.monotonic() + 1.0
     assert 1.0 - EARLY - 0.01 < due.until(time.monotonic() + 5, due.run_due) <= 1.0 - EARLY
     assert due.until(time.monotonic() + 1.0) > 1.0 - EARLY  # a poll deadline: no stepping
+    assert not due.ahead_due()
+
+
+def test_a_due_run_is_claimed_ahead_first_then_waited_for_to_its_time() -> None:
+    due = DueTimes()
+    due.run_due = time.monotonic() + 1.0
+    ahead = 1.0 - CLAIM_AHEAD
+    assert ahead - 0.01 < due.until(time.monotonic() + 5, due.run_due) <= ahead  # wake to claim it ahead
+    assert not due.ahead_due()
+    due.run_due = time.monotonic() + CLAIM_AHEAD / 2
+    assert due.ahead_due()
+    due.ahead_upto = due.run_due  # claimed ahead (or tried): wait for its time, then step to it
+    assert not due.ahead_due()
+    assert CLAIM_AHEAD / 2 - EARLY - 0.01 < due.until(time.monotonic() + 5, due.run_due) <= CLAIM_AHEAD / 2 - EARLY
 
 
 def test_a_delayed_enqueue_notifies_its_due_time_on_the_database_clock(pg_url: str) -> None:

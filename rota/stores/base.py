@@ -214,6 +214,15 @@ class Store(FlowStore, abc.ABC):
         order (all if None) are started by the claim (attempt counted, started_at set); the
         rest are held: claimed, not started, the attempt not counted until `start`."""
 
+    def claim_ahead(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, ahead: float
+    ) -> list[Claimed]:
+        """Claim, held, up to `limit` runs due within `ahead` seconds (the database's clock),
+        in claim order: plain runs only (no limit or rate), never one queued or asked to
+        cancel. An idle worker calls it just before a run's due time and starts each run at
+        its due time on its own clock (rota/worker/claims.py). A store without it claims none."""
+        return []
+
     @abc.abstractmethod
     def start(self, held: Sequence[tuple[int, int, float]]) -> set[int]:
         """Held runs (id, token, seconds since their handler started) start: the attempt

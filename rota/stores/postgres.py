@@ -343,6 +343,16 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
         with self._read() as s:
             return claimed(s.q(query, **params))
 
+    def claim_ahead(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, ahead: float
+    ) -> list[Claimed]:
+        params: dict[str, Any] = {"owner": owner, "limit": limit, "lease": lease, "ahead": ahead}
+        query = "claim_ahead" if queues is None else "claim_ahead_in_queues"
+        if queues is not None:
+            params["queues"] = list(queues)
+        with self._read() as s:
+            return claimed(s.q(query, **params))
+
     def start(self, held: Sequence[tuple[int, int, float]]) -> set[int]:
         if not held:
             return set()

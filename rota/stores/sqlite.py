@@ -315,16 +315,34 @@ class SQLiteStore(SQLiteFlow, SqlStore):
             rows = self._claim(s, owner, limit, queues, lease, start)
         return _claimed(rows)
 
+    def claim_ahead(
+        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, ahead: float
+    ) -> list[Claimed]:
+        with self._tx() as s:
+            rows = self._claim(s, owner, limit, queues, lease, 0, ahead)
+        return _claimed(rows)
+
     def _claim(
-        self, s: _Session, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None
+        self,
+        s: _Session,
+        owner: str,
+        limit: int,
+        queues: Sequence[str] | None,
+        lease: float,
+        start: int | None,
+        ahead: float | None = None,
     ) -> list[Any]:
+        """claim (the first `start` started), or with `ahead` claim_ahead (all held)."""
         token = int(s.q("next_token")[0][0])
-        params = {"owner": owner, "token": token, "lease": lease, "limit": limit}
-        params["start"] = limit if start is None else start
-        if queues is None:
-            rows = s.q("claim", **params)
+        params: dict[str, Any] = {"owner": owner, "token": token, "lease": lease, "limit": limit}
+        if ahead is None:
+            params["start"], name = limit if start is None else start, "claim"
         else:
-            rows = s.q("claim_in_queues", **params, queues=self._names(queues))
+            params["ahead"], name = ahead, "claim_ahead"
+        if queues is None:
+            rows = s.q(name, **params)
+        else:
+            rows = s.q(name + "_in_queues", **params, queues=self._names(queues))
         if rows:  # an empty claim writes nothing (other processes' data_version stays put)
             s.q("take_token", token=token + len(rows) - 1)  # one token per claimed run
         return rows

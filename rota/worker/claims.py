@@ -23,7 +23,7 @@ from .executors import Executors
 from .outcomes import Decider
 from .prefetch import Prefetch
 from .service import wait_event
-from .wakeups import DueTimes
+from .wakeups import EARLY, DueTimes
 
 log = logging.getLogger("rota.worker")
 CHECK = 0.01  # while runs are held and no slot frees: look at the handlers' pace this often
@@ -77,6 +77,7 @@ class Claimer:
         self._trim_after = 0.0  # no hand-back before (one failed: the database is away)
         self.reserved = 0  # free slots kept for the runs a claim in flight starts
         self._limit_wake: asyncio.TimerHandle | None = None
+        self._ahead_timer: asyncio.Handle | None = None  # the next run claimed ahead is due
         self.superseded: Callable[[Active], None] = lambda active: None  # Leases.lost (the worker sets it)
         self._superseding = False  # dispatch is retiring an older attempt: start_held waits
 
@@ -85,10 +86,14 @@ class Claimer:
         fits in the free slots and hold the rest. Returns (claimed, asked)."""
         self.start_held()
         want = self.wanted()
-        if want <= 0 or not self.due.due(self.due.run_due):
+        if want <= 0:
             return 0, 0
+        if not self.due.due(self.due.run_due):
+            return await self.claim_ahead()
         deadline = time.monotonic() + self.lease
-        start = self.executors.free_slots  # started by the claim itself; the rest are held
+        # started by the claim itself (the free slots but those kept for runs claimed ahead
+        # of their due time); the rest are held
+        start = max(0, self.executors.free_slots - len(self.prefetch.not_before))
         self.reserved = start
         try:
             claimed = await self._claim(want, start)
@@ -110,6 +115,49 @@ class Claimer:
                 self.dispatch(c)  # started by the claim itself
         self.start_held()
         return len(claimed), want
+
+    async def claim_ahead(self) -> tuple[int, int]:
+        """Just before the next run is due (within CLAIM_AHEAD), with free slots and nothing
+        held: claim the runs due by then, held, each to start at its due time on this clock
+        (the claim's round trip is then not in its start: a tick starts on time). Returns
+        (claimed, asked) when it took some but fewer than asked (every run due in the window:
+        the poller learns the next due time), else (0, 0): a claim at the due time takes the
+        rest (or the limited runs, which are not claimed ahead)."""
+        due = self.due
+        free = self.executors.free_slots
+        if free <= 0 or self.prefetch.held or not due.ahead_due() or not self.prefetch.claiming():
+            return 0, 0
+        now = time.monotonic()
+        due.ahead_upto = now + due.claim_ahead  # (the database's window ends a little later)
+        claimed = await self.db(self.store().claim_ahead, self.worker, free, self.queues, self.lease, due.claim_ahead)
+        if not claimed:
+            return 0, 0
+        self.counters.claimed += len(claimed)
+        self.counters.claimed_ahead += len(claimed)
+        due.claimed_at = time.monotonic()
+        latest = due.claimed_at + 2 * due.claim_ahead  # never later, whatever a clock says
+        starts = {c.id: min(due.mono_of(c.due), latest) for c in claimed}
+        self.prefetch.hold_ahead(claimed, now + self.lease, starts)
+        self._ahead_due()
+        return (len(claimed), free) if len(claimed) < free else (0, 0)
+
+    def _ahead_due(self) -> None:
+        """Start the runs claimed ahead whose time came (if a slot is free; else the next
+        slot to free starts them), and wake again for the next one: by a timer EARLY
+        before it, then stepping the loop up to it (see rota.worker.wakeups.EARLY)."""
+        if self._ahead_timer is not None:
+            self._ahead_timer.cancel()
+            self._ahead_timer = None
+        self.start_held()
+        now = time.monotonic()
+        at = self.prefetch.next_ahead(now)
+        if at is None or not self.prefetch.claiming():
+            return
+        loop = asyncio.get_running_loop()
+        if at - now > EARLY:
+            self._ahead_timer = loop.call_later(at - now - EARLY, self._ahead_due)
+        else:
+            self._ahead_timer = loop.call_soon(self._ahead_due)
 
     def limit_slot_freed(self) -> None:
         """A run of ours ended while due limited runs wait for a slot: claim again within

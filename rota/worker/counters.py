@@ -28,6 +28,7 @@ class WorkerCounters:
     polls: int = 0
     rescued: int = 0
     claimed: int = 0
+    claimed_ahead: int = 0  # of those, claimed just before their due time (held till then)
     dispatched: int = 0
     succeeded: int = 0
     failed: int = 0

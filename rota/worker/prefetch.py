@@ -25,6 +25,10 @@ with a higher priority goes ahead of those held), so a higher-priority run waits
 held ones for at most the horizon (the buffer is topped up, in claim order, before it
 drains).
 
+An idle worker also claims, held, the runs due within CLAIM_AHEAD (20 ms) just before their
+time (Claimer.claim_ahead): each waits here for its due time (`not_before`), is never handed
+back as excess, and starts then on the worker's clock, without the claim's round trip.
+
 A held run is never started once the worker stops claiming (shutdown hands it back at once
 without counting an attempt), once its cancellation is requested (it is recorded
 cancelled; a wake-up saying so is confirmed with the database first, as a NOTIFY does not
@@ -65,6 +69,9 @@ class Prefetch:
         self.running: Mapping[int, Any] = {}  # the handlers running, oldest first (Executors.inflight)
         self.claiming: Callable[[], bool] = lambda: True
         self.doubted: set[int] = set()  # a wake-up said cancelled: not started until confirmed
+        # runs claimed just before their due time (Claimer.claim_ahead): not started before
+        # then (monotonic), and never handed back as excess
+        self.not_before: dict[int, float] = {}
 
     def size(self) -> int:
         """How many runs to hold: those the slots start within WINDOW at the current pace,
@@ -117,6 +124,17 @@ class Prefetch:
         if len(held) > 1:
             self.held = dict(sorted(held.items(), key=lambda item: start_order(item[1][0])))
 
+    def hold_ahead(self, claims: Iterable[Claimed], deadline: float, starts: Mapping[int, float]) -> None:
+        """Hold runs claimed before their due time; each starts at `starts[id]` (monotonic)
+        at the earliest."""
+        self.not_before.update(starts)
+        self.hold_all(claims, deadline)
+
+    def next_ahead(self, now: float) -> float | None:
+        """The soonest time after `now` (monotonic) that a run held for its due time may
+        start; None if there is none (those whose time came start when a slot is free)."""
+        return min((at for at in self.not_before.values() if at > now), default=None)
+
     def renewed(self, alive: set[int], deadline: float) -> None:
         """The heartbeat renewed the leases of `alive` until `deadline` (monotonic)."""
         for run_id in alive & self.held.keys():
@@ -129,19 +147,22 @@ class Prefetch:
         if not self.held or not self.claiming():
             return None
         now = time.monotonic()
+        not_before = self.not_before
         for run_id, (claim, deadline) in self.held.items():
-            if deadline > now and run_id not in self.doubted:
+            if deadline > now and run_id not in self.doubted and not_before.get(run_id, 0.0) <= now:
                 del self.held[run_id]
+                not_before.pop(run_id, None)
                 return claim
         return None
 
     def take_excess(self) -> list[tuple[Claimed, float]]:
         """The held runs the current pace would not start within WINDOW (the last in start
         order), no longer held: to hand back (see Claimer.trim)."""
-        extra = len(self.held) - self.size()
+        spare = [run_id for run_id in self.held if run_id not in self.not_before]
+        extra = len(spare) - self.size()
         if extra <= 0:
             return []
-        return [self.held.pop(run_id) for run_id in list(self.held)[-extra:]]
+        return [self.held.pop(run_id) for run_id in spare[-extra:]]
 
     def rehold(self, entries: list[tuple[Claimed, float]]) -> None:
         """Hold again what take_excess gave (the hand-back could not be written)."""
@@ -153,11 +174,13 @@ class Prefetch:
         return entry[0] if entry is not None else None
 
     def drop(self, run_id: int) -> Claimed | None:
+        self.not_before.pop(run_id, None)
         entry = self.held.pop(run_id, None)
         return entry[0] if entry is not None else None
 
     def take_all(self) -> list[Claimed]:
         held, self.held = [claim for claim, _ in self.held.values()], {}
+        self.not_before.clear()
         return held
 
     def tokens(self) -> list[tuple[int, int]]:

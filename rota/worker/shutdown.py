@@ -1,7 +1,7 @@
 """The worker's lifecycle controls: start on a thread, stop (thread-safe), signals, and
 the graceful shutdown: stop claiming (and making ticks), withdraw the runs this worker made
-ahead of a tick not come yet (see ticks.py), drain up to `shutdown_timeout`, hand unfinished runs
-back (pending again at once, the attempt not counted), flush outcomes, release this
+ahead of a tick not come yet (see ticks.py), hand back the runs it holds (claimed, never
+started), drain up to `shutdown_timeout`, hand unfinished runs back (pending again at once, the attempt not counted), flush outcomes, release this
 process's named locks, mark the worker stopped. A second signal skips the drain."""
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ class Lifecycle:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.shield(poll), 5)
         await self._withdraw_ticks_ahead(background)
+        await self._give_back([], self._prefetch.take_all())  # held runs: before the drain, not after it
         await self._drain()
         await self._hand_back_unfinished()
         await self._completer.wait_idle()  # let a write in progress (the completer's) finish first
@@ -160,14 +161,19 @@ class Lifecycle:
             await wait_event(slot_freed, min(remaining, 0.5))
 
     async def _hand_back_unfinished(self) -> None:
-        """Unfinished runs, and runs claimed ahead that never started: pending again at
-        once for another worker, the attempt not counted."""
+        """After the drain: the unfinished runs, pending again at once for another worker,
+        the attempt not counted."""
         unfinished = list(self._executors.inflight.values())
         for active in unfinished:
             self._executors.stop(active, lost=False)
             self._finisher.complete(active, ("lost", None))
+        await self._give_back(unfinished, self._prefetch.take_all())
+
+    async def _give_back(self, unfinished: list[Any], claims: list[Any]) -> None:
+        """Hand back the unfinished runs and the held ones (claimed ahead, never started:
+        pending again as they were, another worker takes them at their due time)."""
         held = [(a.claim.id, a.claim.token) for a in unfinished]
-        held += [(c.id, c.token) for c in self._prefetch.take_all()]
+        held += [(c.id, c.token) for c in claims]
         if not held:
             return
         for run_id, _ in held:  # handed back: whatever their start, it is not written now
@@ -183,8 +189,8 @@ class Lifecycle:
         for run_id in sorted(back):  # a run claimed ahead and never started: info, not a warning
             task = tasks.get(run_id)
             what, level = (f"run {run_id} {task}", logging.WARNING) if task else (f"run {run_id}", logging.INFO)
-            how = "before it finished" if task else "before it started (claimed ahead)"
-            message = f"{what} handed back: worker {self.id} shut down {how}; another worker takes it at once"
+            how = "before it finished" if task else "before it started (held, claimed ahead)"
+            message = f"{what} handed back: worker {self.id} is shutting down {how}; another worker takes it"
             log_event(log, level, "run_handed_back", message, run_id=str(run_id), worker=self.id)
 
     def _install_signals(self) -> None:

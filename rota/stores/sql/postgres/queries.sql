@@ -156,6 +156,55 @@ RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
           r.priority, extract(epoch FROM r.due_at)::float8
 
+-- name: claim_ahead
+-- transition: claim_ahead
+-- The runs due within %(ahead)s seconds (a tick made ahead, a delay), claimed held by an idle
+-- worker just before their time, to start each at its due time on the worker's clock: the
+-- claim's round trip is taken out of a due run's start. Held (started_at NULL, the attempt
+-- not counted until its start); plain runs only (limited and rated runs are claimed at their
+-- time, by the flow claim); never one queued, waiting on parents or asked to cancel.
+WITH picked AS MATERIALIZED (
+    SELECT ARRAY(
+        SELECT ctid FROM rota_runs
+        WHERE status = 'pending' AND NOT held AND due_at <= {now} + make_interval(secs => %(ahead)s)
+          AND (misfire_at IS NULL OR misfire_at >= {now})
+          AND limit_name IS NULL AND rate_name IS NULL
+          AND NOT cancel_requested
+        ORDER BY priority DESC, due_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS tids
+)
+UPDATE rota_runs r
+SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), misfire_at = NULL,
+    started_at = NULL, lease_until = {now} + make_interval(secs => %(lease)s)
+WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
+RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
+          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
+          r.priority, extract(epoch FROM r.due_at)::float8
+
+-- name: claim_ahead_in_queues
+-- transition: claim_ahead
+-- as claim_ahead, for some queues only
+WITH picked AS MATERIALIZED (
+    SELECT ARRAY(
+        SELECT ctid FROM rota_runs
+        WHERE status = 'pending' AND NOT held AND due_at <= {now} + make_interval(secs => %(ahead)s)
+          AND (misfire_at IS NULL OR misfire_at >= {now})
+          AND limit_name IS NULL AND rate_name IS NULL
+          AND queue = ANY(%(queues)s::text[])
+          AND NOT cancel_requested
+        ORDER BY priority DESC, due_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS tids
+)
+UPDATE rota_runs r
+SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), misfire_at = NULL,
+    started_at = NULL, lease_until = {now} + make_interval(secs => %(lease)s)
+WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
+RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
+          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
+          r.priority, extract(epoch FROM r.due_at)::float8
+
 -- name: start
 -- transition: start
 -- Held runs whose handlers started (`ago` seconds ago): the attempt counted, started_at set.
@@ -341,7 +390,8 @@ deps AS (
 UPDATE rota_runs r
 SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
     attempt = CASE WHEN r.started_at IS NULL OR r.cancel_requested THEN r.attempt ELSE r.attempt - 1 END,
-    due_at = {now}, lease_until = NULL,
+    -- a held run claimed ahead of its due time keeps that time (never run early elsewhere)
+    due_at = CASE WHEN r.started_at IS NULL THEN greatest(r.due_at, {now}) ELSE {now} END, lease_until = NULL,
     finished_at = CASE WHEN r.cancel_requested THEN {now} END,
     started_at = CASE WHEN r.cancel_requested THEN r.started_at END,
     error = CASE WHEN r.cancel_requested
@@ -408,7 +458,8 @@ decided AS (
     FROM rota_runs r JOIN lost ON lost.id = r.id
 )
 UPDATE rota_runs r
-SET status = d.status, due_at = {now}, lease_until = NULL,
+SET status = d.status, due_at = CASE WHEN d.started_at IS NULL THEN greatest(r.due_at, {now}) ELSE {now} END,
+    lease_until = NULL,
     finished_at = CASE WHEN d.status = 'pending' THEN NULL ELSE {now} END,
     error = d.error::text,
     attempts = CASE WHEN d.status = 'pending' AND d.started_at IS NOT NULL

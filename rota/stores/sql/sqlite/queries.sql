@@ -122,6 +122,44 @@ WHERE rota_runs.id = c.id
 RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
           scheduled_for, started_at, lease_until, priority, due_at
 
+-- name: claim_ahead
+-- transition: claim_ahead
+-- The runs due within :ahead seconds, claimed held by an idle worker just before their time
+-- (see the PostgreSQL statement): plain runs only, never queued or asked to cancel.
+UPDATE rota_runs
+SET status = 'running', owner = :owner, token = :token + c.pos - 1, lease_until = {now} + :lease,
+    misfire_at = NULL, started_at = NULL
+FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos FROM (
+    SELECT id, priority, due_at FROM rota_runs INDEXED BY rota_runs_claim
+    WHERE status = 'pending' AND NOT held AND due_at <= {now} + :ahead
+      AND (misfire_at IS NULL OR misfire_at >= {now})
+      AND NOT cancel_requested
+      AND limit_name IS NULL AND rate_name IS NULL
+    ORDER BY priority DESC, due_at, id
+    LIMIT :limit)) AS c
+WHERE rota_runs.id = c.id
+RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
+          scheduled_for, started_at, lease_until, priority, due_at
+
+-- name: claim_ahead_in_queues
+-- transition: claim_ahead
+-- as claim_ahead, for some queues only
+UPDATE rota_runs
+SET status = 'running', owner = :owner, token = :token + c.pos - 1, lease_until = {now} + :lease,
+    misfire_at = NULL, started_at = NULL
+FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos FROM (
+    SELECT id, priority, due_at FROM rota_runs INDEXED BY rota_runs_claim
+    WHERE status = 'pending' AND NOT held AND due_at <= {now} + :ahead
+      AND (misfire_at IS NULL OR misfire_at >= {now})
+      AND limit_name IS NULL AND rate_name IS NULL
+      AND queue IN (SELECT value FROM json_each(:queues))
+      AND NOT cancel_requested
+    ORDER BY priority DESC, due_at, id
+    LIMIT :limit)) AS c
+WHERE rota_runs.id = c.id
+RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
+          scheduled_for, started_at, lease_until, priority, due_at
+
 -- name: start
 -- transition: start
 -- A held run whose handler started :ago seconds ago: the attempt counted, started_at set.
@@ -189,7 +227,8 @@ RETURNING id
 UPDATE rota_runs
 SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
     attempt = CASE WHEN started_at IS NULL OR cancel_requested THEN attempt ELSE attempt - 1 END,
-    due_at = {now}, lease_until = NULL,
+    -- a held run claimed ahead of its due time keeps that time (never run early elsewhere)
+    due_at = CASE WHEN started_at IS NULL THEN max(due_at, {now}) ELSE {now} END, lease_until = NULL,
     finished_at = CASE WHEN cancel_requested THEN {now} END,
     started_at = CASE WHEN cancel_requested THEN started_at END,
     error = CASE WHEN cancel_requested
@@ -219,7 +258,7 @@ LIMIT 1
 UPDATE rota_runs
 SET status = CASE WHEN cancel_requested THEN 'cancelled'
                   WHEN started_at IS NULL OR attempt < max_attempts THEN 'pending' ELSE 'failed' END,
-    due_at = {now}, lease_until = NULL,
+    due_at = CASE WHEN started_at IS NULL THEN max(due_at, {now}) ELSE {now} END, lease_until = NULL,
     finished_at = CASE WHEN NOT cancel_requested AND (started_at IS NULL OR attempt < max_attempts) THEN NULL
                        ELSE {now} END,
     error = json_object(

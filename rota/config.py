@@ -64,7 +64,7 @@ def check_seconds(name: str, value: Any, low: float) -> float:
     ConfigurationError naming it and the bounds."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= MAX_SECONDS:
         raise ConfigurationError(
-            f"{name} must be a positive number of seconds, got {value!r}: at least {low:g} and at most one year"
+            f"{name} must be a number of seconds from {low:g} to a year ({MAX_SECONDS:.0f}), got {value!r}"
         )
     return float(value)
 

@@ -74,9 +74,15 @@ def test_the_lower_bounds_themselves_are_accepted(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"poll_interval": 1e-300}, r"poll_interval must be a positive number of seconds, got 1e-300: at least 0.01"),
-        ({"lease": 0.001}, r"lease must be a positive number of seconds, got 0.001: at least 0.5 and at most one year"),
-        ({"heartbeat_interval": 1e-9}, r"heartbeat_interval must be a positive number of seconds, got 1e-09"),
+        (
+            {"poll_interval": 1e-300},
+            r"poll_interval must be a number of seconds from 0.01 to a year \(31536000\), got 1e-300",
+        ),
+        ({"lease": 0.001}, r"lease must be a number of seconds from 0.5 to a year \(31536000\), got 0.001"),
+        (
+            {"heartbeat_interval": 1e-9},
+            r"heartbeat_interval must be a number of seconds from 0.01 to a year \(31536000\), got 1e-09",
+        ),
     ],
 )
 def test_absurd_worker_arguments_are_refused(tmp_path: Any, options: dict[str, Any], message: str) -> None:

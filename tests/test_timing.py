@@ -834,11 +834,11 @@ def test_unknown_policy_words() -> None:
 @pytest.mark.parametrize(
     ("every", "message"),
     [
-        (0, r"every must be positive, got 0 seconds"),
-        (-5, r"every must be positive, got -5 seconds"),
-        (-0.5, r"every must be positive, got -0.5 seconds"),
-        (timedelta(seconds=-5), r"every must be positive, got -5 seconds"),
-        (timedelta(0), r"every must be positive, got 0 seconds"),
+        (0, r"every=0 seconds is not positive"),
+        (-5, r"every=-5 seconds is not positive"),
+        (-0.5, r"every=-0.5 seconds is not positive"),
+        (timedelta(seconds=-5), r"every=-5 seconds is not positive"),
+        (timedelta(0), r"every=0 seconds is not positive"),
         (True, r"every must be a timedelta or a number of seconds, got True \(bool\)"),
         ("5", r"got '5' \(str\)"),
         (float("nan"), r"every must be a finite number of seconds, got nan"),

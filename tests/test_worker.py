@@ -301,7 +301,9 @@ def test_stats_report_counts_workers_and_capacity(app: rota.App) -> None:
 def test_worker_options_are_validated(app: rota.App) -> None:
     with pytest.raises(rota.ConfigurationError, match="concurrency must be a positive integer, got 0"):
         app.worker(concurrency=0)
-    with pytest.raises(rota.ConfigurationError, match="lease must be a positive number of seconds, got -1"):
+    with pytest.raises(
+        rota.ConfigurationError, match=r"lease must be a number of seconds from 0.5 to a year \(31536000\), got -1"
+    ):
         app.worker(lease=-1)
     with pytest.raises(rota.ConfigurationError, match="heartbeat_interval .* must be shorter than the lease"):
         app.worker(lease=1, heartbeat_interval=2)

@@ -151,7 +151,10 @@ class IntervalTrigger(Trigger):
         if not isinstance(self.every, timedelta):
             raise ConfigurationError(f"every must be a timedelta, got {self.every!r}")
         if self.every <= timedelta(0):
-            raise ConfigurationError(f"every must be positive, got {_seconds_number(self.every)} seconds")
+            raise ConfigurationError(
+                f"every={_seconds_number(self.every)} seconds is not positive: a schedule's interval is from 1 "
+                "second to 3650 days"
+            )
         resolve_zone(self.tz)
 
     @property

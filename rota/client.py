@@ -71,13 +71,7 @@ class Client(Declarations):
                 f"give a notifier schedules=[{name!r}] and the events= to send"
             )
         task_name, base = self._task_ref(task)
-        known = self._declared(task)
-        if known is None and self.tasks:  # a typo, or a task of another app
-            log.warning(
-                "schedule %r names task %r, which this app does not register%s: its runs fail with "
-                "TaskNotFound unless the workers' app registers it",
-                name, task_name, did_you_mean(task_name, self.tasks),
-            )  # fmt: skip
+        known = self._declared(task, name)
         spec = build_schedule(
             name,
             task_name,
@@ -98,9 +92,17 @@ class Client(Declarations):
         store.add_schedule(spec.to_def(source="api", app=None), spec.trigger.next_after(store.now()))
         return self.get_schedule(name)
 
-    def _declared(self, task: Task[..., Any] | str) -> Task[..., Any] | None:
-        """The task object if this process declares it (to check a schedule's arguments)."""
-        return task if isinstance(task, Task) else self.tasks.get(task)
+    def _declared(self, task: Task[..., Any] | str, schedule: str) -> Task[..., Any] | None:
+        """The task object if this process declares it (to check a schedule's arguments);
+        a warning if it does not but declares others (a typo, or a task of another app)."""
+        known = task if isinstance(task, Task) else self.tasks.get(task)
+        if known is None and self.tasks:
+            log.warning(
+                "schedule %r names task %r, which this app does not register%s: its runs fail with "
+                "TaskNotFound unless the workers' app registers it",
+                schedule, task, did_you_mean(str(task), self.tasks),
+            )  # fmt: skip
+        return known
 
     def update_schedule(self, name: str, **changes: Any) -> ScheduleInfo:
         """Change a stored schedule; a new cron/every/tz recomputes its next fire time."""
@@ -144,7 +146,8 @@ class Client(Declarations):
             options=options,
             jitter=changes.get("jitter", current.jitter),
         )
-        check_schedule_call(name, self._declared(changes.get("task", task_name)), spec.args, spec.kwargs)
+        known = self._declared(changes["task"], name) if "task" in changes else self.tasks.get(task_name)
+        check_schedule_call(name, known, spec.args, spec.kwargs)
         # An error left it without a next time, or its stored next time cannot be read: plan it again.
         replan = timing_changed or info.plan_error is not None or "next_run_at" in info.corrupt
         next_run_at = spec.trigger.next_after(store.now()) if replan else None

@@ -335,7 +335,11 @@ class Declarations:
         try:
             return self.tasks[name]
         except KeyError:
-            raise TaskNotFound(f"no task named {name!r}{did_you_mean(name, self.tasks)}") from None
+            names = sorted(self.tasks)
+            known = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+            raise TaskNotFound(
+                f"no task named {name!r}{did_you_mean(name, self.tasks)}; this app registers: {known or '(none)'}"
+            ) from None
 
     def _task_ref(self, task: Task[..., Any] | str) -> tuple[str, TaskOptions]:
         if isinstance(task, Task):

@@ -235,12 +235,19 @@ def test_a_stored_schedule_naming_a_task_this_app_lacks_is_warned_about(
     with caplog.at_level("WARNING", "rota"):
         app.add_schedule("daily", "reprot", every=60)
         app.add_schedule("hourly", "report", every=60)
+        app.update_schedule("daily", every=120)  # its task unchanged: no second warning
+        app.update_schedule("hourly", task="reprot")
     warned = [r.getMessage() for r in caplog.records if "does not register" in r.getMessage()]
     assert warned == [
-        "schedule 'daily' names task 'reprot', which this app does not register (did you mean 'report'?): "
+        f"schedule {name!r} names task 'reprot', which this app does not register (did you mean 'report'?): "
         "its runs fail with TaskNotFound unless the workers' app registers it"
+        for name in ("daily", "hourly")
     ]
     assert {s.name for s in app.list_schedules()} == {"daily", "hourly"}
+    with pytest.raises(
+        rota.TaskNotFound, match=r"^no task named 'reprot' \(did you mean 'report'\?\); this app registers: report$"
+    ):
+        app.get_task("reprot")
 
 
 @pytest.mark.parametrize(

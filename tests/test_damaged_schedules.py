@@ -111,5 +111,5 @@ def test_pause_and_resume_or_an_update_repairs_it(damaged: rota.App) -> None:
     resumed = damaged.resume("bad")
     assert resumed.corrupt == () and resumed.next_run_at is not None
     _damage(damaged, "bad", "next_run_at", "future")
-    updated = damaged.update_schedule("bad", args=[1])
+    updated = damaged.update_schedule("bad", misfire="skip")
     assert updated.corrupt == () and updated.next_run_at is not None

@@ -85,6 +85,8 @@ def test_the_handlers_row_and_succeeded_commit_together(app_factory: Callable[..
     assert isinstance(seen[0], driver)
     (follow_up,) = app.list_runs(task="follow")
     wait_for(lambda: app.get_run(follow_up.id).status == "succeeded", what="the follow-up run")
+    # its event is emitted once the worker has its write back (a moment after the commit)
+    wait_for(lambda: len(events) >= 2, what="both runs' events")
     assert app.events.drain(5)
     assert sorted(events) == sorted([("run_succeeded", run.id), ("run_succeeded", follow_up.id)])  # once each
 

@@ -190,7 +190,7 @@ class Lifecycle:
             task = tasks.get(run_id)
             what, level = (f"run {run_id} {task}", logging.WARNING) if task else (f"run {run_id}", logging.INFO)
             how = "before it finished" if task else "before it started (held, claimed ahead)"
-            message = f"{what} handed back: worker {self.id} is shutting down {how}; another worker takes it"
+            message = f"{what} handed back: worker {self.id} shut down {how}; another worker takes it at its due time"
             log_event(log, level, "run_handed_back", message, run_id=str(run_id), worker=self.id)
 
     def _install_signals(self) -> None:

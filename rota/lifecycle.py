@@ -24,7 +24,8 @@ A run's state is not one column: it is read from a few (`state_of`).
 - *cancel requested* is the `cancel_requested` flag on a held or running run: only its
   owner ends it (cooperatively), and no statement runs it again: a claim never takes it, a
   start refuses it, a hand-back and a rescue end it cancelled, a retry ends it cancelled.
-- *handed back* is a pending run that a stopping worker gave back (due at once). A held one
+- *handed back* is a pending run that a stopping worker gave back (due at once; a held run
+  claimed ahead of its due time keeps that time, and is then simply due later). A held one
   is handed back as it was; a started one gives its attempt back, recorded in its history
   with status "handed back". It is claimed like any due run.
 
@@ -76,7 +77,7 @@ AHEAD: Final = "made ahead"  # pending, a schedule's tick inserted before its ti
 DUE: Final = "due"  # pending, due now: the next claim may take it
 QUEUED: Final = "queued"  # pending behind its exclusive schedule's active run (column `held`)
 WAITING: Final = "waiting on parents"  # pending, after=: parents yet to succeed (column `held`, waiting_on > 0)
-HANDED_BACK: Final = "handed back"  # pending again at once, given back by a stopping worker
+HANDED_BACK: Final = "handed back"  # pending again at once (or at its due time), given back by a stopping worker
 HELD: Final = "held"  # running, claimed by a worker, its handler not started
 STARTED: Final = "running"  # running, its handler started
 CANCEL_REQUESTED: Final = "cancel requested"  # held or running, asked to stop: it never runs again
@@ -168,7 +169,7 @@ TRANSITIONS: Final = (
        "status pending, due, not queued, cancellation not requested; FOR UPDATE SKIP LOCKED / the write lock; "
        "a new token and a lease per run",
        "priority, due time, id order; the first `start` (the free slots) start at once, the rest are held"),
-    _t("claim_ahead", (DUE_LATER, AHEAD, DUE), (HELD,), ANY_WORKER,
+    _t("claim_ahead", (DUE_LATER, AHEAD, DUE, HANDED_BACK), (HELD,), ANY_WORKER,
        "an idle worker, just before the run's due time: due within the lead (20 ms, the database's clock), "
        "plain (no limit or rate), not queued, cancellation not requested; FOR UPDATE SKIP LOCKED / the write "
        "lock; a new token and a lease; held, never started by the claim",
@@ -186,13 +187,14 @@ TRANSITIONS: Final = (
        "the token; attempts remain; a run whose cancellation was requested ends cancelled instead. From a "
        "final run (App.retry, a client): a new run with retry_of",
        "a failed attempt waits for its backoff; or an operator runs a final run again"),
-    _t("hand_back", (HELD, STARTED, CANCEL_REQUESTED), (HANDED_BACK, CANCELLED), WORKER,
-       "the token and status running; a held run as it was, a started one gives its attempt back; "
-       "cancellation requested: cancelled",
+    _t("hand_back", (HELD, STARTED, CANCEL_REQUESTED), (HANDED_BACK, DUE_LATER, CANCELLED), WORKER,
+       "the token and status running; a held run as it was (one claimed ahead keeps its due time), a started "
+       "one gives its attempt back; cancellation requested: cancelled",
        "a stopping worker gives back what it holds and what outlived shutdown_timeout"),
-    _t("rescue", (HELD, STARTED, CANCEL_REQUESTED), (DUE, FAILED, CANCELLED), ANY_WORKER,
+    _t("rescue", (HELD, STARTED, CANCEL_REQUESTED), (DUE, DUE_LATER, FAILED, CANCELLED), ANY_WORKER,
        "lease expired on the database clock; the rescue rule (not during this worker's outage); held: pending "
-       "without an attempt; started: retry if attempts remain, else failed; cancel requested: cancelled",
+       "without an attempt (due at its due time if that is still to come: claimed ahead); started: retry if "
+       "attempts remain, else failed; cancel requested: cancelled",
        "runs of a lost worker are taken back"),
     _t("cancel", (DUE_LATER, AHEAD, DUE, QUEUED, HANDED_BACK, HELD, STARTED), (CANCELLED, CANCEL_REQUESTED), CLIENT,
        "pending: cancelled at once; held or running: cancellation requested (NOTIFY on PostgreSQL), the owner "

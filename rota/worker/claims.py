@@ -124,22 +124,33 @@ class Claimer:
         the poller learns the next due time), else (0, 0): a claim at the due time takes the
         rest (or the limited runs, which are not claimed ahead)."""
         due = self.due
-        free = self.executors.free_slots
-        if free <= 0 or self.prefetch.held or not due.ahead_due() or not self.prefetch.claiming():
+        if not due.ahead_due():
             return 0, 0
-        now = time.monotonic()
-        due.ahead_upto = now + due.claim_ahead  # (the database's window ends a little later)
+        free = self.executors.free_slots
+        if free <= 0 or self.prefetch.held or not self.prefetch.claiming():
+            due.ahead_upto = max(due.ahead_upto, due.run_due or 0.0)  # claimed at its due time instead
+            return 0, 0
+        sent = time.monotonic()
+        due.ahead_upto = sent + due.claim_ahead  # (the database's window ends a little later)
         claimed = await self.db(self.store().claim_ahead, self.worker, free, self.queues, self.lease, due.claim_ahead)
         if not claimed:
             return 0, 0
         self.counters.claimed += len(claimed)
         self.counters.claimed_ahead += len(claimed)
         due.claimed_at = time.monotonic()
-        latest = due.claimed_at + 2 * due.claim_ahead  # never later, whatever a clock says
-        starts = {c.id: min(due.mono_of(c.due), latest) for c in claimed}
-        self.prefetch.hold_ahead(claimed, now + self.lease, starts)
+        self.prefetch.hold_ahead(claimed, sent + self.lease, {c.id: self._start_time(c, sent) for c in claimed})
         self._ahead_due()
         return (len(claimed), free) if len(claimed) < free else (0, 0)
+
+    def _start_time(self, claim: Claimed, sent: float) -> float:
+        """When a run claimed ahead starts (monotonic): its due time on the database clock
+        as this process knows it, never before `sent` plus the time from the claim's
+        database now to its due time (the claim ran after it was sent: so no clock
+        estimate can make it start early by more than the send's delay), nor later than
+        twice the window after the reply."""
+        db_now = claim.lease_until.timestamp() - self.lease  # the claim set lease_until = now + lease
+        floor = sent + (claim.due - db_now)
+        return max(floor, min(self.due.mono_of(claim.due), self.due.claimed_at + 2 * self.due.claim_ahead))
 
     def _ahead_due(self) -> None:
         """Start the runs claimed ahead whose time came (if a slot is free; else the next
@@ -148,8 +159,8 @@ class Claimer:
         if self._ahead_timer is not None:
             self._ahead_timer.cancel()
             self._ahead_timer = None
-        self.start_held()
-        now = time.monotonic()
+        now = time.monotonic()  # one reading for both: a run due between two would wait for a slot's end
+        self.start_held(now)
         at = self.prefetch.next_ahead(now)
         if at is None or not self.prefetch.claiming():
             return
@@ -175,12 +186,13 @@ class Claimer:
         """How many runs a claim may ask for now: the free slots and the prefetch room."""
         return self.executors.free_slots + self.prefetch.room()
 
-    def start_held(self) -> None:
+    def start_held(self, now: float | None = None) -> None:
         """Start held runs in the free slots (on the loop, no round trip); none once the
         worker stops claiming (shutdown hands them back). Each starts here: its attempt
-        counts from now, and its start is written with the worker's next write."""
+        counts from now, and its start is written with the worker's next write. `now`
+        (monotonic): the time the held runs' due times are compared with."""
         while self.executors.free_slots > self.reserved and not self._superseding:
-            claim = self.prefetch.next()
+            claim = self.prefetch.next(now)
             if claim is None:
                 return
             claim.attempt += 1

@@ -53,6 +53,7 @@ class Leases:
         self.complete: Callable[[Active, tuple[str, None]], None] = lambda active, outcome: None
         self.registry: Callable[[], tuple[str, int]] = lambda: ("running", 0)
         self.prefetch = Prefetch(0)  # runs claimed ahead: renewed like running ones
+        self.start_held: Callable[[], None] = lambda: None  # Claimer.start_held (the worker sets it)
         self._confirming: set[asyncio.Task[None]] = set()
         self.changed = asyncio.Event()  # the registry row should be written now
 
@@ -203,3 +204,4 @@ class Leases:
             log.debug("could not confirm the cancellation of run %s: %s", run_id, exc)
         finally:
             self.prefetch.doubted.discard(run_id)
+            self.start_held()  # not cancelled after all: it may start now (an idle worker has no slot to free)

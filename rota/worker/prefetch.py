@@ -140,13 +140,14 @@ class Prefetch:
         for run_id in alive & self.held.keys():
             self.held[run_id] = (self.held[run_id][0], deadline)
 
-    def next(self) -> Claimed | None:
+    def next(self, now: float | None = None) -> Claimed | None:
         """The first held run (start order) whose lease is known to hold, to start now; None if there is
         none, or the worker is stopping. A run whose lease may have run out (no renewal
         came through, e.g. during an outage) waits for the heartbeat: kept or dropped."""
         if not self.held or not self.claiming():
             return None
-        now = time.monotonic()
+        if now is None:
+            now = time.monotonic()
         not_before = self.not_before
         for run_id, (claim, deadline) in self.held.items():
             if deadline > now and run_id not in self.doubted and not_before.get(run_id, 0.0) <= now:

@@ -120,7 +120,9 @@ class Lifecycle:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.shield(poll), 5)
         await self._withdraw_ticks_ahead(background)
-        await self._give_back([], self._prefetch.take_all())  # held runs: before the drain, not after it
+        held = self._prefetch.take_all()  # held runs: handed back before the drain, not after it
+        if not await self._give_back([], held):
+            self._prefetch.hold_all(held, time.monotonic())  # renewed meanwhile; tried again after the drain
         await self._drain()
         await self._hand_back_unfinished()
         await self._completer.wait_idle()  # let a write in progress (the completer's) finish first
@@ -169,13 +171,14 @@ class Lifecycle:
             self._finisher.complete(active, ("lost", None))
         await self._give_back(unfinished, self._prefetch.take_all())
 
-    async def _give_back(self, unfinished: list[Any], claims: list[Any]) -> None:
+    async def _give_back(self, unfinished: list[Any], claims: list[Any]) -> bool:
         """Hand back the unfinished runs and the held ones (claimed ahead, never started:
-        pending again as they were, another worker takes them at their due time)."""
+        pending again as they were, another worker takes them at their due time). False if
+        the database could not be reached (they are rescued when their leases expire)."""
         held = [(a.claim.id, a.claim.token) for a in unfinished]
         held += [(c.id, c.token) for c in claims]
         if not held:
-            return
+            return True
         for run_id, _ in held:  # handed back: whatever their start, it is not written now
             self._completer.forget(run_id)
         reason = f"worker {self.id} shut down before the run finished"
@@ -184,7 +187,7 @@ class Lifecycle:
         except DatabaseError as exc:
             message = f"could not hand back {len(held)} run(s) ({exc}); they will be rescued when their lease expires"
             log_event(log, logging.ERROR, "hand_back_failed", message, worker=self.id, run_ids=_ids(held))
-            return
+            return False
         tasks = {a.claim.id: a.claim.task for a in unfinished}
         for run_id in sorted(back):  # a run claimed ahead and never started: info, not a warning
             task = tasks.get(run_id)
@@ -192,6 +195,7 @@ class Lifecycle:
             how = "before it finished" if task else "before it started (held, claimed ahead)"
             message = f"{what} handed back: worker {self.id} shut down {how}; another worker takes it at its due time"
             log_event(log, level, "run_handed_back", message, run_id=str(run_id), worker=self.id)
+        return True
 
     def _install_signals(self) -> None:
         if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():

@@ -360,7 +360,8 @@ RETURNING r.id
 
 -- name: hand_back
 -- transition: hand_back
--- Pending again at once for another worker; a held run (never started) as it was, a started
+-- Pending again at once for another worker (a held run claimed ahead: at its due time); a
+-- held run (never started) as it was, a started
 -- one with its attempt given back and recorded in history as handed back. A run whose
 -- cancellation was requested is not run again: it ends cancelled.
 WITH v AS MATERIALIZED (

@@ -88,3 +88,8 @@ def slow_cooperative(ctx: rota.RunContext, seconds: float) -> str:
 _enabled = set(filter(None, os.environ.get("ROTA_TEST_SCHEDULES", "").split(",")))
 if "every_second" in _enabled:
     app.schedule(every=1, name="every_second")(tick)
+
+if "ROTA_TEST_CLAIM_AHEAD" in os.environ:  # a wider claim-ahead window, for a test to act inside it
+    import rota.worker.wakeups
+
+    rota.worker.wakeups.CLAIM_AHEAD = float(os.environ["ROTA_TEST_CLAIM_AHEAD"])

@@ -31,21 +31,20 @@ LIMIT_GATHER = 0.001  # a run of ours ended while limited runs wait: claim again
 Observer = Callable[[str, Claimed, float], None]
 
 
-def tell(observers: list[Observer], event: str, claim: Claimed) -> None:
+def tell(observers: list[Observer], event: str, claim: Claimed, failed: list[Observer]) -> None:
     """Call each observer (Worker.observe: user code too). One that raises is logged, with
-    its traceback the first time only, and never stops a run's start or its outcome."""
+    its traceback the first time only (`failed`: the worker's observers that raised once),
+    and never stops a run's start or its outcome."""
     at = time.time()
     for observe in observers:
         try:
             observe(event, claim, at)
         except Exception:
-            first = id(observe) not in _FAILED
-            _FAILED.add(id(observe))
+            first = not any(observe is f for f in failed)
+            if first:
+                failed.append(observe)
             log.log(logging.ERROR if first else logging.DEBUG, "run observer %r raised on %s of run %d",
                     observe, event, claim.id, exc_info=first)  # fmt: skip
-
-
-_FAILED: set[int] = set()  # ids of the observers that raised once (later failures: debug only)
 
 
 class Claimer:
@@ -74,6 +73,7 @@ class Claimer:
         self.queues: list[str] | None = None
         self.lease = 0.0
         self.observers: list[Observer] = []
+        self.failed_observers: list[Observer] = []  # those that raised once (later failures: debug only)
         self._trim_after = 0.0  # no hand-back before (one failed: the database is away)
         self.reserved = 0  # free slots kept for the runs a claim in flight starts
         self._limit_wake: asyncio.TimerHandle | None = None
@@ -230,7 +230,7 @@ class Claimer:
         self.counters.dispatched += 1
         if log.isEnabledFor(logging.DEBUG):
             self._log_claimed(claim)
-        tell(self.observers, "started", claim)
+        tell(self.observers, "started", claim, self.failed_observers)
         self.executors.submit(claim, self.tasks.get(claim.task))
 
     def _log_claimed(self, claim: Claimed) -> None:
@@ -346,7 +346,7 @@ class Finisher:
             return
         record = self.decider.decide(active, kind, value)
         self.decider.log(active, kind, record)
-        tell(self.claimer.observers, record.status, active.claim)
+        tell(self.claimer.observers, record.status, active.claim, self.claimer.failed_observers)
         if kind == COMMITTED:  # written with the handler's own transaction
             self.completer.announce(record)
             return

@@ -135,8 +135,8 @@ TRANSITIONS: Final = (
        "the flow claim",
        "a run over its rate waits, pending with no attempt, until the window opens (due_at moved there)"),
     _t("rate_reopen", (DUE_LATER,), (DUE,), ANY_WORKER,
-       "a worker storing a rate whose max or per changed (a deploy): only runs whose due_at is a logged start "
-       "of their key plus the old per (moved there by rate_wait, which moves only due runs)",
+       "a worker storing a rate whose max or per changed (a deploy): only runs flagged rate_waited (by "
+       "rate_wait, which moves only due runs; the claim clears the flag)",
        "runs waiting for a changed rate's old window are due again; the next claim judges them by the new one"),
     _t("keyed", (DUE, DUE_LATER), (DUE, DUE_LATER), ANY_WORKER,
        "a run made where its limit or rate key could not be computed (a callable by=) waits under no limit's "

@@ -187,6 +187,7 @@ def test_a_deploy_that_changes_a_rate_frees_the_runs_waiting_for_the_old_window(
         gh.enqueue(n)
     later = gh.options(delay=60).enqueue(9)  # due later of its own accord: not the rate's doing
     soon = gh.options(delay=2).enqueue(8)  # due before the window opens: not moved before it is due
+    exact = gh.options(run_at=T0 + timedelta(seconds=5)).enqueue(7)  # due at the opening itself, by chance
     assert len(_claim(app)) == 1
     assert _claim(app) == []  # the other two wait for 00:00:05, the old window's opening
     clock.advance(0.5)
@@ -199,5 +200,6 @@ def test_a_deploy_that_changes_a_rate_frees_the_runs_waiting_for_the_old_window(
             assert len(_claim(app)) == 1
         assert app.get_run(later.id).due_at == T0 + timedelta(seconds=60)
         assert app.get_run(soon.id).due_at == T0 + timedelta(seconds=2)
+        assert app.get_run(exact.id).due_at == T0 + timedelta(seconds=5)  # not the rate's doing: kept
     finally:
         newer.close()

@@ -319,7 +319,7 @@ def test_a_schedule_whose_arguments_its_handler_cannot_take_fails_at_the_decorat
     assert "nightly" not in app.schedules and "nightly" not in app.tasks  # (the task takes the schedule's name)
 
 
-@pytest.mark.parametrize("jitter", [math.nan, math.inf, 1e300, -1e300])
+@pytest.mark.parametrize("jitter", [math.nan, math.inf, 1e300, -1e300, timedelta(days=400)])
 def test_a_jitter_that_is_not_a_finite_duration_is_refused_in_one_line(app: rota.App, jitter: float) -> None:
     @app.task(name="t")
     def t() -> None: ...

@@ -31,9 +31,10 @@ def check_jitter(jitter: object, trigger: Trigger | None = None) -> timedelta | 
         return None
     if isinstance(jitter, bool) or not isinstance(jitter, (int, float, timedelta)):
         raise ConfigurationError(f"jitter must be a timedelta or seconds, got {jitter!r}")
-    if not isinstance(jitter, timedelta) and not (math.isfinite(jitter) and abs(jitter) <= _MAX_JITTER):
+    seconds = jitter.total_seconds() if isinstance(jitter, timedelta) else jitter
+    if not (math.isfinite(seconds) and abs(seconds) <= _MAX_JITTER):
         raise ConfigurationError(
-            f"jitter must be seconds from 0 to a year ({_MAX_JITTER:.0f}) or a timedelta, got {jitter!r}"
+            f"jitter must be seconds from 0 to a year ({_MAX_JITTER:.0f}) or a timedelta, got {shown(jitter)}"
         )
     span = jitter if isinstance(jitter, timedelta) else timedelta(seconds=jitter)
     if span < _ZERO:

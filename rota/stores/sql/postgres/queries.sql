@@ -1462,6 +1462,7 @@ LIMIT %(n)s
 -- freed the slot (flow_room saw it), so started_at never precedes the finished_at it follows.
 UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), attempt = r.attempt + 1,
+    rate_waited = false,
     started_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     lease_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s)
 WHERE r.id = ANY(ARRAY(SELECT e::bigint FROM json_array_elements_text(%(ids)s::json) AS e))
@@ -1535,7 +1536,7 @@ w AS (SELECT s.started_at FROM rota_rate_starts s
       WHERE s.name = %(name)s AND s.key = %(key)s AND s.started_at > {now} - (SELECT per FROM t)),
 o AS (SELECT started_at + (SELECT per FROM t) AS at FROM w ORDER BY started_at
       OFFSET greatest((SELECT count(*) FROM w) - (SELECT max FROM t), 0) LIMIT 1)
-UPDATE rota_runs r SET due_at = o.at FROM o
+UPDATE rota_runs r SET due_at = o.at, rate_waited = true FROM o
 WHERE r.rate_name = %(name)s AND r.rate_key = %(key)s AND r.rate_name IS NOT NULL
   AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now} AND r.due_at < o.at
   AND (SELECT count(*) FROM w) >= (SELECT max FROM t)
@@ -1555,16 +1556,13 @@ ON CONFLICT (name) DO UPDATE SET max = excluded.max, updated_at = excluded.updat
 
 -- name: flow_rate_reopen
 -- transition: rate_reopen
--- Before a deploy stores a rate with a new max or per: the runs its old window moved
--- (flow_bump set due_at to a logged start of their key plus the old per; it moves only due
--- runs) are due again, and the next claim judges them by the new rate.
-UPDATE rota_runs r SET due_at = {now}
+-- Before a deploy stores a rate with a new max or per: the runs waiting for its old window
+-- (rate_waited, set by flow_bump, which moves only due runs) are due again, and the next
+-- claim judges them by the new rate.
+UPDATE rota_runs r SET due_at = {now}, rate_waited = false
 FROM rota_rates t
 WHERE t.name = %(name)s AND (t.max <> %(max)s OR t.per <> %(per)s)
-  AND r.rate_name = t.name AND r.status = 'pending' AND NOT r.held AND r.due_at > {now}
-  AND EXISTS (SELECT 1 FROM rota_rate_starts s
-              WHERE s.name = t.name AND s.key = r.rate_key
-                AND s.started_at + make_interval(secs => t.per) = r.due_at)
+  AND r.rate_name = t.name AND r.rate_waited AND r.status = 'pending' AND NOT r.held
 
 -- name: flow_upsert_rate
 INSERT INTO rota_rates (name, max, per, updated_at) VALUES (%(name)s, %(max)s, %(per)s, {now})

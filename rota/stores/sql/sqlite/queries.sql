@@ -1079,7 +1079,7 @@ LIMIT :n
 -- tokens in id order
 UPDATE rota_runs
 SET status = 'running', owner = :owner, token = :token + c.rank,
-    attempt = attempt + (c.pos < :start),
+    attempt = attempt + (c.pos < :start), rate_waited = 0,
     started_at = CASE WHEN c.pos < :start THEN {now} END, lease_until = {now} + :lease
 FROM (SELECT value AS id, key AS pos, row_number() OVER (ORDER BY value) - 1 AS rank FROM json_each(:ids)) AS c
 WHERE rota_runs.id = c.id AND rota_runs.status = 'pending'
@@ -1098,7 +1098,7 @@ w AS (SELECT s.started_at FROM rota_rate_starts s
       WHERE s.name = :name AND s.key = :key AND s.started_at > {now} - (SELECT per FROM t)),
 o AS (SELECT started_at + (SELECT per FROM t) AS at FROM w ORDER BY started_at
       LIMIT 1 OFFSET max((SELECT count(*) FROM w) - (SELECT max FROM t), 0))
-UPDATE rota_runs SET due_at = o.at FROM o
+UPDATE rota_runs SET due_at = o.at, rate_waited = 1 FROM o
 WHERE rota_runs.rate_name = :name AND rota_runs.rate_key = :key AND rota_runs.rate_name IS NOT NULL
   AND rota_runs.status = 'pending' AND NOT rota_runs.held AND rota_runs.due_at <= {now}
   AND rota_runs.due_at < o.at
@@ -1118,16 +1118,12 @@ ON CONFLICT (name) DO UPDATE SET max = excluded.max, updated_at = excluded.updat
 
 -- name: flow_rate_reopen
 -- transition: rate_reopen
--- Before a deploy stores a rate with a new max or per: the runs its old window moved
--- (flow_bump set due_at to a logged start of their key plus the old per; it moves only due
--- runs) are due again, and the next claim judges them by the new rate.
-UPDATE rota_runs SET due_at = {now}
-FROM rota_rates t
-WHERE t.name = :name AND (t.max <> :max OR t.per <> :per)
-  AND rota_runs.rate_name = t.name AND rota_runs.status = 'pending' AND NOT rota_runs.held
-  AND rota_runs.due_at > {now}
-  AND EXISTS (SELECT 1 FROM rota_rate_starts s
-              WHERE s.name = t.name AND s.key = rota_runs.rate_key AND s.started_at + t.per = rota_runs.due_at)
+-- Before a deploy stores a rate with a new max or per: the runs waiting for its old window
+-- (rate_waited, set by flow_bump, which moves only due runs) are due again, and the next
+-- claim judges them by the new rate.
+UPDATE rota_runs SET due_at = {now}, rate_waited = 0
+WHERE rate_name = :name AND rate_waited AND status = 'pending' AND NOT held
+  AND EXISTS (SELECT 1 FROM rota_rates t WHERE t.name = :name AND (t.max <> :max OR t.per <> :per))
 
 -- name: flow_upsert_rate
 INSERT INTO rota_rates (name, max, per, updated_at) VALUES (:name, :max, :per, {now})

@@ -14,12 +14,15 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
 import rota
+
+from .procs import WorkerProcs
 
 PG_URL = os.environ.get("ROTA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("ROTA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -131,6 +134,16 @@ def make_app(url: str, **options: Any) -> rota.App:
     }
     defaults.update(options)
     return rota.App(url, **defaults)
+
+
+@pytest.fixture
+def procs(db_url: str, tmp_path: Path) -> Iterator[WorkerProcs]:
+    """Worker processes on the test database (stopped afterwards); handlers of the test apps
+    log their starts and ends to tmp_path/executions.log (ROTA_TEST_LOG)."""
+    workers = WorkerProcs(db_url, tmp_path)
+    workers.env["ROTA_TEST_LOG"] = str(tmp_path / "executions.log")
+    yield workers
+    workers.stop_all()
 
 
 @pytest.fixture

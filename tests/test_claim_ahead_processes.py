@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,6 @@ from .procs import WorkerProcs, wait_until
 
 pytestmark = pytest.mark.slow
 APP = "tests.apps.schedules:app"
-
-
-@pytest.fixture
-def procs(db_url: str, tmp_path: Path) -> Iterator[WorkerProcs]:
-    workers = WorkerProcs(db_url, tmp_path)
-    workers.env["ROTA_TEST_LOG"] = str(tmp_path / "executions.log")
-    yield workers
-    workers.stop_all()
 
 
 def starts(tmp_path: Path) -> list[dict[str, Any]]:

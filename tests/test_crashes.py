@@ -10,7 +10,6 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,14 +21,6 @@ from .conftest import IN_CI, make_app, start_worker
 from .procs import WorkerProcs, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def procs(db_url: str, tmp_path: Path) -> Iterator[WorkerProcs]:
-    workers = WorkerProcs(db_url, tmp_path)
-    workers.env["ROTA_TEST_LOG"] = str(tmp_path / "executions.log")
-    yield workers
-    workers.stop_all()
 
 
 def log_lines(tmp_path: Path) -> list[list[str]]:

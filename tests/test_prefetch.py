@@ -241,14 +241,6 @@ def test_kill9_of_a_worker_holding_runs_ahead_gets_them_rescued(
     app.close()
 
 
-@pytest.fixture
-def procs(db_url: str, tmp_path: Path) -> Any:
-    workers = WorkerProcs(db_url, tmp_path)
-    workers.env["ROTA_TEST_LOG"] = str(tmp_path / "executions.log")
-    yield workers
-    workers.stop_all()
-
-
 def test_a_held_run_whose_lease_may_have_run_out_waits_for_a_renewal() -> None:
     from datetime import UTC, datetime
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +23,6 @@ from .procs import WorkerProcs, wait_until
 from .test_crashes import enqueue, log_lines
 
 SLOTS, SLOW, SECONDS = 4, 24, 0.8
-
-
-@pytest.fixture
-def procs(db_url: str, tmp_path: Path) -> Iterator[WorkerProcs]:
-    workers = WorkerProcs(db_url, tmp_path)
-    workers.env["ROTA_TEST_LOG"] = str(tmp_path / "executions.log")
-    yield workers
-    workers.stop_all()
 
 
 def _executing(tmp_path: Path) -> tuple[collections.Counter[str], collections.Counter[str]]:

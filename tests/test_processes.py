@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,14 +13,6 @@ from .conftest import make_app
 from .procs import WorkerProcs, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def procs(db_url: str, tmp_path: Path) -> Iterator[WorkerProcs]:
-    workers = WorkerProcs(db_url, tmp_path)
-    workers.env["ROTA_TEST_LOG"] = str(tmp_path / "executions.log")
-    yield workers
-    workers.stop_all()
 
 
 def read_log(tmp_path: Path) -> list[list[str]]:

@@ -30,14 +30,6 @@ SECOND = timedelta(seconds=1)
 
 
 @pytest.fixture
-def procs(db_url: str, tmp_path: Path) -> Iterator[WorkerProcs]:
-    workers = WorkerProcs(db_url, tmp_path)
-    workers.env["ROTA_TEST_LOG"] = str(tmp_path / "executions.log")
-    yield workers
-    workers.stop_all()
-
-
-@pytest.fixture
 def client(db_url: str) -> Iterator[rota.App]:
     """This process's app: adds, changes and inspects schedules while the workers run."""
     app = make_app(db_url)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,14 +20,6 @@ from .procs import WorkerProcs, wait_until
 pytestmark = pytest.mark.slow
 APP = "tests.apps.schedules:app"
 EVERY, GRACE = 6.0, 0.5
-
-
-@pytest.fixture
-def procs(db_url: str, tmp_path: Path) -> Iterator[WorkerProcs]:
-    workers = WorkerProcs(db_url, tmp_path)
-    workers.env["ROTA_TEST_LOG"] = str(tmp_path / "executions.log")
-    yield workers
-    workers.stop_all()
 
 
 def started(tmp_path: Path) -> set[str]:

@@ -410,3 +410,31 @@ def test_the_limited_claim_updates_its_runs_by_address_after_a_burst_the_statist
     app.close()
     scans = [line for line in plan.splitlines() if line.startswith("  ->  ")]  # the update's own, not its CTEs'
     assert len(scans) == 1 and scans[0].startswith("  ->  Tid Scan on rota_runs r "), plan
+
+
+@pytest.mark.parametrize("queues", [None, ["default"]])
+def test_the_flow_due_probe_reads_its_index_not_the_table_when_most_runs_wait(
+    pg_url: str, queues: list[str] | None
+) -> None:
+    """flow_due ends every flow claim's transaction. Written as a plain EXISTS, the planner
+    chose a sequential scan once the statistics said most rows wait (the first match "must be
+    near"), and read every finished run in front of the waiting ones: 1-2 ms per claim in a
+    limited drain, growing with the history kept."""
+    import psycopg
+
+    from rota.stores._limits_sql import flow_due_call
+
+    app = rota.App(pg_url)
+    task = app.task(name="limited", limit=50)(lambda: None)
+    app.migrate()
+    app.prepare()
+    task.enqueue_many([((), {}) for _ in range(3000)])
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("ANALYZE rota_runs")  # the statistics of a backlog: nearly every row waits
+    store: Any = app.store
+    query, params = flow_due_call(queues)
+    with store._tx() as s:
+        plan = "\n".join(str(r[0]) for r in s.q_text("EXPLAIN " + store.queries[query], **params))
+        assert s.q(query, **params) == [(True,)]
+    app.close()
+    assert "Seq Scan" not in plan and "rota_runs_gated_due" in plan, plan

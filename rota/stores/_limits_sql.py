@@ -89,18 +89,22 @@ class PostgresFlow(FlowMixin):
             else:
                 rows = self._flow_take_heads(_Synced(s), heads, owner, limit, names, lease, min(limit, free))
                 expect = start = len(rows)  # (a rated run is never held)
-            query, params = claim_call(owner, limit - expect, queues, lease, free - start)
-            s.send(query, **params)
+            probe = limit - expect <= 0  # the plain claim would ask for nothing: is any of its runs due?
+            if not probe:
+                query, params = claim_call(owner, limit - expect, queues, lease, free - start)
+                s.send(query, **params)
             due_query, due_params = flow_due_call(names)
             s.send(due_query, **due_params)
-            probe = limit - expect <= 0  # the plain claim asks for nothing: is any of its runs due?
             if probe:
                 s.send("plain_due", queues=names)
         received = s.received[len(lock) :]
+        more: list[Any] = []
         if probe:
-            *received, probed = received
-        *written, more, due = received
-        plain = bool(probed and probed[0][0]) if probe else len(more) >= limit - expect
+            *written, due, probed = received
+            plain = bool(probed and probed[0][0])
+        else:
+            *written, more, due = received
+            plain = len(more) >= limit - expect
         if take:
             *written, rows = written
         got = claimed(rows)

@@ -1,13 +1,12 @@
 """A freed limit slot wakes the workers (PostgreSQL: NOTIFY from the rota_limit_freed trigger,
-schema 0010, made once per transaction by 0015): every way a limited run stops running wakes
-them, and a batch of such runs calls the trigger's function once, not once per run."""
+schema 0010): every way a limited run stops running wakes them, at once, not at their next
+poll."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-import psycopg
 import pytest
 
 import rota
@@ -55,19 +54,3 @@ def test_every_way_a_limited_run_stops_running_wakes_the_workers(pg_url: str, en
         heard = [note.payload for note in conn.notifies(timeout=1.0, stop_after=1)]
     app.close()
     assert heard == ["run"]
-
-
-def test_a_batch_of_freed_slots_calls_the_trigger_once_per_transaction(pg_url: str) -> None:
-    """0010's trigger called its PL/pgSQL function once per freed run (about a fifth of a
-    limited finish's time), to queue the same NOTIFY each time."""
-    app, claimed = _claimed(pg_url, 5)
-    ids = [c.id for c in claimed]
-    with psycopg.connect(pg_url) as conn:
-        conn.execute("SET LOCAL track_functions = 'pl'")  # (superuser: the tests' role)
-        update = "UPDATE rota_runs SET status = 'cancelled', finished_at = now(), lease_until = NULL WHERE id = ANY(%s)"
-        conn.execute(update, (ids[:3],))  # two statements in one transaction
-        conn.execute(update, (ids[3:],))
-        row = conn.execute("SELECT pg_stat_get_xact_function_calls('rota_limit_freed'::regproc)").fetchone()
-        conn.rollback()
-    app.close()
-    assert row == (1,)

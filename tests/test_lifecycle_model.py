@@ -4,7 +4,7 @@ Simulated workers with caps claim (starting what fits, holding the rest; or, idl
 the runs due within a window: claim_ahead), start held runs
 (through Store.start before the handler, or as the real worker does: the handler at once,
 the start written later by Store.start or with the outcome), heartbeat, finish, retry, hand
-back and crash; a client enqueues, cancels, triggers an
+back, refuse (a worker without the run's task) and crash; a client enqueues, cancels, triggers an
 exclusive schedule and retries; the clock moves and any worker rescues. After every step the
 database must show: a cancelled run never starts (the one exception: a held run whose worker
 started it before it heard of the request, see rota/lifecycle.py); attempts count only starts; no worker has
@@ -28,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 import rota
 from rota.models import Run
 from rota.stores.base import Claimed, Outcome
+from rota.stores.records import REFUSED
 
 from .conftest import make_app, postgres_schema, require
 
@@ -269,6 +270,25 @@ class Lifecycle(RuleBasedStateMachine):
         else:
             outcome = Outcome(run_id, token, how, error=None if how == "succeeded" else '{"type": "E"}')
         self._end(w, run_id, outcome)
+
+    @rule(name=st.sampled_from(sorted(CAPS)), delay=st.sampled_from([0.0, 5.0]))
+    def refuse(self, name: str, delay: float) -> None:
+        """The worker lacks the task of its first run (held, started here or running): it
+        gives the run back, its attempt with it, due no sooner than its own due time."""
+        w = self.workers[name]
+        tokens = w.tokens()
+        if not tokens:
+            return
+        run_id, token = tokens[0]
+        before = {int(r.id): r for r in self.runs()}[run_id]
+        w.held.pop(run_id, None)
+        w.running.pop(run_id, None)
+        w.local.pop(run_id, None)
+        if self.app.store.finish([Outcome(run_id, token, REFUSED, error='{"type": "TaskNotFound"}', retry_in=delay)]):
+            if before.started_at is not None:
+                self.starts[run_id] -= 1
+            after = {int(r.id): r for r in self.runs()}[run_id]
+            assert after.started_at is None and after.due_at >= before.due_at, (before, after)
 
     @rule(name=st.sampled_from(sorted(CAPS)), crash=st.booleans())
     def stop(self, name: str, crash: bool) -> None:

@@ -106,22 +106,6 @@ def test_pass_context_gives_the_run_context(app: rota.App) -> None:
     assert ctx.scheduled_for == run.scheduled_for and ctx.cancelled is False
 
 
-def test_a_run_of_an_unregistered_task_fails_clearly_instead_of_looping(
-    app_factory: Callable[..., rota.App],
-) -> None:
-    producer = app_factory()
-    producer.task(name="only.in.producer")(lambda: None)
-    handle = producer.get_task("only.in.producer").enqueue()
-    consumer = app_factory()
-    consumer.task(name="known")(lambda: None)
-    start_worker(consumer)
-    run = handle.wait(10)
-    assert run.status == "failed" and run.attempt == 1
-    assert run.error is not None and run.error["type"] == "TaskNotFound"
-    assert "task 'only.in.producer' is not registered in worker" in run.error["message"]
-    assert "(registered: known)" in run.error["message"] and f"rota retry {run.id}" in run.error["message"]
-
-
 def test_concurrency_bounds_simultaneous_runs(app: rota.App) -> None:
     lock = threading.Lock()
     active = [0]

@@ -24,6 +24,7 @@ from ..errors import (
 )
 from ._sql_base import Row
 from .base import Claimed, Outcome
+from .records import REFUSED
 
 try:
     import psycopg
@@ -152,9 +153,10 @@ def finish_batches(outcomes: Sequence[Outcome]) -> list[tuple[str, dict[str, Any
     other = [
         (o.id, o.token, o.status, o.result, o.error, o.retry_in, o.history, o.started)
         for o in ordered
-        if not (o.status == "succeeded" and o.history is None)
+        if not (o.status == "succeeded" and o.history is None) and o.status != REFUSED
     ]
-    batches = (("finish_succeeded", plain), ("finish", other))
+    refused = [(o.id, o.token, o.retry_in, o.error) for o in ordered if o.status == REFUSED]
+    batches = (("finish_succeeded", plain), ("finish", other), ("refuse", refused))
     return [(query, {"rows": _json(rows)}) for query, rows in batches if rows]
 
 

@@ -72,11 +72,16 @@ class Claimed:
         return self.started_at is None
 
 
+REFUSED = "refused"  # Outcome.status of a run given back by a worker that lacks its task
+
+
 @dataclass(slots=True)
 class Outcome:
     """The end of one attempt, written by `finish` only if (id, token) still holds the run.
 
-    status: succeeded | failed | cancelled, or pending for a retry after `retry_in` seconds.
+    status: succeeded | failed | cancelled, or pending for a retry after `retry_in` seconds,
+    or REFUSED: a run of a task the worker does not register, given back (no attempt) to be
+    due again after `retry_in` seconds, `error` saying why (the `refuse` transition).
     `history` is a JSON object describing the attempt, appended to the run's history (set
     for every attempt that did not succeed, so no attempt's error is ever overwritten).
     `started`: a held run whose handler started `started` seconds ago and whose start was

@@ -48,6 +48,7 @@ from ._sqlite_conn import (
 )
 from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from .queries import latest_version, load_migrations, load_queries
+from .records import REFUSED
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -415,8 +416,12 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         """The rows the finish statements changed for `outcomes`."""
         now = s.now
         plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
-        other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None)]
+        refused = [o for o in outcomes if o.status == REFUSED]
+        other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None) and o.status != REFUSED]
         changed = 0
+        if refused:
+            rows = [{"id": o.id, "token": o.token, "delay": o.retry_in, "error": o.error, "now": now} for o in refused]
+            changed += s.conn.executemany(self.queries["refuse"], rows).rowcount
         if plain:
             rows = [{"id": o.id, "token": o.token, "result": o.result, "started": o.started, "now": now} for o in plain]
             changed += s.conn.executemany(self.queries["finish_succeeded"], rows).rowcount

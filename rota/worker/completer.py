@@ -246,7 +246,8 @@ class Completer:
         kept = {o.id for o in retry}
         for o in batch:
             if o.id in written:
-                self.emit(OUTCOME_EVENTS[o.status], run_id=o.id)
+                if o.status in OUTCOME_EVENTS:  # (a refused run is given back: no event)
+                    self.emit(OUTCOME_EVENTS[o.status], run_id=o.id)
             elif o.id not in kept:
                 self.counters.stale_writes += 1
                 log.warning(

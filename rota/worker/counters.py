@@ -36,6 +36,7 @@ class WorkerCounters:
     cancelled: int = 0
     timed_out: int = 0
     lost: int = 0
+    refused: int = 0  # runs of tasks this worker does not register, given back (refuse)
     stale_writes: int = 0
     written_with_claims: int = 0
     skipped_at_capacity: int = 0

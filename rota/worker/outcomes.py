@@ -16,6 +16,7 @@ from ..errors import Cancelled
 from ..logs import log_event
 from ..serialization import encode, encode_error, error_payload, simple_error, storable
 from ..stores.base import Outcome
+from ..stores.records import REFUSED
 from ..tasks import Backoff
 from ..transactional import COMMITTED
 from .active import Active, CorruptArguments
@@ -25,13 +26,25 @@ from .sampling import SuccessSampler, emitter
 log = logging.getLogger("rota.worker")
 
 _STOPPED = ("cancelled", "error", "child_error", "timeout")
+#: How long past its scheduled time a run of a task this worker does not register is given
+#: back (refuse) for a worker that registers it, before it fails with TaskNotFound.
+UNKNOWN_TASK_GRACE = 600.0
+#: The delay before a refused run is due again: half its lateness, within these bounds.
+REFUSE_DELAY = (1.0, 60.0)
 _EVENTS = {
     "succeeded": "run_succeeded",
     "pending": "run_retrying",
     "failed": "run_failed",
     "cancelled": "run_cancelled",
+    REFUSED: "run_refused",
 }
-_LEVELS = {"succeeded": logging.INFO, "pending": logging.INFO, "failed": logging.WARNING, "cancelled": logging.INFO}
+_LEVELS = {
+    "succeeded": logging.INFO,
+    "pending": logging.INFO,
+    "failed": logging.WARNING,
+    "cancelled": logging.INFO,
+    REFUSED: logging.WARNING,
+}
 
 
 class Decider:
@@ -58,8 +71,7 @@ class Decider:
             self.counters.succeeded += 1
             return Outcome(c.id, c.token, "succeeded", result=value)
         if kind == "unknown":
-            self.counters.failed += 1
-            return Outcome(c.id, c.token, "failed", error=simple_error("TaskNotFound", self._unknown(active)))
+            return self._unknown_task(active)
         if (active.cancel_requested and kind in _STOPPED) or (kind == "error" and isinstance(value, Cancelled)):
             self.counters.cancelled += 1
             return Outcome(c.id, c.token, "cancelled", error=simple_error("Cancelled", "cancelled on request"))
@@ -72,13 +84,25 @@ class Decider:
         self.counters.failed += 1
         return Outcome(c.id, c.token, "failed", error=error)
 
-    def _unknown(self, active: Active) -> str:
+    def _unknown_task(self, active: Active) -> Outcome:
+        """A run of a task this worker does not register: given back for a worker that does
+        (a release that adds a task, deployed worker by worker) while it is less than
+        UNKNOWN_TASK_GRACE past its scheduled time, on the database's clock; failed after."""
         c = active.claim
+        late = (datetime.now(UTC) + self.db_offset() - c.scheduled_for).total_seconds()
         known = ", ".join(sorted(self.task_names)) or "none"
-        return (
-            f"task {c.task!r} is not registered in worker {self.worker} (registered: {known}); "
-            f"deploy code that defines it, then `rota retry {c.id}`"
+        missing = f"task {c.task!r} is not registered in worker {self.worker} (registered: {known})"
+        if late < UNKNOWN_TASK_GRACE:
+            self.counters.refused += 1
+            delay = min(REFUSE_DELAY[1], max(REFUSE_DELAY[0], late / 2))
+            message = f"{missing}; given back for a worker that registers it (fails {UNKNOWN_TASK_GRACE:g} s after its scheduled time)"
+            return Outcome(c.id, c.token, REFUSED, error=simple_error("TaskNotFound", message), retry_in=delay)
+        self.counters.failed += 1
+        message = (
+            f"{missing}, and no worker that registers it started the run within {UNKNOWN_TASK_GRACE:g} s of its "
+            f"scheduled time; deploy code that defines it, then `rota retry {c.id}`"
         )
+        return Outcome(c.id, c.token, "failed", error=simple_error("TaskNotFound", message))
 
     def _history(self, active: Active, kind: str, error: str) -> dict[str, Any]:
         c = active.claim
@@ -129,7 +153,10 @@ class Decider:
             log_event(log, logging.WARNING, "run_timed_out", f"run {c.id} {c.task} timed out", **fields)
         status = record.status
         attempt = f"(attempt {c.attempt}/{c.max_attempts})"
-        if status == "pending":  # the attempt's duration, then the backoff before the next one
+        if status == REFUSED:
+            fields["retry_in"] = retry_in = round(record.retry_in, 3)
+            message = f"run {c.id} {c.task} given back: its task is not registered here; due again in {retry_in:g} s"
+        elif status == "pending":  # the attempt's duration, then the backoff before the next one
             fields["retry_in"] = retry_in = round(record.retry_in, 3)
             message = f"run {c.id} {c.task} failed after {duration:.3f} s {attempt}; retrying in {retry_in:g} s"
         else:

@@ -68,3 +68,10 @@ def hang_isolated(pid_file: str) -> None:
     with open(pid_file, "w") as f:
         f.write(str(os.getpid()))
     time.sleep(60)
+
+
+if os.environ.get("ROTA_TEST_RELEASE") == "2":  # the next release adds a task (rolling deploys)
+
+    @app.task(name="added", pass_context=True)
+    def added(ctx: rota.RunContext, i: int) -> dict[str, int]:
+        return record.fn(ctx, i, 0.0)  # type: ignore[no-any-return]

@@ -410,6 +410,50 @@ WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
 RETURNING r.id, r.status
 
+-- name: refuse
+-- transition: refuse
+-- A run of a task its worker does not register, given back for a worker that does (a rolling
+-- deploy that adds a task: an old worker claimed the new task's run): pending again, due after
+-- the worker's delay (never before its own due time), its attempt given back (a held run's
+-- was never counted) and its start cleared, the refusal as its error; nothing in its history
+-- (no handler ran). A run whose cancellation was requested ends cancelled, locking as
+-- hand_back does.
+WITH v AS MATERIALIZED (
+    SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, (e->>2)::float8 AS delay, e->>3 AS error
+    FROM json_array_elements(%(rows)s::json) AS e
+),
+ending AS (
+    SELECT id, schedule FROM rota_runs
+    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND status = 'running' AND cancel_requested
+),
+locked AS (
+    SELECT s.name FROM rota_schedules s
+    WHERE s.name IN (SELECT schedule FROM ending WHERE schedule IS NOT NULL)
+    ORDER BY s.name
+    FOR UPDATE OF s
+),
+deps AS (
+    SELECT c.id FROM rota_runs c
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM ending))))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
+)
+UPDATE rota_runs r
+SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    attempt = CASE WHEN r.started_at IS NULL THEN r.attempt ELSE r.attempt - 1 END,
+    started_at = NULL, lease_until = NULL,
+    due_at = greatest(r.due_at, {now} + make_interval(secs => v.delay)),
+    finished_at = CASE WHEN r.cancel_requested THEN {now} END,
+    error = CASE WHEN r.cancel_requested
+                 THEN jsonb_build_object('type', 'Cancelled', 'message', 'cancelled on request', 'traceback', NULL)::text
+                 ELSE v.error END
+FROM v
+WHERE r.id = ANY(ARRAY(SELECT id FROM v))
+  AND r.id = v.id AND r.token = v.token AND r.status = 'running'
+  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
+RETURNING r.id
+
 -- name: any_expired
 SELECT 1 FROM rota_runs
 WHERE status = 'running' AND lease_until < {now}

@@ -154,14 +154,19 @@ def test_one_run_per_tick_with_several_worker_processes(
     last = runs[-1].scheduled_for
     assert all(w.started_at is None and w.attempt == 0 for w in withdrawn), withdrawn  # never ran
     assert all(w.scheduled_for in {r.scheduled_for for r in runs} or w.scheduled_for > last for w in withdrawn)
-    assert {r.status for r in runs} <= {"succeeded", "skipped"}
+    # The last tick may still wait, never started: due (or handed back at the stop) after the
+    # last worker's last claim (a loaded machine stretches that window).
+    waiting = [r for r in runs if r.status == "pending"]
+    assert all(r.started_at is None and r.attempt == 0 for r in waiting), waiting
+    assert {r.status for r in runs} <= {"succeeded", "skipped", "pending"}
     succeeded = [r for r in runs if r.status == "succeeded"]
+    assert all(w.scheduled_for > r.scheduled_for for w in waiting for r in succeeded), waiting
     assert len(succeeded) >= len(runs) - 2  # a 1 s tick of a no-op job rarely meets the last
     found = executions(tmp_path)["every_second"]  # (and each executed exactly once)
     assert sorted(e.run for e in found) == sorted(r.id for r in succeeded)
     info = client.get_schedule("every_second")
     assert info.run_count == len(succeeded) and info.success_count == len(succeeded)
-    assert info.skip_count == len(runs) - len(succeeded)
+    assert info.skip_count == len([r for r in runs if r.status == "skipped"])
     no_tracebacks(procs)
 
 

@@ -191,10 +191,11 @@ TRANSITIONS: Final = (
        "the token and status running; a held run as it was (one claimed ahead keeps its due time), a started "
        "one gives its attempt back; cancellation requested: cancelled",
        "a stopping worker gives back what it holds and what outlived shutdown_timeout"),
-    _t("refuse", (HELD, STARTED, CANCEL_REQUESTED), (DUE_LATER, CANCELLED), WORKER,
-       "the token and status running; the worker does not register the run's task and the run is less than "
-       "UNKNOWN_TASK_GRACE past its scheduled time (later: finish, failed); its attempt given back, its start "
-       "cleared, due after a delay and never before its own due time; cancellation requested: cancelled",
+    _t("refuse", (HELD, STARTED, CANCEL_REQUESTED), (DUE_LATER, FAILED, CANCELLED), WORKER,
+       "the token and status running; the worker does not register the run's task; its attempt given back, its "
+       "start cleared, due after half the time since its first refusal (refused_at; 1 to 60 s), never before its "
+       "own due time; refused for longer than UNKNOWN_TASK_GRACE since then: failed; cancellation requested: "
+       "cancelled",
        "a worker of an older release gives a new task's run back for a worker that registers it"),
     _t("rescue", (HELD, STARTED, CANCEL_REQUESTED), (DUE, DUE_LATER, FAILED, CANCELLED), ANY_WORKER,
        "lease expired on the database clock; the rescue rule (not during this worker's outage); held: pending "

@@ -22,9 +22,9 @@ Event names (stable; operators alert on them):
   run_retrying also has retry_in: the backoff in seconds before the next attempt (duration
   is the failed attempt's own).
 - run_refused: warning, a run of a task this worker does not register, given back for a
-  worker that registers it (no attempt counted), due again after retry_in seconds; once the
-  run is UNKNOWN_TASK_GRACE (600 s) past its scheduled time it fails instead (run_failed,
-  TaskNotFound).
+  worker that registers it (no attempt counted; attempt: the last one counted). Refused for
+  longer than UNKNOWN_TASK_GRACE (600 s) since its first refusal, the database fails it
+  instead (run_failed, TaskNotFound).
 - lease_lost: a worker lost a run's lease (run_id, worker).
 - run_handed_back: a run a stopping worker gave back for another worker to take at once, the
   attempt not counted (run_id, worker): warning if its handler had started, info if it was

@@ -23,6 +23,7 @@ _DOCS = {
     "cancelled": "Runs cancelled while running",
     "timed_out": "Attempts stopped by their timeout",
     "lost": "Runs whose lease this worker lost",
+    "refused": "Runs of tasks this worker does not register, given back for a worker that does",
     "stale_writes": "Outcomes discarded because their token no longer held the run",
     "written_with_claims": "Outcomes written in the same transaction as a claim",
     "skipped_at_capacity": "Polls that found every slot busy",

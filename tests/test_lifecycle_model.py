@@ -271,8 +271,8 @@ class Lifecycle(RuleBasedStateMachine):
             outcome = Outcome(run_id, token, how, error=None if how == "succeeded" else '{"type": "E"}')
         self._end(w, run_id, outcome)
 
-    @rule(name=st.sampled_from(sorted(CAPS)), delay=st.sampled_from([0.0, 5.0]))
-    def refuse(self, name: str, delay: float) -> None:
+    @rule(name=st.sampled_from(sorted(CAPS)))
+    def refuse(self, name: str) -> None:
         """The worker lacks the task of its first run (held, started here or running): it
         gives the run back, its attempt with it, due no sooner than its own due time."""
         w = self.workers[name]
@@ -284,7 +284,7 @@ class Lifecycle(RuleBasedStateMachine):
         w.held.pop(run_id, None)
         w.running.pop(run_id, None)
         w.local.pop(run_id, None)
-        if self.app.store.finish([Outcome(run_id, token, REFUSED, error='{"type": "TaskNotFound"}', retry_in=delay)]):
+        if self.app.store.finish([Outcome(run_id, token, REFUSED, error='{"type": "TaskNotFound"}')]):
             if before.started_at is not None:
                 self.starts[run_id] -= 1
             after = {int(r.id): r for r in self.runs()}[run_id]

@@ -1,19 +1,19 @@
 """A run of a task its worker does not register (a release that adds a task, deployed worker by
 worker; two codebases on one database): the worker gives it back (the `refuse` transition) for
-a worker that registers it, with no attempt counted, until UNKNOWN_TASK_GRACE past its scheduled
-time; after that it fails with TaskNotFound, as it always did. Contract tests, both stores."""
+a worker that registers it, with no attempt counted, due again after half the time since its
+first refusal (1 to 60 s); refused for longer than UNKNOWN_TASK_GRACE since the first time, it
+fails with TaskNotFound. Contract tests, both stores."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import rota
 from rota.stores.base import Outcome
-from rota.stores.records import REFUSED
-from rota.worker.outcomes import UNKNOWN_TASK_GRACE
+from rota.stores.records import REFUSE_DELAY, REFUSED, UNKNOWN_TASK_GRACE
 
 from .conftest import start_worker, wait_for
 
@@ -42,20 +42,38 @@ def test_a_new_tasks_run_claimed_by_an_old_worker_is_given_back_and_runs_on_a_ne
     assert (done.status, done.attempt, ran) == ("succeeded", 1, [1])
 
 
-def test_a_run_past_the_grace_still_fails_with_task_not_found(app_factory: Callable[..., rota.App]) -> None:
+def _refused_long_ago(app: rota.App, run_id: str) -> None:
+    """Move the run's first refusal (and its due time) an hour back (a time seam: no sleep)."""
+    store: Any = app.store
+    shift = "- 3600" if app.database_url.startswith("sqlite") else "- interval '3600 seconds'"
+    with store._tx() as s:
+        s.q_text(
+            f"UPDATE rota_runs SET refused_at = refused_at {shift}, due_at = due_at {shift} WHERE id = {int(run_id)}"
+        )
+
+
+def test_a_run_refused_for_longer_than_the_grace_fails_with_task_not_found(
+    app_factory: Callable[..., rota.App],
+) -> None:
     producer = app_factory()
     producer.task(name="only.in.producer")(lambda: None)
-    long_ago = datetime.now(UTC) - timedelta(seconds=UNKNOWN_TASK_GRACE + 60)
-    handle = producer.get_task("only.in.producer").options(run_at=long_ago).enqueue()
+    handle = producer.get_task("only.in.producer").enqueue()
     consumer = app_factory()
     consumer.task(name="known")(lambda: None)
+    failed: list[str] = []
+    consumer.on("run_failed")(lambda event: failed.append(event.run_id))
+    worker = start_worker(consumer)
+    wait_for(lambda: producer.get_run(handle.id).error is not None, 10, "a refusal")
+    worker.stop(wait=True, timeout=10)
+    _refused_long_ago(producer, handle.id)
     start_worker(consumer)
     run = handle.wait(10)
-    assert run.status == "failed" and run.attempt == 1
+    assert (run.status, run.attempt, run.started_at) == ("failed", 0, None)  # no handler ever ran
     assert run.error is not None and run.error["type"] == "TaskNotFound"
     message = run.error["message"]
     assert "task 'only.in.producer' is not registered in worker" in message and "(registered: known)" in message
-    assert f"within {UNKNOWN_TASK_GRACE:g} s of its scheduled time" in message and f"rota retry {run.id}" in message
+    assert f"within {UNKNOWN_TASK_GRACE:g} s of its first refusal" in message and f"rota retry {run.id}" in message
+    wait_for(lambda: failed == [handle.id], 5, "the run_failed event")
 
 
 def _claimed(app: rota.App, start: int) -> Any:
@@ -67,27 +85,46 @@ def _claimed(app: rota.App, start: int) -> Any:
     return claimed
 
 
-def test_a_refused_started_run_gives_its_attempt_back_and_is_due_after_the_delay(
+def _refuse(app: rota.App, c: Any) -> set[int]:
+    outcome = Outcome(c.id, c.token, REFUSED, error=TASK_NOT_FOUND)
+    written: set[int] = app.store.finish([outcome])
+    return written
+
+
+def test_a_refused_run_gives_its_attempt_back_and_waits_longer_each_time_then_fails(
     app_factory: Callable[..., rota.App],
 ) -> None:
-    app = app_factory()
+    clock = rota.FakeClock()
+    app = app_factory(clock=clock)
     c = _claimed(app, start=1)
-    before = app.store.now()
-    assert app.store.finish([Outcome(c.id, c.token, REFUSED, error=TASK_NOT_FOUND, retry_in=30.0)]) == {c.id}
+    first = app.store.now()
+    assert _refuse(app, c) == {c.id}
     run = app.get_run(c.id)
     assert (run.status, run.attempt, run.started_at, run.history) == ("pending", 0, None, [])
     assert run.error == json.loads(TASK_NOT_FOUND)
-    assert timedelta(seconds=29) < run.due_at - before < timedelta(seconds=60)
-    assert app.store.claim("w", 1, None, 30.0) == []  # not before its delay
-    # a stale token (the run was rescued and claimed elsewhere) writes nothing
-    assert app.store.finish([Outcome(c.id, c.token, REFUSED, error=TASK_NOT_FOUND, retry_in=1.0)]) == set()
+    assert run.due_at == first + timedelta(seconds=REFUSE_DELAY[0])  # at least a second
+    assert app.store.claim("w", 1, None, 30.0) == []  # not before that
+    assert _refuse(app, c) == set()  # a stale token writes nothing
+    for wait, delay in ((100.0, 50.0), (300.0, REFUSE_DELAY[1])):  # half the time since the first
+        clock.advance(wait)
+        (c,) = app.store.claim("w", 1, None, 30.0)
+        assert _refuse(app, c) == {c.id}
+        run = app.get_run(c.id)
+        assert (run.status, run.attempt) == ("pending", 0)
+        assert run.due_at == app.store.now() + timedelta(seconds=delay)
+    clock.advance(UNKNOWN_TASK_GRACE - 400.0 + 1.0)  # refused for longer than the grace
+    (c,) = app.store.claim("w", 1, None, 30.0)
+    outcome = Outcome(c.id, c.token, REFUSED, error=TASK_NOT_FOUND)
+    assert app.store.finish([outcome]) == {c.id} and outcome.written_status == "failed"
+    run = app.get_run(c.id)
+    assert (run.status, run.attempt, run.started_at, run.finished_at) == ("failed", 0, None, app.store.now())
 
 
 def test_a_refused_held_run_keeps_its_attempt_uncounted(app_factory: Callable[..., rota.App]) -> None:
     app = app_factory()
     c = _claimed(app, start=0)  # held: claimed, not started
     assert c.held
-    app.store.finish([Outcome(c.id, c.token, REFUSED, error=TASK_NOT_FOUND, retry_in=5.0)])
+    _refuse(app, c)
     run = app.get_run(c.id)
     assert (run.status, run.attempt, run.started_at) == ("pending", 0, None)
 
@@ -96,7 +133,9 @@ def test_a_refused_run_whose_cancellation_was_requested_ends_cancelled(app_facto
     app = app_factory()
     c = _claimed(app, start=1)
     app.cancel(c.id)  # running: a request
-    app.store.finish([Outcome(c.id, c.token, REFUSED, error=TASK_NOT_FOUND, retry_in=5.0)])
+    outcome = Outcome(c.id, c.token, REFUSED, error=TASK_NOT_FOUND)
+    app.store.finish([outcome])
+    assert outcome.written_status == "cancelled"
     run = app.get_run(c.id)
     assert (run.status, run.attempt, run.started_at) == ("cancelled", 0, None)
     assert run.error is not None and run.error["type"] == "Cancelled"

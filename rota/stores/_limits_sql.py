@@ -48,7 +48,7 @@ class PostgresFlow(FlowMixin):
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int
     ) -> tuple[set[int], list[Claimed], bool]:
         """As the store's finish_and_claim (one pipelined transaction), with the probe last."""
-        from ._pg_session import claim_call, claimed, finish_batches, finished_schedules_lock
+        from ._pg_session import claim_call, claimed, finish_batches, finished_schedules_lock, settle_refused
 
         batches = finish_batches(outcomes)
         lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
@@ -58,6 +58,7 @@ class PostgresFlow(FlowMixin):
             for query, params in calls:
                 s.send(query, **params)
         *written, claims, due = s.received[len(lock) :]
+        settle_refused(outcomes, batches, written)
         return {r[0] for rows in written for r in rows}, claimed(claims), bool(due and due[0][0])
 
     def _flow_finish_and_claim(
@@ -70,7 +71,7 @@ class PostgresFlow(FlowMixin):
     ) -> tuple[set[int], int, list[Claimed], bool, bool]:
         """In pipeline mode: BEGIN, the outcomes and flow_heads in one round trip; the flow
         claim's take in the next; the plain claim, the probe and COMMIT in the last."""
-        from ._pg_session import claim_call, claimed, finish_batches, finished_schedules_lock
+        from ._pg_session import claim_call, claimed, finish_batches, finished_schedules_lock, settle_refused
 
         batches = finish_batches(outcomes)
         lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
@@ -107,6 +108,7 @@ class PostgresFlow(FlowMixin):
             plain = len(more) >= limit - expect
         if take:
             *written, rows = written
+        settle_refused(outcomes, batches, written)
         got = claimed(rows)
         written_ids = {r[0] for rows_ in written for r in rows_}
         return written_ids, len(rows), got + claimed(more), bool(due and due[0][0]), plain

@@ -24,7 +24,7 @@ from ..errors import (
 )
 from ._sql_base import Row
 from .base import Claimed, Outcome
-from .records import REFUSED
+from .records import REFUSE_DELAY, REFUSED, UNKNOWN_TASK_GRACE
 
 try:
     import psycopg
@@ -155,9 +155,24 @@ def finish_batches(outcomes: Sequence[Outcome]) -> list[tuple[str, dict[str, Any
         for o in ordered
         if not (o.status == "succeeded" and o.history is None) and o.status != REFUSED
     ]
-    refused = [(o.id, o.token, o.retry_in, o.error) for o in ordered if o.status == REFUSED]
-    batches = (("finish_succeeded", plain), ("finish", other), ("refuse", refused))
-    return [(query, {"rows": _json(rows)}) for query, rows in batches if rows]
+    refused = [(o.id, o.token, o.error) for o in ordered if o.status == REFUSED]
+    batches: list[tuple[str, dict[str, Any]]] = [
+        (query, {"rows": _json(rows)}) for query, rows in (("finish_succeeded", plain), ("finish", other)) if rows
+    ]
+    if refused:  # last: settle_refused finds its rows there
+        grace, (low, high) = UNKNOWN_TASK_GRACE, REFUSE_DELAY
+        batches.append(("refuse", {"rows": _json(refused), "grace": grace, "delay_min": low, "delay_max": high}))
+    return batches
+
+
+def settle_refused(outcomes: Sequence[Outcome], batches: Sequence[tuple[str, Any]], written: Sequence[Any]) -> None:
+    """Give each refused outcome the status the refuse statement wrote (`written`: the rows of
+    each of `batches`, in order; the refuse batch is the last)."""
+    if batches and batches[-1][0] == "refuse":
+        statuses = {r[0]: r[1] for r in written[len(batches) - 1]}
+        for o in outcomes:
+            if o.status == REFUSED:
+                o.written_status = statuses.get(o.id)
 
 
 def _check_can_migrate(s: _Session, pending: Sequence[Any]) -> None:

@@ -56,6 +56,7 @@ from ._pg_session import (
     finished_schedules_lock,
     pipelined,
     refused,
+    settle_refused,
     tick_bounds,
 )
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
@@ -373,8 +374,11 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
         updates them), so concurrent finishers never lock them in opposite orders; a
         deadlock that happens anyway is retried at once."""
         done: set[int] = set()
-        for query, params in finish_batches(outcomes):
-            done.update(self._again(self._write_rows, query, params["rows"]))
+        batches = finish_batches(outcomes)
+        written = [self._again(self._write_rows, query, params) for query, params in batches]
+        settle_refused(outcomes, batches, written)
+        for rows in written:
+            done.update(r[0] for r in rows)
         return done
 
     def _plain_finish_and_claim(self, outcomes: Sequence[Outcome], *claim: Any) -> tuple[set[int], list[Claimed]]:
@@ -391,11 +395,13 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
             for query, params in calls:
                 s.send(query, **params)
         *written, claims = s.received[len(lock) :]
+        settle_refused(outcomes, batches, written)
         return {r[0] for rows in written for r in rows}, claimed(claims)
 
-    def _write_rows(self, query: str, rows: str) -> set[int]:
+    def _write_rows(self, query: str, params: dict[str, Any]) -> list[Any]:
         with self._read() as s:
-            return {r[0] for r in s.q(query, rows=rows)}
+            rows: list[Any] = s.q(query, **params)
+        return rows
 
     def _again(self, op: Callable[..., T], /, *args: Any) -> T:
         """Run one statement or transaction, again at once after a deadlock or a

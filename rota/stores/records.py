@@ -73,6 +73,12 @@ class Claimed:
 
 
 REFUSED = "refused"  # Outcome.status of a run given back by a worker that lacks its task
+#: A refused run fails once it has been refused for this long since its first refusal, on the
+#: database's clock: no worker that registers its task took it meanwhile.
+UNKNOWN_TASK_GRACE = 600.0
+#: The delay before a refused run is due again: half the time since its first refusal, within
+#: these bounds (seconds).
+REFUSE_DELAY = (1.0, 60.0)
 
 
 @dataclass(slots=True)
@@ -80,8 +86,9 @@ class Outcome:
     """The end of one attempt, written by `finish` only if (id, token) still holds the run.
 
     status: succeeded | failed | cancelled, or pending for a retry after `retry_in` seconds,
-    or REFUSED: a run of a task the worker does not register, given back (no attempt) to be
-    due again after `retry_in` seconds, `error` saying why (the `refuse` transition).
+    or REFUSED: a run of a task the worker does not register, given back (no attempt; the
+    `refuse` transition), `error` saying why; the store sets `written_status` to what it
+    wrote: pending, or failed (refused for longer than UNKNOWN_TASK_GRACE), or cancelled.
     `history` is a JSON object describing the attempt, appended to the run's history (set
     for every attempt that did not succeed, so no attempt's error is ever overwritten).
     `started`: a held run whose handler started `started` seconds ago and whose start was
@@ -96,6 +103,7 @@ class Outcome:
     retry_in: float = 0.0
     history: str | None = None
     started: float | None = None
+    written_status: str | None = None
 
 
 @dataclass(slots=True)

@@ -48,7 +48,7 @@ from ._sqlite_conn import (
 )
 from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from .queries import latest_version, load_migrations, load_queries
-from .records import REFUSED
+from .records import REFUSE_DELAY, REFUSED, UNKNOWN_TASK_GRACE
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -419,9 +419,11 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         refused = [o for o in outcomes if o.status == REFUSED]
         other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None) and o.status != REFUSED]
         changed = 0
-        if refused:
-            rows = [{"id": o.id, "token": o.token, "delay": o.retry_in, "error": o.error, "now": now} for o in refused]
-            changed += s.conn.executemany(self.queries["refuse"], rows).rowcount
+        grace, (low, high) = UNKNOWN_TASK_GRACE, REFUSE_DELAY
+        for o in refused:  # one by one (rare): each learns the status it was given
+            got = s.q("refuse", id=o.id, token=o.token, error=o.error, grace=grace, delay_min=low, delay_max=high)
+            o.written_status = got[0][1] if got else None
+            changed += len(got)
         if plain:
             rows = [{"id": o.id, "token": o.token, "result": o.result, "started": o.started, "now": now} for o in plain]
             changed += s.conn.executemany(self.queries["finish_succeeded"], rows).rowcount

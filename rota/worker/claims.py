@@ -336,17 +336,19 @@ class Finisher:
         queue its outcome (and claim again at once while due limited runs wait for a slot)."""
         if not self.executors.finish(active):
             return
-        self.claimer.prefetch.ran(time.monotonic() - active.started)
+        kind, value = outcome
+        if kind != "unknown":  # (a run of a task not registered here ran nothing: no pace, no observers)
+            self.claimer.prefetch.ran(time.monotonic() - active.started)
         self.claimer.start_held()
         if self.claimer.store().limits_wait():  # its outcome frees a slot of a full limit:
             self.claimer.limit_slot_freed()  # claim again now (taking it along), not at a poll
-        kind, value = outcome
         if kind == "lost":
             self.completer.forget(active.claim.id, active.claim.token)
             return
         record = self.decider.decide(active, kind, value)
         self.decider.log(active, kind, record)
-        tell(self.claimer.observers, record.status, active.claim, self.claimer.failed_observers)
+        if kind != "unknown":
+            tell(self.claimer.observers, record.status, active.claim, self.claimer.failed_observers)
         if kind == COMMITTED:  # written with the handler's own transaction
             self.completer.announce(record)
             return

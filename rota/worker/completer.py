@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 from ..errors import DatabaseTransient
 from ..events import OUTCOME_EVENTS
+from ..logs import log_event
 from ..serialization import simple_error
 from ..stores.base import Claimed, Outcome, Store
+from ..stores.records import REFUSED
 from .counters import WorkerCounters
 from .db import Db
 from .outage import Outage
@@ -246,8 +249,9 @@ class Completer:
         kept = {o.id for o in retry}
         for o in batch:
             if o.id in written:
-                if o.status in OUTCOME_EVENTS:  # (a refused run is given back: no event)
-                    self.emit(OUTCOME_EVENTS[o.status], run_id=o.id)
+                status = self._refused(o) if o.status == REFUSED else o.status
+                if status in OUTCOME_EVENTS:  # (a refused run given back, pending again: no event)
+                    self.emit(OUTCOME_EVENTS[status], run_id=o.id)
             elif o.id not in kept:
                 self.counters.stale_writes += 1
                 log.warning(
@@ -256,6 +260,18 @@ class Completer:
                     o.status,
                     o.token,
                 )
+
+    def _refused(self, o: Outcome) -> str:
+        """What the store made of a refused run: given back (REFUSED), or ended: failed (refused
+        for longer than UNKNOWN_TASK_GRACE) or cancelled (its cancellation was requested)."""
+        status = o.written_status or REFUSED
+        if status == "failed":
+            self.counters.failed += 1
+            log_event(log, logging.WARNING, "run_failed", f"run {o.id} failed: {_message(o.error)}", run_id=str(o.id))
+        elif status == "cancelled":
+            self.counters.cancelled += 1
+            log_event(log, logging.INFO, "run_cancelled", f"run {o.id} cancelled on request", run_id=str(o.id))
+        return status
 
     async def _one_by_one(self, batch: list[Outcome], exc: BaseException) -> tuple[set[int], list[Outcome]]:
         """After a batch failed for a reason other than a transient error: write each outcome
@@ -294,3 +310,11 @@ async def _nothing() -> None:
 async def _sleep(delay: float) -> bool:
     await asyncio.sleep(delay)
     return False
+
+
+def _message(error: str | None) -> str:
+    """The message of a stored error JSON (empty if none)."""
+    try:
+        return str(json.loads(error or "{}").get("message", ""))
+    except ValueError:
+        return ""

@@ -16,7 +16,7 @@ from ..errors import Cancelled
 from ..logs import log_event
 from ..serialization import encode, encode_error, error_payload, simple_error, storable
 from ..stores.base import Outcome
-from ..stores.records import REFUSED
+from ..stores.records import REFUSED, UNKNOWN_TASK_GRACE
 from ..tasks import Backoff
 from ..transactional import COMMITTED
 from .active import Active, CorruptArguments
@@ -26,11 +26,7 @@ from .sampling import SuccessSampler, emitter
 log = logging.getLogger("rota.worker")
 
 _STOPPED = ("cancelled", "error", "child_error", "timeout")
-#: How long past its scheduled time a run of a task this worker does not register is given
-#: back (refuse) for a worker that registers it, before it fails with TaskNotFound.
-UNKNOWN_TASK_GRACE = 600.0
-#: The delay before a refused run is due again: half its lateness, within these bounds.
-REFUSE_DELAY = (1.0, 60.0)
+
 _EVENTS = {
     "succeeded": "run_succeeded",
     "pending": "run_retrying",
@@ -86,23 +82,17 @@ class Decider:
 
     def _unknown_task(self, active: Active) -> Outcome:
         """A run of a task this worker does not register: given back for a worker that does
-        (a release that adds a task, deployed worker by worker) while it is less than
-        UNKNOWN_TASK_GRACE past its scheduled time, on the database's clock; failed after."""
+        (a release that adds a task, deployed worker by worker). The store fails it instead
+        once it has been refused for UNKNOWN_TASK_GRACE since its first refusal."""
         c = active.claim
-        late = (datetime.now(UTC) + self.db_offset() - c.scheduled_for).total_seconds()
+        self.counters.refused += 1
         known = ", ".join(sorted(self.task_names)) or "none"
-        missing = f"task {c.task!r} is not registered in worker {self.worker} (registered: {known})"
-        if late < UNKNOWN_TASK_GRACE:
-            self.counters.refused += 1
-            delay = min(REFUSE_DELAY[1], max(REFUSE_DELAY[0], late / 2))
-            message = f"{missing}; given back for a worker that registers it (fails {UNKNOWN_TASK_GRACE:g} s after its scheduled time)"
-            return Outcome(c.id, c.token, REFUSED, error=simple_error("TaskNotFound", message), retry_in=delay)
-        self.counters.failed += 1
         message = (
-            f"{missing}, and no worker that registers it started the run within {UNKNOWN_TASK_GRACE:g} s of its "
-            f"scheduled time; deploy code that defines it, then `rota retry {c.id}`"
+            f"task {c.task!r} is not registered in worker {self.worker} (registered: {known}): given back for a "
+            f"worker that registers it; it fails if none takes it within {UNKNOWN_TASK_GRACE:g} s of its first "
+            f"refusal (then deploy code that defines it and `rota retry {c.id}`)"
         )
-        return Outcome(c.id, c.token, "failed", error=simple_error("TaskNotFound", message))
+        return Outcome(c.id, c.token, REFUSED, error=simple_error("TaskNotFound", message))
 
     def _history(self, active: Active, kind: str, error: str) -> dict[str, Any]:
         c = active.claim
@@ -154,8 +144,8 @@ class Decider:
         status = record.status
         attempt = f"(attempt {c.attempt}/{c.max_attempts})"
         if status == REFUSED:
-            fields["retry_in"] = retry_in = round(record.retry_in, 3)
-            message = f"run {c.id} {c.task} given back: its task is not registered here; due again in {retry_in:g} s"
+            fields["attempt"] = c.attempt - (c.started_at is not None)  # this attempt is not counted
+            message = f"run {c.id} {c.task} given back: its task is not registered here"
         elif status == "pending":  # the attempt's duration, then the backoff before the next one
             fields["retry_in"] = retry_in = round(record.retry_in, 3)
             message = f"run {c.id} {c.task} failed after {duration:.3f} s {attempt}; retrying in {retry_in:g} s"

@@ -413,18 +413,21 @@ RETURNING r.id, r.status
 -- name: refuse
 -- transition: refuse
 -- A run of a task its worker does not register, given back for a worker that does (a rolling
--- deploy that adds a task: an old worker claimed the new task's run): pending again, due after
--- the worker's delay (never before its own due time), its attempt given back (a held run's
--- was never counted) and its start cleared, the refusal as its error; nothing in its history
--- (no handler ran). A run whose cancellation was requested ends cancelled, locking as
--- hand_back does.
+-- deploy that adds a task: an old worker claimed the new task's run): pending again, its
+-- attempt given back (a held run's was never counted) and its start cleared, the refusal as
+-- its error, nothing in its history (no handler ran); due again after half the time since its
+-- first refusal (refused_at), from %(delay_min)s to %(delay_max)s s, never before its own due
+-- time. Refused for longer than %(grace)s s since the first time, it fails (TaskNotFound, no
+-- worker registering the task took it). A run whose cancellation was requested ends
+-- cancelled. The ending runs lock their schedules and dependents as hand_back does.
 WITH v AS MATERIALIZED (
-    SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, (e->>2)::float8 AS delay, e->>3 AS error
+    SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS error
     FROM json_array_elements(%(rows)s::json) AS e
 ),
 ending AS (
     SELECT id, schedule FROM rota_runs
-    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND status = 'running' AND cancel_requested
+    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND status = 'running'
+      AND (cancel_requested OR refused_at < {now} - make_interval(secs => %(grace)s))
 ),
 locked AS (
     SELECT s.name FROM rota_schedules s
@@ -440,11 +443,16 @@ deps AS (
     FOR UPDATE OF c
 )
 UPDATE rota_runs r
-SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
+SET status = CASE WHEN r.cancel_requested THEN 'cancelled'
+                  WHEN r.refused_at < {now} - make_interval(secs => %(grace)s) THEN 'failed'
+                  ELSE 'pending' END,
     attempt = CASE WHEN r.started_at IS NULL THEN r.attempt ELSE r.attempt - 1 END,
     started_at = NULL, lease_until = NULL,
-    due_at = greatest(r.due_at, {now} + make_interval(secs => v.delay)),
-    finished_at = CASE WHEN r.cancel_requested THEN {now} END,
+    refused_at = coalesce(r.refused_at, {now}),
+    due_at = greatest(r.due_at, {now} + make_interval(secs => least(%(delay_max)s::float8, greatest(
+        %(delay_min)s::float8, extract(epoch FROM {now} - coalesce(r.refused_at, {now})) / 2)))),
+    finished_at = CASE WHEN r.cancel_requested OR r.refused_at < {now} - make_interval(secs => %(grace)s)
+                       THEN {now} END,
     error = CASE WHEN r.cancel_requested
                  THEN jsonb_build_object('type', 'Cancelled', 'message', 'cancelled on request', 'traceback', NULL)::text
                  ELSE v.error END
@@ -452,7 +460,7 @@ FROM v
 WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
   AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
-RETURNING r.id
+RETURNING r.id, r.status
 
 -- name: any_expired
 SELECT 1 FROM rota_runs

@@ -249,18 +249,24 @@ RETURNING id, status
 -- name: refuse
 -- transition: refuse
 -- A run of a task its worker does not register, given back for a worker that does (see the
--- PostgreSQL file): pending, due after the delay (never before its own due time), no attempt
--- counted, its start cleared, the refusal as its error; cancellation requested: cancelled.
+-- PostgreSQL file): pending, no attempt counted, its start cleared, the refusal as its error,
+-- due again after half the time since its first refusal (:delay_min to :delay_max s, never
+-- before its own due time); refused for longer than :grace s: failed; cancellation
+-- requested: cancelled.
 UPDATE rota_runs
-SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+SET status = CASE WHEN cancel_requested THEN 'cancelled'
+                  WHEN refused_at < {now} - :grace THEN 'failed'
+                  ELSE 'pending' END,
     attempt = CASE WHEN started_at IS NULL THEN attempt ELSE attempt - 1 END,
     started_at = NULL, lease_until = NULL,
-    due_at = max(due_at, {now} + :delay),
-    finished_at = CASE WHEN cancel_requested THEN {now} END,
+    refused_at = coalesce(refused_at, {now}),
+    due_at = max(due_at, {now} + min(:delay_max, max(:delay_min, ({now} - coalesce(refused_at, {now})) / 2))),
+    finished_at = CASE WHEN cancel_requested OR refused_at < {now} - :grace THEN {now} END,
     error = CASE WHEN cancel_requested
                  THEN json_object('type', 'Cancelled', 'message', 'cancelled on request', 'traceback', NULL)
                  ELSE :error END
 WHERE id = :id AND token = :token AND status = 'running'
+RETURNING id, status
 
 -- name: any_expired
 SELECT 1 FROM rota_runs INDEXED BY rota_runs_lease

@@ -139,3 +139,21 @@ def test_a_refused_run_whose_cancellation_was_requested_ends_cancelled(app_facto
     run = app.get_run(c.id)
     assert (run.status, run.attempt, run.started_at) == ("cancelled", 0, None)
     assert run.error is not None and run.error["type"] == "Cancelled"
+
+
+def test_a_retry_after_a_handler_ran_is_refused_anew_not_failed_for_an_old_refusal(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    clock = rota.FakeClock()
+    app = app_factory(clock=clock)
+    c = _claimed(app, start=1)
+    _refuse(app, c)  # an old worker, at first
+    clock.advance(UNKNOWN_TASK_GRACE)
+    (c,) = app.store.claim("w", 1, None, 30.0)  # a new worker runs it; it fails, retried later
+    app.store.finish([Outcome(c.id, c.token, "pending", error=TASK_NOT_FOUND, retry_in=0.0, history="{}")])
+    clock.advance(1.0)
+    (c,) = app.store.claim("w", 1, None, 30.0)  # the retry lands on an old worker again
+    outcome = Outcome(c.id, c.token, REFUSED, error=TASK_NOT_FOUND)
+    app.store.finish([outcome])
+    assert outcome.written_status == "pending"
+    assert (app.get_run(c.id).status, app.get_run(c.id).attempt) == ("pending", 1)

@@ -304,7 +304,8 @@ SET status = CASE WHEN v.status = 'pending' AND r.cancel_requested THEN 'cancell
     due_at = CASE WHEN v.status = 'pending' THEN {now} + make_interval(secs => v.retry_in)
                   ELSE r.due_at END,
     attempts = CASE WHEN v.history IS NULL THEN r.attempts
-                    ELSE r.attempts || jsonb_build_array(v.history::jsonb) END
+                    ELSE r.attempts || jsonb_build_array(v.history::jsonb) END,
+    refused_at = NULL  -- a handler ran: a later refusal (a retry on an old worker) counts anew
 FROM v
 WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'

@@ -195,7 +195,8 @@ SET status = CASE WHEN :status = 'pending' AND cancel_requested THEN 'cancelled'
     started_at = coalesce(started_at, {now} - :started),
     due_at = CASE WHEN :status = 'pending' THEN {now} + :retry_in ELSE due_at END,
     attempts = CASE WHEN :history IS NULL THEN attempts
-                    ELSE json_insert(attempts, '$[#]', json(:history)) END
+                    ELSE json_insert(attempts, '$[#]', json(:history)) END,
+    refused_at = NULL  -- a handler ran: a later refusal (a retry on an old worker) counts anew
 WHERE id = :id AND token = :token AND status = 'running'
 
 -- name: lock_finished_schedules

@@ -228,7 +228,8 @@ def state_of(run: Run, now: datetime) -> str:
     if run.queued:
         return WAITING if run.waiting_on else QUEUED
     if run.due_at > now:
-        return AHEAD if run.schedule is not None and run.attempt == 0 and not run.history else DUE_LATER
+        made_ahead = run.schedule is not None and run.attempt == 0 and not run.history and run.error is None
+        return AHEAD if made_ahead else DUE_LATER  # (a refused tick has its error: due later)
     if run.history and run.history[-1].get("status") == "handed back":
         return HANDED_BACK
     return DUE

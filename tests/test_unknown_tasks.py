@@ -29,9 +29,15 @@ def test_a_new_tasks_run_claimed_by_an_old_worker_is_given_back_and_runs_on_a_ne
     handle = new.get_task("added.in.this.release").enqueue()
     old = app_factory()  # the previous release: its code lacks the task
     old.task(name="known")(lambda: None)
-    old_worker = start_worker(old)
-    wait_for(lambda: (new.get_run(handle.id).error or {}).get("type") == "TaskNotFound", 10, "a refusal")
+    events: list[str] = []
+    old.on("run_retrying", "run_failed", "run_cancelled", "run_succeeded")(lambda event: events.append(event.name))
+    observed: list[str] = []
+    old_worker = old.worker(install_signal_handlers=False)
+    old_worker.observe(lambda event, claim, when: observed.append(event))
+    old_worker.start()
+    wait_for(lambda: old_worker.counters.refused >= 2, 10, "two refusals")  # (1 s apart)
     old_worker.stop(wait=True, timeout=10)
+    assert events == [] and observed == []  # given back: no run event, no start or end to observe
     run = new.get_run(handle.id)
     assert (run.status, run.attempt, run.started_at, run.history) == ("pending", 0, None, [])
     assert run.error is not None and "not registered in worker" in run.error["message"]
@@ -157,3 +163,28 @@ def test_a_retry_after_a_handler_ran_is_refused_anew_not_failed_for_an_old_refus
     app.store.finish([outcome])
     assert outcome.written_status == "pending"
     assert (app.get_run(c.id).status, app.get_run(c.id).attempt) == ("pending", 1)
+
+
+def test_a_run_a_new_worker_started_and_gave_back_is_refused_anew(app_factory: Callable[..., rota.App]) -> None:
+    """Handed back at a new worker's shutdown (or rescued after its crash) once it started,
+    the run's next refusal starts a new grace: a registering worker did take it."""
+    clock = rota.FakeClock()
+    app = app_factory(clock=clock, lease=5.0)
+    app.task(name="gone", retries=3)(lambda: None)  # (a rescued attempt is retried)
+    app.migrate()
+    app.get_task("gone").enqueue()
+    (c,) = app.store.claim("w", 1, None, 5.0)
+    _refuse(app, c)
+    for end in ("hand_back", "rescue"):
+        clock.advance(UNKNOWN_TASK_GRACE)
+        (c,) = app.store.claim("w", 1, None, 5.0)  # a new worker starts it, then stops or dies
+        if end == "hand_back":
+            app.store.hand_back([(c.id, c.token)], "shutdown")
+        else:
+            clock.advance(6.0)
+            assert [r.id for r in app.store.rescue()] == [c.id]
+        clock.advance(1.0)
+        (c,) = app.store.claim("w", 1, None, 5.0)  # an old worker again
+        outcome = Outcome(c.id, c.token, REFUSED, error=TASK_NOT_FOUND)
+        app.store.finish([outcome])
+        assert outcome.written_status == "pending", end

@@ -230,8 +230,10 @@ class Claimer:
         self.counters.dispatched += 1
         if log.isEnabledFor(logging.DEBUG):
             self._log_claimed(claim)
-        tell(self.observers, "started", claim, self.failed_observers)
-        self.executors.submit(claim, self.tasks.get(claim.task))
+        task = self.tasks.get(claim.task)
+        if task is not None:  # (a run of a task not registered here is given back: it starts nothing)
+            tell(self.observers, "started", claim, self.failed_observers)
+        self.executors.submit(claim, task)
 
     def _log_claimed(self, claim: Claimed) -> None:
         log_event(

@@ -264,7 +264,7 @@ class Completer:
     def _refused(self, o: Outcome) -> str:
         """What the store made of a refused run: given back (REFUSED), or ended: failed (refused
         for longer than UNKNOWN_TASK_GRACE) or cancelled (its cancellation was requested)."""
-        status = o.written_status or REFUSED
+        status = o.written_status if o.written_status in ("failed", "cancelled") else REFUSED
         if status == "failed":
             self.counters.failed += 1
             log_event(log, logging.WARNING, "run_failed", f"run {o.id} failed: {_message(o.error)}", run_id=str(o.id))

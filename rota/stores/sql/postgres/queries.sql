@@ -394,6 +394,7 @@ SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
     attempt = CASE WHEN r.started_at IS NULL OR r.cancel_requested THEN r.attempt ELSE r.attempt - 1 END,
     -- a held run claimed ahead of its due time keeps that time (never run early elsewhere)
     due_at = CASE WHEN r.started_at IS NULL THEN greatest(r.due_at, {now}) ELSE {now} END, lease_until = NULL,
+    refused_at = CASE WHEN r.started_at IS NULL THEN r.refused_at END,  -- started: a refusal counts anew
     finished_at = CASE WHEN r.cancel_requested THEN {now} END,
     started_at = CASE WHEN r.cancel_requested THEN r.started_at END,
     error = CASE WHEN r.cancel_requested
@@ -514,6 +515,8 @@ decided AS (
 UPDATE rota_runs r
 SET status = d.status, due_at = CASE WHEN d.started_at IS NULL THEN greatest(r.due_at, {now}) ELSE {now} END,
     lease_until = NULL,
+    -- a started run (a handler may have run): a later refusal counts anew (as a retry's)
+    refused_at = CASE WHEN d.started_at IS NULL THEN r.refused_at END,
     finished_at = CASE WHEN d.status = 'pending' THEN NULL ELSE {now} END,
     error = d.error::text,
     attempts = CASE WHEN d.status = 'pending' AND d.started_at IS NOT NULL

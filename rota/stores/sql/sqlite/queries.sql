@@ -231,6 +231,7 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
     attempt = CASE WHEN started_at IS NULL OR cancel_requested THEN attempt ELSE attempt - 1 END,
     -- a held run claimed ahead of its due time keeps that time (never run early elsewhere)
     due_at = CASE WHEN started_at IS NULL THEN max(due_at, {now}) ELSE {now} END, lease_until = NULL,
+    refused_at = CASE WHEN started_at IS NULL THEN refused_at END,  -- started: a refusal counts anew
     finished_at = CASE WHEN cancel_requested THEN {now} END,
     started_at = CASE WHEN cancel_requested THEN started_at END,
     error = CASE WHEN cancel_requested
@@ -283,6 +284,7 @@ UPDATE rota_runs
 SET status = CASE WHEN cancel_requested THEN 'cancelled'
                   WHEN started_at IS NULL OR attempt < max_attempts THEN 'pending' ELSE 'failed' END,
     due_at = CASE WHEN started_at IS NULL THEN max(due_at, {now}) ELSE {now} END, lease_until = NULL,
+    refused_at = CASE WHEN started_at IS NULL THEN refused_at END,  -- started: a refusal counts anew
     finished_at = CASE WHEN NOT cancel_requested AND (started_at IS NULL OR attempt < max_attempts) THEN NULL
                        ELSE {now} END,
     error = json_object(

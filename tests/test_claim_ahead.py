@@ -119,7 +119,8 @@ def test_a_stopping_worker_hands_back_its_held_runs_before_the_drain_not_after(
     app_factory: Callable[..., rota.App],
 ) -> None:
     app = app_factory()
-    slow = app.task(name="slow")(lambda: time.sleep(2.0))  # ignores cancellation: drained
+    # ignores cancellation: drained (4 s: still running after the steps below on a loaded machine)
+    slow = app.task(name="slow")(lambda: time.sleep(4.0))
     stamp = _stamped(app)
     worker = start_worker(app, poll_interval=5.0, concurrency=2, shutdown_timeout=10.0)
     worker._due.claim_ahead = 3.0  # type: ignore[attr-defined]

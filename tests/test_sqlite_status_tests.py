@@ -85,7 +85,13 @@ def test_a_populated_version_12_database_migrates_in_place_and_keeps_refusing_ba
 
         t.enqueue_many([((), {})] * 9)
         claimed = old.store.claim("w", 6, None, 30)
-        old.store.finish([Outcome(c.id, c.token, "failed" if c.id % 2 else "succeeded") for c in claimed])
+        old.store.finish([Outcome(c.id, c.token, "succeeded") for c in claimed if c.id % 2 == 0])
+        with sqlite3.connect(tmp_path / "rota.db") as conn:  # as a version-12 worker fails a run (this
+            conn.executemany(  # code's `finish` also clears refused_at, a column of version 15)
+                "UPDATE rota_runs SET status = 'failed', finished_at = started_at, lease_until = NULL,"
+                ' error = \'{"type": "E"}\' WHERE id = ?',
+                [(c.id,) for c in claimed if c.id % 2],
+            )
         before = {r.id: r.status for r in old.list_runs()}
         old.close()
     app = make_app(url)

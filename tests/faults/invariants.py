@@ -183,8 +183,16 @@ def check_limit(runs: dict[str, rota.Run], task: str, limit: int, key: Any) -> d
         if run.task == task:
             by_key[str(key(run))].extend(attempt_intervals(run))
     most = {k: max_overlap(spans) for k, spans in by_key.items()}
-    assert all(n <= limit for n in most.values()), f"more than {limit} running at once per key: {most}"
+    over = {k: _overlapping(by_key[k], runs) for k, n in most.items() if n > limit}
+    assert not over, f"more than {limit} running at once per key: {most}; the attempts: {over}"
     return most
+
+
+def _overlapping(spans: list[tuple[float, float, str]], runs: dict[str, rota.Run]) -> list[str]:
+    """Each attempt that overlaps another, with its run's history (to tell a real overlap from
+    a misread one when a fault run fails)."""
+    found = sorted({s for s in spans for t in spans if s is not t and s[0] < t[1] and t[0] < s[1]})
+    return [f"run {r} [{a:.3f}, {b:.3f}] {runs[r].status} history={runs[r].history}" for a, b, r in found]
 
 
 def check_rate(runs: dict[str, rota.Run], task: str, max_starts: int, per: float) -> list[float]:

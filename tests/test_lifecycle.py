@@ -66,6 +66,8 @@ def test_state_of_reads_each_state_from_a_run_record(db_url: str) -> None:
     from datetime import timedelta
 
     import rota
+    from rota.stores.base import Outcome
+    from rota.stores.records import REFUSED
 
     from .conftest import make_app
 
@@ -90,4 +92,8 @@ def test_state_of_reads_each_state_from_a_run_record(db_url: str) -> None:
     app.add_schedule("q", "t", every=3600, overlap="queue")
     first, second = app.trigger("q"), app.trigger("q")
     assert (state(first), state(second)) == (lifecycle.DUE, lifecycle.QUEUED)
+    # a tick given back by a worker that lacks its task is due later, not "made ahead"
+    (held,) = [x for x in app.store.claim("w", 10, None, 30.0, 10) if x.id == int(first.id)]
+    app.store.finish([Outcome(held.id, held.token, REFUSED, error='{"type": "TaskNotFound"}')])
+    assert state(first) == lifecycle.DUE_LATER
     app.close()

@@ -196,7 +196,9 @@ def test_worker_survives_its_postgres_connections_being_cut(pg_url: str, tmp_pat
         while rounds < 6 and time.monotonic() < deadline:
             time.sleep(0.5)
             rounds += _terminate_backends(name) > 0
-        assert rounds == 6, f"only {rounds} cuts: the worker did not reconnect within 60 s"
+        assert rounds == 6, (
+            f"only {rounds} cuts: the worker did not reconnect within 60 s:\n{workers.output(0)[-3000:]}"
+        )
         wait_until(
             lambda: app.store.count_by_status().get("succeeded", 0) == 400,
             90,
@@ -209,6 +211,29 @@ def test_worker_survives_its_postgres_connections_being_cut(pg_url: str, tmp_pat
     output = workers.output(0)
     assert "Traceback" not in output
     assert output.count("database unavailable") <= 6 * 2  # once per outage, not once per poll
+
+
+def test_worker_starts_while_its_postgres_connections_are_cut(pg_url: str, tmp_path: Path) -> None:
+    """Connections cut while the worker starts (migration check, privilege probe,
+    registration) are an outage it waits out, not a reason to exit (CI once saw a worker
+    exit on a cut during its start: the start only retried an unreachable database)."""
+    name = f"rota_cutstart_{os.getpid()}_{random.randrange(10**6)}"
+    workers = WorkerProcs(f"{pg_url}&application_name={name}", tmp_path)
+    app = make_app(pg_url)
+    try:
+        proc = workers.start(concurrency=2, lease=3)
+        cuts, began = 0, time.monotonic()  # cut every 10 ms: at least 2 s and 10 cuts
+        while (cuts < 10 or time.monotonic() < began + 2) and time.monotonic() < began + 30 and proc.poll() is None:
+            cuts += _terminate_backends(name) > 0
+            time.sleep(0.01)
+        assert proc.poll() is None, f"the worker exited on a cut during its start:\n{workers.output(0)[-3000:]}"
+        assert cuts >= 10, f"only {cuts} cuts: the worker did not connect again within 30 s"
+        enqueue(app, "chaos", [((i, 0.01), {}) for i in range(20)])
+        wait_until(lambda: app.store.count_by_status().get("succeeded", 0) == 20, 60, "all runs to succeed")
+    finally:
+        workers.stop_all()
+        app.close()
+    assert "Traceback" not in workers.output(0)
 
 
 @pytest.mark.alone  # other tests' connections would break: `make pytest` runs it after the rest

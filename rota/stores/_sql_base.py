@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from ..errors import DatabaseError, PermissionDenied
+from ..errors import DatabaseError, DatabaseTransient, PermissionDenied
 from ..models import PENDING
 from ._flow import gate_steps
 from ._steps import drive
@@ -109,6 +109,8 @@ class SqlBase(Store, abc.ABC):
                 raise _Abort  # roll everything back
         except _Abort:
             return
+        except DatabaseTransient:
+            raise  # a cut connection or a lock timeout says nothing about privileges
         except DatabaseError as exc:
             table, op, _ = step
             raise PermissionDenied(f"cannot {op} {table}, which rota needs: {exc}") from exc

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from ..errors import DatabaseRefused, DatabaseUnavailable, SchemaVersionError
+from ..errors import DatabaseRefused, DatabaseTransient, SchemaVersionError
 from ..executor import DaemonPool
 from ..logs import log_event
 from ..stores.base import Claimed, Outcome, Store
@@ -259,7 +259,7 @@ class Worker(Lifecycle):
                 break
             except (SchemaVersionError, DatabaseRefused):
                 raise  # nothing to wait for: the start fails with the reason
-            except DatabaseUnavailable as exc:
+            except DatabaseTransient as exc:  # unreachable, or a connection cut mid-start
                 if await self._sleep_or_stop(self._outage.failed(exc, starting=True)):
                     return False
         await self._ticker.warn_about_fast_schedules(self.app.schedules, self.app.high_frequency)

@@ -53,7 +53,8 @@ once and recorded as it ran (the model test allows exactly this case).
 Killed between a held run's local start and the start's write (at most about 50 ms), a worker
 leaves a run the database still shows held: the rescue returns it to pending without an
 attempt, and its handler runs again on another worker, as any run whose worker died before
-its outcome was written does. So the invariant is kept in the database's direction
+its outcome was written does. The rescue records the held run's loss in its history (status
+"lost", "held": true, no started_at), so a handler that may have run is never invisible. So the invariant is kept in the database's direction
 (`attempt` never counts a handler that did not start); the window in which a started handler
 is not yet counted is that write's delay. With `max_attempts=1` such a run may therefore run
 twice, as at-least-once delivery after a crash always allows; it is never failed for a crash
@@ -199,7 +200,8 @@ TRANSITIONS: Final = (
        "a worker of an older release gives a new task's run back for a worker that registers it"),
     _t("rescue", (HELD, STARTED, CANCEL_REQUESTED), (DUE, DUE_LATER, FAILED, CANCELLED), ANY_WORKER,
        "lease expired on the database clock; the rescue rule (not during this worker's outage); held: pending "
-       "without an attempt (due at its due time if that is still to come: claimed ahead); started: retry if "
+       "without an attempt (due at its due time if that is still to come: claimed ahead), a 'lost' history "
+       "entry marked held (its handler may have started just before); started: retry if "
        "attempts remain, else failed; cancel requested: cancelled",
        "runs of a lost worker are taken back"),
     _t("cancel", (DUE_LATER, AHEAD, DUE, QUEUED, HANDED_BACK, HELD, STARTED), (CANCELLED, CANCEL_REQUESTED), CLIENT,

@@ -125,8 +125,13 @@ def test_rescue_returns_a_held_run_to_pending_without_an_attempt(
     rescued = {r.id: r for r in app.store.rescue()}
     assert {rescued[int(h1.id)].status, rescued[int(h2.id)].status} == {"failed", "pending"}
     held = next(h for h in (h1, h2) if rescued[int(h.id)].status == "pending").refresh()
-    assert (held.attempt, held.history, held.started_at) == (0, [], None)
-    assert "before the run started" in rescued[int(held.id)].message
+    assert (held.attempt, held.started_at) == (0, None)
+    assert "before its start was recorded" in rescued[int(held.id)].message
+    # the loss is in its history, marked held: its handler may have started just before
+    [entry] = held.history
+    assert (entry["status"], entry["held"], entry["attempt"], entry["started_at"]) == ("lost", True, 1, None)
+    assert entry["worker"] == "w1" and entry["error"]["type"] == "WorkerLost"
+    assert "before its start was recorded" in entry["error"]["message"]
 
 
 @pytest.mark.parametrize("how", ["pending", "succeeded", "failed"])
@@ -245,7 +250,9 @@ def test_kill9_fails_no_run_that_never_started(db_url: str, tmp_path: Path) -> N
             assert run.status == "failed" and run.error is not None and "was lost" in run.error["message"]
         for run_id in held:
             run = app.get_run(str(run_id))
-            assert (run.status, run.attempt, run.history) == ("succeeded", 1, []), run
+            # no attempt counted; the history says the victim held it when it was lost
+            assert (run.status, run.attempt) == ("succeeded", 1), run
+            assert [(h["status"], h["held"], h["started_at"]) for h in run.history] == [("lost", True, None)], run
         starts = [f for f in log_lines(tmp_path) if f[0] == "start"]
         assert sorted(int(f[1]) for f in starts) == sorted(ids)  # each handler started once
     finally:

@@ -5,7 +5,8 @@ own execution log (tests/faults/app.py writes it):
    left "running" once the workers are quiet), and no attempt was lost unless the scenario
    really took a lease away (a kill -9, a partition);
 2. no succeeded run executed twice unless a lease was really lost: its executions (distinct
-   fencing tokens in the log) are at most 1 + its attempts recorded as lost or handed back;
+   fencing tokens in the log) are at most 1 + its attempts recorded as lost or handed back
+   (a held run's loss included: its handler may have started just before its worker died);
 3. every returned result recorded: an execution that returned while its token was still the
    run's token left exactly that result; one whose token moved on had its attempt lost;
 4. no overlap of an exclusive schedule: the attempts' [started_at, finished_at] intervals in

@@ -471,9 +471,11 @@ LIMIT 1
 
 -- name: rescue
 -- transition: rescue
--- A held run (started_at NULL: its handler never started) is pending again with no attempt
--- counted and nothing in its history; a started one is retried if attempts remain, else
--- failed. Either ends cancelled if its cancellation was requested.
+-- A held run (started_at NULL: no start recorded) is pending again with no attempt counted;
+-- its history says the worker was lost while holding it ("held": its handler may have
+-- started in the moments before its start would have been written, rota/lifecycle.py). A
+-- started one is retried if attempts remain, else failed. Either ends cancelled if its
+-- cancellation was requested.
 WITH lost AS (
     SELECT id FROM rota_runs
     WHERE status = 'running' AND lease_until < {now}
@@ -507,7 +509,7 @@ decided AS (
                'message', 'worker ' || coalesce(r.owner, '?') || ' was lost: its lease expired at '
                           || to_char(r.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
                           || CASE WHEN r.started_at IS NULL
-                                  THEN ' before the run started (no attempt counted)'
+                                  THEN ' while it held the run, before its start was recorded (no attempt counted)'
                                   ELSE ' (attempt ' || r.attempt || ' of ' || r.max_attempts || ')' END,
                'traceback', NULL) AS error
     FROM rota_runs r JOIN lost ON lost.id = r.id
@@ -519,7 +521,11 @@ SET status = d.status, due_at = CASE WHEN d.started_at IS NULL THEN greatest(r.d
     refused_at = CASE WHEN d.started_at IS NULL THEN r.refused_at END,
     finished_at = CASE WHEN d.status = 'pending' THEN NULL ELSE {now} END,
     error = d.error::text,
-    attempts = CASE WHEN d.status = 'pending' AND d.started_at IS NOT NULL
+    attempts = CASE WHEN d.started_at IS NULL
+                    THEN r.attempts || jsonb_build_array(jsonb_build_object(
+                        'attempt', d.attempt + 1, 'worker', d.owner, 'started_at', NULL, 'held', true,
+                        'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'lost', 'error', d.error))
+                    WHEN d.status = 'pending'
                     THEN r.attempts || jsonb_build_array(jsonb_build_object(
                         'attempt', d.attempt, 'worker', d.owner, 'started_at', to_char(d.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
                         'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'lost', 'error', d.error))

@@ -277,9 +277,11 @@ LIMIT 1
 
 -- name: rescue
 -- transition: rescue
--- A held run (started_at NULL: its handler never started) is pending again with no attempt
--- counted and nothing in its history; a started one is retried if attempts remain, else
--- failed. Either ends cancelled if its cancellation was requested.
+-- A held run (started_at NULL: no start recorded) is pending again with no attempt counted;
+-- its history says the worker was lost while holding it ("held": its handler may have
+-- started in the moments before its start would have been written, rota/lifecycle.py). A
+-- started one is retried if attempts remain, else failed. Either ends cancelled if its
+-- cancellation was requested.
 UPDATE rota_runs
 SET status = CASE WHEN cancel_requested THEN 'cancelled'
                   WHEN started_at IS NULL OR attempt < max_attempts THEN 'pending' ELSE 'failed' END,
@@ -291,10 +293,22 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled'
         'type', 'WorkerLost',
         'message', 'worker ' || coalesce(owner, '?') || ' was lost: its lease expired at '
                    || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
-                   || CASE WHEN started_at IS NULL THEN ' before the run started (no attempt counted)'
+                   || CASE WHEN started_at IS NULL
+                           THEN ' while it held the run, before its start was recorded (no attempt counted)'
                            ELSE ' (attempt ' || attempt || ' of ' || max_attempts || ')' END,
         'traceback', NULL),
-    attempts = CASE WHEN NOT cancel_requested AND started_at IS NOT NULL AND attempt < max_attempts
+    attempts = CASE WHEN started_at IS NULL
+        THEN json_insert(attempts, '$[#]', json_object(
+            'attempt', attempt + 1, 'worker', owner, 'started_at', NULL, 'held', json('true'),
+            'finished_at', strftime('%Y-%m-%dT%H:%M:%fZ', {now}, 'unixepoch'),
+            'status', 'lost',
+            'error', json_object(
+                'type', 'WorkerLost',
+                'message', 'worker ' || coalesce(owner, '?') || ' was lost: its lease expired at '
+                           || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
+                           || ' while it held the run, before its start was recorded (no attempt counted)',
+                'traceback', NULL)))
+        WHEN NOT cancel_requested AND attempt < max_attempts
         THEN json_insert(attempts, '$[#]', json_object(
             'attempt', attempt, 'worker', owner,
             'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at, 'unixepoch'),

@@ -132,6 +132,8 @@ def test_rescue_returns_a_held_run_to_pending_without_an_attempt(
     assert (entry["status"], entry["held"], entry["attempt"], entry["started_at"]) == ("lost", True, 1, None)
     assert entry["worker"] == "w1" and entry["error"]["type"] == "WorkerLost"
     assert "before its start was recorded" in entry["error"]["message"]
+    shown = CliRunner().invoke(main, ["--database-url", app.database_url, "run", held.id]).output
+    assert f"attempt 1 on w1: lost (held, no start recorded .. {entry['finished_at']})" in shown, shown
 
 
 @pytest.mark.parametrize("how", ["pending", "succeeded", "failed"])

@@ -227,7 +227,8 @@ def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
         finished = attempt["finished_at"] or "still running"
         click.echo(
             f"\nattempt {attempt['attempt']} on {clean(attempt['worker'])}: {attempt['status']} "
-            f"({attempt['started_at'] or 'not started'} .. {finished}{took})"
+            f"({attempt['started_at'] or ('held, no start recorded' if attempt.get('held') else 'not started')}"
+            f" .. {finished}{took})"
         )
         error = attempt.get("error")
         if error:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import rota
+import rota.testing
 
 from .test_ticks_ahead import fake, minute, runs_of, tick_pass
 
@@ -28,9 +29,9 @@ def fapp(app_factory: Callable[..., rota.App], fake: rota.FakeClock) -> rota.App
     return app
 
 
-def made_ahead(app: rota.App, fake: rota.FakeClock, **options: Any) -> rota.Run:
+def made_ahead(app: rota.App, fake: rota.FakeClock, task: str = "t", **options: Any) -> rota.Run:
     """The 00:01 tick of a one-minute schedule, made ahead by one tick pass."""
-    app.add_schedule("s", "t", every=60, **options)
+    app.add_schedule("s", task, every=60, **options)
     fake.set(minute(1) - timedelta(seconds=0.2))
     assert tick_pass(app).counters.ticks == 1
     (run,) = runs_of(app, "s")
@@ -187,3 +188,31 @@ def test_a_catch_up_under_overlap_queue_holds_its_on_time_ticks_with_no_bound(
     waiting = [r for r in runs if r.status == "pending"]
     assert len(waiting) == 5 and [r.queued for r in waiting] == [False] + [True] * 4  # each runs in turn
     assert fapp.get_schedule("s").skip_count == 1995
+
+
+@pytest.mark.parametrize("flow", ["limit", "rate"])
+def test_a_retry_of_a_limited_or_rated_tick_made_ahead_is_no_misfire(
+    app_factory: Callable[..., rota.App], fake: rota.FakeClock, flow: str
+) -> None:
+    """A flow claim takes a tick made ahead as the plain claim does: its misfire deadline
+    goes, so the retry after its first attempt failed runs. (The flow claims kept the
+    deadline: the retry, due after the grace, was skipped as "missed by 45s".)"""
+    app = app_factory(clock=fake)
+    attempts: list[int] = []
+    gate: dict[str, Any] = {"limit": 1} if flow == "limit" else {"rate": rota.Rate(5, per=1)}
+
+    @app.task(name="lt", retries=1, backoff=30, **gate)
+    def lt() -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("first attempt fails")
+
+    rota.testing.run_pending(app)  # a worker declares the task's limit or rate
+    made_ahead(app, fake, "lt", misfire="skip", misfire_grace=10)
+    fake.set(minute(1))
+    assert rota.testing.run_pending(app) == 1
+    fake.set(minute(1, 45))  # the retry is due (30 s backoff), past the tick's grace
+    tick_pass(app, 0.0)  # the ticker judges runs made ahead past their deadline
+    assert rota.testing.run_pending(app) == 1
+    (run,) = runs_of(app, "s")
+    assert (run.status, run.attempt, len(attempts)) == ("succeeded", 2, 2), run.error

@@ -1534,7 +1534,7 @@ LIMIT %(n)s
 -- freed the slot (flow_room saw it), so started_at never precedes the finished_at it follows.
 UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), attempt = r.attempt + 1,
-    rate_waited = false,
+    rate_waited = false, misfire_at = NULL,  -- as in claim: a tick taken (its retry is no misfire)
     started_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     lease_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s)
 WHERE r.id = ANY(ARRAY(SELECT e::bigint FROM json_array_elements_text(%(ids)s::json) AS e))
@@ -1586,6 +1586,7 @@ SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
     attempt = CASE WHEN r.ctid = ANY((SELECT starts FROM ids)::tid[]) THEN r.attempt + 1 ELSE r.attempt END,
     started_at = CASE WHEN r.ctid = ANY((SELECT starts FROM ids)::tid[])
                       THEN coalesce(%(now)s::timestamptz, statement_timestamp()) END,
+    misfire_at = NULL,  -- as in claim
     lease_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s)
 WHERE r.ctid = ANY((SELECT every FROM ids)::tid[])
 RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,

@@ -1115,10 +1115,11 @@ LIMIT :n
 -- name: flow_take
 -- transition: claim
 -- :ids in the claim's order: the first :start start, the rest are held (as claim's);
--- tokens in id order
+-- tokens in id order. The misfire deadline of a tick made ahead goes, as in claim: the tick
+-- was taken (a retry of it is no misfire).
 UPDATE rota_runs
 SET status = 'running', owner = :owner, token = :token + c.rank,
-    attempt = attempt + (c.pos < :start), rate_waited = 0,
+    attempt = attempt + (c.pos < :start), rate_waited = 0, misfire_at = NULL,
     started_at = CASE WHEN c.pos < :start THEN {now} END, lease_until = {now} + :lease
 FROM (SELECT value AS id, key AS pos, row_number() OVER (ORDER BY value) - 1 AS rank FROM json_each(:ids)) AS c
 WHERE rota_runs.id = c.id AND rota_runs.status = 'pending'

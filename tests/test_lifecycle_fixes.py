@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,22 @@ def test_rescue_returns_a_held_run_to_pending_without_an_attempt(
     assert "before its start was recorded" in entry["error"]["message"]
     shown = CliRunner().invoke(main, ["--database-url", app.database_url, "run", held.id]).output
     assert f"attempt 1 on w1: lost (held, no start recorded .. {entry['finished_at']})" in shown, shown
+
+
+def test_a_run_claimed_ahead_whose_lease_ran_out_before_its_due_time_leaves_no_history(
+    app_factory: Callable[..., rota.App], clock: rota.FakeClock
+) -> None:
+    """A worker starts a held run only at its due time and only under a live lease: one due
+    after its lease ran out cannot have started, so its rescue records nothing (a run due
+    before then gets the held entry, as above)."""
+    app = app_factory(clock=clock, lease=5.0)
+    ref = app.task(name="later")(lambda: None).options(delay=timedelta(seconds=8)).enqueue()
+    (claim,) = app.store.claim_ahead("w1", 10, None, 5.0, 10.0)
+    assert claim.id == int(ref.id)
+    clock.advance(6)  # the lease ran out at +5, before the run was due (+8)
+    assert [r.status for r in app.store.rescue()] == ["pending"]
+    run = ref.refresh()
+    assert (run.attempt, run.history, run.due_at) == (0, [], run.scheduled_for)
 
 
 @pytest.mark.parametrize("how", ["pending", "succeeded", "failed"])

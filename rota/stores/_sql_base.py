@@ -109,9 +109,9 @@ class SqlBase(Store, abc.ABC):
                 raise _Abort  # roll everything back
         except _Abort:
             return
-        except DatabaseTransient:
-            raise  # a cut connection or a lock timeout says nothing about privileges
         except DatabaseError as exc:
+            if isinstance(exc, DatabaseTransient) and not _read_only(exc):
+                raise  # a cut connection or a lock timeout says nothing about privileges
             table, op, _ = step
             raise PermissionDenied(f"cannot {op} {table}, which rota needs: {exc}") from exc
 
@@ -244,6 +244,14 @@ class SqlBase(Store, abc.ABC):
         if self._due_now(at, delay):
             return "notify", {"channel": NOTIFY_CHANNEL, "payload": "run"}
         return "notify_due", {"channel": NOTIFY_CHANNEL, "at": self._ts(at), "delay": delay}
+
+
+def _read_only(exc: DatabaseTransient) -> bool:
+    """A write refused because the database or the session is read-only (PostgreSQL's
+    SQLSTATE 25006, SQLite's "readonly database"): transient to a running worker (a
+    failover), but to the privilege probe a database rota cannot write."""
+    cause = exc.__cause__
+    return getattr(cause, "sqlstate", None) == "25006" or "readonly" in str(cause).lower()
 
 
 def _missing_privileges(rows: Sequence[Row]) -> str:

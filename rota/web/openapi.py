@@ -58,7 +58,16 @@ RUN_COMMON = {
 }
 ATTEMPT = {
     "type": "object",
-    "properties": {"attempt": INT, "worker": _null("string"), "status": STR, "error": ANY},
+    "properties": {
+        "attempt": INT,
+        "worker": _null("string"),
+        "status": STR,
+        "error": ANY,
+        "started_at": _null(TIME),  # null on a held run's loss ("held": true)
+        "finished_at": _null(TIME),
+        "held": BOOL,
+        "token": INT,
+    },
 }
 SCHEMAS: dict[str, Any] = {
     "Error": ERROR,

@@ -89,11 +89,13 @@ def check_nothing_lost(runs: dict[str, rota.Run], enqueued: list[str], leases_lo
     assert not failed, f"runs failed as lost although no lease was taken away: {failed}"
 
 
-def attempt_lost(run: rota.Run, attempt: int) -> bool:
+def attempt_lost(run: rota.Run, attempt: int, token: int) -> bool:
     """Whether that attempt of the run lost its lease: recorded as lost or handed back in the
-    history, or the run's last attempt, rescued and failed as lost (no attempts left)."""
-    if any(a.get("attempt") == attempt for a in given_up(run)):
-        return True
+    history (a held run's loss by its token: it carries the number the next attempt takes),
+    or the run's last attempt, rescued and failed as lost (no attempts left)."""
+    for a in given_up(run):
+        if (a.get("token") == token) if a.get("held") else (a.get("attempt") == attempt):
+            return True
     return run.attempt == attempt and run.status == "failed" and (run.error or {}).get("type") == "WorkerLost"
 
 
@@ -112,7 +114,7 @@ def check_results_recorded(runs: dict[str, rota.Run], executions: Executions) ->
         run = runs.get(end["run"])
         if run is None:
             problems.append((end, "no such run"))
-        elif attempt_lost(run, end["attempt"]):
+        elif attempt_lost(run, end["attempt"], end["token"]):
             continue
         elif run.token == end["token"] and run.attempt == end["attempt"]:
             if "result" in end and (run.status != "succeeded" or run.result != end["result"]):

@@ -48,7 +48,7 @@ function attemptRows(run) {
     const wait = next && a.finished_at && next.started_at ? (Date.parse(next.started_at) - Date.parse(a.finished_at)) / 1000 : -1;
     const gap = wait >= 0 ? span(wait) : "";
     return el("tr", { class: "attempt" }, el("td", { class: "num" }, a.attempt), el("td", {}, badge(a.status, String(a.status).replace(/\s+/g, "-"))),
-      el("td", {}, a.worker ? link(a.worker, "worker", a.worker) : "?"), el("td", {}, a.started_at || ""), el("td", {}, a.finished_at || "running"),
+      el("td", {}, a.worker ? link(a.worker, "worker", a.worker) : "?"), el("td", {}, a.started_at || (a.held ? "held, no start recorded" : "")), el("td", {}, a.finished_at || "running"),
       el("td", { class: "num" }, a.started_at && a.finished_at ? span((Date.parse(a.finished_at) - Date.parse(a.started_at)) / 1000) : ""),
       el("td", { class: "num" }, gap), el("td", { class: "wrap" }, a.error ? [fault(a.error), " — ", a.error.message || ""] : ""));
   });

@@ -61,7 +61,8 @@ export function recentTimeline(container, data, onPick) {
 // backoff between attempts, and the wait for the next one when a retry is pending.
 export function attemptTimeline(run, now) {
   const segs = [];
-  const created = Date.parse(run.created_at), attempts = run.attempts || [];
+  // a held run's loss (no start recorded) has no span on the track
+  const created = Date.parse(run.created_at), attempts = (run.attempts || []).filter((a) => a.started_at);
   let cursor = created;
   const due = run.scheduled_for ? Date.parse(run.scheduled_for) : created;
   if (due > created && (attempts.length || run.status !== "pending")) {  // enqueued ahead of its time

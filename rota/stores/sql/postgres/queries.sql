@@ -472,10 +472,10 @@ LIMIT 1
 -- name: rescue
 -- transition: rescue
 -- A held run (started_at NULL: no start recorded) is pending again with no attempt counted;
--- its history says the worker was lost while holding it ("held": its handler may have
--- started in the moments before its start would have been written, rota/lifecycle.py). A
--- started one is retried if attempts remain, else failed. Either ends cancelled if its
--- cancellation was requested.
+-- if it was due before its lease ran out, its history says the worker was lost while
+-- holding it ("held", with the claim's token: its handler may have started in the moments
+-- before its start would have been written, rota/lifecycle.py). A started one is retried if
+-- attempts remain, else failed. Either ends cancelled if its cancellation was requested.
 WITH lost AS (
     SELECT id FROM rota_runs
     WHERE status = 'running' AND lease_until < {now}
@@ -500,7 +500,7 @@ deps AS (
     FOR UPDATE OF c
 ),
 decided AS (
-    SELECT r.id, r.owner, r.lease_until, r.attempt, r.started_at,
+    SELECT r.id, r.owner, r.token, r.lease_until, r.attempt, r.started_at, r.due_at,
            CASE WHEN r.cancel_requested THEN 'cancelled'
                 WHEN r.started_at IS NULL OR r.attempt < r.max_attempts THEN 'pending'
                 ELSE 'failed' END AS status,
@@ -521,9 +521,11 @@ SET status = d.status, due_at = CASE WHEN d.started_at IS NULL THEN greatest(r.d
     refused_at = CASE WHEN d.started_at IS NULL THEN r.refused_at END,
     finished_at = CASE WHEN d.status = 'pending' THEN NULL ELSE {now} END,
     error = d.error::text,
-    attempts = CASE WHEN d.started_at IS NULL
+    attempts = CASE WHEN d.started_at IS NULL AND d.due_at > d.lease_until
+                    THEN r.attempts  -- held, due only after its lease ran out: no start possible
+                    WHEN d.started_at IS NULL
                     THEN r.attempts || jsonb_build_array(jsonb_build_object(
-                        'attempt', d.attempt + 1, 'worker', d.owner, 'started_at', NULL, 'held', true,
+                        'attempt', d.attempt + 1, 'worker', d.owner, 'token', d.token, 'started_at', NULL, 'held', true,
                         'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'lost', 'error', d.error))
                     WHEN d.status = 'pending'
                     THEN r.attempts || jsonb_build_array(jsonb_build_object(

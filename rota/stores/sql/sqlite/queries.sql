@@ -278,10 +278,10 @@ LIMIT 1
 -- name: rescue
 -- transition: rescue
 -- A held run (started_at NULL: no start recorded) is pending again with no attempt counted;
--- its history says the worker was lost while holding it ("held": its handler may have
--- started in the moments before its start would have been written, rota/lifecycle.py). A
--- started one is retried if attempts remain, else failed. Either ends cancelled if its
--- cancellation was requested.
+-- if it was due before its lease ran out, its history says the worker was lost while
+-- holding it ("held", with the claim's token: its handler may have started in the moments
+-- before its start would have been written, rota/lifecycle.py). A started one is retried if
+-- attempts remain, else failed. Either ends cancelled if its cancellation was requested.
 UPDATE rota_runs
 SET status = CASE WHEN cancel_requested THEN 'cancelled'
                   WHEN started_at IS NULL OR attempt < max_attempts THEN 'pending' ELSE 'failed' END,
@@ -297,9 +297,11 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled'
                            THEN ' while it held the run, before its start was recorded (no attempt counted)'
                            ELSE ' (attempt ' || attempt || ' of ' || max_attempts || ')' END,
         'traceback', NULL),
-    attempts = CASE WHEN started_at IS NULL
+    attempts = CASE WHEN started_at IS NULL AND due_at > lease_until
+        THEN attempts  -- held, due only after its lease ran out: no start possible
+        WHEN started_at IS NULL
         THEN json_insert(attempts, '$[#]', json_object(
-            'attempt', attempt + 1, 'worker', owner, 'started_at', NULL, 'held', json('true'),
+            'attempt', attempt + 1, 'worker', owner, 'token', token, 'started_at', NULL, 'held', json('true'),
             'finished_at', strftime('%Y-%m-%dT%H:%M:%fZ', {now}, 'unixepoch'),
             'status', 'lost',
             'error', json_object(

@@ -33,7 +33,7 @@ import uuid
 import weakref
 from types import TracebackType
 
-from .errors import ConfigurationError, DatabaseUnavailable, LockLost, LockUnavailable
+from .errors import ConfigurationError, DatabaseTransient, LockLost, LockUnavailable
 from .lock_backend import LockBackend, parse_locks_url
 from .models import LockInfo
 
@@ -125,7 +125,7 @@ class Lease:
         started, clock = time.monotonic(), self._manager.backend_clock()
         try:
             ok = self._manager.backend.renew(self.name, self.owner, self.token, self.ttl)
-        except DatabaseUnavailable:
+        except DatabaseTransient:  # unreachable, or a connection cut mid-call
             return False
         if ok:
             self._valid_until = started + self.ttl
@@ -142,7 +142,7 @@ class Lease:
         self._manager._forget(self)
         try:
             return self._manager.backend.release(self.name, self.owner, self.token)
-        except DatabaseUnavailable:
+        except DatabaseTransient:
             return False  # it expires on its own
 
     def _renew_due(self) -> float | None:
@@ -374,7 +374,7 @@ class LockManager:
         clock = getattr(self.backend, "clock", None)
         try:
             return clock() if clock is not None else None
-        except DatabaseUnavailable:
+        except DatabaseTransient:
             return None
 
     def acquire(self, name: str, ttl: float, wait: float) -> Lease:

@@ -101,6 +101,36 @@ def test_a_sqlite_lease_taken_after_the_hosts_clock_stepped_is_lost_at_once(tmp_
         thief.close()
 
 
+def _cut(application_name: str) -> None:
+    import psycopg
+
+    from .conftest import PG_URL
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        sql = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
+        assert conn.execute(sql, (application_name,)).fetchall(), "no connection to cut"
+
+
+@pytest.mark.postgres
+def test_a_named_lock_renewal_across_a_connection_cut_fails_softly_and_the_next_one_renews(pg_url: str) -> None:
+    """A renewal that meets a cut connection (a failover) is an unreachable backend: False,
+    the lease still held until its TTL; the next renewal, on a new connection, extends it.
+    (It raised DatabaseTransient: only an unreachable database was caught.)"""
+    import uuid
+
+    name = f"rota_lockcut_{uuid.uuid4().hex[:10]}"
+    app = rota.App(f"{pg_url}&application_name={name}", retention=None)
+    try:
+        with app.lock("nightly", ttl=5, wait=0) as lease:
+            _cut(name)
+            assert lease.renew() is False and not lease.lost
+            assert lease.renew() is True and not lease.lost
+            with pytest.raises(rota.LockUnavailable), app.lock("nightly", ttl=5, wait=0):
+                pass
+    finally:
+        app.close()
+
+
 @pytest.mark.postgres
 def test_a_client_read_across_a_connection_cut_is_retried_once(pg_url: str) -> None:
     """The pooled connections are terminated (a failover, a restart): list_runs reads again on

@@ -289,43 +289,33 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled'
     refused_at = CASE WHEN started_at IS NULL THEN refused_at END,  -- started: a refusal counts anew
     finished_at = CASE WHEN NOT cancel_requested AND (started_at IS NULL OR attempt < max_attempts) THEN NULL
                        ELSE {now} END,
-    error = json_object(
-        'type', 'WorkerLost',
-        'message', 'worker ' || coalesce(owner, '?') || ' was lost: its lease expired at '
-                   || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
-                   || CASE WHEN started_at IS NULL
-                           THEN ' while it held the run, before its start was recorded (no attempt counted)'
-                           ELSE ' (attempt ' || attempt || ' of ' || max_attempts || ')' END,
-        'traceback', NULL),
+    error = lost.err,
     attempts = CASE WHEN started_at IS NULL AND due_at > lease_until
         THEN attempts  -- held, due only after its lease ran out: no start possible
         WHEN started_at IS NULL
         THEN json_insert(attempts, '$[#]', json_object(
             'attempt', attempt + 1, 'worker', owner, 'token', token, 'started_at', NULL, 'held', json('true'),
             'finished_at', strftime('%Y-%m-%dT%H:%M:%fZ', {now}, 'unixepoch'),
-            'status', 'lost',
-            'error', json_object(
-                'type', 'WorkerLost',
-                'message', 'worker ' || coalesce(owner, '?') || ' was lost: its lease expired at '
-                           || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
-                           || ' while it held the run, before its start was recorded (no attempt counted)',
-                'traceback', NULL)))
+            'status', 'lost', 'error', json(lost.err)))
         WHEN NOT cancel_requested AND attempt < max_attempts
         THEN json_insert(attempts, '$[#]', json_object(
             'attempt', attempt, 'worker', owner,
             'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at, 'unixepoch'),
             'finished_at', strftime('%Y-%m-%dT%H:%M:%fZ', {now}, 'unixepoch'),
-            'status', 'lost',
-            'error', json_object(
-                'type', 'WorkerLost',
-                'message', 'worker ' || coalesce(owner, '?') || ' was lost: its lease expired at '
-                           || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
-                           || ' (attempt ' || attempt || ' of ' || max_attempts || ')',
-                'traceback', NULL)))
+            'status', 'lost', 'error', json(lost.err)))
         ELSE attempts END
-WHERE id IN (SELECT id FROM rota_runs INDEXED BY rota_runs_lease
-             WHERE status = 'running' AND lease_until < {now}
-             ORDER BY lease_until LIMIT :limit)
+FROM (SELECT id AS lost_id, json_object(
+          'type', 'WorkerLost',
+          'message', 'worker ' || coalesce(owner, '?') || ' was lost: its lease expired at '
+                     || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
+                     || CASE WHEN started_at IS NULL
+                             THEN ' while it held the run, before its start was recorded (no attempt counted)'
+                             ELSE ' (attempt ' || attempt || ' of ' || max_attempts || ')' END,
+          'traceback', NULL) AS err
+      FROM rota_runs INDEXED BY rota_runs_lease
+      WHERE status = 'running' AND lease_until < {now}
+      ORDER BY lease_until LIMIT :limit) AS lost
+WHERE rota_runs.id = lost.lost_id
 RETURNING id, task, status, owner, error
 
 -- name: poll_state

@@ -203,6 +203,12 @@ WHERE id = :id AND token = :token AND status = 'running'
 -- (SQLite: a write transaction holds the whole file; no lock order to keep)
 SELECT :ids
 
+-- name: finish_holding
+-- The outcomes' runs still running, with their tokens: read first in the finish's transaction
+-- (BEGIN IMMEDIATE: no other writer changes them before the finish statements run), so the
+-- finish writes exactly the outcomes whose token still holds and knows which they were.
+SELECT id, token FROM rota_runs WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'running'
+
 -- name: finished_parents
 -- Whether a finish just written ended a run that others wait for (after=): the trigger has
 -- released or cancelled its dependents in that transaction, so this process's workers are woken

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from rota.worker.loopwatch import LoopWatch
+from rota.worker.loopwatch import LINGER, LoopWatch
 
 
 async def _with_watch(watch: LoopWatch, body: object) -> None:
@@ -51,8 +51,11 @@ def test_a_watched_handler_gets_beats_and_they_stop_when_it_ends() -> None:
             await asyncio.sleep(0.2)
         beats = watch.beats
         assert beats >= 5
+        await asyncio.sleep(0.3)  # LINGER beats (0.1 s at this tick), then none
+        lingered = watch.beats
+        assert lingered <= beats + LINGER + 1  # at most the beat in flight when it ended, and LINGER more
         await asyncio.sleep(0.2)
-        assert watch.beats <= beats + 1  # at most the beat in flight when it ended
+        assert watch.beats == lingered
         assert watch.blocked == 0
 
     asyncio.run(_with_watch(watch, handler()))
@@ -77,3 +80,18 @@ def test_a_handler_that_blocks_the_loop_is_named(warm: bool, caplog: pytest.LogC
     assert watch.blocked == 1
     assert "the event loop was blocked for 0." in caplog.text
     assert "by label of rota-run-7" in caplog.text
+
+
+def test_a_drain_of_short_handlers_arms_the_watch_once() -> None:
+    """Handlers in flight one at a time, back to back: the watch stays armed between them
+    (LINGER) instead of arming, and waking its thread, for each (8 % of an async no-op drain)."""
+    watch = LoopWatch(threshold=5.0, tick=0.01)
+
+    async def drain() -> None:
+        for _ in range(200):
+            with watch.watching():
+                await asyncio.sleep(0)
+            await asyncio.sleep(0.0005)
+        assert watch.arms == 1, watch.arms
+
+    asyncio.run(_with_watch(watch, drain()))

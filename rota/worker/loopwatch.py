@@ -8,9 +8,12 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 log = logging.getLogger("rota.worker")
+
+
+LINGER = 10  # beats the watch keeps after the last async def handler ended (a second at 0.1 s)
 
 
 class LoopWatch:
@@ -18,8 +21,8 @@ class LoopWatch:
     doing CPU work): a watchdog thread notes which task was running while the loop was
     stuck; the loop logs it when it runs again.
 
-    It watches only while an `async def` handler is in flight (`watching`): those are the
-    only code on the loop it names. An idle worker's loop and the watchdog thread then sleep
+    It watches only while an `async def` handler is in flight (`watching`) and for LINGER
+    beats after: those are the only code on the loop it names. An idle worker's loop and the watchdog thread then sleep
     without a beat (beats woke both ten times a second: about a quarter of an idle
     worker's CPU on SQLite, bench/flow_idle.py)."""
 
@@ -31,22 +34,25 @@ class LoopWatch:
         self.culprit: str | None = None
         self.blocked = 0  # number of times the loop was found blocked
         self.watched = 0  # async def handlers in flight (changed on the loop only)
+        self.started = 0  # async def handlers started so far
+        self.arms = 0  # times a handler woke the disarmed watch
+        self._seen = 0  # `started` at the last beat
+        self._idle = LINGER + 1  # beats since one was in flight or started: disarmed at first
         self._armed = asyncio.Event()  # the loop's side: watched > 0
         self._thread_armed = threading.Event()  # the watchdog thread's side
         self._stop = threading.Event()
+        self._watching = _Watching(self)
 
-    @contextlib.contextmanager
-    def watching(self) -> Iterator[None]:
-        """On the loop, around an `async def` handler: watch the loop while it runs."""
-        self.watched += 1
-        if self.watched == 1:
-            self.beat = time.monotonic()  # a block from now on counts, even before a beat
-            self._armed.set()
-            self._thread_armed.set()
-        try:
-            yield
-        finally:
-            self.watched -= 1
+    def watching(self) -> contextlib.AbstractContextManager[None]:
+        """On the loop, around an `async def` handler: watch the loop while it runs. One
+        context object, no generator: it wraps every async handler's call."""
+        return self._watching
+
+    def _arm(self) -> None:
+        self.arms += 1
+        self.beat = time.monotonic()  # a block from now on counts, even before a beat
+        self._armed.set()
+        self._thread_armed.set()
 
     async def run(self, describe: Callable[[str], str]) -> None:
         """On the loop: beat while watched, and report lag. `describe` turns a task name
@@ -68,8 +74,15 @@ class LoopWatch:
             self._thread_armed.set()  # the watchdog thread sees the stop at once
 
     async def _step(self) -> float:
-        """One beat (or the wait for a handler to watch); the loop's lag over it."""
-        if not self.watched:
+        """One beat (or the wait for a handler to watch); the loop's lag over it. The beats
+        go on for LINGER beats after the last handler ended: a drain of short handlers, in
+        flight 0 or 1 at a time, would otherwise arm and disarm the watch (and wake its
+        thread) for every one of them (measured: 8 % of an async no-op drain)."""
+        if self.watched or self.started != self._seen:
+            self._seen, self._idle = self.started, 0
+        else:
+            self._idle += 1
+        if self._idle > LINGER:
             self._armed.clear()
             self._thread_armed.clear()
             self.culprit = None  # a name the thread took as the last handler ended says nothing
@@ -103,3 +116,22 @@ class LoopWatch:
                 task = asyncio.current_task(loop)
                 if task is not None:
                     self.culprit = describe(task.get_name())  # named now: the run may end soon
+
+
+class _Watching:
+    """`LoopWatch.watching`'s context: counts the handler in, arms the watch if disarmed."""
+
+    __slots__ = ("watch",)
+
+    def __init__(self, watch: LoopWatch) -> None:
+        self.watch = watch
+
+    def __enter__(self) -> None:
+        watch = self.watch
+        watch.watched += 1
+        watch.started += 1
+        if not watch._thread_armed.is_set():
+            watch._arm()
+
+    def __exit__(self, *exc: object) -> None:
+        self.watch.watched -= 1

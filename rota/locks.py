@@ -93,6 +93,7 @@ class Lease:
         self._expires: float | None = None
         self._lost = False
         self._released = False
+        self._failure: DatabaseTransient | None = None  # the last renewal's, until one succeeds
 
     @property
     def lost(self) -> bool:
@@ -125,8 +126,10 @@ class Lease:
         started, clock = time.monotonic(), self._manager.backend_clock()
         try:
             ok = self._manager.backend.renew(self.name, self.owner, self.token, self.ttl)
-        except DatabaseTransient:  # unreachable, or a connection cut mid-call
+        except DatabaseTransient as exc:  # unreachable, or a connection cut mid-call
+            self._failure = exc
             return False
+        self._failure = None
         if ok:
             self._valid_until = started + self.ttl
             self._expires = None if clock is None else clock + self.ttl
@@ -149,9 +152,11 @@ class Lease:
         """One renewal by the renewer thread: the monotonic time of the next one, or None."""
         if self._released or self.lost:
             return None
-        started = time.monotonic()
+        started, failing = time.monotonic(), self._failure is not None
         if self.renew():
             return started + self.ttl / 3
+        if self._failure is not None and not failing:  # the first failure in a row: say why
+            log.warning("lock %r: renewal failed (%s); retrying until its TTL runs out", self.name, self._failure)
         if self._released or self.lost:
             return None
         return time.monotonic() + min(self.ttl / 3, 1.0)  # unreachable: retry sooner

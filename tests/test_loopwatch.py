@@ -51,9 +51,11 @@ def test_a_watched_handler_gets_beats_and_they_stop_when_it_ends() -> None:
             await asyncio.sleep(0.2)
         beats = watch.beats
         assert beats >= 5
-        await asyncio.sleep(0.3)  # LINGER beats (0.1 s at this tick), then none
+        deadline = time.monotonic() + 5
+        while watch._thread_armed.is_set() and time.monotonic() < deadline:  # LINGER beats, then none
+            await asyncio.sleep(0.01)
         lingered = watch.beats
-        assert lingered <= beats + LINGER + 1  # at most the beat in flight when it ended, and LINGER more
+        assert lingered <= beats + LINGER + 2  # the beat in flight when it ended, LINGER more, the last look
         await asyncio.sleep(0.2)
         assert watch.beats == lingered
         assert watch.blocked == 0
@@ -95,3 +97,22 @@ def test_a_drain_of_short_handlers_arms_the_watch_once() -> None:
         assert watch.arms == 1, watch.arms
 
     asyncio.run(_with_watch(watch, drain()))
+
+
+def test_a_block_while_the_watch_lingers_with_no_handler_is_not_blamed_on_a_handler(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Worker code that blocks the loop in the second the watch lingers after the last
+    handler is not reported as an async def handler's block (it was not watched before)."""
+    watch = LoopWatch(threshold=0.1, tick=0.01)
+
+    async def scenario() -> None:
+        with watch.watching():
+            await asyncio.sleep(0.03)
+        await asyncio.sleep(0.03)  # lingering, no handler in flight
+        time.sleep(0.3)  # the worker's own code blocks the loop
+        await asyncio.sleep(0.05)
+        assert watch.blocked == 0
+
+    asyncio.run(_with_watch(watch, scenario()))
+    assert "blocked" not in caplog.text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -112,7 +113,9 @@ def _cut(application_name: str) -> None:
 
 
 @pytest.mark.postgres
-def test_a_named_lock_renewal_across_a_connection_cut_fails_softly_and_the_next_one_renews(pg_url: str) -> None:
+def test_a_named_lock_renewal_across_a_connection_cut_fails_softly_and_the_next_one_renews(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """A renewal that meets a cut connection (a failover) is an unreachable backend: False,
     the lease still held until its TTL; the next renewal, on a new connection, extends it.
     (It raised DatabaseTransient: only an unreachable database was caught.)"""
@@ -121,9 +124,10 @@ def test_a_named_lock_renewal_across_a_connection_cut_fails_softly_and_the_next_
     name = f"rota_lockcut_{uuid.uuid4().hex[:10]}"
     app = rota.App(f"{pg_url}&application_name={name}", retention=None)
     try:
-        with app.lock("nightly", ttl=5, wait=0) as lease:
+        with app.lock("nightly", ttl=5, wait=0) as lease, caplog.at_level(logging.WARNING, "rota.locks"):
             _cut(name)
-            assert lease.renew() is False and not lease.lost
+            assert lease._renew_due() is not None and not lease.lost  # the renewer's call: retried soon
+            assert "lock 'nightly': renewal failed" in caplog.text and "terminating connection" in caplog.text
             assert lease.renew() is True and not lease.lost
             with pytest.raises(rota.LockUnavailable), app.lock("nightly", ttl=5, wait=0):
                 pass

@@ -403,7 +403,13 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         change count fell short either: its statement journal cost the no-op drain 10 %.)"""
         ids = json.dumps([o.id for o in outcomes])
         holding = {(row[0], row[1]) for row in s.q("finish_holding", ids=ids)}
-        mine = [o for o in outcomes if (o.id, o.token) in holding]
+        mine = []
+        for o in outcomes:
+            if (o.id, o.token) in holding:
+                holding.discard((o.id, o.token))  # one outcome per attempt: the first
+                mine.append(o)
+            elif o.status == REFUSED:
+                o.written_status = None  # not written (a try undone before may have set it)
         if mine:
             self._finish_batch(s, mine)
         if s.q("finished_parents", ids=ids):

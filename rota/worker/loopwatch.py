@@ -36,9 +36,10 @@ class LoopWatch:
         self.watched = 0  # async def handlers in flight (changed on the loop only)
         self.started = 0  # async def handlers started so far
         self.arms = 0  # times a handler woke the disarmed watch
+        self.handled = False  # whether an async def handler ran during the last beat
         self._seen = 0  # `started` at the last beat
         self._idle = LINGER + 1  # beats since one was in flight or started: disarmed at first
-        self._armed = asyncio.Event()  # the loop's side: watched > 0
+        self._armed = asyncio.Event()  # the loop's side: armed (a handler in flight, or lingering)
         self._thread_armed = threading.Event()  # the watchdog thread's side
         self._stop = threading.Event()
         self._watching = _Watching(self)
@@ -67,7 +68,8 @@ class LoopWatch:
         try:
             while True:
                 lag = await self._step()
-                if lag >= self.threshold:
+                # a block while the watch lingered with no handler in flight is not a handler's
+                if lag >= self.threshold and (self.culprit is not None or self.handled):
                     self._report(lag)
         finally:
             self._stop.set()
@@ -87,11 +89,13 @@ class LoopWatch:
             self._thread_armed.clear()
             self.culprit = None  # a name the thread took as the last handler ended says nothing
             await self._armed.wait()
+            self.handled = True  # a handler armed it
             return time.monotonic() - self.beat  # `watching` set the beat: a block since counts
-        before = time.monotonic()
+        before, started, busy = time.monotonic(), self.started, self.watched > 0
         self.beat = before
         self.beats += 1
         await asyncio.sleep(self.tick)
+        self.handled = busy or self.watched > 0 or self.started != started
         return time.monotonic() - before - self.tick
 
     def _report(self, lag: float) -> None:
@@ -112,8 +116,8 @@ class LoopWatch:
                 return
             if not self._thread_armed.is_set():
                 continue  # disarmed meanwhile: the beat is not kept, so it says nothing
-            if time.monotonic() - self.beat >= self.threshold and self.culprit is None:
-                task = asyncio.current_task(loop)
+            if time.monotonic() - self.beat >= self.threshold and self.culprit is None and self.watched:
+                task = asyncio.current_task(loop)  # (lingering with no handler in flight: not named)
                 if task is not None:
                     self.culprit = describe(task.get_name())  # named now: the run may end soon
 

@@ -22,9 +22,9 @@ class LoopWatch:
     stuck; the loop logs it when it runs again.
 
     It watches only while an `async def` handler is in flight (`watching`) and for LINGER
-    beats after: those are the only code on the loop it names. An idle worker's loop and the watchdog thread then sleep
-    without a beat (beats woke both ten times a second: about a quarter of an idle
-    worker's CPU on SQLite, bench/flow_idle.py)."""
+    beats after: those are the only code on the loop it names. An idle worker's loop and
+    the watchdog thread then sleep without a beat (beats woke both ten times a second:
+    about a quarter of an idle worker's CPU on SQLite, bench/flow_idle.py)."""
 
     def __init__(self, threshold: float = 0.5, tick: float = 0.1) -> None:
         self.threshold = threshold

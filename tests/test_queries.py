@@ -5,7 +5,9 @@ from __future__ import annotations
 from rota.stores.queries import load_migrations, load_queries
 
 # SQLite has no sequences: a claim reads the token counter and bumps it only when it claimed.
-SQLITE_ONLY = {"next_token", "take_token"}
+# Its finish runs one prepared UPDATE per outcome (executemany: no RETURNING), so it reads the
+# runs its outcomes still hold first (finish_holding); PostgreSQL's finish returns them.
+SQLITE_ONLY = {"next_token", "take_token", "finish_holding"}
 # PostgreSQL only: the flow claim's planner setting (no bitmap scans while walking the keys
 # near the head) and its one-statement take of limit keys after the advisory locks (SQLite,
 # one writer with nothing changing meanwhile, takes them step by step).

@@ -54,9 +54,9 @@ Killed between a held run's local start and the start's write (at most about 50 
 leaves a run the database still shows held: the rescue returns it to pending without an
 attempt, and its handler runs again on another worker, as any run whose worker died before
 its outcome was written does. The rescue records the held run's loss in its history (status
-"lost", "held": true, no started_at), so a handler that may have run is never invisible. So the invariant is kept in the database's direction
-(`attempt` never counts a handler that did not start); the window in which a started handler
-is not yet counted is that write's delay. With `max_attempts=1` such a run may therefore run
+"lost", "held": true, no started_at), so a handler that may have run is never invisible. So
+the invariant is kept in the database's direction (`attempt` never counts a handler that did
+not start); the window in which a started handler is not yet counted is that write's delay. With `max_attempts=1` such a run may therefore run
 twice, as at-least-once delivery after a crash always allows; it is never failed for a crash
 before its start.
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -36,6 +37,29 @@ def test_writes_outcomes_and_claims_the_next_runs(app: rota.App) -> None:
     run_a, run_b = app.get_run(a.id), app.get_run(b.id)
     assert (run_a.status, run_a.result, run_b.status) == ("succeeded", 1, "running")
     assert all(app.get_run(c.id).worker == "w" for c in claimed)
+
+
+def test_a_batch_of_successes_keeps_each_result_exactly_and_writes_only_held_tokens(app: rota.App) -> None:
+    """Plain successes are written as one batch (SQLite: one statement reading a JSON
+    parameter): every result comes back as it was, a stale token writes nothing, and a held
+    run's start goes in with its finish."""
+    _tasks(app, 6)
+    runs = app.store.claim("w", 6, None, 30, start=5)  # the last one held, not started
+    values = ["café \u2028 \U0001f600", 'a "quote" and a \\ back', [1e308, -0.5, 12345678901234567],
+              {"nested": {"k": [None, True]}}, None, "held \U0001f680 \t"]  # fmt: skip
+    results = [json.dumps(v, ensure_ascii=False) for v in values]
+    outcomes = [Outcome(c.id, c.token, "succeeded", result=r) for c, r in zip(runs, results, strict=True)]
+    outcomes[1] = Outcome(runs[1].id, runs[1].token + 100, "succeeded", result=results[1])  # stale
+    outcomes[5].started = 0.5  # a held run whose handler started half a second ago
+    written, _ = app.store.finish_and_claim(outcomes, "w", 0, None, 30)
+    assert written == {c.id for i, c in enumerate(runs) if i != 1}
+    for i, c in enumerate(runs):
+        run = app.get_run(c.id)
+        if i == 1:
+            assert (run.status, run.attempt) == ("running", 1)
+            continue
+        assert (run.status, run.result) == ("succeeded", values[i]), i
+        assert run.attempt == 1 and run.started_at is not None, i
 
 
 def test_a_retry_written_with_a_claim_can_be_claimed_by_it(app: rota.App) -> None:

@@ -3,6 +3,7 @@ process, busy-timeout and error translation, and migration scripts split into st
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import pwd
@@ -21,6 +22,10 @@ from ..errors import (
 )
 from ._sql_base import Row
 
+# A batch of rows as one JSON parameter (a statement reads it with json_each and ->>, which
+# gives back each string as it was). Text is not escaped to ASCII: results are JSON text,
+# often not ASCII, and escaping them would only cost time.
+json_batch = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 class _Session:
     __slots__ = ("conn", "now", "queries", "wake")

@@ -44,6 +44,7 @@ from ._sqlite_conn import (
     _user,
     _writer_lock,
     create_private,
+    json_batch,
     sqlite_path,
 )
 from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
@@ -396,9 +397,9 @@ class SQLiteStore(SQLiteFlow, SqlStore):
             return self._finish(s, outcomes)
 
     def _finish(self, s: _Session, outcomes: Sequence[Outcome]) -> set[int]:
-        """One prepared UPDATE per outcome (by primary key) in one transaction, for the
-        outcomes whose token still holds its run, read first (`finish_holding`): those are
-        the outcomes written. (Not guessed from the rows afterwards: a rescued run, pending
+        """In one transaction, the outcomes whose token still holds its run, read first
+        (`finish_holding`): those are the outcomes written (plain successes in one statement,
+        the others one by one). (Not guessed from the rows afterwards: a rescued run, pending
         again with its token, looked like a written retry. Not a savepoint undone when the
         change count fell short either: its statement journal cost the no-op drain 10 %.)"""
         ids = json.dumps([o.id for o in outcomes])
@@ -427,8 +428,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
             got = s.q("refuse", id=o.id, token=o.token, error=o.error, grace=grace, delay_min=low, delay_max=high)
             o.written_status = got[0][1] if got else None
         if plain:
-            rows = [{"id": o.id, "token": o.token, "result": o.result, "started": o.started, "now": now} for o in plain]
-            s.conn.executemany(self.queries["finish_succeeded"], rows)
+            s.q("finish_succeeded", rows=json_batch([[o.id, o.token, o.result, o.started] for o in plain]))
         if other:
             s.conn.executemany(self.queries["finish"], [_outcome_params(o, now) for o in other])
 

@@ -177,12 +177,19 @@ RETURNING cancel_requested
 
 -- name: finish_succeeded
 -- transition: finish
--- :started: a held run started :started seconds ago whose start was not written yet
+-- The batch's plain successes in one statement (:rows, a JSON array of [id, token, result,
+-- started]), not one execution per run: the statement's own work and its triggers' frames are
+-- set up once per batch (a third less CPU per run in the no-op drain than executemany).
+-- :started (per run): a held run started that many seconds ago whose start was not written.
+-- `+rota_runs.status`: the run is found by its key from each row of the batch, never by a walk
+-- of rota_runs_status's running entries.
 UPDATE rota_runs
-SET status = 'succeeded', result = :result, error = NULL, finished_at = {now}, lease_until = NULL,
-    attempt = CASE WHEN :started IS NOT NULL AND started_at IS NULL THEN attempt + 1 ELSE attempt END,
-    started_at = coalesce(started_at, {now} - :started)
-WHERE id = :id AND token = :token AND status = 'running'
+SET status = 'succeeded', result = b.result, error = NULL, finished_at = {now}, lease_until = NULL,
+    attempt = CASE WHEN b.started IS NOT NULL AND started_at IS NULL THEN attempt + 1 ELSE attempt END,
+    started_at = coalesce(started_at, {now} - b.started)
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS result, value ->> 3 AS started
+      FROM json_each(:rows)) AS b
+WHERE rota_runs.id = b.id AND rota_runs.token = b.token AND +rota_runs.status = 'running'
 
 -- name: finish
 -- transition: finish, retry

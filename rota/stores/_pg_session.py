@@ -4,6 +4,7 @@ session settings, error translation, and the NOTIFY limiter (used by rota.stores
 from __future__ import annotations
 
 import json
+import operator
 import re
 import threading
 import time
@@ -142,20 +143,23 @@ def _usable(status: Any) -> None:
 
 
 _json = json.JSONEncoder(separators=(",", ":")).encode
+_by_id = operator.attrgetter("id")
 
 
 def finish_batches(outcomes: Sequence[Outcome]) -> list[tuple[str, dict[str, Any]]]:
     """The named statements (and parameters) that write `outcomes`: plain successes through
     `finish_succeeded`, every other outcome through `finish`, each batch as one JSON
     parameter, in id order (see PostgresStore.finish)."""
-    ordered = sorted(outcomes, key=lambda o: o.id)
-    plain = [(o.id, o.token, o.result, o.started) for o in ordered if o.status == "succeeded" and o.history is None]
-    other = [
-        (o.id, o.token, o.status, o.result, o.error, o.retry_in, o.history, o.started)
-        for o in ordered
-        if not (o.status == "succeeded" and o.history is None) and o.status != REFUSED
-    ]
-    refused = [(o.id, o.token, o.error) for o in ordered if o.status == REFUSED]
+    plain: list[tuple[Any, ...]] = []
+    other: list[tuple[Any, ...]] = []
+    refused: list[tuple[Any, ...]] = []
+    for o in sorted(outcomes, key=_by_id):  # (one pass: the hot path)
+        if o.status == "succeeded" and o.history is None:
+            plain.append((o.id, o.token, o.result, o.started))
+        elif o.status == REFUSED:
+            refused.append((o.id, o.token, o.error))
+        else:
+            other.append((o.id, o.token, o.status, o.result, o.error, o.retry_in, o.history, o.started))
     batches: list[tuple[str, dict[str, Any]]] = [
         (query, {"rows": _json(rows)}) for query, rows in (("finish_succeeded", plain), ("finish", other)) if rows
     ]

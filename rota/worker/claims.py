@@ -35,6 +35,8 @@ def tell(observers: list[Observer], event: str, claim: Claimed, failed: list[Obs
     """Call each observer (Worker.observe: user code too). One that raises is logged, with
     its traceback the first time only (`failed`: the worker's observers that raised once),
     and never stops a run's start or its outcome."""
+    if not observers:  # (the hot path: most workers have none)
+        return
     at = time.time()
     for observe in observers:
         try:

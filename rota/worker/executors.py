@@ -128,15 +128,15 @@ class ThreadExecutor(_Decidable):
         if not active.stuck:
             active.stuck = True
             self.stuck += 1
-            self.slots.stuck_changed()
+            self.slots.count_stuck(1)
 
     def _returned(self, active: Active) -> None:
         """A decided run's thread finally returned: its slot is free now."""
         if active.stuck:
             active.stuck = False
             self.stuck -= 1
+            self.slots.count_stuck(-1)
             self.slots.slot_freed.set()
-            self.slots.stuck_changed()
 
 
 class TransactionalExecutor(ThreadExecutor):
@@ -216,6 +216,7 @@ class Executors:
         self.slot_freed = asyncio.Event()
         self.handoff = Handoff(concurrency * 2 + 4, deliver)
         self.by_kind: dict[str, Executor] = {name: make(self) for name, make in EXECUTORS.items()}
+        self.stuck = 0  # decided runs whose handler still runs, of every kind (they keep their slots)
         self.stuck_changed: Callable[[], None] = lambda: None  # on the loop: the registry shows it at once
         self.watch: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext  # LoopWatch.watching
 
@@ -223,9 +224,11 @@ class Executors:
         self.handoff.loop = loop
         self.slot_freed = asyncio.Event()
 
-    @property
-    def stuck(self) -> int:
-        return sum(e.stuck for e in self.by_kind.values())
+    def count_stuck(self, change: int) -> None:
+        """An executor's stuck count changed by `change` (kept here as a total: free_slots,
+        on the hot path, reads it for every start)."""
+        self.stuck += change
+        self.stuck_changed()
 
     @property
     def free_slots(self) -> int:

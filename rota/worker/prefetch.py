@@ -119,9 +119,15 @@ class Prefetch:
         """Hold claimed runs (leases known to last until `deadline`), merged with those held
         in start order: a higher-priority run claimed later starts before them."""
         held = self.held
+        last = start_order(next(reversed(held.values()))[0]) if held else None
+        ordered = True  # each new run goes after those held (a claim's runs come in start order)
         for claim in claims:
             held[claim.id] = (claim, deadline)
-        if len(held) > 1:
+            if ordered:
+                order = start_order(claim)
+                ordered = last is None or order > last
+                last = order
+        if not ordered:
             self.held = dict(sorted(held.items(), key=lambda item: start_order(item[1][0])))
 
     def hold_ahead(self, claims: Iterable[Claimed], deadline: float, starts: Mapping[int, float]) -> None:

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .limits import Limit, Rate, _text, declared, stamp
+from .models import SKIPPED
+from .serialization import simple_error
 
 log = logging.getLogger("rota.flow")
 
@@ -135,13 +137,19 @@ def _stamp_json(run: Any, task: Any, args_json: str | None, kwargs_json: str | N
 def stamp_lenient(run: Any, task: Any, args: Any, kwargs: Any) -> None:
     """Key a run made from stored arguments (a schedule's tick, a retry, an unresolved run).
     A call that cannot be keyed (a `by=` callable that raises, arguments that do not bind:
-    enqueue refuses those, but a schedule stored by other code or an older run may hold
-    them) gets each pool's empty key, with a warning: it runs limited under that shared key
-    rather than stop the schedule's ticks, the retry or the claim."""
+    enqueue refuses those, but a schedule stored by other code or an older deploy may hold
+    them) never stops the ticks, the retry or the claim: a schedule's tick
+    (`run.skip_unkeyed`) is recorded skipped with the error, to be seen in its history
+    (the schedule goes on: a fixed deploy keys its next tick); any other run takes each
+    pool's empty key, with a warning, and runs limited under that shared key."""
     try:
         stamp(run, task, args, kwargs)
     except Exception as exc:
         run.flow_known = True
+        if getattr(run, "skip_unkeyed", False):
+            run.status, run.limit_name, run.limit_key, run.rate_name, run.rate_key = SKIPPED, None, None, None, None
+            run.error = simple_error("ConfigurationError", f"its limit and rate keys cannot be computed: {exc}")
+            return
         limit, rate = task.limit_gate, task.rate_gate
         run.limit_name, run.limit_key = (limit.name, "") if limit is not None else (None, None)
         run.rate_name, run.rate_key = (rate.name, "") if rate is not None else (None, None)

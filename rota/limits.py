@@ -153,16 +153,18 @@ def _key_fn(task: str, fn: Callable[..., Any], by: By, pass_context: bool, what:
 
 
 def _call_key(task: str, by: Callable[..., str], what: str) -> KeyFn:
+    shown_by = f"{what} by={getattr(by, '__qualname__', None) or repr(by):.60}"
+
     def key(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         try:
             value = by(*args, **kwargs)
         except Exception as exc:  # the caller's mistake, told as one line at enqueue
             raise ConfigurationError(
-                f"{what} by= of task {task} raised {type(exc).__name__}: {exc} for the call "
+                f"{shown_by} of task {task} raised {type(exc).__name__}: {exc} for the call "
                 f"args={list(args)!r:.80} kwargs={dict(kwargs)!r:.80}; it must return a string for every call"
             ) from exc
         if not isinstance(value, str):
-            raise ConfigurationError(f"{what} by= of task {task} must return a string, got {value!r:.80}")
+            raise ConfigurationError(f"{shown_by} of task {task} must return a string, got {value!r:.80}")
         return value
 
     return key

@@ -13,6 +13,7 @@ import pytest
 
 import rota
 import rota.testing
+from rota.stores.base import Outcome
 
 from .test_ticks_ahead import fake, minute, runs_of, tick_pass
 
@@ -216,3 +217,37 @@ def test_a_retry_of_a_limited_or_rated_tick_made_ahead_is_no_misfire(
     assert rota.testing.run_pending(app) == 1
     (run,) = runs_of(app, "s")
     assert (run.status, run.attempt, len(attempts)) == ("succeeded", 2, 2), run.error
+
+
+@pytest.mark.parametrize("flow", ["limit", "rate"])
+@pytest.mark.parametrize("late", [False, True], ids=["in-grace", "late"])
+def test_a_limited_or_rated_tick_made_ahead_that_waits_past_its_grace_meets_the_misfire_policy(
+    app_factory: Callable[..., rota.App], fake: rota.FakeClock, flow: str, late: bool
+) -> None:
+    """A tick made ahead that waits for a slot (or its rate's window) past its misfire
+    deadline is left to the tick pass, as a plain one is: under misfire="skip" it is recorded
+    skipped, not run late when the slot frees. Within its grace it runs. (The flow claims did
+    not test the deadline: a late one ran when its slot freed before the tick pass came.)"""
+    app = app_factory(clock=fake)
+    gate: dict[str, Any] = {"limit": 1} if flow == "limit" else {"rate": rota.Rate(1, per=5)}
+
+    @app.task(name="lt", **gate)
+    def lt() -> None: ...
+
+    app.migrate()
+    app.prepare()  # as a worker does: its limit or rate is stored
+    assert app.store.flow_active
+    fake.set(minute(1) - timedelta(seconds=1))
+    lt.enqueue()
+    (blocker,) = app.store.claim("w", 10, None, 600)  # the slot taken, or the window's one start
+    made_ahead(app, fake, "lt", misfire="skip", misfire_grace=10)
+    fake.set(minute(1, 15 if late else 5))  # the window opened at 00:01:04; the deadline is 00:01:10
+    app.store.finish([Outcome(blocker.id, blocker.token, "succeeded", result="null")])  # the slot frees
+    (tick,) = runs_of(app, "s")
+    assert claim(app) == ([] if late else [int(tick.id)])
+    tick_pass(app, 0.0)  # the ticker judges the runs made ahead past their deadline
+    (run,) = runs_of(app, "s")
+    if late:
+        assert run.status == "skipped" and run.error is not None and run.error["type"] == "Misfire", run
+    else:
+        assert run.status == "running"

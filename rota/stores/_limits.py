@@ -70,6 +70,9 @@ Running counts go through an index scan that visits the rows (`count(r.id)`): it
 index entries of row versions gone as dead, where an index-only count would walk every run
 that ever ran on the key until VACUUM (measured: a claim growing with the drain).
 A full key never blocks others: its runs are simply not taken, and the rest are.
+A tick made ahead whose misfire deadline passed while it waited is not taken either (the
+`misfire_at` test of claim, in the statements that read each key's waiting runs: a filter
+on rows they read anyway, the same index): the tick pass judges it by its misfire policy.
 """
 
 from __future__ import annotations

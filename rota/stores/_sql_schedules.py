@@ -3,6 +3,8 @@ runs (materialize) with their overlap policy, and manual triggers."""
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,6 +22,8 @@ from .base import (
     NewRun,
     ScheduleDef,
 )
+
+log = logging.getLogger("rota.flow")
 
 
 class SqlSchedules(SqlRows):
@@ -171,6 +175,18 @@ class SqlSchedules(SqlRows):
         )
         return run  # its limit and rate: set as it is inserted (`_gate`)
 
+    def _keyed_tick(self, s: Session, due: DueSchedule, tick: datetime) -> NewRun:
+        """A due tick's run with its limit and rate keys. One whose keys its task's code
+        cannot compute from the schedule's stored arguments (rota.limit_specs.stamp_lenient)
+        is recorded skipped with the error, and logged: it neither runs unkeyed nor stops
+        the ticks of the other schedules."""
+        run = self._tick_run(due, tick, skip_unkeyed=True)
+        self._gate(s, [run])
+        if run.status != PENDING:
+            why = json.loads(run.error or "{}").get("message")
+            log.warning("schedule %r: the tick at %s is recorded skipped: %s", due.name, tick.isoformat(), why)
+        return run
+
     def materialize(self, due: DueSchedule, plan: Materialization) -> bool:
         try:
             with self._tx() as s:
@@ -194,7 +210,7 @@ class SqlSchedules(SqlRows):
         # together (the on-time ticks that find the first one active); the rest are counted.
         room, counted = TICK_ROWS - len(plan.skipped), 0
         for tick in plan.run:
-            if self._insert_run(s, self._tick_run(due, tick)):
+            if self._insert_run(s, self._keyed_tick(s, due, tick)):
                 soonest = soonest or tick
                 continue
             if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
@@ -240,8 +256,10 @@ class SqlSchedules(SqlRows):
         # Unclaimed by its due time (the tick, plus its jitter) + grace (its maker killed, no
         # worker running), it is judged by the misfire policy as a tick made late
         # (judge_ahead); "all" runs it whenever.
-        run = self._tick_run(due, tick)
+        run = self._tick_run(due, tick, skip_unkeyed=True)
         self._gate(s, [run])
+        if run.status != PENDING:  # its keys cannot be computed: recorded skipped at its tick
+            return False
         deadline = None if due.misfire == "all" else (run.due_at or tick) + timedelta(seconds=due.misfire_grace)
         if s.q("insert_ahead", **self._run_params(run), misfire_at=self._ts(deadline)):
             return True

@@ -45,6 +45,9 @@ class NewRun:
     # The limit and rate above come from the task's declaration in this process (none may be
     # set: the task has neither). False: the store keys the run from the stored declaration.
     flow_known: bool = False
+    # A schedule's tick: if its task's code cannot key it (a `by=` callable raising on the
+    # stored arguments), it is recorded skipped with the error instead of taking the empty key.
+    skip_unkeyed: bool = False
 
 
 @dataclass(slots=True)

@@ -1512,19 +1512,24 @@ SELECT e->>0, e->>1, e->>2,
 FROM json_array_elements(%(keys)s::json) AS e
 
 -- name: flow_waiting_limit
--- A limit key's first due waiting runs, in the claim's order
+-- A limit key's first due waiting runs, in the claim's order. A tick made ahead whose misfire
+-- deadline passed while it waited is left for the tick pass to judge, as in claim (a filter
+-- on the rows the scan reads anyway, for their rate: the same index, nothing more read).
 SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs
 WHERE limit_name = %(name)s AND limit_key = %(key)s AND limit_name IS NOT NULL
   AND status = 'pending' AND NOT held AND due_at <= {now}
+  AND (misfire_at IS NULL OR misfire_at >= {now})
   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
 ORDER BY priority DESC, due_at, id
 LIMIT %(n)s
 
 -- name: flow_waiting_rate
--- A rate key's first due waiting runs, in the claim's order
+-- A rate key's first due waiting runs, in the claim's order (past their misfire deadline:
+-- left for the tick pass, as in flow_waiting_limit)
 SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs
 WHERE rate_name = %(name)s AND rate_key = %(key)s AND rate_name IS NOT NULL
   AND status = 'pending' AND NOT held AND due_at <= {now}
+  AND (misfire_at IS NULL OR misfire_at >= {now})
   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
 ORDER BY priority DESC, due_at, id
 LIMIT %(n)s
@@ -1567,6 +1572,7 @@ picked AS MATERIALIZED (
             SELECT r.ctid, r.rate_name FROM rota_runs r
             WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
               AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
+              AND (r.misfire_at IS NULL OR r.misfire_at >= {now})  -- as flow_waiting_limit
               AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
             ORDER BY r.priority DESC, r.due_at, r.id
             LIMIT greatest(coalesce(k.free, 0), 0)) r) w

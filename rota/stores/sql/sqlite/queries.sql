@@ -1102,17 +1102,21 @@ SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2,
 FROM json_each(:keys) AS e
 
 -- name: flow_waiting_limit
+-- (past its misfire deadline: left for the tick pass, see the PostgreSQL file)
 SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs INDEXED BY rota_runs_limit_waiting
 WHERE limit_name = :name AND limit_key = :key AND limit_name IS NOT NULL
   AND status = 'pending' AND NOT held AND due_at <= {now}
+  AND (misfire_at IS NULL OR misfire_at >= {now})
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
 ORDER BY priority DESC, due_at, id
 LIMIT :n
 
 -- name: flow_waiting_rate
+-- (past its misfire deadline: left for the tick pass, see the PostgreSQL file)
 SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs INDEXED BY rota_runs_rate_waiting
 WHERE rate_name = :name AND rate_key = :key AND rate_name IS NOT NULL
   AND status = 'pending' AND NOT held AND due_at <= {now}
+  AND (misfire_at IS NULL OR misfire_at >= {now})
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
 ORDER BY priority DESC, due_at, id
 LIMIT :n

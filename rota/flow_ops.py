@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger("rota")
+SINCE_MAX = 36500 * 86400  # retry_many since=: 100 years, in seconds
 
 
 class FlowClient(Client):
@@ -113,12 +114,13 @@ class FlowClient(Client):
 
 
 def _since(since: object) -> timedelta | None:
-    """retry_many's `since`: a positive timedelta or number of seconds (as everywhere else)."""
+    """retry_many's `since`: a positive timedelta or number of seconds (as everywhere else),
+    at most SINCE_MAX (a longer one is "all": pass None; past it `now - since` overflows)."""
     if since is None:
         return None
-    if isinstance(since, timedelta):
-        if since > timedelta(0):
-            return since
-    elif isinstance(since, (int, float)) and not isinstance(since, bool) and 0 < since <= 36500 * 86400:
-        return timedelta(seconds=since)
-    raise ConfigurationError(f"since must be a positive timedelta or number of seconds, got {shown(since)}")
+    seconds = since.total_seconds() if isinstance(since, timedelta) else since
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 < seconds <= SINCE_MAX:
+        return since if isinstance(since, timedelta) else timedelta(seconds=seconds)
+    raise ConfigurationError(
+        f"since must be a positive timedelta or number of seconds, at most 100 years ({SINCE_MAX}), got {shown(since)}"
+    )

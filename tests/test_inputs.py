@@ -344,7 +344,7 @@ def test_retry_many_takes_since_in_seconds_and_refuses_a_task_nothing_names(app:
         rota.ConfigurationError, match=r"^no run of task 'declard' exists \(did you mean 'declared'\?\)"
     ):
         app.retry_many(task="declard")
-    for since in (0, -1, math.nan, True, "6h"):
+    for since in (0, -1, math.nan, math.inf, 1e300, True, "6h", timedelta(0), timedelta.max):
         with pytest.raises(rota.ConfigurationError, match="since must be a positive timedelta or number of seconds"):
             app.retry_many(since=since)  # type: ignore[arg-type]
 

@@ -249,7 +249,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 def check_name(what: str, name: object) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise ConfigurationError(f"{what} name must be a non-empty string of at most 200 characters, got {name!r}")
+        got = f"{name!r:.60}... ({len(name)} characters)" if isinstance(name, str) and len(name) > 200 else repr(name)
+        raise ConfigurationError(f"{what} name must be a non-empty string of at most 200 characters, got {got}")
     check_text(f"{what} name", name)
     bad = _CONTROL.search(name)
     if bad is not None:

@@ -350,6 +350,23 @@ def test_retry_many_takes_since_in_seconds_and_refuses_a_task_nothing_names(app:
 
 
 @pytest.mark.parametrize("kind", [rota.Limit, rota.Rate])
+@pytest.mark.parametrize("name", ["", "   ", "\t", "x" * 201, "x" * 100_000, 5, b"stripe"])
+def test_a_pool_name_that_is_empty_blank_too_long_or_not_text_is_refused_in_one_short_line(
+    kind: Any, name: object
+) -> None:
+    extra = {"per": 1} if kind is rota.Rate else {}
+    what = kind.__name__
+    with pytest.raises(
+        rota.ConfigurationError, match=rf"^{what} name must be a non-empty string of at most 200 characters, got "
+    ) as raised:
+        kind(1, name=name, **extra)
+    message = str(raised.value)
+    assert "\n" not in message and len(message) < 200, message  # never the whole value echoed back
+    if isinstance(name, str) and len(name) > 200:
+        assert message.endswith(f"... ({len(name)} characters)")
+
+
+@pytest.mark.parametrize("kind", [rota.Limit, rota.Rate])
 @pytest.mark.parametrize("name", ["a\nb", "tab\there", "\x1frota:unresolved"])
 def test_a_pool_name_is_one_printable_line_as_every_other_name(kind: Any, name: str) -> None:
     extra = {"per": 1} if kind is rota.Rate else {}

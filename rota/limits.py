@@ -6,8 +6,9 @@
     @app.task(limit=rota.Limit(10, name="stripe"))       # one pool shared by every task naming it
     @app.task(rate=rota.Rate(100, per=timedelta(minutes=1), by="account_id"))
 
-`by=` names handler parameters (one, or a tuple) or is a callable taking the handler's
-arguments and returning a string; the key is resolved at enqueue and stored on the run. A
+`by=` names handler parameters (one, or a tuple) or is a callable returning a string, called
+with each call's arguments exactly as the handler is (so it takes the handler's parameters);
+the key is resolved at enqueue and stored on the run. A
 run made where the task is not declared is keyed from the stored declaration
 (rota/limit_specs.py). The store's side (the flow claim) is in rota/stores/_limits.py.
 """

@@ -27,6 +27,7 @@ from ._sql_base import Row
 # often not ASCII, and escaping them would only cost time.
 json_batch = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
+
 class _Session:
     __slots__ = ("conn", "now", "queries", "wake")
 

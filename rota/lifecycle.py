@@ -194,7 +194,8 @@ TRANSITIONS: Final = (
        "a stopping worker gives back what it holds and what outlived shutdown_timeout"),
     _t("refuse", (HELD, STARTED, CANCEL_REQUESTED), (DUE_LATER, FAILED, CANCELLED), WORKER,
        "the token and status running; the worker does not register the run's task; its attempt given back, its "
-       "start cleared, due after half the time since its first refusal (refused_at; 1 to 60 s), never before its "
+       "start cleared (a rated run's start leaves its rate's window, in that transaction), due after half the "
+       "time since its first refusal (refused_at; 1 to 60 s), never before its "
        "own due time; refused for longer than UNKNOWN_TASK_GRACE since then: failed; cancellation requested: "
        "cancelled",
        "a worker of an older release gives a new task's run back for a worker that registers it"),

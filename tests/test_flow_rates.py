@@ -16,6 +16,7 @@ import pytest
 
 import rota
 from rota.stores.base import Outcome
+from rota.stores.records import REFUSE_DELAY, REFUSED
 
 from .conftest import make_app
 from .procs import WorkerProcs, wait_until
@@ -110,6 +111,48 @@ def test_a_named_rate_is_shared_and_starts_as_soon_as_the_window_allows(rated: A
     assert len(_claim(app)) == 1
     (info,) = [r for r in app.store.list_rates() if r.name == "github"]  # type: ignore[attr-defined]
     assert (info.max, info.per, info.started, info.waiting) == (1, 5.0, 1, 1)
+
+
+def _started_in_window(app: rota.App, name: str) -> int:
+    (info,) = [r for r in app.store.list_rates() if r.name == name]  # type: ignore[attr-defined]
+    return int(info.started)
+
+
+def test_a_refused_rated_run_gives_its_start_back_to_the_window(rated: Any) -> None:
+    """A run given back by a worker that lacks its task (a rolling deploy: `refuse`) never
+    started its handler: its start leaves the window, so refusals use no room, and the window
+    still never holds more than N real starts. (Refusals kept their starts: after N of them a
+    rate of N per window let nothing start until the window passed.)"""
+    app, call, _, clock = rated
+    for n in range(3):
+        call.enqueue("acme", n)
+    first = _claim(app)  # two starts in one claim (the same start time): the window is full
+    assert len(first) == 2 and _started_in_window(app, "call") == 2
+    refused = [Outcome(c.id, c.token, REFUSED, error='{"type":"TaskNotFound","message":"m"}') for c in first]
+    assert app.store.finish(refused) == {c.id for c in first}
+    assert [o.written_status for o in refused] == ["pending", "pending"]
+    assert _started_in_window(app, "call") == 0
+    clock.advance(REFUSE_DELAY[0])  # the refused runs are due again, the window still open
+    again = _claim(app)  # a worker that registers the task: their room is theirs again
+    assert {c.id for c in again} == {c.id for c in first} and _started_in_window(app, "call") == 2
+    clock.advance(9)  # T0 + 10: the two real starts (at T0 + 1) still fill the window
+    assert _claim(app) == []
+    clock.advance(1)
+    assert len(_claim(app)) == 1
+
+
+def test_a_rated_run_is_never_held_and_one_handed_back_after_its_start_keeps_it(rated: Any) -> None:
+    """Rated runs are only claimed into free slots (their start logged at the claim), so no
+    held rated run is ever handed back; one handed back after its handler started (at a
+    shutdown) keeps its start in the window: the handler ran."""
+    app, call, _, _ = rated
+    call.enqueue("acme")
+    call.enqueue("acme", 1)
+    assert app.store.claim("w", 10, None, 30.0, 0) == []  # no free slot: none claimed, none held
+    (c,) = app.store.claim("w", 10, None, 30.0, 1)
+    assert not c.held and c.started_at is not None
+    assert app.store.hand_back([(c.id, c.token)], "shutdown") == {c.id}
+    assert _started_in_window(app, "call") == 1
 
 
 @pytest.mark.parametrize(

@@ -40,10 +40,12 @@ wake-up; on SQLite the other processes see the write through their data_version 
 
 Rates are a sliding window over a log, `rota_rate_starts` (name, key, started_at on the
 database clock): at most `max` starts in any `per` seconds; every claim of a rated run is a
-start (retries count). When a rate key is full its due waiting runs get `due_at` = the time
-the window opens again (when the start that fills it leaves the window), so every worker's
-ordinary "next run due at" sleep wakes it then: no polling while runs wait on a rate. Old
-starts are pruned whenever the key is claimed. (A GCRA "next allowed" timestamp would be
+start (retries count), taken back only when the run is refused (`refuse`: its handler never
+started; the log has no run id, so one row of its key and start time goes). When a rate key
+is full its due waiting runs get `due_at` = the time the window opens again (when the start
+that fills it leaves the window), so every worker's ordinary "next run due at" sleep wakes
+it then: no polling while runs wait on a rate. Old starts are pruned whenever the key is
+claimed. (A GCRA "next allowed" timestamp would be
 one row per key, but it enforces a smoothed rate, not "N in any window".)
 
 The flow claim, in that transaction:

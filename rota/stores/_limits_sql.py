@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._limits import _WALK, FlowMixin, _choose
-from .base import Claimed
+from .base import Claimed, Outcome
+from .records import REFUSE_DELAY, UNKNOWN_TASK_GRACE
 
 
 def flow_due_call(names: Any) -> tuple[str, dict[str, Any]]:
@@ -183,3 +184,14 @@ class SQLiteFlow(FlowMixin):
         if rows:
             s.q("take_token", token=token + len(rows) - 1)
         return rows
+
+    def _refuse(self, s: Any, refused: Sequence[Outcome]) -> None:
+        """In the finish's transaction, the runs refused by a worker that does not register
+        their task, one by one (rare): each learns the status it was given. A rated one's
+        logged start goes first (refuse_unlog: its handler never started, so its refusal uses
+        no room of its rate; PostgreSQL's refuse does it in its own statement)."""
+        grace, (low, high) = UNKNOWN_TASK_GRACE, REFUSE_DELAY
+        for o in refused:
+            s.q("refuse_unlog", id=o.id, token=o.token)
+            got = s.q("refuse", id=o.id, token=o.token, error=o.error, grace=grace, delay_min=low, delay_max=high)
+            o.written_status = got[0][1] if got else None

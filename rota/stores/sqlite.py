@@ -49,7 +49,7 @@ from ._sqlite_conn import (
 )
 from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from .queries import latest_version, load_migrations, load_queries
-from .records import REFUSE_DELAY, REFUSED, UNKNOWN_TASK_GRACE
+from .records import REFUSED
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -423,10 +423,8 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
         refused = [o for o in outcomes if o.status == REFUSED]
         other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None) and o.status != REFUSED]
-        grace, (low, high) = UNKNOWN_TASK_GRACE, REFUSE_DELAY
-        for o in refused:  # one by one (rare): each learns the status it was given
-            got = s.q("refuse", id=o.id, token=o.token, error=o.error, grace=grace, delay_min=low, delay_max=high)
-            o.written_status = got[0][1] if got else None
+        if refused:
+            self._refuse(s, refused)
         if plain:
             s.q("finish_succeeded", rows=json_batch([[o.id, o.token, o.result, o.started] for o in plain]))
         if other:

@@ -421,10 +421,28 @@ RETURNING r.id, r.status
 -- first refusal (refused_at), from %(delay_min)s to %(delay_max)s s, never before its own due
 -- time. Refused for longer than %(grace)s s since the first time, it fails (TaskNotFound, no
 -- worker registering the task took it). A run whose cancellation was requested ends
--- cancelled. The ending runs lock their schedules and dependents as hand_back does.
+-- cancelled. The ending runs lock their schedules and dependents as hand_back does. A rated
+-- run's start leaves its window's log (`unlogged`): no handler started, so a refusal uses no
+-- room of its rate.
 WITH v AS MATERIALIZED (
     SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS error
     FROM json_array_elements(%(rows)s::json) AS e
+),
+unlogged AS (
+    -- one logged start per refused rated run: its key's and its start time's (runs claimed
+    -- together share their start time, so as many rows as runs; the log has no run id). Run
+    -- to its end whether or not the UPDATE reads it; both see the rows as they were before.
+    DELETE FROM rota_rate_starts s
+    WHERE s.ctid = ANY(ARRAY(
+        SELECT x.ctid FROM (
+            SELECT r.rate_name, r.rate_key, r.started_at, count(*) AS n FROM rota_runs r
+            WHERE r.id = ANY(ARRAY(SELECT id FROM v)) AND (r.id, r.token) IN (SELECT id, token FROM v)
+              AND r.status = 'running' AND r.rate_name IS NOT NULL AND r.started_at IS NOT NULL
+            GROUP BY r.rate_name, r.rate_key, r.started_at) g
+        CROSS JOIN LATERAL (
+            SELECT l.ctid FROM rota_rate_starts l
+            WHERE l.name = g.rate_name AND l.key = g.rate_key AND l.started_at = g.started_at
+            LIMIT g.n) x))
 ),
 ending AS (
     SELECT id, schedule FROM rota_runs

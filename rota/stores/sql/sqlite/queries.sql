@@ -261,6 +261,16 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
 WHERE id = :id AND token = :token AND status = 'running'
 RETURNING id, status
 
+-- name: refuse_unlog
+-- Before refuse, in its transaction: a refused rated run never started its handler, so its
+-- start leaves its window's log (one row: its key's and its start time's; runs claimed
+-- together share it, one row each; the log has no run id). A refusal uses no room of its rate.
+DELETE FROM rota_rate_starts WHERE rowid = (
+    SELECT l.rowid FROM rota_runs r JOIN rota_rate_starts l INDEXED BY rota_rate_starts_window
+        ON l.name = r.rate_name AND l.key = r.rate_key AND l.started_at = r.started_at
+    WHERE r.id = :id AND r.token = :token AND r.status = 'running' AND r.rate_name IS NOT NULL
+    LIMIT 1)
+
 -- name: refuse
 -- transition: refuse
 -- A run of a task its worker does not register, given back for a worker that does (see the

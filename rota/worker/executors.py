@@ -2,9 +2,9 @@
 
 An executor takes a run (`submit`), delivers its end to the worker as (kind, value) through
 the `deliver` callback on the loop, stops it on request (`stop`: cancellation asked, lease
-lost, shutdown) and counts `stuck` bodies (decided runs whose handler still runs). Four
-ways today: a coroutine on the loop, a daemon thread, a daemon thread inside a store
-transaction (transactional=True), a child process. The run's way is
+lost, shutdown) and counts `stuck` bodies (decided runs whose handler still runs) in
+`Executors.count_stuck`. Four ways today: a coroutine on the loop, a daemon thread, a
+daemon thread inside a store transaction (transactional=True), a child process. The run's way is
 chosen in ONE place (`kind_of`) from the registry `EXECUTORS`: a fourth way touches only
 this file. `Executors` holds the in-flight table and the hard concurrency cap: a slot is
 free only when its handler body really returned (stuck threads keep theirs).
@@ -30,8 +30,6 @@ from .handoff import Deliver, Handoff, Result
 class Executor(Protocol):
     """How one kind of handler runs."""
 
-    stuck: int
-
     def submit(self, active: Active, task: Task[Any, Any]) -> None: ...
 
     def stop(self, active: Active, lost: bool) -> None: ...
@@ -49,8 +47,7 @@ class CoroutineExecutor(_Decidable):
     """`async def` handlers: a task on the worker's loop, cancelled to stop."""
 
     def __init__(self, slots: Executors) -> None:
-        self.slots = slots
-        self.stuck = 0  # a cancelled task ends at its next await
+        self.slots = slots  # (never stuck: a cancelled task ends at its next await)
 
     def submit(self, active: Active, task: Task[Any, Any]) -> None:
         name = f"rota-run-{active.claim.id}"
@@ -92,7 +89,6 @@ class ThreadExecutor(_Decidable):
 
     def __init__(self, slots: Executors) -> None:
         self.slots = slots
-        self.stuck = 0
 
     def submit(self, active: Active, task: Task[Any, Any]) -> None:
         self.slots.handoff.run(active, lambda: self._call(active, task), self._returned)
@@ -127,14 +123,12 @@ class ThreadExecutor(_Decidable):
     def _mark_stuck(self, active: Active) -> None:
         if not active.stuck:
             active.stuck = True
-            self.stuck += 1
             self.slots.count_stuck(1)
 
     def _returned(self, active: Active) -> None:
         """A decided run's thread finally returned: its slot is free now."""
         if active.stuck:
             active.stuck = False
-            self.stuck -= 1
             self.slots.count_stuck(-1)
             self.slots.slot_freed.set()
 
@@ -164,7 +158,6 @@ class ProcessExecutor(_Decidable):
 
     def __init__(self, slots: Executors) -> None:
         self.slots = slots
-        self.stuck = 0
 
     def submit(self, active: Active, task: Task[Any, Any]) -> None:
         self.slots.handoff.run(active, lambda: self._call(active, task), lambda _active: None)
@@ -225,7 +218,7 @@ class Executors:
         self.slot_freed = asyncio.Event()
 
     def count_stuck(self, change: int) -> None:
-        """An executor's stuck count changed by `change` (kept here as a total: free_slots,
+        """The stuck bodies changed by `change` (one total for every executor: free_slots,
         on the hot path, reads it for every start)."""
         self.stuck += change
         self.stuck_changed()

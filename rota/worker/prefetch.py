@@ -122,6 +122,8 @@ class Prefetch:
         last = start_order(next(reversed(held.values()))[0]) if held else None
         ordered = True  # each new run goes after those held (a claim's runs come in start order)
         for claim in claims:
+            if claim.id in held:  # (kept where it was: its place may no longer be its order)
+                ordered = False
             held[claim.id] = (claim, deadline)
             if ordered:
                 order = start_order(claim)

@@ -143,6 +143,11 @@ TRANSITIONS: Final = (
        "a run made where its limit or rate key could not be computed (a callable by=) waits under no limit's "
        "name; a worker declaring its task computes the keys before its flow claim",
        "a run made outside its task's process gets its limit and rate keys"),
+    _t("skip_unkeyed", (DUE, DUE_LATER, AHEAD), (SKIPPED,), ANY_WORKER,
+       "a schedule's tick (not a backfill) waiting unresolved, whose keys the declaring worker's code cannot "
+       "compute either (its by= raises on the stored arguments): the error recorded, finished_at set, counted "
+       "once in the schedule's skip_count (rota_run_finished), as a tick pass there records it",
+       "a tick made where its task is not declared that its task's code cannot key is recorded skipped"),
     _t("misfire_run", (AHEAD,), (DUE,), ANY_WORKER,
        "a run made ahead past its deadline that the policy (coalesce, all, a raised grace) still runs: the "
        "deadline is cleared",

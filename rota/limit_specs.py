@@ -10,7 +10,10 @@ JSON defaults, so stored arguments bind as the handler's signature binds them), 
 "callable". A callable `by=` (or a parameter whose default is not JSON) cannot be computed
 outside the declaring process: such a run is stored under the limit name UNRESOLVED, which
 no claim takes (no limit has that name), and a worker that declares the task gives it its
-keys before it claims (`resolve`). It waits; it never runs unlimited.
+keys before it claims (`resolve`). It waits; it never runs unlimited. A schedule's tick
+whose keys the declaring code cannot compute either (its `by=` raises on the stored
+arguments) is then recorded skipped with the error, as a tick pass in a declaring process
+records it (`stamp_lenient`); any other such run takes the pools' empty key.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ import inspect
 import json
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from .limits import Limit, Rate, _text, declared, stamp
-from .models import SKIPPED
+from .models import PENDING, SKIPPED
 from .serialization import simple_error
 
 log = logging.getLogger("rota.flow")
@@ -117,12 +121,22 @@ def _key(by: Any, args: Any, kwargs: Any) -> str | None:
     return _text(values[0]) if len(values) == 1 else json.dumps(values, sort_keys=True, default=str)
 
 
-def resolved(task: Any, args_json: str, kwargs_json: str) -> tuple[str | None, str | None, str | None, str | None]:
-    """(limit name, key, rate name, key) of an UNRESOLVED run, computed by a process that
-    declares its task."""
-    run = _Keys()
+def resolved(task: Any, args_json: str, kwargs_json: str, *, tick: bool = False) -> Keys:
+    """The limit and rate keys of an UNRESOLVED run, computed by a process that declares its
+    task. A schedule's tick (`tick`) they cannot be computed for comes back skipped with the
+    error, as the tick pass records one made where the task is declared (stamp_lenient)."""
+    run = Keys()
+    run.skip_unkeyed = tick
     _stamp_json(run, task, args_json, kwargs_json)
-    return run.limit_name, run.limit_key, run.rate_name, run.rate_key
+    return run
+
+
+def warn_skipped(schedule: str, tick: datetime | None, error: str | None) -> None:
+    """The warning for a tick recorded skipped because its keys cannot be computed (logged
+    once that record is committed)."""
+    why = json.loads(error or "{}").get("message")
+    at = tick.isoformat() if tick is not None else None
+    log.warning("schedule %r: the tick at %s is recorded skipped: %s", schedule, at, why)
 
 
 def _stamp_json(run: Any, task: Any, args_json: str | None, kwargs_json: str | None) -> None:
@@ -158,12 +172,17 @@ def stamp_lenient(run: Any, task: Any, args: Any, kwargs: Any) -> None:
         )
 
 
-class _Keys:
+class Keys:
+    """A run's keys as `resolved` computes them (status skipped: a tick they cannot key)."""
+
     limit_name: str | None = None
     limit_key: str | None = None
     rate_name: str | None = None
     rate_key: str | None = None
     flow_known = True
+    skip_unkeyed = False
+    status: str = PENDING
+    error: str | None = None
 
 
 def stored_tasks(tasks: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:

@@ -247,10 +247,25 @@ def simple_error(kind: str, message: str) -> str:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
+def _shown(value: object) -> str:
+    """A refused value in an error, whatever its type: its repr cut at 60 characters, with
+    its length if it has one (a huge name, bytes or list is never echoed in full)."""
+    shown = repr(value)
+    if len(shown) <= 60:
+        return shown
+    try:
+        size = len(value)  # type: ignore[arg-type]
+    except Exception:  # no length (or a broken __len__): the cut repr says enough
+        return f"{shown:.60}..."
+    unit = "characters" if isinstance(value, str) else "bytes" if isinstance(value, bytes | bytearray) else "items"
+    return f"{shown:.60}... ({size} {unit})"
+
+
 def check_name(what: str, name: object) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        got = f"{name!r:.60}... ({len(name)} characters)" if isinstance(name, str) and len(name) > 200 else repr(name)
-        raise ConfigurationError(f"{what} name must be a non-empty string of at most 200 characters, got {got}")
+        raise ConfigurationError(
+            f"{what} name must be a non-empty string of at most 200 characters, got {_shown(name)}"
+        )
     check_text(f"{what} name", name)
     bad = _CONTROL.search(name)
     if bad is not None:

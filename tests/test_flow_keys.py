@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import rota
+from rota.limit_specs import UNRESOLVED
 
 from .test_flow_declared import _gates
 from .test_schedules import poll_once
@@ -99,10 +100,105 @@ def test_a_tick_that_cannot_be_keyed_is_not_made_ahead(app_factory: Callable[...
     clock = rota.FakeClock(START)
     worker = _declaring(app_factory, clock=clock)
     worker.prepare()
-    app_factory(clock=clock).add_schedule("bad", "by_call", every=60, args=[{}], overlap="concurrent")
+    elsewhere = app_factory(clock=clock)
+    elsewhere.add_schedule("bad", "by_call", every=60, args=[{}], overlap="concurrent")
+    elsewhere.add_schedule("good", "by_call", every=60, args=[{"shop": "a"}], overlap="concurrent")
     clock.set(START + timedelta(seconds=29.8))  # 0.2 s before the 00:01 tick: within the lead
     tick_pass(worker)
-    assert worker.list_runs() == []  # not pending ahead under no key: planned at its tick
+    # the keyable schedule's tick is made ahead in this very pass (the ahead path ran), keyed;
+    # the other's is not pending ahead under no key: it is planned at its tick
+    (ahead,) = worker.list_runs()
+    assert (ahead.schedule, ahead.status, ahead.scheduled_for) == ("good", "pending", START + timedelta(seconds=30))
+    assert _gates(worker)[ahead.id] == ("by_call", "a", None, None)
     clock.set(START + timedelta(seconds=30))
     tick_pass(worker)
+    assert [r.status for r in worker.list_runs(schedule="bad")] == ["skipped"]
+
+
+def test_a_tick_made_where_the_task_is_not_declared_is_recorded_skipped_when_resolved(
+    app_factory: Callable[..., rota.App], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tick pass ran in a process that does not declare by_call (a worker of other tasks):
+    its ticks wait unresolved (the stored spec says "callable"); the declaring worker that
+    resolves them records the one it cannot key skipped, as the tick pass would have, and
+    counts it once in the schedule's skip_count. The keyable one is keyed and runs."""
+    clock = rota.FakeClock(START)
+    worker = _declaring(app_factory, clock=clock)
+    worker.prepare()
+    other = app_factory(clock=clock)
+
+    @other.task(name="unrelated")
+    def unrelated() -> None: ...
+
+    other.prepare()  # a worker that does not declare by_call makes the ticks
+    other.add_schedule("bad", "by_call", every=60, args=[{}])  # overlap=skip: exclusive
+    other.add_schedule("fine", "by_call", every=60, args=[{"shop": "a"}], overlap="concurrent")
+    clock.advance(timedelta(seconds=60))  # 00:01:30: both 00:01 ticks are due
+    poll_once(other)
+    assert {r.schedule: r.status for r in worker.list_runs()} == {"bad": "pending", "fine": "pending"}
+    assert worker.store.resolve_runs(worker.tasks) == 2
+    runs = {r.schedule: r for r in worker.list_runs()}
+    bad, fine = runs["bad"], runs["fine"]
+    assert (bad.status, fine.status) == ("skipped", "pending")
+    assert bad.error is not None and bad.error["type"] == "ConfigurationError"
+    assert "keys cannot be computed: limit by=_shop of task by_call raised KeyError: 'shop'" in bad.error["message"]
+    assert bad.finished_at is not None
+    assert _gates(worker)[bad.id] == (None, None, None, None)
+    assert _gates(worker)[fine.id] == ("by_call", "a", None, None)
+    assert worker.get_schedule("bad").skip_count == 1  # counted once, as a skipped tick inserted
+    assert "schedule 'bad': the tick at 2030-01-01T00:01:00+00:00 is recorded skipped" in caplog.text
+    assert "takes the empty key" not in caplog.text
+    (claimed,) = worker.store.claim("w", 10, None, 30.0)
+    assert str(claimed.id) == fine.id
+
+
+def test_an_unkeyable_tick_is_logged_only_by_the_pass_that_recorded_it(
+    app_factory: Callable[..., rota.App], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two workers read the same due schedule; the second's pass is rolled back (the first
+    made the tick): only the first logs the tick recorded skipped."""
+    clock = rota.FakeClock(START)
+    app = _declaring(app_factory, clock=clock)
+    app.prepare()
+    app_factory(clock=clock).add_schedule("bad", "by_call", every=60, args=[{}], overlap="concurrent")
+    clock.advance(timedelta(seconds=60))  # 00:01:30: the 00:01 tick is due
+    first, second = app.worker(install_signal_handlers=False), app.worker(install_signal_handlers=False)
+    try:
+        (due,) = app.store.due_schedules(10, 0.0)
+        made = []
+        for w in (first, second):
+            plan = w._ticker._plan(due, app.store.now(), 0.0)
+            assert not isinstance(plan, str)
+            made.append(app.store.materialize(due, plan))
+    finally:
+        for w in (first, second):
+            w._threads.close()
+            w._db_pool.close()
+    assert made == [True, False]
+    assert [r.status for r in app.list_runs()] == ["skipped"]
+    assert caplog.text.count("schedule 'bad': the tick at 2030-01-01T00:01:00+00:00 is recorded skipped") == 1
+
+
+def test_a_tick_made_ahead_where_the_task_is_not_declared_is_recorded_skipped_when_resolved(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    from .test_ticks_ahead import tick_pass
+
+    clock = rota.FakeClock(START)
+    worker = _declaring(app_factory, clock=clock)
+    worker.prepare()
+    other = app_factory(clock=clock)
+    other.task(name="unrelated")(lambda: None)
+    other.prepare()
+    other.add_schedule("bad", "by_call", every=60, args=[{}], overlap="concurrent")
+    clock.set(START + timedelta(seconds=29.8))  # within the lead of the 00:01 tick
+    tick_pass(other)
+    (ahead,) = worker.list_runs()
+    assert (ahead.status, _gates(worker)[ahead.id][0]) == ("pending", UNRESOLVED)  # made ahead, unresolved
+    assert worker.store.resolve_runs(worker.tasks) == 1
+    (run,) = worker.list_runs()
+    assert run.status == "skipped" and run.error is not None and run.error["type"] == "ConfigurationError"
+    assert worker.get_schedule("bad").skip_count == 1
+    clock.set(START + timedelta(seconds=31))
+    tick_pass(worker)  # nothing left to judge at its tick
     assert [r.status for r in worker.list_runs()] == ["skipped"]

@@ -350,7 +350,9 @@ def test_retry_many_takes_since_in_seconds_and_refuses_a_task_nothing_names(app:
 
 
 @pytest.mark.parametrize("kind", [rota.Limit, rota.Rate])
-@pytest.mark.parametrize("name", ["", "   ", "\t", "x" * 201, "x" * 100_000, 5, b"stripe"])
+@pytest.mark.parametrize(
+    "name", ["", "   ", "\t", "x" * 201, "x" * 100_000, 5, b"stripe", b"x" * 100_000, ["x"] * 100_000, range(10**6)]
+)
 def test_a_pool_name_that_is_empty_blank_too_long_or_not_text_is_refused_in_one_short_line(
     kind: Any, name: object
 ) -> None:
@@ -364,6 +366,8 @@ def test_a_pool_name_that_is_empty_blank_too_long_or_not_text_is_refused_in_one_
     assert "\n" not in message and len(message) < 200, message  # never the whole value echoed back
     if isinstance(name, str) and len(name) > 200:
         assert message.endswith(f"... ({len(name)} characters)")
+    elif isinstance(name, bytes | list) and len(name) > 200:  # not text: cut all the same
+        assert message.endswith(f"... ({len(name)} {'bytes' if isinstance(name, bytes) else 'items'})")
 
 
 @pytest.mark.parametrize("kind", [rota.Limit, rota.Rate])

@@ -75,6 +75,9 @@ A full key never blocks others: its runs are simply not taken, and the rest are.
 A tick made ahead whose misfire deadline passed while it waited is not taken either (the
 `misfire_at` test of claim, in the statements that read each key's waiting runs: a filter
 on rows they read anyway, the same index): the tick pass judges it by its misfire policy.
+`flow_heads` and `flow_due` do not test the deadline: until the tick pass judges such a
+tick, they still count it as due, so a claim may take its key and then take nothing from
+it (the tick pass is woken at once, as the deadline passes, and ends that).
 """
 
 from __future__ import annotations

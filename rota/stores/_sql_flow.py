@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import ScheduleNotFound
-from ..limit_specs import UNRESOLVED, resolved
+from ..limit_specs import UNRESOLVED, Keys, resolved, warn_skipped
+from ..models import PENDING
 from ._sql_schedules import SqlSchedules
 from .base import NewRun, ScheduleDef
 from .flow import RetryBatch
@@ -104,16 +105,24 @@ class SqlFlow(SqlSchedules):
 
     def resolve_runs(self, tasks: Mapping[str, Any], batch: int = 100) -> int:
         """Key up to `batch` runs of the declared `tasks` that were made where their keys
-        could not be computed (limit_specs.UNRESOLVED); returns how many."""
+        could not be computed (limit_specs.UNRESOLVED); returns how many. A schedule's tick
+        the code cannot key either is recorded skipped, as the tick pass records one (its
+        trigger counts it in the schedule's skip_count), and logged once committed."""
         names = self._names(sorted(tasks))
+        skipped: list[tuple[str, datetime | None, str | None]] = []
         with self._tx() as s:
             rows = s.q("flow_unresolved", unresolved=UNRESOLVED, tasks=names, n=batch)
-            for run_id, task, args, kwargs in rows:
-                limit_name, limit_key, rate_name, rate_key = resolved(tasks[str(task)], str(args), str(kwargs))
-                s.q("flow_resolve", id=run_id, unresolved=UNRESOLVED, limit_name=limit_name, limit_key=limit_key,
-                    rate_name=rate_name, rate_key=rate_key)  # fmt: skip
+            for run_id, task, args, kwargs, schedule, tick in rows:
+                keys = resolved(tasks[str(task)], str(args), str(kwargs), tick=tick is not None)
+                if keys.status != PENDING:  # a tick (not a backfill): its schedule and tick
+                    if s.q("flow_skip_unkeyed", id=run_id, unresolved=UNRESOLVED, error=keys.error):
+                        skipped.append((str(schedule), self._dt(tick), keys.error))
+                    continue
+                s.q("flow_resolve", id=run_id, unresolved=UNRESOLVED, **_gates(keys))
             if rows:
                 self._notify(s, "run")
+        for schedule, tick, error in skipped:
+            warn_skipped(schedule, tick, error)
         return len(rows)
 
     def count_unresolved(self) -> int:
@@ -125,7 +134,7 @@ class SqlFlow(SqlSchedules):
         return int(self._select("last_run_id")[0][0])
 
 
-def _gates(r: NewRun) -> dict[str, Any]:
+def _gates(r: NewRun | Keys) -> dict[str, Any]:
     return {"limit_name": r.limit_name, "limit_key": r.limit_key, "rate_name": r.rate_name, "rate_key": r.rate_key}
 
 

@@ -3,13 +3,12 @@ runs (materialize) with their overlap policy, and manual triggers."""
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
+from ..limit_specs import warn_skipped
 from ..models import PENDING, ScheduleInfo
 from ..serialization import simple_error
 from ..timing import TICK_ROWS, judge_unclaimed
@@ -22,8 +21,6 @@ from .base import (
     NewRun,
     ScheduleDef,
 )
-
-log = logging.getLogger("rota.flow")
 
 
 class SqlSchedules(SqlRows):
@@ -178,21 +175,21 @@ class SqlSchedules(SqlRows):
     def _keyed_tick(self, s: Session, due: DueSchedule, tick: datetime) -> NewRun:
         """A due tick's run with its limit and rate keys. One whose keys its task's code
         cannot compute from the schedule's stored arguments (rota.limit_specs.stamp_lenient)
-        is recorded skipped with the error, and logged: it neither runs unkeyed nor stops
-        the ticks of the other schedules."""
+        is recorded skipped with the error (logged by materialize once committed): it
+        neither runs unkeyed nor stops the ticks of the other schedules."""
         run = self._tick_run(due, tick, skip_unkeyed=True)
         self._gate(s, [run])
-        if run.status != PENDING:
-            why = json.loads(run.error or "{}").get("message")
-            log.warning("schedule %r: the tick at %s is recorded skipped: %s", due.name, tick.isoformat(), why)
         return run
 
     def materialize(self, due: DueSchedule, plan: Materialization) -> bool:
+        unkeyed: list[NewRun] = []  # the ticks recorded skipped as their keys cannot be computed
         try:
             with self._tx() as s:
-                following = self._materialize(s, due, plan)
+                following = self._materialize(s, due, plan, unkeyed)
         except _Abort:
-            return False
+            return False  # rolled back: nothing was recorded, nothing is logged
+        for run in unkeyed:
+            warn_skipped(due.name, run.tick, run.error)
         if following != plan.next_run_at:  # committed without the tick made ahead
             plan.ahead = None
         return True
@@ -202,16 +199,19 @@ class SqlSchedules(SqlRows):
         frozen mid-tick): the worker moves on to its other schedules. A no-op where writers
         take the whole database (SQLite)."""
 
-    def _materialize(self, s: Session, due: DueSchedule, plan: Materialization) -> datetime:
-        """Write the plan; returns the next_run_at written (plan.ahead if that was refused)."""
+    def _materialize(self, s: Session, due: DueSchedule, plan: Materialization, unkeyed: list[NewRun]) -> datetime:
+        """Write the plan; returns the next_run_at written (plan.ahead if that was refused).
+        The ticks inserted skipped as they cannot be keyed are added to `unkeyed`."""
         self._bound_tick_locks(s)
         soonest: datetime | None = None
         # Skipped rows per catch-up: at most TICK_ROWS, the misfire's and the overlap's
         # together (the on-time ticks that find the first one active); the rest are counted.
         room, counted = TICK_ROWS - len(plan.skipped), 0
         for tick in plan.run:
-            if self._insert_run(s, self._keyed_tick(s, due, tick)):
+            run = self._keyed_tick(s, due, tick)
+            if self._insert_run(s, run):
                 soonest = soonest or tick
+                unkeyed += [run] if run.status != PENDING else []
                 continue
             if s.q("tick_exists", schedule=due.name, tick=self._ts(tick)):
                 raise _Abort  # another instance materialized this tick

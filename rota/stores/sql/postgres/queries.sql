@@ -1700,8 +1700,11 @@ SELECT spec FROM rota_task_flow WHERE task = %(task)s
 
 -- name: flow_unresolved
 -- Runs made where their task's keys could not be computed (a callable by=), for a worker
--- that declares the task to key (found through rota_runs_limit_waiting).
-SELECT id, task, args, kwargs FROM rota_runs
+-- that declares the task to key (found through rota_runs_limit_waiting). The last column is
+-- the tick of a schedule's tick (not of a backfill: NULL), which flow_skip_unkeyed records
+-- skipped if the declaring code cannot key it either.
+SELECT id, task, args, kwargs, schedule, CASE WHEN schedule IS NOT NULL AND NOT backfill THEN tick END
+FROM rota_runs
 WHERE limit_name = %(unresolved)s AND status = 'pending' AND NOT held
   AND task = ANY(%(tasks)s::text[])
 ORDER BY limit_name, limit_key, priority DESC, due_at, id
@@ -1713,6 +1716,18 @@ LIMIT %(n)s
 UPDATE rota_runs
 SET limit_name = %(limit_name)s, limit_key = %(limit_key)s, rate_name = %(rate_name)s, rate_key = %(rate_key)s
 WHERE id = %(id)s AND status = 'pending' AND limit_name = %(unresolved)s
+
+-- name: flow_skip_unkeyed
+-- transition: skip_unkeyed
+-- An unresolved schedule's tick whose keys its declaring worker cannot compute either (a by=
+-- raising on the stored arguments): recorded skipped with the error, as the tick pass inserts
+-- one (rota_run_finished counts it in the schedule's skip_count, as rota_run_skipped counts
+-- the inserted one; an exclusive schedule's slot is handed on).
+UPDATE rota_runs
+SET status = 'skipped', error = %(error)s, finished_at = {now},
+    limit_name = NULL, limit_key = NULL, rate_name = NULL, rate_key = NULL
+WHERE id = %(id)s AND status = 'pending' AND limit_name = %(unresolved)s
+RETURNING id
 
 -- name: flow_set_gates
 -- transition: retry

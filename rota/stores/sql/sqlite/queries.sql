@@ -1216,7 +1216,9 @@ DELETE FROM rota_task_flow WHERE task IN (SELECT value FROM json_each(:tasks))
 SELECT spec FROM rota_task_flow WHERE task = :task
 
 -- name: flow_unresolved
-SELECT id, task, args, kwargs FROM rota_runs
+-- (a schedule's tick, not a backfill: its tick, else NULL; see the PostgreSQL file)
+SELECT id, task, args, kwargs, schedule, CASE WHEN schedule IS NOT NULL AND NOT backfill THEN tick END
+FROM rota_runs
 WHERE limit_name = :unresolved AND status = 'pending' AND NOT held
   AND task IN (SELECT value FROM json_each(:tasks))
 ORDER BY limit_name, limit_key, priority DESC, due_at, id
@@ -1227,6 +1229,14 @@ LIMIT :n
 UPDATE rota_runs
 SET limit_name = :limit_name, limit_key = :limit_key, rate_name = :rate_name, rate_key = :rate_key
 WHERE id = :id AND status = 'pending' AND limit_name = :unresolved
+
+-- name: flow_skip_unkeyed
+-- transition: skip_unkeyed
+UPDATE rota_runs
+SET status = 'skipped', error = :error, finished_at = {now},
+    limit_name = NULL, limit_key = NULL, rate_name = NULL, rate_key = NULL
+WHERE id = :id AND status = 'pending' AND limit_name = :unresolved
+RETURNING id
 
 -- name: flow_set_gates
 -- transition: retry

@@ -148,6 +148,10 @@ class FlowMixin:
     # runs without a limit or a rate may still be due: the last claim's plain part got all it
     # asked for, or (when it was asked for none) the plain_due probe found one
     plain_due: bool = True
+    # the last flow claim left runs due that it did not try (PostgreSQL's one-trip flow claim
+    # sends no plain claim and leaves rate keys to the general path): claim again at once
+    _again_now: bool = False
+    one_trips = 0  # flow claims made in one round trip (PostgreSQL; tests and benchmarks read it)
 
     def sync_flow(self, limits: dict[str, int], rates: dict[str, tuple[int, float]]) -> bool:
         """Store the limits and rates the code declares (this deploy's values win); return
@@ -197,6 +201,7 @@ class FlowMixin:
         if not self._flow_on():
             return self._plain_finish_and_claim(outcomes, owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
         free = limit if start is None else start
+        self._again_now = False
         if self.flow_due:  # the outcomes free slots: written first, in the claim's transaction
             self._resolve_some()
             written, taken, got, self.flow_due, self.plain_due = self._flow_finish_and_claim(
@@ -219,7 +224,7 @@ class FlowMixin:
         one claim may: more keys wait, with room."""
         if asked <= 0:  # nothing asked: nothing learnt
             return self.flow_blocked
-        if self._flow_capped:
+        if self._flow_capped or self._again_now:
             return False
         return taken < asked or (self._flow_room is not None and taken >= self._flow_room)
 
@@ -248,9 +253,10 @@ class FlowMixin:
         return self.flow_active
 
     def claim_cut_short(self) -> bool:
-        """The last claim took as many keys as one claim may while more were due: the runs
-        it did not take are due now (not a sign that what is due was drained)."""
-        return self.flow_active and self.flow_due and self._flow_capped
+        """The last claim took as many keys as one claim may while more were due, or left
+        runs it did not try (`_again_now`): the runs it did not take are due now (not a sign
+        that what is due was drained)."""
+        return self.flow_active and ((self.flow_due and self._flow_capped) or self._again_now)
 
     def _after_probe(
         self, tried: bool, due: bool, owner: str, room: int, queues: Sequence[str] | None, lease: float
@@ -330,11 +336,15 @@ class FlowMixin:
 
     def _flow_heads(self, s: Any, limit: int, names: Any) -> list[Any]:
         """The keys locked for a flow claim of up to `limit` runs: (kind, name, key, room seen)."""
-        n = min(limit + _EXTRA_KEYS, _MAX_KEYS)
+        n = heads_wanted(limit)
         if self._flow_capped:  # many keys wait: look near the head first
             heads: list[Any] = self._walked_heads(s, names, n)
         else:
             heads = s.q("flow_heads", queues=names, n=n)
+        return self._note_heads(heads, n)
+
+    def _note_heads(self, heads: list[Any], n: int) -> list[Any]:
+        """What the keys a flow claim locked (`heads`, at most `n`) say of the next claim."""
         self._flow_capped = len(heads) >= n  # more keys may have room: not blocked
         # (a run with a limit and a rate uses a unit of both keys: their sum says nothing)
         limits_only = all(h[0] == "l" for h in heads)
@@ -382,6 +392,11 @@ class FlowMixin:
         """A claim now would find nothing: the due limited runs wait for slots, and the last
         claim that asked for runs without a limit found fewer than it asked for."""
         return self.limits_wait() and not self.plain_due
+
+
+def heads_wanted(limit: int) -> int:
+    """How many keys a flow claim of up to `limit` runs locks at most."""
+    return min(limit + _EXTRA_KEYS, _MAX_KEYS)
 
 
 def _room(asked: int, free: int, claimed: int) -> int:

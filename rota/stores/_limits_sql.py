@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ._limits import _WALK, FlowMixin, _choose
+from ._limits import _WALK, FlowMixin, _choose, heads_wanted
 from .base import Claimed, Outcome
 from .records import REFUSE_DELAY, UNKNOWN_TASK_GRACE
 
@@ -71,9 +71,12 @@ class PostgresFlow(FlowMixin):
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
     ) -> tuple[set[int], int, list[Claimed], bool, bool]:
         """In pipeline mode: BEGIN, the outcomes and flow_heads in one round trip; the flow
-        claim's take in the next; the plain claim, the probe and COMMIT in the last."""
+        claim's take in the next; the plain claim, the probe and COMMIT in the last. While a
+        backlog of limited runs alone is due, all of it in one round trip (_flow_one_trip)."""
         from ._pg_session import claim_call, claimed, finish_batches, finished_schedules_lock, settle_refused
 
+        if limit > 0 and not self.plain_due and self._flow_room is not None and not self._flow_capped:
+            return self._flow_one_trip(outcomes, owner, limit, queues, lease, free)
         batches = finish_batches(outcomes)
         lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
         names = None if queues is None else list(queues)
@@ -113,6 +116,39 @@ class PostgresFlow(FlowMixin):
         got = claimed(rows)
         written_ids = {r[0] for rows_ in written for r in rows_}
         return written_ids, len(rows), got + claimed(more), bool(due and due[0][0]), plain
+
+    def _flow_one_trip(
+        self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, free: int
+    ) -> tuple[set[int], int, list[Claimed], bool, bool]:
+        """The flow claim in one round trip, for when the last one locked limit keys only (not
+        as many as a claim may) and no run without a limit was due: BEGIN, the outcomes,
+        flow_heads (which notes the keys it locks in the transaction), flow_take_limits of
+        those keys (sent without keys: it reads the note, in a statement of its own, so it
+        sees every claim committed before the locks), the probes and COMMIT. The plain claim
+        is not sent: if the plain_due probe finds a run due, or flow_heads locked a rate key
+        (left to the general path), the worker claims again at once (`_again_now`), and the
+        next claim takes the two round trips of _flow_pipeline."""
+        from ._pg_session import claimed, finish_batches, finished_schedules_lock, settle_refused
+
+        batches = finish_batches(outcomes)
+        lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
+        names = None if queues is None else list(queues)
+        n = heads_wanted(limit)
+        due_query, due_params = flow_due_call(names)
+        with self._session(False, pipeline=True) as s:  # type: ignore[attr-defined]
+            for query, params in [*lock, *batches]:
+                s.send(query, **params)
+            s.send("flow_heads", queues=names, n=n)
+            s.send("flow_take_limits", keys=None, owner=owner, limit=limit, start=free, queues=names, lease=lease)
+            s.send(due_query, **due_params)
+            s.send("plain_due", queues=names)
+        *written, heads, rows, due, probed = s.received[len(lock) :]
+        settle_refused(outcomes, batches, written)
+        self._note_heads(heads, n)
+        plain = bool(probed and probed[0][0])
+        self._again_now = (plain and len(rows) < limit) or self._flow_room is None
+        self.one_trips += 1
+        return {r[0] for rows_ in written for r in rows_}, len(rows), claimed(rows), bool(due and due[0][0]), plain
 
     def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float, start: int) -> list[Any]:
         return s.q("flow_take", ids=json.dumps(ids), owner=owner, lease=lease)  # type: ignore[no-any-return]  # all start

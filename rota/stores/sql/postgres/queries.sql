@@ -1293,6 +1293,9 @@ RETURNING id
 -- keys and never wait or deadlock. A full rate key is taken too: its waiting runs are then
 -- made due when its window opens. (`OFFSET 0` in the room's subquery: without it the planner
 -- inlines it, and counts each key's room twice, once for the filter and once for the output.)
+-- Each key locked is also noted, in lock order, in the transaction's setting
+-- `rota.flow_keys` ("[kind, name, key]," each): a flow_take_limits sent in the same pipeline
+-- without keys reads them there, so the flow claim needs no round trip of its own.
 WITH RECURSIVE lkeys AS (
     (SELECT limit_name AS name, limit_key AS key FROM rota_runs
      WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
@@ -1345,7 +1348,10 @@ SELECT kind, name, key, free FROM room h CROSS JOIN LATERAL (
                                         AND s.started_at > {now} - make_interval(secs => t.per))
                       FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
 WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
-           THEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
+           THEN CASE WHEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
+                     THEN set_config('rota.flow_keys', coalesce(current_setting('rota.flow_keys', true), '')
+                                     || json_build_array(h.kind, h.name, h.key)::text || ',', true) IS NOT NULL
+                     ELSE false END
            ELSE false END
 LIMIT %(n)s
 
@@ -1577,12 +1583,16 @@ RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.
 -- all. A waiting run that also has a rate is left for a flow claim that locks its rate key
 -- (it uses its slot quota here, as in the general path). The first %(start)s start, the rest
 -- are held (as claim's: held runs count against their limit too). Stamped as flow_take.
+-- Without %(keys)s (NULL), the limit keys flow_heads locked earlier in this transaction.
 WITH keys AS MATERIALIZED (
     SELECT k.ord, k.e->>1 AS name, k.e->>2 AS key,
            (SELECT l.max FROM rota_limits l WHERE l.name = k.e->>1)
            - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
               AND r.limit_name = k.e->>1 AND r.limit_key = k.e->>2) AS free
-    FROM json_array_elements(%(keys)s::json) WITH ORDINALITY AS k(e, ord)
+    FROM json_array_elements(coalesce(%(keys)s::json,  -- none given: those flow_heads locked (its note)
+             ('[' || rtrim(coalesce(current_setting('rota.flow_keys', true), ''), ',') || ']')::json))
+         WITH ORDINALITY AS k(e, ord)
+    WHERE k.e->>0 = 'l'  -- (a rate key flow_heads locked is the general path's: left to the next claim)
 ),
 picked AS MATERIALIZED (
     SELECT w.ctid, row_number() OVER (ORDER BY k.ord, w.rn) AS pos FROM keys k CROSS JOIN LATERAL (

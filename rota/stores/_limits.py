@@ -36,7 +36,9 @@ frees the slot by changing that run, once, under its token; a fenced-off late re
 changes nothing and so frees nothing twice; kill -9 or a lost lease frees the slot when the
 rescue changes the run. There is no counter to drift. On PostgreSQL a trigger NOTIFYs the
 workers when a limited run stops running, so the next run of that key starts within a
-wake-up; on SQLite the other processes see the write through their data_version watch.
+wake-up (the two finish statements send it themselves, once per batch, and the trigger's
+WHEN skips their rows: schema 0016); on SQLite the other processes see the write through
+their data_version watch.
 
 Rates are a sliding window over a log, `rota_rate_starts` (name, key, started_at on the
 database clock): at most `max` starts in any `per` seconds; every claim of a rated run is a

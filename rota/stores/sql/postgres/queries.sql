@@ -236,18 +236,32 @@ WITH v AS MATERIALIZED (
            (e->>3)::float8 AS started
     FROM json_array_elements(%(rows)s::json) AS e
 ),
+batch AS MATERIALIZED (
+    -- The runs of the batch still running, read once by key: every index the planner could
+    -- pick here has `id` in its key, so no plan walks all running runs (and the dead entries
+    -- a burst leaves among them).
+    SELECT schedule, limit_name FROM rota_runs
+    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND status = 'running'
+),
 locked AS (
     -- The schedules of these runs, locked in name order before any run is updated: the
     -- rota_run_finished trigger updates them, and two finishers taking them in the order of
-    -- their runs' ids would deadlock. (Evaluated first: a one-time filter below.) The runs
-    -- are found by key: every index the planner could pick here has `id` in its key, so no
-    -- plan walks all running runs (and the dead entries a burst leaves among them).
+    -- their runs' ids would deadlock. (Evaluated first: a one-time filter below.)
     SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM rota_runs
-                     WHERE id = ANY(ARRAY(SELECT id FROM v))
-                       AND schedule IS NOT NULL AND status = 'running')
+    WHERE s.name IN (SELECT schedule FROM batch WHERE schedule IS NOT NULL)
     ORDER BY s.name
     FOR UPDATE OF s
+),
+told AS MATERIALIZED (
+    -- A limited run of the batch frees a slot: wake the workers once, here, and tell the
+    -- rota_limit_freed trigger so (its WHEN skips the rows of this transaction: no function
+    -- call per row). Before any run is updated: a one-time filter below.
+    SELECT set_config('rota.limit_told', 'on', true) IS NOT NULL
+           AND pg_notify('rota' || CASE
+                   WHEN current_schema() = 'public' THEN ''
+                   WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
+                   ELSE ':' || md5(current_schema()) END, 'run') IS NULL
+    WHERE EXISTS (SELECT 1 FROM batch WHERE limit_name IS NOT NULL)
 ),
 deps AS (
     -- The waiting dependents of these runs, locked in id order next: the rota_run_settled
@@ -268,7 +282,7 @@ SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, 
 FROM v
 WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
-  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
+  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) + (SELECT count(*) FROM told) >= 0
 RETURNING r.id
 
 -- name: finish
@@ -278,14 +292,26 @@ WITH v AS MATERIALIZED (
            e->>4 AS error, (e->>5)::float8 AS retry_in, e->>6 AS history, (e->>7)::float8 AS started
     FROM json_array_elements(%(rows)s::json) AS e
 ),
+batch AS MATERIALIZED (
+    -- as in finish_succeeded: the batch's running runs, read once by key
+    SELECT schedule, limit_name FROM rota_runs
+    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND status = 'running'
+),
 locked AS (
     -- as in finish_succeeded: schedules locked in name order first
     SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM rota_runs
-                     WHERE id = ANY(ARRAY(SELECT id FROM v))
-                       AND schedule IS NOT NULL AND status = 'running')
+    WHERE s.name IN (SELECT schedule FROM batch WHERE schedule IS NOT NULL)
     ORDER BY s.name
     FOR UPDATE OF s
+),
+told AS MATERIALIZED (
+    -- as in finish_succeeded: one wake-up for the batch's freed limit slots
+    SELECT set_config('rota.limit_told', 'on', true) IS NOT NULL
+           AND pg_notify('rota' || CASE
+                   WHEN current_schema() = 'public' THEN ''
+                   WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
+                   ELSE ':' || md5(current_schema()) END, 'run') IS NULL
+    WHERE EXISTS (SELECT 1 FROM batch WHERE limit_name IS NOT NULL)
 ),
 deps AS (
     -- as in finish_succeeded: the waiting dependents locked in id order next
@@ -309,7 +335,7 @@ SET status = CASE WHEN v.status = 'pending' AND r.cancel_requested THEN 'cancell
 FROM v
 WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND r.id = v.id AND r.token = v.token AND r.status = 'running'
-  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
+  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) + (SELECT count(*) FROM told) >= 0
 RETURNING r.id
 
 -- name: finished_parents

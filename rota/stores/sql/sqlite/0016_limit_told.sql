@@ -1,0 +1,4 @@
+-- rota schema, version 16 (SQLite): nothing to change. On PostgreSQL this version makes the
+-- finish wake the workers once per batch for the limit slots it frees (the rota_limit_freed
+-- trigger); SQLite has no such trigger (other processes see a freed slot through their
+-- data_version watch). The number is kept so both backends count versions alike.

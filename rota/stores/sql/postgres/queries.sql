@@ -236,19 +236,16 @@ WITH v AS MATERIALIZED (
            (e->>3)::float8 AS started
     FROM json_array_elements(%(rows)s::json) AS e
 ),
-batch AS MATERIALIZED (
-    -- The runs of the batch still running, read once by key: every index the planner could
-    -- pick here has `id` in its key, so no plan walks all running runs (and the dead entries
-    -- a burst leaves among them).
-    SELECT schedule, limit_name FROM rota_runs
-    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND status = 'running'
-),
 locked AS (
     -- The schedules of these runs, locked in name order before any run is updated: the
     -- rota_run_finished trigger updates them, and two finishers taking them in the order of
-    -- their runs' ids would deadlock. (Evaluated first: a one-time filter below.)
+    -- their runs' ids would deadlock. (Evaluated first: a one-time filter below.) The runs
+    -- are found by key: every index the planner could pick here has `id` in its key, so no
+    -- plan walks all running runs (and the dead entries a burst leaves among them).
     SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM batch WHERE schedule IS NOT NULL)
+    WHERE s.name IN (SELECT schedule FROM rota_runs
+                     WHERE id = ANY(ARRAY(SELECT id FROM v))
+                       AND schedule IS NOT NULL AND status = 'running')
     ORDER BY s.name
     FOR UPDATE OF s
 ),
@@ -261,7 +258,10 @@ told AS MATERIALIZED (
                    WHEN current_schema() = 'public' THEN ''
                    WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
                    ELSE ':' || md5(current_schema()) END, 'run') IS NULL
-    WHERE EXISTS (SELECT 1 FROM batch WHERE limit_name IS NOT NULL)
+    -- (The batch's limited runs through the index of running limited runs: a probe of an
+    -- empty index while no limited run runs, so a drain without limits pays nothing.)
+    WHERE EXISTS (SELECT 1 FROM rota_runs WHERE status = 'running' AND limit_name IS NOT NULL
+                  AND id = ANY(ARRAY(SELECT id FROM v)))
 ),
 deps AS (
     -- The waiting dependents of these runs, locked in id order next: the rota_run_settled
@@ -292,15 +292,12 @@ WITH v AS MATERIALIZED (
            e->>4 AS error, (e->>5)::float8 AS retry_in, e->>6 AS history, (e->>7)::float8 AS started
     FROM json_array_elements(%(rows)s::json) AS e
 ),
-batch AS MATERIALIZED (
-    -- as in finish_succeeded: the batch's running runs, read once by key
-    SELECT schedule, limit_name FROM rota_runs
-    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND status = 'running'
-),
 locked AS (
     -- as in finish_succeeded: schedules locked in name order first
     SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM batch WHERE schedule IS NOT NULL)
+    WHERE s.name IN (SELECT schedule FROM rota_runs
+                     WHERE id = ANY(ARRAY(SELECT id FROM v))
+                       AND schedule IS NOT NULL AND status = 'running')
     ORDER BY s.name
     FOR UPDATE OF s
 ),
@@ -311,7 +308,8 @@ told AS MATERIALIZED (
                    WHEN current_schema() = 'public' THEN ''
                    WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
                    ELSE ':' || md5(current_schema()) END, 'run') IS NULL
-    WHERE EXISTS (SELECT 1 FROM batch WHERE limit_name IS NOT NULL)
+    WHERE EXISTS (SELECT 1 FROM rota_runs WHERE status = 'running' AND limit_name IS NOT NULL
+                  AND id = ANY(ARRAY(SELECT id FROM v)))
 ),
 deps AS (
     -- as in finish_succeeded: the waiting dependents locked in id order next

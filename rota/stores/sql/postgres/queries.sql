@@ -253,11 +253,11 @@ told AS MATERIALIZED (
     -- A limited run of the batch frees a slot: wake the workers once, here, and tell the
     -- rota_limit_freed trigger so (its WHEN skips the rows of this transaction: no function
     -- call per row). Before any run is updated: a one-time filter below.
-    SELECT set_config('rota.limit_told', 'on', true) IS NOT NULL
-           AND pg_notify('rota' || CASE
+    SELECT set_config('rota.limit_told', 'on', true),  -- (two columns: both evaluated, in no order that matters)
+           pg_notify('rota' || CASE
                    WHEN current_schema() = 'public' THEN ''
                    WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
-                   ELSE ':' || md5(current_schema()) END, 'run') IS NULL
+                   ELSE ':' || md5(current_schema()) END, 'run')
     -- (The batch's limited runs through the index of running limited runs: a probe of an
     -- empty index while no limited run runs, so a drain without limits pays nothing.)
     WHERE EXISTS (SELECT 1 FROM rota_runs WHERE status = 'running' AND limit_name IS NOT NULL
@@ -303,11 +303,11 @@ locked AS (
 ),
 told AS MATERIALIZED (
     -- as in finish_succeeded: one wake-up for the batch's freed limit slots
-    SELECT set_config('rota.limit_told', 'on', true) IS NOT NULL
-           AND pg_notify('rota' || CASE
+    SELECT set_config('rota.limit_told', 'on', true),  -- (two columns: both evaluated, in no order that matters)
+           pg_notify('rota' || CASE
                    WHEN current_schema() = 'public' THEN ''
                    WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
-                   ELSE ':' || md5(current_schema()) END, 'run') IS NULL
+                   ELSE ':' || md5(current_schema()) END, 'run')
     WHERE EXISTS (SELECT 1 FROM rota_runs WHERE status = 'running' AND limit_name IS NOT NULL
                   AND id = ANY(ARRAY(SELECT id FROM v)))
 ),

@@ -31,6 +31,13 @@ def test_old_workers_give_a_new_tasks_runs_back_and_a_new_worker_runs_each_once(
 
     wait_until(lambda: refused() >= 4, 30, "the old workers to give runs back")
     new = procs.start(APP, concurrency=4, poll=0.1, env={"ROTA_TEST_RELEASE": "2"})
+    wait_until(lambda: any(client.get_run(h).is_final for h in handles), 30, "the new worker's first run")
+    assert all(p.poll() is None for p in old)  # the old release kept working beside the new one
+    # The rolling deploy ends: the old workers stop. (Left running, they keep taking the runs
+    # back, each refusal pushing a run's due time by half the time since its first one: the
+    # end of the test then drifted by refusal rounds, 5 to 60+ s on a loaded machine.)
+    for p in old:
+        procs.terminate(p)
     wait_until(lambda: all(client.get_run(h).is_final for h in handles), 60, "every run to end")
     runs = [client.get_run(h) for h in handles]
     assert {(r.status, r.attempt) for r in runs} == {("succeeded", 1)}, runs  # the refusals cost nothing
@@ -39,7 +46,6 @@ def test_old_workers_give_a_new_tasks_runs_back_and_a_new_worker_runs_each_once(
     starts = Counter(line.split()[1] for line in log if line.startswith("start "))
     assert starts == Counter(handles), starts  # each exactly once
     assert {line.split()[4] for line in log if line.startswith("start ")} == {str(new.pid)}
-    assert all(p.poll() is None for p in old)  # the old release kept working
     for output in procs.outputs():
         assert "Traceback" not in output, output[-3000:]
     assert "given back" in "".join(procs.outputs())

@@ -10,6 +10,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 import rota
 from rota.stores.base import Outcome
 from tests.faults.invariants import attempt_intervals, max_overlap
@@ -43,7 +45,7 @@ def _done(claimed: list[Any]) -> list[Outcome]:
 
 def _steady(store: Any, runs: int = 4) -> list[Any]:
     """Claim and finish a few times, so the store has seen a backlog of limited runs alone."""
-    got = store.claim(OWNER, 3, None, 30.0)
+    got: list[Any] = store.claim(OWNER, 3, None, 30.0)
     for _ in range(runs):
         _, got = store.finish_and_claim(_done(got), OWNER, 3, None, 30.0)
     return got
@@ -78,34 +80,19 @@ def test_one_trip_flow_claims_keep_the_limit_under_concurrent_claimers(app_facto
         assert store.one_trips > 0, "the limited backlog was never claimed in one round trip"
 
 
-def test_a_plain_run_due_while_limited_runs_fill_the_claims_is_taken_by_the_next_claim(
-    app_factory: Callable[..., rota.App],
+@pytest.mark.parametrize("other", ["plain", "rated"])
+def test_a_plain_or_rated_run_due_while_limited_runs_fill_the_claims_is_taken_by_the_next_claim(
+    app_factory: Callable[..., rota.App], other: str
 ) -> None:
     app, t = _app(app_factory)
     t["three"].enqueue_many([((i,), {}) for i in range(60)])
     store: Any = app.store
     got = _steady(store)
-    t["plain"].enqueue(7)
+    t[other].enqueue(7)
     _, got = store.finish_and_claim(_done(got), OWNER, 5, None, 30.0)  # 3 slots of the limit, 2 more free
-    if "plain" not in {c.task for c in got}:
-        assert store.claim_cut_short(), "a plain run is due and not taken: the worker must claim again at once"
-        _, more = store.finish_and_claim([], OWNER, 2, None, 30.0)
-        got += more
-    assert "plain" in {c.task for c in got}
-
-
-def test_a_rated_run_due_while_limited_runs_fill_the_claims_is_taken_by_the_next_claim(
-    app_factory: Callable[..., rota.App],
-) -> None:
-    app, t = _app(app_factory)
-    t["three"].enqueue_many([((i,), {}) for i in range(60)])
-    store: Any = app.store
-    got = _steady(store)
-    t["rated"].enqueue(7)
-    _, got = store.finish_and_claim(_done(got), OWNER, 5, None, 30.0)
-    if "rated" not in {c.task for c in got}:
-        assert store.claim_cut_short(), "a rated run is due and not taken: the worker must claim again at once"
+    if other not in {c.task for c in got}:
+        assert store.claim_cut_short(), f"a {other} run is due and not taken: the worker must claim again at once"
         assert not store.limits_wait(), "the worker would sleep until a slot frees"
         _, more = store.finish_and_claim([], OWNER, 2, None, 30.0)
         got += more
-    assert "rated" in {c.task for c in got}
+    assert other in {c.task for c in got}

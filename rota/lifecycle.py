@@ -210,7 +210,8 @@ TRANSITIONS: Final = (
        "entry marked held (its handler may have started just before); started: retry if "
        "attempts remain, else failed; cancel requested: cancelled",
        "runs of a lost worker are taken back"),
-    _t("cancel", (DUE_LATER, AHEAD, DUE, QUEUED, HANDED_BACK, HELD, STARTED), (CANCELLED, CANCEL_REQUESTED), CLIENT,
+    _t("cancel", (DUE_LATER, AHEAD, DUE, QUEUED, WAITING, HANDED_BACK, HELD, STARTED), (CANCELLED, CANCEL_REQUESTED),
+       CLIENT,
        "pending: cancelled at once; held or running: cancellation requested (NOTIFY on PostgreSQL), the owner "
        "ends it",
        "an operator or overlap='replace' stops a run"),
@@ -244,7 +245,8 @@ def state_of(run: Run, now: datetime) -> str:
 
 
 def table_markdown() -> str:
-    """The transitions as a Markdown table (docs/concepts/lifecycle.md shows it)."""
+    """The transitions as a Markdown table (docs/concepts/lifecycle.md has its own wording of
+    it, held against TRANSITIONS by tests/test_lifecycle.py)."""
     lines = ["| transition | from | to | who | checks |", "|---|---|---|---|---|"]
     for t in TRANSITIONS:
         src = ", ".join(t.from_states) or "(new run)"

@@ -13,7 +13,8 @@ Each event fires once, in the worker that caused it: the worker whose token-chec
 recorded the outcome (a result discarded because the lease was lost fires nothing), the
 worker whose rescue sweep took a run back (`run_rescued`, then `run_retrying`, `run_failed`
 or `run_cancelled`), the worker whose materialization skipped ticks under the misfire policy
-(`schedule_misfired` once, then `run_skipped` per recorded tick).
+(`schedule_misfired` once, then `run_skipped` per recorded tick), the worker that recorded a
+tick its `by=` cannot key skipped (`run_skipped`, from its ticker or its next poll).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import rota
+from rota.events import Event
 from rota.limit_specs import UNRESOLVED
 
 from .test_flow_declared import _gates
@@ -202,3 +203,32 @@ def test_a_tick_made_ahead_where_the_task_is_not_declared_is_recorded_skipped_wh
     clock.set(START + timedelta(seconds=31))
     tick_pass(worker)  # nothing left to judge at its tick
     assert [r.status for r in worker.list_runs()] == ["skipped"]
+
+
+def test_an_unkeyable_tick_sends_run_skipped_whoever_records_it(app_factory: Callable[..., rota.App]) -> None:
+    """As a misfire skip does: a tick recorded skipped because its by= cannot key it sends
+    run_skipped with that run and the error's message, both when a declaring worker keys a
+    tick made elsewhere (skip_unkeyed: sent by its next poll) and when its own tick pass
+    records one. Neither sent any event."""
+    clock = rota.FakeClock(START)
+    worker = _declaring(app_factory, clock=clock)
+    worker.prepare()
+    seen: list[Event] = []
+    worker.on("run_skipped")(seen.append)
+    other = app_factory(clock=clock)
+    other.task(name="unrelated")(lambda: None)
+    other.prepare()
+    other.add_schedule("bad", "by_call", every=60, args=[{}], overlap="concurrent")
+    clock.advance(timedelta(seconds=60))  # 00:01:30: the 00:01 tick is due
+    poll_once(other)  # made where by_call is not declared: it waits unresolved
+    assert worker.store.resolve_runs(worker.tasks) == 1  # as the declaring worker's flow claim does
+    poll_once(worker)  # its next poll; no tick of its own is due (00:02)
+    clock.advance(timedelta(seconds=60))  # 00:02:30
+    poll_once(worker)  # its tick pass records the 00:02 tick skipped
+    assert worker.events.drain(5)
+    skipped = sorted(worker.list_runs(status="skipped"), key=lambda r: r.scheduled_for)
+    assert [r.scheduled_for for r in skipped] == [START + timedelta(seconds=30), START + timedelta(seconds=90)]
+    assert [(e.schedule_name, e.run.id if e.run else None) for e in seen] == [("bad", r.id) for r in skipped]
+    assert all(e.detail and "keys cannot be computed: limit by=_shop" in e.detail for e in seen), seen
+    poll_once(worker)  # nothing new: nothing is sent twice
+    assert worker.events.drain(5) and len(seen) == 2

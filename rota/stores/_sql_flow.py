@@ -123,6 +123,7 @@ class SqlFlow(SqlSchedules):
                 self._notify(s, "run")
         for schedule, tick, error in skipped:
             warn_skipped(schedule, tick, error)
+            self.unkeyed_skips.append((schedule, tick, error))  # a worker sends run_skipped
         return len(rows)
 
     def count_unresolved(self) -> int:

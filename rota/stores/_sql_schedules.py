@@ -190,6 +190,7 @@ class SqlSchedules(SqlRows):
             return False  # rolled back: nothing was recorded, nothing is logged
         for run in unkeyed:
             warn_skipped(due.name, run.tick, run.error)
+            self.unkeyed_skips.append((due.name, run.tick, run.error))  # the ticker sends run_skipped
         if following != plan.next_run_at:  # committed without the tick made ahead
             plan.ahead = None
         return True

@@ -26,6 +26,7 @@ database trigger hands the slot to the oldest held tick when the active run ends
 from __future__ import annotations
 
 import abc
+from collections import deque
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
@@ -142,6 +143,7 @@ class Store(FlowStore, abc.ABC):
     def __init__(self, url: str, clock: Clock | None = None) -> None:
         self.url = url
         self.clock = clock
+        self.unkeyed_skips = deque(maxlen=1000)
 
     # -- lifecycle -----------------------------------------------------------------------
     @abc.abstractmethod

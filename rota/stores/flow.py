@@ -4,12 +4,14 @@ backfilling a schedule's past ticks and retrying many final runs in bounded batc
 from __future__ import annotations
 
 import abc
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 BACKFILL_CAP = 10_000  # ticks per backfill call
 RETRY_BATCH = 500  # runs retried per transaction by App.retry_many
+UnkeyedSkip = tuple[str, datetime | None, str | None]  # schedule, tick, error (JSON)
 
 
 @dataclass(slots=True)
@@ -25,6 +27,22 @@ class RetryBatch:
 
 class FlowStore(abc.ABC):
     """Backfill and bulk retry; both SQL stores implement it in one mixin (_sql_flow)."""
+
+    # The ticks recorded skipped, once committed, because their limit or rate keys cannot be
+    # computed (rota.limit_specs: in a tick pass, or keying a tick made elsewhere before a
+    # flow claim), until a worker takes them to send run_skipped. Bounded: a store no worker
+    # drains keeps the newest.
+    unkeyed_skips: deque[UnkeyedSkip]
+
+    def take_unkeyed_skips(self) -> list[UnkeyedSkip]:
+        """The ticks recorded skipped as unkeyable since the last call, oldest first (each
+        taken by one caller: popleft is atomic)."""
+        taken = []
+        while True:
+            try:
+                taken.append(self.unkeyed_skips.popleft())
+            except IndexError:
+                return taken
 
     @abc.abstractmethod
     def backfill(self, name: str, ticks: Sequence[datetime], *, exclusive: bool) -> list[int]:

@@ -105,6 +105,7 @@ class Poller:
         if self.due.due(self.due.schedule_due):
             self.due.tick_wake.set()
         await self.rescuer.rescue(state.now)
+        self.ticker.emit_unkeyed_skips()  # ticks a flow claim recorded skipped (keying them)
         self._summary()
 
     async def housekeeping(self) -> None:

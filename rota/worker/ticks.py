@@ -13,6 +13,7 @@ overlap policy is applied at the tick). Misfire decisions use the real now."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -134,6 +135,7 @@ class Ticker:
             if await self._write(due, plan):
                 woke = woke or bool(plan.run)
                 more = more or plan.next_run_at <= now
+        self.emit_unkeyed_skips()
         return woke, more or len(batch) >= limit
 
     async def _judge_ahead(self) -> bool:
@@ -149,6 +151,14 @@ class Ticker:
             self.emit("schedule_misfired", schedule=name, detail=f"1 tick(s) skipped: {why}")
             self.emit("run_skipped", schedule=name, tick=tick, detail=why)
         return any(why is None for _, _, why in judged)
+
+    def emit_unkeyed_skips(self) -> None:
+        """run_skipped for each tick the store recorded skipped because its limit or rate keys
+        cannot be computed (in a tick pass, or keying a tick made elsewhere: see
+        Store.take_unkeyed_skips), as for a tick skipped under the misfire policy."""
+        for name, tick, error in self.store().take_unkeyed_skips():
+            detail = json.loads(error or "{}").get("message")
+            self.emit("run_skipped", schedule=name, tick=tick, detail=detail)
 
     async def _write(self, due: DueSchedule, plan: Materialization) -> bool:
         """Write one schedule's ticks; False if another instance (or a held row) won."""

@@ -74,10 +74,13 @@ def test_a_start_counts_the_attempt_once_fenced_and_never_after_a_cancel_request
 def test_a_handed_back_run_whose_cancellation_was_requested_ends_cancelled(store_app: rota.App) -> None:
     """Item 4: hand_back looked at nothing; a cancelled run was run again by another worker.
     A held one and a running one (a sync handler that outlived shutdown_timeout)."""
-    held, running, plain = (store_app.tasks["t"].enqueue(i) for i in range(3))
-    claims = {c.id: c for c in _claim(store_app, 3)}  # all three started by the claim
+    running, held, plain = (store_app.tasks["t"].options(priority=9 - i).enqueue(i) for i in range(3))
+    claims = {c.id: c for c in _claim(store_app, 3, start=1)}  # the first started, two held
+    assert [c.held for c in sorted(claims.values(), key=lambda c: c.id)] == [False, True, True]
+    assert held.refresh().held and not running.refresh().held
     store_app.cancel(held.id)
     store_app.cancel(running.id)
+    assert {(h.refresh().status, h.refresh().cancel_requested) for h in (held, running)} == {("running", True)}
     back = store_app.store.hand_back([(c.id, c.token) for c in claims.values()], "worker w1 shut down")
     assert back == set(claims)
     for h in (held, running):

@@ -146,6 +146,29 @@ def test_unknown_ids_and_bad_values_are_refused_with_one_line(db_url: str) -> No
     app.close()
 
 
+def test_an_id_not_given_out_yet_is_refused_so_no_cycle_can_form(db_url: str) -> None:
+    """No cycle can form: a parent must exist when its child is enqueued (its row is looked
+    up and locked before the child is inserted) and a run's parents never change afterwards,
+    so every edge runs from an older run to a newer one. Closing a loop would need a run to
+    name one not created yet, even the id it would get itself: that is refused, storing nothing."""
+    app, step = flow_app(db_url)
+    a = step.enqueue(1)
+    nxt = int(a.id) + 1  # the id the next run gets
+    missing = f"after= names 1 run id\\(s\\) that do not exist: {nxt}; pass handles or ids of enqueued runs"
+    for parents in ([nxt], [a, nxt]):  # the child's own id; a real parent beside it
+        with pytest.raises(rota.ConfigurationError, match=missing):
+            step.options(after=parents).enqueue(2)
+    # a batch whose runs would be nxt and nxt + 1: each naming the second is refused at the first
+    with pytest.raises(rota.ConfigurationError, match=f"that do not exist: {nxt + 1};"):
+        step.options(after=[nxt + 1]).enqueue_many([((2,), {}), ((3,), {})])
+    assert [r.id for r in app.list_runs()] == [a.id]  # nothing stored, no edge
+    assert app.run_links(a.id) == {"parents": [], "dependents": [], "waiting_on": 0}
+    b = step.options(after=[a]).enqueue(4)
+    assert int(b.id) == nxt  # the refused id was the next one indeed
+    assert app.run_links(b.id)["parents"] == [a.id]
+    app.close()
+
+
 def test_a_whole_flow_in_a_caller_s_transaction_commits_or_not_at_all(
     app_factory: Callable[..., rota.App], db_url: str
 ) -> None:

@@ -246,3 +246,66 @@ def test_a_deploy_that_changes_a_rate_frees_the_runs_waiting_for_the_old_window(
         assert app.get_run(exact.id).due_at == T0 + timedelta(seconds=5)  # not the rate's doing: kept
     finally:
         newer.close()
+
+
+def test_a_named_rate_declared_by_two_tasks_allows_one_start_between_them(db_url: str) -> None:
+    """Two different tasks naming rota.Rate(1, per=60, name="github") share one window: once
+    one of them started, the other's run waits pending (no attempt) until the window opens."""
+    clock = rota.FakeClock(T0)
+    app = make_app(db_url, clock=clock)
+
+    @app.task(rate=rota.Rate(1, per=60, name="github"), name="issues")
+    def issues(n: int) -> None: ...
+
+    @app.task(rate=rota.Rate(1, per=60, name="github"), name="pulls")
+    def pulls(n: int) -> None: ...
+
+    app.migrate()
+    app.prepare()
+    try:
+        first = issues.enqueue(1)
+        second = pulls.enqueue(2)
+        assert [str(c.id) for c in _claim(app)] == [first.id]
+        clock.advance(30)
+        assert _claim(app) == []  # the other task's run: the shared window is full
+        run = second.refresh()
+        assert (run.status, run.attempt, run.started_at) == ("pending", 0, None)
+        assert _started_in_window(app, "github") == 1
+        assert app.store.poll_state(None).next_run_due == T0 + timedelta(seconds=60)
+        clock.advance(29.9)
+        assert _claim(app) == []
+        clock.advance(0.1)
+        assert [str(c.id) for c in _claim(app)] == [second.id]
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize("retries", [1, 0], ids=["retried", "failed"])
+def test_a_rated_run_rescued_after_its_worker_was_lost_keeps_its_start_in_the_window(db_url: str, retries: int) -> None:
+    """A worker lost while running a rated run (its lease ran out: kill -9, a partition): the
+    rescue retries or fails the run, and its start stays in the window, since its handler may
+    have run. Only the window's opening lets the next run (or the retry) start."""
+    clock = rota.FakeClock(T0)
+    app = make_app(db_url, clock=clock)
+
+    @app.task(rate=rota.Rate(1, per=10, name="api"), name="fetch", retries=retries)
+    def fetch(n: int) -> None: ...
+
+    app.migrate()
+    app.prepare()
+    try:
+        lost = fetch.enqueue(1)
+        (c,) = app.store.claim("w", 1, None, 1.0)  # a one-second lease, never renewed
+        assert str(c.id) == lost.id and _started_in_window(app, "api") == 1
+        clock.advance(2)
+        assert [r.id for r in app.store.rescue()] == [c.id]
+        assert lost.refresh().status == ("pending" if retries else "failed")
+        assert _started_in_window(app, "api") == 1  # the lost start still counts
+        waiting = fetch.enqueue(2)  # due now, like the retry
+        assert _claim(app) == []  # neither it nor the retry starts before T0 + 10
+        assert waiting.refresh().attempt == 0
+        clock.advance(8)
+        assert len(_claim(app)) == 1  # the window opened: one start
+        assert _claim(app) == []
+    finally:
+        app.close()

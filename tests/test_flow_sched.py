@@ -81,6 +81,26 @@ def test_backfill_of_a_concurrent_schedule_or_with_overlap_concurrent_runs_at_on
     assert len(finish(fapp)) == 5
 
 
+def test_backfill_with_overlap_queue_of_a_concurrent_schedule_runs_one_at_a_time_oldest_first(
+    fapp: rota.App,
+) -> None:
+    """The other direction of the override: a schedule declared `concurrent` whose backfill
+    asks for overlap="queue" gets its backfilled ticks one after another, oldest first."""
+    fapp.add_schedule("c", "t", every=60, overlap="concurrent")
+    refs = fapp.backfill("c", start=minute(0) - timedelta(minutes=4), end=minute(1), overlap="queue")
+    ticks = [minute(0) - timedelta(minutes=m) for m in (4, 3, 2, 1, 0)]
+    runs = [r.refresh() for r in refs]
+    assert [r.scheduled_for for r in runs] == ticks
+    assert all(r.backfill and r.status == "pending" for r in runs)
+    assert [r.queued for r in runs] == [False, True, True, True, True]  # only the oldest is claimable
+    order = []
+    while claimed := finish(fapp):
+        assert len(claimed) == 1  # one at a time
+        order.append(fapp.get_run(claimed[0]).scheduled_for)
+    assert order == ticks
+    assert {r.status for r in runs_of(fapp, "c")} == {"succeeded"}
+
+
 def test_backfill_queues_behind_a_running_run_and_leaves_future_ticks_to_the_schedule(
     fapp: rota.App, fake: rota.FakeClock
 ) -> None:

@@ -25,6 +25,7 @@ class Active:
         "started",
         "stuck",
         "task",
+        "timed_out",
         "timer",
     )
 
@@ -37,6 +38,9 @@ class Active:
         self.cancel_requested = False
         self.done = False  # its outcome is decided; whatever the handler does later is ignored
         self.stuck = False  # done, but its thread still runs the handler (it keeps its slot)
+        # past its timeout, not decided yet: a limited run's thread keeps its limit's slot
+        # until it returns (then the timeout is recorded; see ThreadExecutor._on_timeout)
+        self.timed_out = False
         self.async_task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
 

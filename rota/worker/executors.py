@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -25,6 +26,8 @@ from ..transactional import call_transactional, committing
 from .active import Active, child_context, decode_arguments, parent_results, run_context
 from .child import run_in_child
 from .handoff import Deliver, Handoff, Result
+
+log = logging.getLogger("rota.worker")
 
 
 class Executor(Protocol):
@@ -91,10 +94,16 @@ class ThreadExecutor(_Decidable):
         self.slots = slots
 
     def submit(self, active: Active, task: Task[Any, Any]) -> None:
-        self.slots.handoff.run(active, lambda: self._call(active, task), self._returned)
+        self.slots.handoff.run(active, lambda: self._body(active, task), self._returned)
         if active.claim.timeout is not None:
             loop = asyncio.get_running_loop()
             active.timer = loop.call_later(active.claim.timeout, self._on_timeout, active)
+
+    def _body(self, active: Active, task: Task[Any, Any]) -> Result:
+        """On a pool thread: the handler's call; a limited run that outlived its timeout is
+        recorded timed out whatever it returned (see _on_timeout)."""
+        outcome = self._call(active, task)
+        return ("timeout", None) if active.timed_out else outcome
 
     def _call(self, active: Active, task: Task[Any, Any]) -> Result:
         """On a pool thread: decode arguments, call the handler, encode its result."""
@@ -109,10 +118,20 @@ class ThreadExecutor(_Decidable):
             return "error", exc
 
     def _on_timeout(self, active: Active) -> None:
-        """Past its timeout: record the timeout; the thread keeps its slot until it returns."""
+        """Past its timeout: record the timeout; the thread keeps its slot until it returns.
+        A run of a task with a limit is not decided until then: recorded now, its limit's
+        slot would free in the database while its handler still runs, and the next run of
+        its key would start beside it (more than the limit at once). It stays `running`,
+        its lease renewed, and its timeout is recorded when the handler returns."""
         if active.done or not self.may_decide(active):
             return
         active.cancel.set()
+        if active.task is not None and active.task.opts.limit is not None:
+            active.timed_out = True
+            log.warning("run %d (%s) timed out after %s s; its thread cannot be stopped, so it keeps its "
+                        "limit's slot until the handler returns", active.claim.id, active.claim.task,
+                        active.claim.timeout)  # fmt: skip
+            return
         self._mark_stuck(active)
         self.slots.deliver(active, ("timeout", None))
 

@@ -1,0 +1,69 @@
+"""A limited run whose plain `def` handler outlives its timeout (both stores). A thread
+cannot be killed: recorded timed out at once, the run's limit slot freed in the database
+while its handler still ran, and the next run of its key (its own retry included) started
+beside it: two at once under `Limit(1)`. Now it keeps its slot until its handler returns,
+and its timeout is recorded then. A task without a limit is unchanged: its timeout is
+recorded at once and its thread is shown stuck."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import rota
+
+from .conftest import start_worker
+from .procs import wait_until
+
+HANDLER = 1.0  # seconds the handler runs, ignoring its timeout
+TIMEOUT = 0.3
+
+
+def _spans(app: rota.App, limit: rota.Limit | None) -> tuple[rota.Task[..., None], list[tuple[float, float]]]:
+    spans: list[tuple[float, float]] = []
+    lock = threading.Lock()
+
+    @app.task(name="slow", limit=limit, timeout=TIMEOUT, retries=1, backoff=0)
+    def slow(k: int) -> None:
+        began = time.monotonic()
+        time.sleep(HANDLER)  # does not look at its cancellation
+        with lock:
+            spans.append((began, time.monotonic()))
+
+    return slow, spans
+
+
+def _overlap(spans: list[tuple[float, float]]) -> int:
+    return max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+
+
+def test_a_limited_run_past_its_timeout_keeps_its_slot_until_its_handler_returns(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    app = app_factory(lease=2.0)
+    slow, spans = _spans(app, rota.Limit(1, by="k"))
+    first, second = slow.enqueue(1), slow.enqueue(1)
+    start_worker(app, concurrency=4, poll_interval=0.05)
+    wait_until(lambda: app.get_run(second.id).is_final, 30, "both runs and their retries to end")  # type: ignore[union-attr]
+    wait_until(lambda: len(spans) == 4, 10, "every handler to return")
+    assert _overlap(spans) == 1, f"two handlers of one key ran at once under Limit(1): {spans}"
+    for h in (first, second):
+        run = h.refresh()
+        assert (run.status, run.attempt) == ("failed", 2), run
+        assert run.error is not None and run.error["type"] == "Timeout", run.error
+        duration = (run.finished_at - run.started_at).total_seconds()  # type: ignore[operator]
+        assert duration >= HANDLER - 0.05, f"recorded before its handler returned: {duration:.2f} s"
+
+
+def test_a_run_without_a_limit_past_its_timeout_is_recorded_at_once(app_factory: Callable[..., rota.App]) -> None:
+    app = app_factory(lease=2.0)
+    slow, spans = _spans(app, None)
+    h = slow.enqueue(1)
+    start_worker(app, concurrency=4, poll_interval=0.05)
+    wait_until(lambda: h.refresh().is_final, 30, "the run and its retry to end")
+    run = h.refresh()
+    assert (run.status, run.attempt) == ("failed", 2), run
+    assert (run.finished_at - run.started_at).total_seconds() < HANDLER  # type: ignore[operator]
+    wait_until(lambda: len(spans) == 2, 10, "both handlers to return")
+    assert _overlap(spans) == 2  # the retry ran beside the stuck thread, fenced by its token

@@ -5,7 +5,7 @@ the runs due within a window: claim_ahead), start held runs
 (through Store.start before the handler, or as the real worker does: the handler at once,
 the start written later by Store.start or with the outcome), heartbeat, finish, retry, hand
 back, refuse (a worker without the run's task) and crash; a client enqueues, cancels, triggers an
-exclusive schedule and retries; the clock moves and any worker rescues. After every step the
+exclusive schedule, retries and prunes final runs; the clock moves and any worker rescues. After every step the
 database must show: a cancelled run never starts (the one exception: a held run whose worker
 started it before it heard of the request, see rota/lifecycle.py); attempts count only starts; no worker has
 more runs running than its cap; the exclusive schedule never has two active runs; and a
@@ -125,6 +125,17 @@ class Lifecycle(RuleBasedStateMachine):
             run = data.draw(st.sampled_from(final))
             with contextlib.suppress(rota.TriggerRefused):
                 self.starts[int(self.app.retry(run.id).id)] = 0
+
+    @rule(status=st.sampled_from(["succeeded", "failed", "cancelled"]))
+    def prune(self, status: str) -> None:
+        """Retention (transition prune): final runs of `status` finished before now go, and
+        nothing else: every run not final before the prune is still there after it."""
+        before = {int(r.id) for r in self.runs() if not r.is_final}
+        self.app.store.prune(status, 0.0, 1000)
+        left = {int(r.id): r for r in self.runs()}
+        assert before <= left.keys(), f"prune deleted runs that were not final: {before - left.keys()}"
+        for run_id in set(self.starts) - left.keys():
+            del self.starts[run_id]  # gone: later rules draw only runs that exist
 
     @rule(seconds=st.sampled_from([0.0, 3.0, 10.5]))
     def advance_and_rescue(self, seconds: float) -> None:

@@ -67,3 +67,37 @@ def test_a_run_without_a_limit_past_its_timeout_is_recorded_at_once(app_factory:
     assert (run.finished_at - run.started_at).total_seconds() < HANDLER  # type: ignore[operator]
     wait_until(lambda: len(spans) == 2, 10, "both handlers to return")
     assert _overlap(spans) == 2  # the retry ran beside the stuck thread, fenced by its token
+
+
+def test_a_limited_run_past_its_timeout_at_shutdown_is_recorded_timed_out_not_handed_back(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    """Handed back, its attempt would be given back: a handler that always hangs would never
+    use up its retries across restarts."""
+    app = app_factory(lease=2.0)
+    slow, spans = _spans(app, rota.Limit(1))
+    h = slow.enqueue(1)
+    worker = start_worker(app, concurrency=2, poll_interval=0.05, shutdown_timeout=0.1)
+    wait_until(lambda: h.refresh().status == "running", 10, "the run to start")
+    time.sleep(TIMEOUT + 0.1)  # past its timeout: its thread still runs, the run keeps its slot
+    assert h.refresh().status == "running"
+    worker.stop(wait=True, timeout=10)
+    run = h.refresh()
+    assert (run.status, run.attempt) == ("pending", 1), run
+    assert run.error is not None and run.error["type"] == "Timeout", run.error
+    wait_until(lambda: len(spans) == 1, 10, "the handler to return")
+
+
+def test_a_limited_call_whose_timeout_passed_before_it_got_a_thread_never_starts() -> None:
+    """The loop decided it timed out (a stalled loop, a tiny timeout) while its call waited
+    for a pool thread: the handler does not run at all."""
+    from rota.worker.active import Active
+    from rota.worker.executors import ThreadExecutor
+
+    called: list[bool] = []
+    executor = ThreadExecutor.__new__(ThreadExecutor)
+    executor._call = lambda active, task: called.append(True) or ("ok", "null")  # type: ignore[method-assign]
+    active = Active.__new__(Active)
+    active.timed_out = True
+    assert executor._body(active, None) == ("timeout", None)  # type: ignore[arg-type]
+    assert called == []

@@ -90,6 +90,9 @@ class ThreadExecutor(_Decidable):
     or after a lost lease its run is decided but the thread keeps its slot (stuck) until
     the handler returns."""
 
+    # a limited run past its timeout is decided when its handler returns (see _on_timeout)
+    keeps_limit_slots = True
+
     def __init__(self, slots: Executors) -> None:
         self.slots = slots
 
@@ -101,7 +104,10 @@ class ThreadExecutor(_Decidable):
 
     def _body(self, active: Active, task: Task[Any, Any]) -> Result:
         """On a pool thread: the handler's call; a limited run that outlived its timeout is
-        recorded timed out whatever it returned (see _on_timeout)."""
+        recorded timed out whatever it returned (see _on_timeout), and one whose timeout
+        passed while its call waited for a thread is not started."""
+        if active.timed_out:
+            return "timeout", None
         outcome = self._call(active, task)
         return ("timeout", None) if active.timed_out else outcome
 
@@ -126,7 +132,7 @@ class ThreadExecutor(_Decidable):
         if active.done or not self.may_decide(active):
             return
         active.cancel.set()
-        if active.task is not None and active.task.opts.limit is not None:
+        if self.keeps_limit_slots and active.task is not None and active.task.opts.limit is not None:
             active.timed_out = True
             log.warning("run %d (%s) timed out after %s s; its thread cannot be stopped, so it keeps its "
                         "limit's slot until the handler returns", active.claim.id, active.claim.task,
@@ -155,7 +161,11 @@ class ThreadExecutor(_Decidable):
 class TransactionalExecutor(ThreadExecutor):
     """transactional=True: the handler runs on a daemon thread inside a store transaction
     that also records its success, token-checked (rota.transactional); both commit or
-    neither. While the thread commits, the commit decides the attempt (`may_decide`)."""
+    neither. While the thread commits, the commit decides the attempt (`may_decide`).
+    Its timeout is decided at once, limit or not: the handler's writes are rolled back
+    unless its own commit came first, so a late handler changes nothing."""
+
+    keeps_limit_slots = False
 
     def _call(self, active: Active, task: Task[Any, Any]) -> Result:
         try:

@@ -164,12 +164,14 @@ class Lifecycle:
 
     async def _hand_back_unfinished(self) -> None:
         """After the drain: the unfinished runs, pending again at once for another worker,
-        the attempt not counted."""
+        the attempt not counted. A limited run already past its timeout (its thread still
+        runs, see ThreadExecutor._on_timeout) is recorded timed out instead: its attempt
+        counts, so a handler that always hangs uses up its retries across restarts."""
         unfinished = list(self._executors.inflight.values())
         for active in unfinished:
             self._executors.stop(active, lost=False)
-            self._finisher.complete(active, ("lost", None))
-        await self._give_back(unfinished, self._prefetch.take_all())
+            self._finisher.complete(active, ("timeout", None) if active.timed_out else ("lost", None))
+        await self._give_back([a for a in unfinished if not a.timed_out], self._prefetch.take_all())
 
     async def _give_back(self, unfinished: list[Any], claims: list[Any]) -> bool:
         """Hand back the unfinished runs and the held ones (claimed ahead, never started:

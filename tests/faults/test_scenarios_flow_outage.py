@@ -23,7 +23,7 @@ from ..procs import WorkerProcs, wait_until
 from .conftest import APP, all_final, enqueue_rec, starts, terminate_backends
 from .invariants import check_invariants, check_limit, check_rate
 from .proxy import FaultProxy
-from .test_scenarios_limits import enqueue_limited
+from .test_scenarios_limits import enqueue_limited, enqueue_rated
 
 pytestmark = pytest.mark.postgres
 LEASE = 2.0
@@ -32,9 +32,7 @@ LEASE = 2.0
 def _flow(client: rota.App) -> tuple[list[str], list[str], list[str], str]:
     """Limited runs on two keys, rated runs, and a fan-in of 6 parents; their ids."""
     limited = enqueue_limited(client, [(k, i, 0.6) for i in range(6) for k in ("a", "b")])
-    rated_in = [NewRun(task="faults.rated", args=json.dumps([100 + i, 0.1]), max_attempts=21, rate_name="faults",
-                       rate_key="") for i in range(8)]  # fmt: skip
-    rated = [str(run_id) for run_id, _ in client.store.insert_runs(rated_in)]
+    rated = enqueue_rated(client, [(100 + i, 0.1) for i in range(8)])
     parents = enqueue_rec(client, 6, seconds=1.5, start=200)
     child = NewRun(task="faults.rec", args=json.dumps([-1, 0]), max_attempts=21, after=tuple(map(int, parents)))
     ((child_id, _),) = client.store.insert_runs([child])

@@ -33,6 +33,13 @@ def enqueue_limited(app: rota.App, calls: list[tuple[str, int, float]]) -> list[
     return [str(run_id) for run_id, _ in app.store.insert_runs(runs)]
 
 
+def enqueue_rated(app: rota.App, calls: list[tuple[int, float]]) -> list[str]:
+    """Runs of faults.rated (its Rate named "faults", one key), as its worker would stamp them."""
+    runs = [NewRun(task="faults.rated", args=json.dumps([i, s]), max_attempts=21, rate_name="faults", rate_key="")
+            for i, s in calls]  # fmt: skip
+    return [str(run_id) for run_id, _ in app.store.insert_runs(runs)]
+
+
 def _key(run: rota.Run) -> str:
     return str(run.args[0])
 
@@ -77,9 +84,7 @@ def test_a_freed_slot_is_taken_within_a_wakeup_and_a_full_key_blocks_no_other(
 def test_a_rate_holds_under_concurrent_claims_of_several_workers(
     db_url: str, client: rota.App, workers: Callable[[str], WorkerProcs], exec_log: Path
 ) -> None:
-    runs_in = [NewRun(task="faults.rated", args=json.dumps([i, 0.0]), max_attempts=21, rate_name="faults",
-                      rate_key="") for i in range(12)]  # fmt: skip
-    ids = [str(run_id) for run_id, _ in client.store.insert_runs(runs_in)]
+    ids = enqueue_rated(client, [(i, 0.0) for i in range(12)])
     procs = workers(db_url)
     for _ in range(3):
         procs.start(APP, concurrency=4, lease=LEASE, poll=0.1)

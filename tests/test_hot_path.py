@@ -42,11 +42,15 @@ def before_misfire_deadlines(claim: str) -> str:
 def before_flow_control(load: Any) -> Any:
     """The queries of a rota at schema version 4 (what these tests migrate from): the claims
     had no misfire deadline (version 5) and no filter for limited and rated runs (version 10);
-    those columns do not exist yet."""
+    those columns do not exist yet; and it read its runs from one table (the view of both
+    tables is version 17's)."""
 
     def queries(*args: Any) -> dict[str, str]:
         flow = "AND limit_name IS NULL AND rate_name IS NULL"
-        old = {name: "\n".join(ln for ln in sql.splitlines() if flow not in ln) for name, sql in load(*args).items()}
+        old = {
+            name: "\n".join(ln for ln in sql.splitlines() if flow not in ln).replace("rota_runs_all", "rota_runs")
+            for name, sql in load(*args).items()
+        }
         for claim in ("claim", "claim_in_queues"):
             old[claim] = before_misfire_deadlines(old[claim])
         return old

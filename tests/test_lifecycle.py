@@ -32,7 +32,9 @@ def test_every_statement_that_changes_a_run_names_its_transitions(dialect: str) 
     unknown = {name: t for name, ts in named.items() for t in ts if t not in lifecycle.BY_NAME}
     assert not unknown, f"{dialect}: transitions not in rota/lifecycle.py: {unknown}"
     nothing = sorted(name for name in changing if not named[name])
-    assert all(name.startswith("probe_") for name in nothing), nothing  # only write probes name none
+    # only write probes name none, and PostgreSQL's history sweep (schema 17), which moves a
+    # succeeded run to rota_history as it is: where a run is kept is not a transition
+    assert all(name.startswith("probe_") or name == "move_history" for name in nothing), nothing
 
 
 def trigger_transitions(dialect: str) -> set[str]:

@@ -39,7 +39,8 @@ def web_schema(app: rota.App, monkeypatch: pytest.MonkeyPatch) -> Any:
     ok.options(delay=3600).enqueue(2)
     store: Any = app.store
     with store._tx() as s:  # one damaged row: listings must still answer in shape
-        s.q_text(f"UPDATE rota_runs SET result = '{{nope' WHERE id = {store._p('id')}", id=int(damaged.id))
+        for table in ("rota_runs", "rota_history") if store.dialect == "postgresql" else ("rota_runs",):
+            s.q_text(f"UPDATE {table} SET result = '{{nope' WHERE id = {store._p('id')}", id=int(damaged.id))
     with app.lock("nightly", ttl=60):
         pass
     return schemathesis.openapi.from_asgi("/api/openapi.json", create_app(app, allowed_hosts=["*"]))

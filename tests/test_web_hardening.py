@@ -46,10 +46,13 @@ def filled(app: rota.App) -> rota.App:
 
 
 def raw_sql(app: rota.App, sql: str, **params: Any) -> None:
-    """Write a row no API would write (a damaged or hand-edited database)."""
+    """Write a row no API would write (a damaged or hand-edited database). On PostgreSQL an
+    UPDATE of a run is made in the history table too (a succeeded run is kept there)."""
     store: Any = app.store
     with store._tx() as s:
         s.q_text(sql.replace(":id", store._p("id")), **params)
+        if store.dialect == "postgresql" and sql.startswith("UPDATE rota_runs "):
+            s.q_text(sql.replace(":id", store._p("id")).replace("UPDATE rota_runs ", "UPDATE rota_history "), **params)
 
 
 # -- rows a listing must survive -----------------------------------------------------------

@@ -70,6 +70,9 @@ def insert_one(params: Params, r: NewRun) -> Steps:
 def _check_parents(r: NewRun) -> Steps:
     ids = sorted(set(r.after))
     rows = yield "lock_parents", {"ids": json.dumps(ids)}
+    if len(rows) < len(ids):  # a parent that moved to the history meanwhile (PostgreSQL): look again
+        again = yield "lock_parents", {"ids": json.dumps(sorted(set(ids) - {int(row[0]) for row in rows}))}
+        rows = [*rows, *again]
     found = {int(row[0]): (str(row[1]), str(row[2])) for row in rows}
     depths = {int(row[0]): int(row[3]) for row in rows}
     missing = [i for i in ids if i not in found]

@@ -1,5 +1,6 @@
-"""How the PostgreSQL store lists runs by task or schedule (schema version 4), and reads the
-dashboard's charts (one statement per bucket, all in one round trip).
+"""How the PostgreSQL store lists runs by task or schedule (schema version 4; the history
+table of version 17), and reads the dashboard's charts (one statement per bucket, all in one
+round trip).
 
 rota_runs_task and rota_runs_schedule leave running runs out, so that a claim writes no
 entry in them (it cannot be a HOT update: it changes `status`). A listing by task or
@@ -17,16 +18,21 @@ from ._sql import SqlStore
 from .base import RunFilter
 
 _PART = "(SELECT id FROM rota_runs{where} AND status {op} 'running' ORDER BY {order})"
+_KEPT = "(SELECT id FROM rota_history{where} ORDER BY {order})"
 
 
 def runs_suffix(suffix: str, flt: RunFilter) -> str:
-    """`suffix` (" WHERE ... ORDER BY id DESC LIMIT n") as two index reads merged, when the
-    filter names a task or a schedule and no status; else `suffix` unchanged."""
+    """`suffix` (" WHERE ... ORDER BY id DESC LIMIT n", read from the view rota_runs_all) as
+    index reads merged, when the filter names a task or a schedule and no status: two of
+    rota_runs, and rota_history's by task (schema 17; a schedule's runs are never there);
+    else `suffix` unchanged."""
     if flt.status is not None or (flt.task is None and flt.schedule is None):
         return suffix
     where, _, order = suffix.partition(" ORDER BY ")
     parts = [_PART.format(where=where, op=op, order=order) for op in ("<>", "=")]
-    return f" WHERE id IN ({parts[0]} UNION ALL {parts[1]}) ORDER BY {order}"
+    if flt.schedule is None:
+        parts.append(_KEPT.format(where=where, order=order))
+    return f" WHERE id IN ({' UNION ALL '.join(parts)}) ORDER BY {order}"
 
 
 def status_terms(store: SqlStore, flt: RunFilter, params: dict[str, Any]) -> list[str]:

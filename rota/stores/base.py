@@ -476,6 +476,12 @@ class Store(FlowStore, abc.ABC):
         their dead index entries stay until VACUUM: a statement from the oldest run each time
         made pruning quadratic)."""
 
+    def move_history(self, limit: int) -> int:
+        """Move up to `limit` succeeded runs of no schedule that a finish left among the
+        active ones (an earlier schema's, a transactional handler's) to the history; return
+        how many. Only PostgreSQL keeps a history table (schema 17): elsewhere, nothing."""
+        return 0
+
     @abc.abstractmethod
     def stats(self) -> dict[str, Any]:
         """`run_stats(self.run_counts())` and a redacted database label."""

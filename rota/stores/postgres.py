@@ -29,7 +29,7 @@ from ..errors import (
     DatabaseUnavailable,
     SchemaVersionError,
 )
-from ..models import FINAL_STATUSES, PENDING, RUNNING
+from ..models import FINAL_STATUSES, PENDING, RUNNING, SUCCEEDED
 from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
 from ._limits_sql import PostgresFlow
 from ._pg_foreign import PgForeignSessions
@@ -455,15 +455,21 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": redact(self.url)}
 
+    def move_history(self, limit: int) -> int:
+        with self._tx() as s:
+            return len(s.q("move_history", limit=limit))
+
     def run_counts(self) -> RunCounts:
         """Exact on a table the planner thinks smaller than `exact_count_limit` rows (or has
         not analyzed yet); else pending and running counted exactly through rota_runs_active
         (they are the few active runs) and the final statuses estimated from statistics."""
         with self._read() as s:
             rows = s.q("run_counts")
-            total = int(rows[0][1]) if rows and rows[0][1] is not None else -1
+            kept = round(float(s.q("history_estimate")[0][0] or 0))  # succeeded, schema 17
+            total = int(rows[0][1]) + kept if rows and rows[0][1] is not None else -1
             estimates = {str(status): int(n) for status, n in rows[1:]}
-            if total < self.exact_count_limit or not estimates:
+            estimates[SUCCEEDED] = estimates.get(SUCCEEDED, 0) + kept
+            if total < self.exact_count_limit or not rows[1:]:
                 return RunCounts({status: int(n) for status, n in s.q("count_by_status")}, frozenset())
             counts = {status: estimates.get(status, 0) for status in FINAL_STATUSES}
             for status in (PENDING, RUNNING):

@@ -1,5 +1,6 @@
 """Maintenance: pruning finished runs past their retention and workers long gone, in
-small batches, under a shared lease (one worker at a time does it).
+small batches, under a shared lease (one worker at a time does it); and on PostgreSQL the
+history sweep, which moves to rota_history the succeeded runs a finish did not move itself.
 
 A prune statement is a write: on SQLite it holds the database's one write lock (claims and
 finishes wait for it), on PostgreSQL row locks on final runs only. So each statement deletes
@@ -38,6 +39,7 @@ SQLITE_STATEMENT_TARGET = 0.003
 FIRST_BATCH, MIN_BATCH, MAX_BATCH = 20, 20, 5000
 MIN_PAUSE = 0.02
 LOCK_TTL, PASS_SECONDS = 60.0, 40.0
+SWEEP_SECONDS, SWEEP_BATCH = 20.0, 2000  # the history sweep (PostgreSQL, schema 17)
 
 
 def statement_target(store: Store) -> float:
@@ -90,13 +92,47 @@ class Maintenance:
         self._not_before = 0.0  # during a pass: the next prune statement waits until then
 
     async def run(self) -> None:
-        """The maintenance task (nothing to do without a retention)."""
+        """The maintenance task: the history sweep, and pruning with a retention."""
         if not self.retention:
+            return await self.sweep_forever()
+        sweeper = asyncio.create_task(self.sweep_forever())
+        try:
+            while True:
+                await asyncio.sleep(self.interval * random.uniform(0.8, 1.2))
+                with contextlib.suppress(DatabaseError):
+                    await self.prune(self.retention)
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+
+    async def sweep_forever(self) -> None:
+        """`sweep` now and then (PostgreSQL; elsewhere it stops at once)."""
+        if self.store().dialect != "postgresql":
             return
         while True:
-            await asyncio.sleep(self.interval * random.uniform(0.8, 1.2))
+            await asyncio.sleep(SWEEP_SECONDS * random.uniform(0.5, 1.0))
             with contextlib.suppress(DatabaseError):
-                await self.prune(self.retention)
+                await self.sweep()
+
+    async def sweep(self) -> int:
+        """Move the succeeded runs a finish left among the active ones (an earlier schema's,
+        a transactional handler's) to the history, SWEEP_BATCH at a time, each batch its own
+        transaction and followed by a pause three times as long: after an upgrade that moves
+        millions, claims get three quarters of the time. Any number of workers can sweep at
+        once (a batch skips the rows another holds). A pass ends within PASS_SECONDS."""
+        store, moved = self.store(), 0
+        end = time.monotonic() + PASS_SECONDS
+        while time.monotonic() < end:
+            started = time.monotonic()
+            n = await self.db(store.move_history, SWEEP_BATCH)
+            moved += n
+            if n < SWEEP_BATCH:
+                break
+            await asyncio.sleep(PruneBatch.pause(time.monotonic() - started))
+        if moved:
+            log.info("moved %d succeeded runs to the history table", moved)
+        return moved
 
     async def prune(self, retention: dict[str, timedelta]) -> int:
         store = self.store()

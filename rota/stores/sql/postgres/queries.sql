@@ -236,16 +236,19 @@ WITH v AS MATERIALIZED (
            (e->>3)::float8 AS started
     FROM json_array_elements(%(rows)s::json) AS e
 ),
+sched AS MATERIALIZED (
+    -- The batch's runs of a schedule: they are finished in place (`updated`), the others move.
+    -- Found by key: every index the planner could pick here has `id` in its key, so no plan
+    -- walks all running runs (and the dead entries a burst leaves among them).
+    SELECT id, schedule FROM rota_runs
+    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND schedule IS NOT NULL AND status = 'running'
+),
 locked AS (
     -- The schedules of these runs, locked in name order before any run is updated: the
     -- rota_run_finished trigger updates them, and two finishers taking them in the order of
-    -- their runs' ids would deadlock. (Evaluated first: a one-time filter below.) The runs
-    -- are found by key: every index the planner could pick here has `id` in its key, so no
-    -- plan walks all running runs (and the dead entries a burst leaves among them).
+    -- their runs' ids would deadlock. (Evaluated first: a one-time filter below.)
     SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM rota_runs
-                     WHERE id = ANY(ARRAY(SELECT id FROM v))
-                       AND schedule IS NOT NULL AND status = 'running')
+    WHERE s.name IN (SELECT schedule FROM sched)
     ORDER BY s.name
     FOR UPDATE OF s
 ),
@@ -273,17 +276,48 @@ deps AS (
       AND c.status = 'pending'
     ORDER BY c.id
     FOR UPDATE OF c
+),
+moved AS (
+    -- A run of no schedule leaves rota_runs for rota_history (schema 17): its row deleted
+    -- here, inserted final below. The rota_runs_deleted trigger releases its dependents.
+    DELETE FROM rota_runs r USING v
+    WHERE r.id = ANY(ARRAY(SELECT id FROM v))
+      AND r.id = v.id AND r.token = v.token AND r.status = 'running' AND r.schedule IS NULL
+      AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) + (SELECT count(*) FROM told) >= 0
+    RETURNING r.*, v.result AS v_result, v.started AS v_started
+),
+kept AS (
+    -- every column of rota_runs, in its order (tests/test_history_table.py checks the list)
+    INSERT INTO rota_history (id, task, queue, priority, status, args, kwargs, key, schedule, tick,
+        exclusive, held, scheduled_for, due_at, attempt, max_attempts, timeout, backoff, owner, token,
+        lease_until, cancel_requested, created_at, started_at, finished_at, result, error, attempts,
+        retry_of, misfire_at, waiting_on, has_dependents, after_depth, backfill, limit_name,
+        limit_key, rate_name, rate_key, rate_waited, refused_at)
+    SELECT id, task, queue, priority, 'succeeded', args, kwargs, key, schedule, tick,
+        exclusive, held, scheduled_for, due_at,
+        -- a held run started (v_started seconds ago) and ended before its start was written
+        CASE WHEN v_started IS NOT NULL AND started_at IS NULL THEN attempt + 1 ELSE attempt END,
+        max_attempts, timeout, backoff, owner, token,
+        NULL, cancel_requested, created_at,
+        coalesce(started_at, {now} - make_interval(secs => v_started)), {now}, v_result, NULL, attempts,
+        retry_of, misfire_at, waiting_on, has_dependents, after_depth, backfill, limit_name,
+        limit_key, rate_name, rate_key, rate_waited, refused_at
+    FROM moved
+    RETURNING id
+),
+updated AS (
+    -- a run of a schedule stays (one run per tick is an index of rota_runs): finished in place
+    UPDATE rota_runs r
+    SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, lease_until = NULL,
+        attempt = CASE WHEN v.started IS NOT NULL AND r.started_at IS NULL THEN r.attempt + 1 ELSE r.attempt END,
+        started_at = coalesce(r.started_at, {now} - make_interval(secs => v.started))
+    FROM v
+    WHERE r.id = ANY(ARRAY(SELECT id FROM sched))  -- (a schedule never changes: the same runs)
+      AND r.id = v.id AND r.token = v.token AND r.status = 'running' AND r.schedule IS NOT NULL
+      AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) + (SELECT count(*) FROM told) >= 0
+    RETURNING r.id
 )
-UPDATE rota_runs r
-SET status = 'succeeded', result = v.result, error = NULL, finished_at = {now}, lease_until = NULL,
-    -- a held run started (v.started seconds ago) and ended before its start was written
-    attempt = CASE WHEN v.started IS NOT NULL AND r.started_at IS NULL THEN r.attempt + 1 ELSE r.attempt END,
-    started_at = coalesce(r.started_at, {now} - make_interval(secs => v.started))
-FROM v
-WHERE r.id = ANY(ARRAY(SELECT id FROM v))
-  AND r.id = v.id AND r.token = v.token AND r.status = 'running'
-  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) + (SELECT count(*) FROM told) >= 0
-RETURNING r.id
+SELECT id FROM kept UNION ALL SELECT id FROM updated
 
 -- name: finish
 -- transition: finish, retry
@@ -828,10 +862,10 @@ FROM rota_schedules
 SELECT id, task, status, queue, priority, args, kwargs, key, schedule, scheduled_for, due_at,
        attempt, max_attempts, timeout, owner, token, lease_until, cancel_requested, created_at,
        started_at, finished_at, result, error, attempts::text, retry_of, held, waiting_on, backfill
-FROM rota_runs
+FROM rota_runs_all
 
 -- name: count_by_status
-SELECT status, count(*) FROM rota_runs GROUP BY status
+SELECT status, count(*) FROM rota_runs_all GROUP BY status
 
 -- name: cancel_pending
 -- transition: cancel
@@ -840,7 +874,7 @@ WHERE id = %(id)s AND status = 'pending'
 RETURNING status
 
 -- name: run_status
-SELECT status FROM rota_runs WHERE id = %(id)s
+SELECT status FROM rota_runs_all WHERE id = %(id)s
 
 -- name: register_worker
 INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at, last_seen)
@@ -904,22 +938,48 @@ SELECT 1 FROM rota_dashboard_signouts WHERE nonce = %(nonce)s AND expires_at > %
 -- scan in finish order whatever the plan's guess of the status's share (a generic plan for
 -- `status = $1` over the primary key sorted millions of rows), and a pass goes on from the
 -- last finish time it deleted (:after, epoch seconds), past the dead entries of what it deleted.
-WITH doomed AS (
-    SELECT id FROM rota_runs
+-- Succeeded runs are in both tables (schema 17): the oldest `limit` of the two, together, so
+-- that the cursor (the last finish time deleted) passes no run left in either.
+WITH hot AS (
+    SELECT id, finished_at FROM rota_runs
     WHERE finished_at < {now} - make_interval(secs => %(older_than)s)
       AND finished_at >= to_timestamp(%(after)s) AND status = %(status)s
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+),
+kept AS (
+    -- (only succeeded runs are kept there: a one-time filter for the other statuses)
+    SELECT id, finished_at FROM rota_history
+    WHERE %(status)s::text = 'succeeded'
+      AND finished_at < {now} - make_interval(secs => %(older_than)s)
+      AND finished_at >= to_timestamp(%(after)s)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+doomed AS MATERIALIZED (
+    SELECT id FROM (SELECT id, finished_at FROM hot UNION ALL SELECT id, finished_at FROM kept) AS both_
+    ORDER BY finished_at
+    LIMIT %(limit)s
+),
+gone AS (
+    DELETE FROM rota_runs r WHERE r.id = ANY(ARRAY(SELECT id FROM doomed))
+    RETURNING r.id, r.finished_at
+),
+gone_kept AS (
+    DELETE FROM rota_history r WHERE r.id = ANY(ARRAY(SELECT id FROM doomed))
+    RETURNING r.id, r.finished_at
 )
-DELETE FROM rota_runs r USING doomed WHERE r.id = doomed.id
-RETURNING r.id, extract(epoch FROM r.finished_at)::float8
+SELECT id, extract(epoch FROM finished_at)::float8 FROM gone
+UNION ALL
+SELECT id, extract(epoch FROM finished_at)::float8 FROM gone_kept
 
 -- ===================================================================================-- faults-store (issue 10): retries that keep key and backoff; lost and pruned workers
 -- ==========================================================================================
 
 -- name: retry_source
-SELECT key, backoff FROM rota_runs WHERE id = %(id)s
+SELECT key, backoff FROM rota_runs_all WHERE id = %(id)s
 
 -- name: mark_lost_workers
 UPDATE rota_workers SET state = 'lost'
@@ -944,7 +1004,7 @@ SELECT id, task, status, queue, priority, key, schedule, extract(epoch FROM sche
        substr(args, 1, %(preview)s), length(args), substr(kwargs, 1, %(preview)s), length(kwargs),
        substr(result, 1, %(preview)s), length(result), substr(error, 1, %(error_prefix)s), length(error),
        backfill, waiting_on
-FROM rota_runs
+FROM rota_runs_all
 
 -- name: web_run_detail
 SELECT id, task, status, queue, priority, key, schedule, extract(epoch FROM scheduled_for)::float8,
@@ -952,12 +1012,12 @@ SELECT id, task, status, queue, priority, key, schedule, extract(epoch FROM sche
        extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)::float8,
        extract(epoch FROM finished_at)::float8, retry_of,
        args, kwargs, result, error, attempts::text, backfill, extract(epoch FROM due_at)::float8
-FROM rota_runs
+FROM rota_runs_all
 
 -- name: web_timeline
 SELECT id, task, schedule, status, attempt, extract(epoch FROM scheduled_for)::float8,
        extract(epoch FROM started_at)::float8, extract(epoch FROM finished_at)::float8, owner
-FROM rota_runs
+FROM rota_runs_all
 -- name: web_throughput
 -- One bucket of a throughput chart (rota.web.charts): the first %(cap)s runs that finished
 -- in [lo, hi), in finished_at order from rota_runs_finished (0007), which covers the columns
@@ -967,7 +1027,7 @@ SELECT count(*), extract(epoch FROM max(finished_at))::float8, count(*),
        count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed'),
        count(*) FILTER (WHERE status = 'skipped'), count(*) FILTER (WHERE status = 'cancelled'),
        coalesce(sum(greatest(attempt - 1, 0)), 0)
-FROM (SELECT finished_at, status, attempt FROM rota_runs
+FROM (SELECT finished_at, status, attempt FROM rota_runs_all
       WHERE finished_at >= to_timestamp(%(lo)s) AND finished_at < to_timestamp(%(hi)s)
       ORDER BY finished_at LIMIT %(cap)s) AS w
 
@@ -981,7 +1041,7 @@ SELECT count(*), extract(epoch FROM max(finished_at))::float8, count(*) FILTER (
 FROM (SELECT finished_at, status, attempt,
              (%(task)s::text IS NULL OR task = %(task)s::text)
              AND (%(queue)s::text IS NULL OR queue = %(queue)s::text) AS hit
-      FROM rota_runs
+      FROM rota_runs_all
       WHERE finished_at >= to_timestamp(%(lo)s) AND finished_at < to_timestamp(%(hi)s)
       ORDER BY finished_at LIMIT %(cap)s) AS w
 
@@ -993,7 +1053,7 @@ SELECT attempt, extract(epoch FROM started_at - scheduled_for)::float8,
        extract(epoch FROM started_at - greatest(created_at, due_at))::float8,
        started_at IS NOT NULL AND (%(task)s::text IS NULL OR task = %(task)s::text)
        AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-FROM rota_runs
+FROM rota_runs_all
 WHERE finished_at >= to_timestamp(%(lo)s) AND finished_at < to_timestamp(%(hi)s)
 ORDER BY finished_at LIMIT %(cap)s
 
@@ -1036,6 +1096,37 @@ JOIN pg_namespace n ON n.oid = rel.relnamespace
 JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = 'rota_runs' AND s.attname = 'status'
 CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(status, freq)
 
+-- name: move_history
+-- transition: none (a final run moves to rota_history as it is)
+-- The worker's history sweep (rota.worker.maintenance): succeeded runs of no schedule that a
+-- finish left in rota_runs (an earlier schema's, a transactional handler's commit), oldest
+-- first through rota_runs_stray, to rota_history, whose columns are rota_runs' in its order.
+-- The rota_runs_deleted trigger sees them in the history and drops nothing.
+WITH stray AS (
+    SELECT id FROM rota_runs
+    WHERE status = 'succeeded' AND schedule IS NULL
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+moved AS (
+    DELETE FROM rota_runs r
+    WHERE r.id = ANY(ARRAY(SELECT id FROM stray)) AND r.status = 'succeeded' AND r.schedule IS NULL
+    RETURNING r.*
+)
+INSERT INTO rota_history SELECT * FROM moved
+RETURNING id
+
+-- name: history_estimate
+-- The planner's estimate of the rows in rota_history (schema 17: succeeded runs only), as
+-- run_counts reads rota_runs'. Before its first ANALYZE (autovacuum's comes after 50 rows,
+-- within a minute) the table is new and small: counted.
+SELECT CASE WHEN c.reltuples < 0 THEN (SELECT count(*) FROM rota_history)::float8
+            WHEN c.relpages > 0
+            THEN c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::float8)
+            ELSE c.reltuples END
+FROM pg_class c WHERE c.oid = 'rota_history'::regclass
+
 -- name: count_status
 -- Exact, through rota_runs_active for pending and running (the few active runs).
 SELECT count(*) FROM rota_runs WHERE status = %(status)s
@@ -1047,11 +1138,11 @@ FROM (VALUES ('rota_runs'), ('rota_schedules'), ('rota_workers'), ('rota_locks')
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE NOT has_table_privilege(x.obj, x.priv)
 UNION ALL
--- the tables of 0008 (flow-deps), 0010 (limits and rates) and 0011 (task declarations),
--- once they exist
+-- the tables of 0008 (flow-deps), 0010 (limits and rates), 0011 (task declarations) and
+-- 0017 (history), once they exist
 SELECT current_user, current_schema(), x.obj, x.priv
 FROM (VALUES ('rota_deps'), ('rota_unique'), ('rota_limits'), ('rota_rates'), ('rota_rate_starts'),
-             ('rota_task_flow')) AS t(obj)
+             ('rota_task_flow'), ('rota_history')) AS t(obj)
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE CASE WHEN to_regclass(x.obj) IS NULL THEN false ELSE NOT has_table_privilege(x.obj, x.priv) END
 UNION ALL
@@ -1137,10 +1228,10 @@ INSERT INTO rota_unique AS u (task, key, run_id, created_at)
 VALUES (%(task)s, %(key)s, NULL, {now})
 ON CONFLICT (task, key) DO UPDATE SET
     run_id = CASE WHEN u.created_at > EXCLUDED.created_at - make_interval(secs => %(window)s::float8)
-                       AND EXISTS (SELECT 1 FROM rota_runs r WHERE r.id = u.run_id AND r.status <> 'cancelled')
+                       AND EXISTS (SELECT 1 FROM rota_runs_all r WHERE r.id = u.run_id AND r.status <> 'cancelled')
                   THEN u.run_id END,
     created_at = CASE WHEN u.created_at > EXCLUDED.created_at - make_interval(secs => %(window)s::float8)
-                           AND EXISTS (SELECT 1 FROM rota_runs r WHERE r.id = u.run_id AND r.status <> 'cancelled')
+                           AND EXISTS (SELECT 1 FROM rota_runs_all r WHERE r.id = u.run_id AND r.status <> 'cancelled')
                       THEN u.created_at ELSE EXCLUDED.created_at END
 RETURNING run_id
 
@@ -1150,7 +1241,7 @@ RETURNING run_id
 -- enqueue got instead (created when it was).
 INSERT INTO rota_unique AS u (task, key, run_id, created_at)
 VALUES (%(task)s, %(key)s, %(id)s, CASE WHEN %(twin)s::boolean
-                                        THEN (SELECT created_at FROM rota_runs WHERE id = %(id)s) ELSE {now} END)
+                                        THEN (SELECT created_at FROM rota_runs_all WHERE id = %(id)s) ELSE {now} END)
 ON CONFLICT (task, key) DO UPDATE SET run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at
 
 -- name: lock_parents
@@ -1158,15 +1249,24 @@ ON CONFLICT (task, key) DO UPDATE SET run_id = EXCLUDED.run_id, created_at = EXC
 -- (of the dependent: no parent's status changes; sets has_dependents on the parents)
 -- after=: lock the parents in id order (a finish of one waits until this enqueue commits,
 -- so its trigger sees the new edges) and flag them; their status says what the child waits for.
+-- A parent in rota_history succeeded (schema 17): nothing to lock or flag. One that moved there
+-- while this statement waited for its lock is in neither answer (the lock skips a deleted row;
+-- the history is read on this statement's snapshot): the caller asks again for the missing ones.
 WITH p AS (
     SELECT id FROM rota_runs
     WHERE id = ANY(ARRAY(SELECT value::bigint FROM json_array_elements_text(%(ids)s::json)))
     ORDER BY id
     FOR UPDATE
+),
+flagged AS (
+    UPDATE rota_runs r SET has_dependents = true
+    FROM p WHERE r.id = p.id
+    RETURNING r.id, r.status, r.task, r.after_depth
 )
-UPDATE rota_runs r SET has_dependents = true
-FROM p WHERE r.id = p.id
-RETURNING r.id, r.status, r.task, r.after_depth
+SELECT id, status, task, after_depth FROM flagged
+UNION ALL
+SELECT id, status, task, after_depth FROM rota_history
+WHERE id = ANY(ARRAY(SELECT value::bigint FROM json_array_elements_text(%(ids)s::json)))
 
 -- name: add_deps
 INSERT INTO rota_deps (parent, child)
@@ -1187,29 +1287,34 @@ SELECT parent FROM rota_deps WHERE child = %(id)s ORDER BY parent
 SELECT child FROM rota_deps WHERE parent = %(id)s ORDER BY child
 
 -- name: parent_results
-SELECT r.id, r.result FROM rota_deps d JOIN rota_runs r ON r.id = d.parent
+SELECT r.id, r.result FROM rota_deps d JOIN rota_runs_all r ON r.id = d.parent
 WHERE d.child = %(id)s ORDER BY r.id
 
 -- name: web_run_waiting
 -- (run_rows appends WHERE id = ...)
-SELECT waiting_on FROM rota_runs
+SELECT waiting_on FROM rota_runs_all
 
 -- ===== issue 20: backfill, jitter, retry_many (branch flow-sched, 0009) ==============
 
 -- name: last_run_id
-SELECT coalesce(max(id), 0) FROM rota_runs
+SELECT greatest((SELECT coalesce(max(id), 0) FROM rota_runs), (SELECT coalesce(max(id), 0) FROM rota_history))
 
 -- name: retry_candidates
 -- App.retry_many: the next batch of matching final runs after the cursor, and whether each
 -- belongs to an active exclusive schedule (retried through its overlap policy instead). A run
 -- retried before (by anyone) is passed over: calling retry_many twice retries nothing twice.
+-- Succeeded runs are in both tables (schema 17); the history only when they are asked for (a
+-- one-time filter: a generic plan cannot leave it out by its CHECK).
 SELECT r.id, s.name IS NOT NULL
-FROM rota_runs r
+FROM (SELECT id, task, schedule, finished_at FROM rota_runs
+      WHERE status = %(status)s AND id > %(after)s AND id <= %(upto)s
+      UNION ALL
+      SELECT id, task, schedule, finished_at FROM rota_history
+      WHERE %(status)s::text = 'succeeded' AND id > %(after)s AND id <= %(upto)s) AS r
 LEFT JOIN rota_schedules s ON s.name = r.schedule AND s.active AND s.overlap <> 'concurrent'
-WHERE r.status = %(status)s AND r.id > %(after)s AND r.id <= %(upto)s
-  AND (%(task)s::text IS NULL OR r.task = %(task)s::text)
+WHERE (%(task)s::text IS NULL OR r.task = %(task)s::text)
   AND (%(since)s::timestamptz IS NULL OR r.finished_at >= %(since)s::timestamptz)
-  AND NOT EXISTS (SELECT 1 FROM rota_runs x WHERE x.retry_of = r.id)
+  AND NOT EXISTS (SELECT 1 FROM rota_runs_all x WHERE x.retry_of = r.id)
 ORDER BY r.id
 LIMIT %(limit)s
 
@@ -1219,7 +1324,7 @@ INSERT INTO rota_runs (task, queue, priority, args, kwargs, key, schedule, sched
                        max_attempts, timeout, backoff, retry_of)
 SELECT task, queue, priority, args, kwargs, key, schedule, {now}, {now},
        max_attempts, timeout, backoff, id
-FROM rota_runs
+FROM rota_runs_all
 WHERE id = ANY(%(ids)s::bigint[])
 ORDER BY id
 ON CONFLICT DO NOTHING

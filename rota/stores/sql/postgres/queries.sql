@@ -279,7 +279,7 @@ deps AS (
 ),
 moved AS (
     -- A run of no schedule leaves rota_runs for rota_history (schema 17): its row deleted
-    -- here, inserted final below. The rota_runs_deleted trigger releases its dependents.
+    -- here, inserted final below. The rota_run_moved trigger releases its dependents.
     DELETE FROM rota_runs r USING v
     WHERE r.id = ANY(ARRAY(SELECT id FROM v))
       AND r.id = v.id AND r.token = v.token AND r.status = 'running' AND r.schedule IS NULL
@@ -970,6 +970,14 @@ gone AS (
 gone_kept AS (
     DELETE FROM rota_history r WHERE r.id = ANY(ARRAY(SELECT id FROM doomed))
     RETURNING r.id, r.finished_at
+),
+unlinked AS (
+    -- a pruned run can no longer wait for anything nor be returned: its edges as a child and
+    -- its key's record go with it (0008's trigger did this; schema 17 does it here)
+    DELETE FROM rota_deps d WHERE d.child = ANY(ARRAY(SELECT id FROM doomed))
+),
+forgotten AS (
+    DELETE FROM rota_unique u WHERE u.run_id = ANY(ARRAY(SELECT id FROM doomed))
 )
 SELECT id, extract(epoch FROM finished_at)::float8 FROM gone
 UNION ALL
@@ -1101,7 +1109,6 @@ CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs)
 -- The worker's history sweep (rota.worker.maintenance): succeeded runs of no schedule that a
 -- finish left in rota_runs (an earlier schema's, a transactional handler's commit), oldest
 -- first through rota_runs_stray, to rota_history, whose columns are rota_runs' in its order.
--- The rota_runs_deleted trigger sees them in the history and drops nothing.
 WITH stray AS (
     SELECT id FROM rota_runs
     WHERE status = 'succeeded' AND schedule IS NULL

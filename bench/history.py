@@ -48,10 +48,12 @@ FILL_CHUNK = 500_000
 DAY = 86400.0
 Result = dict[str, Any]
 
+# On PostgreSQL (schema 17) a succeeded run of no schedule is kept in rota_history, the rest in
+# rota_runs, as the product leaves them: {table} and {which} are filled in once per table.
 FILL_POSTGRES = """
-INSERT INTO rota_runs (task, status, schedule, tick, scheduled_for, due_at, attempt, max_attempts,
-                       owner, token, created_at, started_at, finished_at, result, error)
-SELECT 'task-' || (i %% 19), st, sch, CASE WHEN sch IS NOT NULL THEN t END, t, t, 1, 1,
+INSERT INTO {table} (id, task, status, schedule, tick, scheduled_for, due_at, attempt, max_attempts,
+                     owner, token, created_at, started_at, finished_at, result, error)
+SELECT i, 'task-' || (i %% 19), st, sch, CASE WHEN sch IS NOT NULL THEN t END, t, t, 1, 1,
        'bench-history', i, t, t, t + interval '5 ms',
        CASE WHEN st = 'succeeded' THEN 'null' END,
        CASE WHEN st <> 'succeeded' THEN '{"type": "ValueError", "message": "bench", "traceback": null}' END
@@ -59,7 +61,9 @@ FROM (SELECT i, to_timestamp(%(start)s + i * %(step)s) AS t,
              CASE WHEN i %% 97 = 0 THEN 'cancelled' WHEN i %% 50 = 0 THEN 'failed' ELSE 'succeeded' END AS st,
              CASE WHEN i %% 4 = 0 THEN 'schedule-' || ((i / 4) %% 40) END AS sch
       FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) i) s
+WHERE {which}
 """
+KEPT = "st = 'succeeded' AND sch IS NULL"
 FILL_SQLITE = """
 WITH RECURSIVE seq(i) AS (SELECT :lo UNION ALL SELECT i + 1 FROM seq WHERE i < :hi),
 s AS (SELECT i, :start + i * :step AS t,
@@ -100,7 +104,9 @@ def fill(app: rota.App, url: str, rows: int) -> None:
             import psycopg
 
             with psycopg.connect(url) as pg:
-                pg.execute(FILL_POSTGRES, params)
+                for table, which in (("rota_history", KEPT), ("rota_runs", f"NOT ({KEPT})")):
+                    pg.execute(FILL_POSTGRES.replace("{table}", table).replace("{which}", which), params)
+                pg.execute("SELECT setval('rota_run_id_seq', %(hi)s)", params)
 
 
 def enqueue(task: Any, n: int, chunk: int = 10_000) -> None:

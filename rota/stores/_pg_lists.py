@@ -32,7 +32,10 @@ def runs_suffix(suffix: str, flt: RunFilter) -> str:
     parts = [_PART.format(where=where, op=op, order=order) for op in ("<>", "=")]
     if flt.schedule is None:
         parts.append(_KEPT.format(where=where, order=order))
-    return f" WHERE id IN ({' UNION ALL '.join(parts)}) ORDER BY {order}"
+    # `= ANY(ARRAY(...))`: the ids first, then each table's primary key probed for them; an IN
+    # here let the planner walk the view's primary keys from the newest run until it met them
+    # all (45 ms for a task's last 50 runs at 2,000,000 kept)
+    return f" WHERE id = ANY(ARRAY({' UNION ALL '.join(parts)})) ORDER BY {order}"
 
 
 def status_terms(store: SqlStore, flt: RunFilter, params: dict[str, Any]) -> list[str]:

@@ -305,3 +305,28 @@ def test_a_listing_by_task_probes_both_tables_by_the_ids_it_found(pg_app: rota.A
     with store._read() as s:
         plan = "\n".join(str(r[0]) for r in s.q_text("EXPLAIN " + store.queries["run_columns"] + suffix, **params))
     assert "Semi Join" not in plan and "Index Cond: (id = ANY" in plan, plan
+
+
+def test_a_chart_reads_its_buckets_in_one_statement_with_the_pipelines_answers(
+    pg_app: rota.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dashboard's buckets, read LATERAL in one statement (planned once over both tables),
+    answer as one statement per bucket does: runs of both tables, in each bucket."""
+    from rota.stores import _pg_lists
+
+    @pg_app.task(name="t")
+    def t() -> None: ...
+
+    for _ in range(6):
+        t.enqueue()
+    _finish(pg_app, n=4)  # four moved to the history
+    _finish(pg_app, "failed")  # two stay
+    now = time.time()
+    params = [{"lo": now - 3600 + i * 600, "hi": now - 3000 + i * 600, "cap": 100} for i in range(7)]
+    with_task = [{**p, "cap": 3, "task": "t", "queue": None} for p in params]
+    lateral = [pg_app.store.web_rows(q, ps) for q, ps in (("web_throughput", params), ("web_lateness", with_task))]
+    monkeypatch.setattr(_pg_lists, "_same_but_bounds", lambda _p, _first: False)
+    piped = [pg_app.store.web_rows(q, ps) for q, ps in (("web_throughput", params), ("web_lateness", with_task))]
+    assert lateral == piped
+    assert sum(rows[0][0] for rows in lateral[0]) == 6 and sum(rows[0][3] for rows in lateral[0]) == 4
+    assert sum(len(rows) for rows in lateral[1]) == 3  # the cap, per bucket

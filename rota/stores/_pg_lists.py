@@ -57,9 +57,37 @@ def runs_where(store: SqlStore, flt: RunFilter) -> tuple[str, dict[str, Any]]:
 
 
 def web_rows(store: Any, query: str, params: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
-    """PostgresStore.web_rows: the statements in pipeline mode, one transaction, one sync
-    (a 7-day chart is 168 of them: one round trip instead of 168)."""
+    """PostgresStore.web_rows. A chart's buckets (parameter sets that differ only in `lo` and
+    `hi`) are read by ONE statement: the bucket's query joined LATERAL to the list of buckets,
+    so it is planned once, not once per bucket (a 7-day chart has 168; planning one over both
+    tables of schema 17 cost more than running it). Other reads: the statements in pipeline
+    mode, one transaction, one sync."""
+    if len(params) > 1 and all(_same_but_bounds(p, params[0]) for p in params):
+        sql = store.queries[query].replace("%(lo)s", "b.lo").replace("%(hi)s", "b.hi")
+        args = {k: v for k, v in params[0].items() if k not in ("lo", "hi")}
+        los, his = [float(p["lo"]) for p in params], [float(p["hi"]) for p in params]
+        buckets = [list[Any]() for _ in params]
+        with store._read() as s:
+            rows = s.q_text(
+                "SELECT b.i, q.* FROM unnest(%(los)s::float8[], %(his)s::float8[]) WITH ORDINALITY AS b(lo, hi, i)"
+                f" CROSS JOIN LATERAL ({sql}) AS q ORDER BY b.i",
+                los=los,
+                his=his,
+                **args,
+            )
+        for row in rows:
+            buckets[int(row[0]) - 1].append(tuple(row[1:]))
+        return buckets
     with store._session(False, pipeline=True) as s:
         for p in params:
             s.send(query, **p)
     return [list(rows) for rows in s.received]
+
+
+def _same_but_bounds(p: Mapping[str, Any], first: Mapping[str, Any]) -> bool:
+    return (
+        "lo" in p
+        and "hi" in p
+        and {k: v for k, v in p.items() if k not in ("lo", "hi")}
+        == {k: v for k, v in first.items() if k not in ("lo", "hi")}
+    )

@@ -112,8 +112,12 @@ class Maintenance:
             return
         while True:
             await asyncio.sleep(SWEEP_SECONDS * random.uniform(0.5, 1.0))
-            with contextlib.suppress(DatabaseError):
+            try:
                 await self.sweep()
+            except DatabaseError:
+                pass  # an outage: the next pass tries again
+            except Exception:  # a bug must not end the sweep for the worker's life
+                log.exception("the history sweep failed; it tries again in %.0f s", SWEEP_SECONDS)
 
     async def sweep(self) -> int:
         """Move the succeeded runs a finish left among the active ones (an earlier schema's,

@@ -23,6 +23,9 @@
 -- rota_runs adds it here too and recreates the view (tests/test_history_table.py checks both,
 -- and the finish's column list).
 
+-- The strongest lock this migration takes on rota_runs (DROP TRIGGER's), first: taking weaker
+-- ones first and upgrading could deadlock with a running worker's transaction.
+LOCK TABLE rota_runs IN ACCESS EXCLUSIVE MODE;
 CREATE TABLE rota_history (LIKE rota_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
 ALTER TABLE rota_history
     ADD PRIMARY KEY (id),

@@ -12,133 +12,185 @@ whose child is killed at the timeout.
 from __future__ import annotations
 
 import contextlib
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+
+class _Idle:
+    """An idle thread's wake-up: a held lock the pool releases to hand it a call (None: end)."""
+
+    __slots__ = ("call", "wake")
+
+    def __init__(self) -> None:
+        self.call: Callable[[], None] | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 class DaemonPool:
     """A growing pool of daemon threads: submit(fn) runs fn() on an idle thread or a new one
     (up to `limit` threads; beyond that calls queue until a thread is free).
 
-    A `lazy` pool starts a thread only for its first call: later calls that find no idle
-    thread wait for one, and the owner calls `grow()` every few milliseconds while calls
-    wait (rota.worker.handoff does, from its sweep). Tiny calls then share a few threads
-    instead of a hundred threads fighting for the GIL, while calls that block still get
-    threads of their own within a few periods (see `grow`). A thread that has waited `IDLE`
-    seconds without a call ends (the last one stays), so threads added for a burst of
-    blocked calls go away once they are not needed, and busy threads are never restarted.
+    A `lazy` pool runs at most `target` calls at once, one at first: later calls wait for
+    a thread to come free, and the owner calls `grow()` every few milliseconds while calls
+    wait (rota.worker.handoff does, from its sweep), which raises the target when the
+    threads look blocked and lowers it when they only fight for the GIL. Tiny calls then
+    share a few threads instead of a hundred threads handing the GIL around, while calls
+    that block still get threads of their own within a few periods (see `grow`).
+
+    Idle threads wait in a stack: the thread idle the shortest takes the next call, so
+    threads beyond what the calls need stay idle, and one that has waited `IDLE` seconds
+    without a call ends (the last one stays). Busy threads are never restarted.
     """
 
     def __init__(self, limit: int, name: str, lazy: bool = False) -> None:
         self.limit = limit
         self.name = name
         self.lazy = lazy
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._calls: deque[Callable[[], None]] = deque()  # waiting for a thread
+        self._idle: list[_Idle] = []  # idle threads, the most recently idle last
         self._threads = 0
-        self._idle = 0  # idle threads minus queued calls (negative: calls wait for a thread)
+        self._running = 0  # threads in a call
+        self._target = 1 if lazy else limit  # calls at once
         self._ended = 0  # calls finished (grow's sign of progress)
         self._streak = 0  # looks in a row that added threads
         self._serial = 0
         self._closed = False
         self._last = (0, 0, time.monotonic(), time.process_time())  # grow's previous look
+        self._stalled = time.monotonic()  # grow: since when calls wait with none ending
 
     @property
     def threads(self) -> int:
         return self._threads
 
     @property
+    def target(self) -> int:
+        """Calls the pool runs at once (a lazy pool's moves with `grow`)."""
+        return self._target
+
+    @property
     def backlog(self) -> int:
         """Calls waiting for a thread (read without the lock: a hint)."""
-        return max(0, -self._idle)
+        return len(self._calls)
 
     def submit(self, fn: Callable[[], None]) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the pool is closed")
-            if self._idle <= 0 and self._threads < self.limit and not (self.lazy and self._threads):
-                self._start(1)
-            else:
-                self._idle -= 1
-        self._queue.put(fn)
-
-    def _start(self, n: int) -> None:
-        """Start n threads (under the lock): each takes one queued call."""
-        for _ in range(n):
-            self._threads += 1
-            self._serial += 1
-            threading.Thread(target=self._loop, name=f"{self.name}-{self._serial}", daemon=True).start()
-
-    def _loop(self) -> None:
-        while True:
+            self._calls.append(fn)
             try:
-                fn = self._queue.get(timeout=IDLE)
-            except queue.Empty:
-                if self._retired():
-                    return
-                continue
-            if fn is None:
-                return
-            with contextlib.suppress(BaseException):  # callers catch everything themselves
-                fn()
-            with self._lock:
-                self._ended += 1
-                self._idle += 1
+                self._dispatch()
+            except RuntimeError:  # no thread could be started: the caller learns its call did not run
+                with contextlib.suppress(ValueError):
+                    self._calls.remove(fn)
+                raise
 
-    def _retired(self) -> bool:
-        """This thread waited IDLE seconds for a call: end it unless it is the last one or
-        a call is queued for it (idle threads minus queued calls, counted under the lock)."""
+    def _dispatch(self) -> None:
+        """Under the lock: hand waiting calls to idle threads (or new ones) up to the target."""
+        while self._calls and self._running < self._target:
+            if self._idle:
+                idle = self._idle.pop()
+                idle.call = self._calls.popleft()
+                self._running += 1
+                idle.wake.release()
+            elif self._threads < self.limit:
+                self._serial += 1
+                call = self._calls[0]
+                threading.Thread(
+                    target=self._loop, args=(call,), name=f"{self.name}-{self._serial}", daemon=True
+                ).start()  # (RuntimeError if the system has no thread to give: the call stays queued)
+                self._calls.popleft()
+                self._running += 1
+                self._threads += 1
+            else:
+                return
+
+    def _loop(self, call: Callable[[], None] | None) -> None:
+        idle = _Idle()
+        while call is not None:
+            with contextlib.suppress(BaseException):  # callers catch everything themselves
+                call()
+            call = self._next(idle)
+
+    def _next(self, idle: _Idle) -> Callable[[], None] | None:
+        """A call ended: the next waiting call, else wait idle for one (None: end)."""
         with self._lock:
-            if self._idle <= 0 or self._threads <= 1 or self._closed:
-                return False
-            self._idle -= 1
-            self._threads -= 1
-            return True
+            self._ended += 1
+            self._running -= 1
+            if self._calls and (self._running < self._target or self._closed):
+                self._running += 1
+                return self._calls.popleft()
+            if self._closed:
+                self._threads -= 1
+                return None
+            idle.call = None
+            self._idle.append(idle)
+        while not idle.wake.acquire(timeout=IDLE):
+            with self._lock:
+                if idle in self._idle and (self._threads > 1 or self._closed):
+                    self._idle.remove(idle)
+                    self._threads -= 1
+                    if self.lazy:  # the calls did not need this thread for a second
+                        self._target = max(1, min(self._target, self._threads))
+                    return None
+        return idle.call
 
     def grow(self) -> int:
-        """Fit the threads to what they do (the owner calls this every few milliseconds
-        while calls are in flight). Add threads while calls wait if the waiting looks like
-        blocked threads: no call ended since the previous look (threads blocked, or busy for
-        longer than a period), or calls that waited then still wait while the process used
-        less than `BUSY` CPU (threads wait on I/O). It adds 1, 2, 4, ... threads on looks in
-        a row (at most one per waiting call, up to the limit): one slow call adds a thread,
-        calls that stay blocked get theirs within a few looks. Calls that end while the CPU
-        is busy add none (more threads would only fight for the GIL). Threads end only when
-        idle for IDLE seconds (see `_loop`): ending busy ones, only to start them again at
-        the next wait, cost a few % of the worker's CPU. Returns the threads added."""
+        """Fit the calls at once to what they do (the owner calls this every few
+        milliseconds while calls are in flight). Raise the target while calls wait and the
+        waiting looks like blocked threads: calls waited, fewer ended since the previous
+        look, and the process used less than `BUSY` CPU (its threads wait on I/O, a lock or
+        a sleep, not for the GIL); or calls have waited `STALL` seconds with none ending (a
+        long call hogging the CPU), so a slot's call never waits long behind a long one. It
+        adds 1, 2, 4, ... on looks in a row (at most one per waiting call, up to the limit).
+        Lower it by one while calls wait, every running thread ended a call since the
+        previous look and the CPU is busy: short calls fighting for the GIL (5 threads doing
+        tiny Redis calls cost the process twice the CPU of 2). Returns the change."""
         now, cpu = time.monotonic(), time.process_time()
         with self._lock:
             ended0, waiting0, then, cpu0 = self._last
-            waiting = -self._idle
-            self._last = (self._ended, max(0, waiting), now, cpu)
-            if self._closed:
+            waiting = len(self._calls)
+            self._last = (self._ended, waiting, now, cpu)
+            if self._closed or not self.lazy:
                 return 0
             progressed = self._ended - ended0
+            if progressed or not waiting0:
+                self._stalled = now
             busy = cpu - cpu0 >= BUSY * (now - then)
-            if waiting > 0 and (not progressed or (progressed < waiting0 and not busy)):
-                return self._add(min(waiting, self.limit - self._threads))
+            if waiting and ((waiting0 and progressed < waiting0 and not busy) or now - self._stalled >= STALL):
+                self._stalled = now
+                return self._add(min(waiting, self.limit - self._target))
             self._streak = 0
+            if waiting and busy and progressed >= self._target > FEWEST:
+                self._target -= 1
+                return -1
             return 0
 
     def _add(self, room: int) -> int:
         n = min(room, 1 << self._streak)
         self._streak += 1
-        self._start(n)
-        self._idle += n
+        self._target += n
+        with contextlib.suppress(RuntimeError):  # no thread to start: the calls wait for one
+            self._dispatch()
         return n
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            n = self._threads
-        for _ in range(n):
-            self._queue.put(None)
+            while self._idle:
+                idle = self._idle.pop()
+                self._threads -= 1
+                idle.call = None
+                idle.wake.release()
 
 
 BUSY = 0.5  # CPU seconds per second above which waiting calls wait for the GIL, not for I/O
+STALL = 0.02  # seconds calls may wait with none ending, the CPU busy, before the target rises
+FEWEST = 2  # a lazy pool's target is lowered to no fewer calls at once than this
 IDLE = 1.0  # seconds a thread waits for a call before it ends (the last thread stays)
 
 

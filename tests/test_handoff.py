@@ -147,3 +147,52 @@ def test_a_burst_of_tiny_def_handlers_does_not_start_a_thread_per_slot(app: rota
     tiny.enqueue_many([((), {})] * 300)
     wait_for(lambda: worker.counters.succeeded == 300, what="300 tiny runs")
     assert worker._threads.threads < 50  # not one thread per slot (a hundred would fight for the GIL)
+
+
+def _look_while(pool: DaemonPool, busy: Callable[[], bool], seconds: float) -> None:
+    """The owner's sweep: grow() every 2 ms while `busy()` and for at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while busy() and time.monotonic() < deadline:
+        time.sleep(0.002)
+        pool.grow()
+
+
+def test_short_calls_that_keep_the_cpu_busy_lower_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiny I/O calls on many threads mostly hand the GIL around: with the CPU busy and every
+    running thread ending calls, the pool runs fewer at once, down to FEWEST."""
+    pool = DaemonPool(100, "t", lazy=True)
+    release = threading.Event()
+    for _ in range(8):
+        pool.submit(lambda: release.wait(10))
+    _look_while(pool, lambda: pool.target < 8, 5)
+    assert pool.target == 8
+    release.set()
+    monkeypatch.setattr(executor, "BUSY", 0.0)  # any CPU counts as busy
+    done: list[int] = []
+    for i in range(4000):
+        pool.submit(lambda i=i: (time.sleep(0.0001), done.append(i)))
+    _look_while(pool, lambda: len(done) < 4000, 20)
+    assert len(done) == 4000
+    assert pool.target == executor.FEWEST
+    pool.close()
+
+
+def test_a_long_call_hogging_the_cpu_does_not_hold_up_a_waiting_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the CPU busy, waiting calls that see none end get a thread after STALL seconds,
+    not when the long call ends."""
+    monkeypatch.setattr(executor, "BUSY", 0.0)  # any CPU counts as busy: only STALL adds threads
+    pool = DaemonPool(100, "t", lazy=True)
+    started: list[float] = []
+
+    def spin() -> None:
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            pass
+
+    pool.submit(spin)
+    submitted = time.monotonic()
+    pool.submit(lambda: started.append(time.monotonic()))
+    _look_while(pool, lambda: not started, 5)
+    assert started and started[0] - submitted < 0.5  # not after the 1 s call
+    assert pool.target == 2
+    pool.close()

@@ -1,10 +1,10 @@
 """The hand-off of plain `def` handlers (and process watchers) to pool threads and back.
 
 The loop submits each run's body to a lazy pool (rota.executor.DaemonPool, lazy=True):
-tiny handlers share a few threads instead of starting one each (a hundred threads doing
-tiny I/O spend their time handing the GIL around), while handlers that block still get
-threads of their own within a few milliseconds, so `concurrency` handler bodies can block
-at once.
+short handlers share as few threads as keep the CPU busy instead of starting one each
+(threads doing tiny I/O spend their time handing the GIL around), while handlers that
+block still get threads of their own within a few milliseconds, so `concurrency` handler
+bodies can block at once.
 
 Results come back through one deque. A thread that finishes while more calls wait in the
 pool goes on to the next call without waking the loop: a sweep on the loop (one timer,

@@ -183,11 +183,13 @@ def test_a_long_call_hogging_the_cpu_does_not_hold_up_a_waiting_call(monkeypatch
     monkeypatch.setattr(executor, "BUSY", 0.0)  # any CPU counts as busy: only STALL adds threads
     pool = DaemonPool(100, "t", lazy=True)
     started: list[float] = []
+    spun = threading.Event()
 
     def spin() -> None:
         end = time.monotonic() + 1.0
         while time.monotonic() < end:
             pass
+        spun.set()
 
     pool.submit(spin)
     submitted = time.monotonic()
@@ -195,4 +197,44 @@ def test_a_long_call_hogging_the_cpu_does_not_hold_up_a_waiting_call(monkeypatch
     _look_while(pool, lambda: not started, 5)
     assert started and started[0] - submitted < 0.5  # not after the 1 s call
     assert pool.target == 2
+    assert spun.wait(5)  # (the next test does not share the CPU with it)
     pool.close()
+
+
+def test_runs_delivered_by_a_sweep_do_not_arm_a_second_sweep() -> None:
+    """The worker starts the next run from `deliver`, often inside a sweep: the sweep must
+    not arm another timer beside the one the new run armed (chains of sweeps multiplied,
+    each looking at the pool every few microseconds, and cost the loop its CPU)."""
+
+    async def scenario() -> tuple[int, int]:
+        looks = 0
+        finished = 0
+        handoff: Handoff
+
+        def deliver(active: Active, outcome: object) -> None:
+            nonlocal finished
+            finished += 1
+            if time.monotonic() < until:
+                handoff.run(_active(False), lambda: (time.sleep(0.0005), ("ok", None))[1], lambda _: None)
+
+        handoff = Handoff(4, deliver)
+        handoff.loop = asyncio.get_running_loop()
+        grow = handoff.pool.grow
+
+        def counted() -> int:
+            nonlocal looks
+            looks += 1
+            return grow()
+
+        handoff.pool.grow = counted  # type: ignore[method-assign]
+        until = time.monotonic() + 0.3
+        for _ in range(20):  # more calls than the pool runs at once: they wait, sweeps collect
+            handoff.run(_active(False), lambda: (time.sleep(0.0005), ("ok", None))[1], lambda _: None)
+        while time.monotonic() < until + 0.1:
+            await asyncio.sleep(0.01)
+        handoff.pool.close()
+        return looks, finished
+
+    looks, finished = asyncio.run(scenario())
+    assert finished > 100  # the runs flowed
+    assert looks <= 0.4 / 0.002 * 1.5, f"{looks} looks in 0.4 s: more than one sweep armed at a time"

@@ -83,6 +83,8 @@ class Handoff:
         else:
             self._every = SWEEP
         loop = self.loop
+        if self._sweep is not None:  # a run delivered above armed the next sweep (one at a time)
+            return
         if (self._pending > 0 or self._done) and loop is not None and not loop.is_closed():
             self._sweep = loop.call_later(self._every, self._swept)
 

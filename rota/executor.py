@@ -99,13 +99,18 @@ class DaemonPool:
                 idle.wake.release()
             elif self._threads < self.limit:
                 self._serial += 1
-                call = self._calls[0]
-                threading.Thread(
-                    target=self._loop, args=(call,), name=f"{self.name}-{self._serial}", daemon=True
-                ).start()  # (RuntimeError if the system has no thread to give: the call stays queued)
-                self._calls.popleft()
+                call = self._calls.popleft()
                 self._running += 1
                 self._threads += 1
+                try:
+                    threading.Thread(
+                        target=self._loop, args=(call,), name=f"{self.name}-{self._serial}", daemon=True
+                    ).start()
+                except RuntimeError:  # the system has no thread to give: the call stays queued
+                    self._calls.appendleft(call)
+                    self._running -= 1
+                    self._threads -= 1
+                    raise
             else:
                 return
 
@@ -179,8 +184,15 @@ class DaemonPool:
         return n
 
     def close(self) -> None:
+        """Refuse new calls; idle threads take the queued ones (whatever the target), then
+        end, and busy threads end once nothing is queued."""
         with self._lock:
             self._closed = True
+            while self._idle and self._calls:
+                idle = self._idle.pop()
+                idle.call = self._calls.popleft()
+                self._running += 1
+                idle.wake.release()
             while self._idle:
                 idle = self._idle.pop()
                 self._threads -= 1
@@ -189,7 +201,7 @@ class DaemonPool:
 
 
 BUSY = 0.5  # CPU seconds per second above which waiting calls wait for the GIL, not for I/O
-STALL = 0.02  # seconds calls may wait with none ending, the CPU busy, before the target rises
+STALL = 0.02  # seconds calls may wait with none ending before the target rises (a CPU hog)
 FEWEST = 2  # a lazy pool's target is lowered to no fewer calls at once than this
 IDLE = 1.0  # seconds a thread waits for a call before it ends (the last thread stays)
 

@@ -238,3 +238,43 @@ def test_runs_delivered_by_a_sweep_do_not_arm_a_second_sweep() -> None:
     looks, finished = asyncio.run(scenario())
     assert finished > 100  # the runs flowed
     assert looks <= 0.4 / 0.002 * 1.5, f"{looks} looks in 0.4 s: more than one sweep armed at a time"
+
+
+def test_close_hands_queued_calls_to_idle_threads_before_ending_them() -> None:
+    """Closing must not end idle threads while calls wait behind a busy one (the target
+    does not hold them back any more)."""
+    pool = DaemonPool(10, "t", lazy=True)
+    release = threading.Event()
+    done: list[str] = []
+    pool.submit(lambda: release.wait(10))
+    pool.submit(lambda: done.append("b"))
+    _look_while(pool, lambda: not done, 5)  # b waited behind a blocked call: a second thread
+    assert done == ["b"] and pool.threads == 2
+    pool._target = 1  # as a lowered target leaves it: one call at once, one thread idle
+    pool.submit(lambda: done.append("c"))
+    time.sleep(0.05)
+    assert done == ["b"]  # c waits for the target
+    pool.close()
+    wait_for(lambda: done == ["b", "c"], 2, "the queued call to run on the idle thread")
+    assert not release.is_set()  # while the first call still runs
+    release.set()
+
+
+def test_a_thread_that_cannot_start_leaves_nothing_queued_and_the_pool_usable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pool = DaemonPool(10, "t", lazy=True)
+
+    def no_thread(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", no_thread)
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            pool.submit(lambda: None)
+    assert (pool.backlog, pool.threads) == (0, 0)
+    done: list[int] = []
+    pool.submit(lambda: done.append(1))
+    wait_for(lambda: done == [1], what="a call once threads start again")
+    assert pool.threads == 1
+    pool.close()

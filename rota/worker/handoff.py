@@ -77,11 +77,15 @@ class Handoff:
         """The sweep: collect results and fit the pool; again while calls are in flight
         (a thread that saw calls waiting relies on it), less often while nothing happens."""
         self._sweep = None
-        changed = self.pool.grow()
-        if self._collect() == 0 and changed == 0:
-            self._every = min(self._every * 2, SWEEP_MAX)
-        else:
-            self._every = SWEEP
+        idle = False
+        try:
+            changed = self.pool.grow()
+            idle = self._collect() == 0 and changed == 0 and not self.pool.backlog
+        finally:  # (a deliver that raised still leaves the sweep armed for the other results)
+            self._every = min(self._every * 2, SWEEP_MAX) if idle else SWEEP  # calls waiting: see STALL
+            self._rearm()
+
+    def _rearm(self) -> None:
         loop = self.loop
         if self._sweep is not None:  # a run delivered above armed the next sweep (one at a time)
             return

@@ -152,9 +152,10 @@ class DaemonPool:
         a sleep, not for the GIL); or calls have waited `STALL` seconds with none ending (a
         long call hogging the CPU), so a slot's call never waits long behind a long one. It
         adds 1, 2, 4, ... on looks in a row (at most one per waiting call, up to the limit).
-        Lower it by one while calls wait, every running thread ended a call since the
-        previous look and the CPU is busy: short calls fighting for the GIL (5 threads doing
-        tiny Redis calls cost the process twice the CPU of 2). Returns the change."""
+        Lower it by one, down to FEWEST, while calls wait, at least as many calls ended
+        since the previous look as run at once and the CPU is busy: short calls fighting for
+        the GIL (5 threads doing tiny Redis calls cost the process twice the CPU of 2).
+        Returns the change."""
         now, cpu = time.monotonic(), time.process_time()
         with self._lock:
             ended0, waiting0, then, cpu0 = self._last

@@ -1,12 +1,13 @@
 """Where a PostgreSQL drain spends its CPU: the worker's Python (py-spy) and the server's.
 
-Enqueues N no-op runs, starts one `bench.rota_worker` (concurrency 100, as W1) under
+Enqueues N no-op runs (`--task incr`: W7's Redis INCR job), starts one `bench.rota_worker`
+(concurrency 100 as W1, or `--concurrency`: 5 is W7's defaults) under
 `py-spy record --gil`, waits until every run has finished, and prints: the drain rate, CPU
 per run in the worker and in PostgreSQL's processes, and the functions holding the GIL most
 (self and inclusive). Needs py-spy (`pip install py-spy`, not a bench requirement: it is
 only for this profile). Run from the bench venv:
 
-    .venv-bench/bin/python -m bench.profile_drain [--pg-url URL] [--runs 200000]
+    .venv-bench/bin/python -m bench.profile_drain [--pg-url URL] [--runs 200000] [--task incr --concurrency 5]
 """
 
 from __future__ import annotations
@@ -38,16 +39,32 @@ def _postgres_cpu() -> float:
     return total
 
 
-def _tree_cpu(proc: psutil.Process) -> float:
-    total = 0.0
+def _transactions(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    """Transactions committed or rolled back in this database so far (pg_stat_database)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _main_thread_cpu(pid: int) -> float:
+    """CPU seconds of the process's main thread (the worker's event loop), from /proc."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu(proc: psutil.Process) -> tuple[float, float]:
+    """User and system CPU seconds of the worker's Python processes."""
+    user = system = 0.0
     for p in [proc, *proc.children(recursive=True)]:
         try:
             if p.name().startswith("python"):
                 times = p.cpu_times()
-                total += times.user + times.system
+                user, system = user + times.user, system + times.system
         except psutil.NoSuchProcess:
             pass
-    return total
+    return user, system
 
 
 def _summarise(raw: Path, top: int) -> None:
@@ -81,6 +98,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200_000)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--no-spy", action="store_true", help="no py-spy: the rate and CPU per run unperturbed")
+    parser.add_argument("--task", choices=["noop", "incr"], default="noop", help="incr: W7's Redis INCR job")
+    parser.add_argument("--concurrency", type=int, default=100, help="the worker's (W7 defaults: 5)")
     args = parser.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not args.no_spy and not Path(pyspy).exists():
@@ -89,23 +108,25 @@ def main() -> None:
     out = Path(tempfile.mkdtemp()) / "drain.txt"
     with scratch_pg(args.pg_url, DB) as url:
         os.environ["ROTA_DATABASE_URL"] = url
-        from bench.rota_app import app, noop
+        from bench import rota_app
 
+        app, task = rota_app.app, getattr(rota_app, args.task)
+        os.environ.setdefault("BENCH_REDIS_KEY", f"bench:w7:profile:{os.getpid()}")
         for offset in range(0, args.runs, 10_000):
-            noop.enqueue_many([((), {})] * min(10_000, args.runs - offset))
+            task.enqueue_many([((), {})] * min(10_000, args.runs - offset))
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE rota_runs")
             cmd = [] if args.no_spy else [pyspy, "record", "--gil", "--nonblocking", "--nolineno", "-r", "200"]
             cmd += [] if args.no_spy else ["-f", "raw", "-o", str(out), "--"]
-            cmd += [sys.executable, "-m", "bench.rota_worker", "bench.rota_app", "--concurrency", "100"]
+            cmd += [sys.executable, "-m", "bench.rota_worker", "bench.rota_app", "--concurrency", str(args.concurrency)]
             env = {**os.environ, "ROTA_DATABASE_URL": url}
-            pg0 = _postgres_cpu()
+            pg0, xacts0 = _postgres_cpu(), _transactions(conn)
             started = time.perf_counter()
             spy = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             proc = psutil.Process(spy.pid)
-            worker_cpu = 0.0
+            worker_cpu = (0.0, 0.0)
             while True:
-                worker_cpu = max(worker_cpu, _tree_cpu(proc))
+                worker_cpu = max(worker_cpu, _tree_cpu(proc), key=sum)
                 if spy.poll() is not None:
                     sys.exit(f"the worker exited with {spy.returncode}: run {' '.join(cmd)} to see why")
                 left = conn.execute(
@@ -115,18 +136,25 @@ def main() -> None:
                     break
                 time.sleep(0.1)
             elapsed = time.perf_counter() - started
-            pg_cpu = _postgres_cpu() - pg0
+            pg_cpu, loop_cpu = _postgres_cpu() - pg0, _main_thread_cpu(proc.pid)
+            time.sleep(1.0)  # (backends report their transactions within a second)
+            xacts = _transactions(conn) - xacts0
             for child in [proc, *proc.children(recursive=True)]:
                 if child.name().startswith("python"):
                     child.send_signal(signal.SIGTERM)
             spy.wait(timeout=60)
-        print(f"# Drain profile: {args.runs:,} no-op runs, one worker (concurrency 100), PostgreSQL")
+        print(
+            f"# Drain profile: {args.runs:,} {args.task} runs, one worker (concurrency {args.concurrency}), PostgreSQL"
+        )
         how = "without a profiler" if args.no_spy else "under py-spy (which slows the worker)"
         print(f"\nWall {elapsed:.1f} s including worker start-up: {args.runs / elapsed:,.0f} runs/s {how}.")
         print(
-            f"CPU per run: worker {1e6 * worker_cpu / args.runs:.0f} µs, PostgreSQL {1e6 * pg_cpu / args.runs:.0f} µs"
+            f"CPU per run: worker {1e6 * sum(worker_cpu) / args.runs:.0f} µs"
+            f" ({1e6 * worker_cpu[0] / args.runs:.0f} user, {1e6 * worker_cpu[1] / args.runs:.0f} system),"
+            f" PostgreSQL {1e6 * pg_cpu / args.runs:.0f} µs; the worker's event loop thread {1e6 * loop_cpu / args.runs:.0f} µs"
         )
         print("(the PostgreSQL figure includes this script's polling and background processes).")
+        print(f"Transactions per run: {xacts / args.runs:.3f} (this script's polls included).")
         if not args.no_spy:
             _summarise(out, args.top)
         app.close()

@@ -9,7 +9,7 @@ bytes and buffers per claim and finish, which other databases' load does not blu
 --perf, `perf record`s the backend while it claims and finishes and prints its top symbols.
 Run from the bench venv:
 
-    .venv-bench/bin/python -m bench.profile_hot [--pg-url URL] [--runs 50000] [--explain 20] [--perf]
+    .venv-bench/bin/python -m bench.profile_hot [--pg-url URL] [--runs 50000] [--explain 20] [--batch 100] [--perf]
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ def _enqueue(task: Any, n: int, chunk: int = 10_000) -> None:
         task.enqueue_many([((), {})] * min(chunk, n - offset))
 
 
-def _drain(store: Any) -> int:
+def _drain(store: Any, batch: int = BATCH) -> int:
     done = 0
     while True:
-        claimed = store.claim("profile", BATCH, None, 30.0)
+        claimed = store.claim("profile", batch, None, 30.0)
         if not claimed:
             return done
         done += len(store.finish([Outcome(c.id, c.token, "succeeded", "null") for c in claimed]))
@@ -83,7 +83,7 @@ def _explained(app: rota.App, url: str, batches: int) -> None:
     queries, totals = app.store.queries, {"claim": {}, "finish_succeeded": {}}  # type: ignore[attr-defined]
     with psycopg.connect(url, autocommit=True) as conn:
         for _ in range(batches):
-            got = _explain(conn, queries["claim"], owner="explain", limit=BATCH, lease=30.0, now=None)
+            got = _explain(conn, queries["claim"], owner="explain", limit=BATCH, start=BATCH, lease=30.0, now=None)
             _add(totals["claim"], got)
             rows = conn.execute(
                 "SELECT id, token, 'null' FROM rota_runs WHERE status = 'running' AND owner = 'explain'"
@@ -100,7 +100,7 @@ def _add(into: dict[str, float], got: dict[str, float]) -> None:
         into[key] = into.get(key, 0.0) + value
 
 
-def _measure(app: rota.App, url: str, n: int, perf: bool) -> None:
+def _measure(app: rota.App, url: str, n: int, perf: bool, batch: int) -> None:
     store = app.store
     store.poll_state(None)  # opens the pool's connection
     with psycopg.connect(url, autocommit=True) as conn:
@@ -108,11 +108,11 @@ def _measure(app: rota.App, url: str, n: int, perf: bool) -> None:
         procs = [p for p in db_backends(DB) if p.pid != conn.info.backend_pid]
         spy = _perf([p.pid for p in procs], 5.0) if perf else None
         cpu0, t0 = cpu_of(procs), time.perf_counter()
-        done = _drain(store)
+        done = _drain(store, batch)
         wall, cpu1 = time.perf_counter() - t0, cpu_of(procs)
         cpu = sum(cpu1.get(pid, 0.0) - before for pid, before in cpu0.items())
         wal = _wal(conn) - wal0
-        print(f"{done:,} runs in {wall:.2f} s: {done / wall:,.0f} runs/s")
+        print(f"{done:,} runs in {wall:.2f} s: {done / wall:,.0f} runs/s, batches of {batch}")
         print(f"PostgreSQL CPU per run {cpu / done * 1e6:.1f} us; WAL per run {wal / done:.0f} bytes (whole server)")
         _indexes(conn)
     if spy is not None:
@@ -128,6 +128,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=50_000)
     parser.add_argument("--backlog", type=int, default=0, help="rows first: half finished, half due in 30 days")
     parser.add_argument("--explain", type=int, default=0, help="first EXPLAIN this many claim+finish batches")
+    parser.add_argument("--batch", type=int, default=BATCH, help="runs claimed, then finished, at once")
     parser.add_argument("--perf", action="store_true", help="perf record the backend (first 5 s)")
     args = parser.parse_args()
     with scratch_pg(args.pg_url, DB) as url:
@@ -144,7 +145,7 @@ def main() -> None:
         _enqueue(noop, args.runs)
         if args.explain:
             _explained(app, url, args.explain)
-        _measure(app, url, args.runs - args.explain * BATCH, args.perf)
+        _measure(app, url, args.runs - args.explain * BATCH, args.perf, args.batch)
         app.close()
 
 

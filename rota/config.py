@@ -246,7 +246,7 @@ SETTINGS: dict[str, Setting] = {
             _int(0, 100000),
             None,
             "Runs a worker may claim ahead of its free slots in a backlog of short runs (0: off)",
-            "concurrency, at least 50",
+            "concurrency, at least 200",
         ),
         _s("metrics_port", _int(1, 65535), None, "Serve the worker's Prometheus /metrics on this port", "off"),
         _s("log_level", _choice(LOG_LEVELS), "info", "Log level: " + ", ".join(LOG_LEVELS), "info"),

@@ -155,7 +155,7 @@ def test_about_a_window_of_work_is_held_and_long_runs_never(monkeypatch: pytest.
     p.backlog, p.claiming = True, lambda: False
     assert p.room() == 0 and p.next() is None
     assert Prefetch(0, slots=5).room() == 0
-    assert default_limit(5) == 50 and default_limit(200) == 200
+    assert default_limit(5) == 200 and default_limit(500) == 500
 
 
 def test_the_prefetch_setting_is_validated() -> None:
@@ -189,7 +189,7 @@ def test_rota_prefetch_reaches_the_worker_and_an_argument_beats_it(
     monkeypatch.delenv("ROTA_PREFETCH")
     with pytest.raises(Built):
         app.run_worker(concurrency=3)
-    assert built == [0, 9, 50]
+    assert built == [0, 9, 200]
     app.close()
 
 

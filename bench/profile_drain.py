@@ -98,7 +98,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200_000)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--no-spy", action="store_true", help="no py-spy: the rate and CPU per run unperturbed")
-    parser.add_argument("--task", choices=["noop", "incr"], default="noop", help="incr: W7's Redis INCR job")
+    parser.add_argument(
+        "--task",
+        choices=["noop", "incr", "incr_async"],
+        default="noop",
+        help="incr: W7's Redis INCR job (incr_async: with redis.asyncio)",
+    )
     parser.add_argument("--concurrency", type=int, default=100, help="the worker's (W7 defaults: 5)")
     args = parser.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")

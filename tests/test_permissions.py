@@ -123,6 +123,27 @@ def test_a_role_without_write_on_the_flow_tables_is_refused_naming_them(
 
 
 @pytest.mark.postgres
+def test_a_role_that_cannot_read_the_view_of_every_run_is_refused_naming_it(
+    pg_url: str, limited_role: tuple[str, str]
+) -> None:
+    """Tables granted one by one, the view `rota_runs_all` forgotten: the worker would start
+    and then fail on every read of a final run (listings, retries, `after=`, pruning)."""
+    url, role = limited_role
+    owner = make_app(pg_url)
+    owner.migrate()
+    owner.close()
+    _grant("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}", role, pg_url)
+    _grant("GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}", role, pg_url)
+    _grant("REVOKE SELECT ON {schema}.rota_runs_all FROM {role}", role, pg_url)
+    app = make_app(url)
+    try:
+        with pytest.raises(rota.PermissionDenied, match=rf"role '{role}' lacks SELECT on rota_runs_all \("):
+            app.prepare()
+    finally:
+        app.close()
+
+
+@pytest.mark.postgres
 def test_migrate_without_create_on_the_schema_names_it(pg_url: str, limited_role: tuple[str, str]) -> None:
     url, role = limited_role
     result = CliRunner().invoke(cli, ["--database-url", url, "migrate"])

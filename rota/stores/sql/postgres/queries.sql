@@ -1153,6 +1153,11 @@ FROM (VALUES ('rota_deps'), ('rota_unique'), ('rota_limits'), ('rota_rates'), ('
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE CASE WHEN to_regclass(x.obj) IS NULL THEN false ELSE NOT has_table_privilege(x.obj, x.priv) END
 UNION ALL
+-- the view of every run, both tables (0017): reads of final runs go through it
+SELECT current_user, current_schema(), 'rota_runs_all', 'SELECT'
+WHERE CASE WHEN to_regclass('rota_runs_all') IS NULL THEN false
+           ELSE NOT has_table_privilege('rota_runs_all', 'SELECT') END
+UNION ALL
 SELECT current_user, current_schema(), 'rota_migrations', 'SELECT'
 WHERE NOT has_table_privilege('rota_migrations', 'SELECT')
 UNION ALL

@@ -48,6 +48,15 @@ def _grant(sql: str, role: str, schema_url: str) -> None:
         conn.execute(sql.format(schema=f'"{schema}"', role=f'"{role}"'))
 
 
+def _migrate_and_grant_everything(role: str, pg_url: str) -> None:
+    """The schema migrated by its owner; `role` granted every table, view and sequence."""
+    owner = make_app(pg_url)
+    owner.migrate()
+    owner.close()
+    _grant("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}", role, pg_url)
+    _grant("GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}", role, pg_url)
+
+
 @pytest.mark.postgres
 def test_a_select_only_role_is_refused_naming_the_privilege_and_the_table(
     pg_url: str, limited_role: tuple[str, str]
@@ -80,11 +89,7 @@ def test_a_read_only_role_with_every_privilege_is_caught_by_the_write_probe(
     pg_url: str, limited_role: tuple[str, str]
 ) -> None:
     url, role = limited_role
-    owner = make_app(pg_url)
-    owner.migrate()
-    owner.close()
-    _grant("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}", role, pg_url)
-    _grant("GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}", role, pg_url)
+    _migrate_and_grant_everything(role, pg_url)
     _grant("ALTER ROLE {role} SET default_transaction_read_only = on", role, pg_url)
     app = make_app(url)
     try:
@@ -108,11 +113,7 @@ def test_a_role_without_write_on_the_flow_tables_is_refused_naming_them(
     pg_url: str, limited_role: tuple[str, str]
 ) -> None:
     url, role = limited_role
-    owner = make_app(pg_url)
-    owner.migrate()
-    owner.close()
-    _grant("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}", role, pg_url)
-    _grant("GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}", role, pg_url)
+    _migrate_and_grant_everything(role, pg_url)
     _grant("REVOKE INSERT, UPDATE, DELETE ON {schema}.rota_task_flow, {schema}.rota_limits FROM {role}", role, pg_url)
     app = make_app(url)
     try:
@@ -129,11 +130,7 @@ def test_a_role_that_cannot_read_the_view_of_every_run_is_refused_naming_it(
     """Tables granted one by one, the view `rota_runs_all` forgotten: the worker would start
     and then fail on every read of a final run (listings, retries, `after=`, pruning)."""
     url, role = limited_role
-    owner = make_app(pg_url)
-    owner.migrate()
-    owner.close()
-    _grant("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}", role, pg_url)
-    _grant("GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}", role, pg_url)
+    _migrate_and_grant_everything(role, pg_url)
     _grant("REVOKE SELECT ON {schema}.rota_runs_all FROM {role}", role, pg_url)
     app = make_app(url)
     try:

@@ -329,6 +329,28 @@ def test_a_held_limited_run_counts_against_its_limit(app_factory: Callable[..., 
     assert _tasks(store.claim(OWNER, 10, None, 30.0)) == ["two"]  # handed back: its slot is free
 
 
+def test_a_claim_holds_no_more_than_flow_held_runs_of_a_limit_beyond_its_free_slots(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    """A worker with few slots and a big prefetch cap does not take a wide limit whole for
+    its own pace: held runs of a limit keep slots another worker could start now."""
+    from rota.stores._limits import FLOW_HELD
+
+    app = app_factory()
+
+    @app.task(limit=100, name="wide")
+    def wide(n: int) -> int:
+        return n
+
+    app.migrate()
+    app.prepare()
+    wide.enqueue_many([((i,), {}) for i in range(150)])
+    store: Any = app.store
+    got = store.claim(OWNER, 200, None, 30.0, 5)  # 5 free slots, room for 195 more held
+    assert len(got) == 5 + FLOW_HELD and len([c for c in got if c.held]) == FLOW_HELD
+    assert len(store.claim("other", 10, None, 30.0)) == 10  # the limit still has room for another worker
+
+
 def test_a_worker_of_some_queues_claims_and_probes_only_their_limited_runs(
     app_factory: Callable[..., rota.App],
 ) -> None:

@@ -102,6 +102,10 @@ from .records import PollState
 _EXTRA_KEYS, _MAX_KEYS, _WALK = 8, 256, 4
 # How often a worker whose database had no limit or rate when it started asks again.
 FLOW_RECHECK = 10.0
+# A flow claim holds at most this many runs beyond the free slots, whatever the worker's
+# prefetch cap: a held run of a limit takes one of the limit's slots that another worker
+# could start now, so a 5-slot worker must not hold a Limit(100) whole for its own pace.
+FLOW_HELD = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +209,7 @@ class FlowMixin:
         free = limit if start is None else start
         self._again_now = False
         if self.flow_due:  # the outcomes free slots: written first, in the claim's transaction
+            limit = min(limit, free + FLOW_HELD)  # (runs of limits held: FLOW_HELD at most)
             self._resolve_some()
             written, taken, got, self.flow_due, self.plain_due = self._flow_finish_and_claim(
                 outcomes, owner, limit, queues, lease, free

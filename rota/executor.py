@@ -152,10 +152,12 @@ class DaemonPool:
         a sleep, not for the GIL); or calls have waited `STALL` seconds with none ending (a
         long call hogging the CPU), so a slot's call never waits long behind a long one. It
         adds 1, 2, 4, ... on looks in a row (at most one per waiting call, up to the limit).
-        Lower it by one, down to FEWEST, while calls wait, at least as many calls ended
-        since the previous look as run at once and the CPU is busy: short calls fighting for
-        the GIL (5 threads doing tiny Redis calls cost the process twice the CPU of 2).
-        Returns the change."""
+        Lower it by one, down to FEWEST, while the target binds (calls wait, or every thread
+        it allows is in a call), at least as many calls ended since the previous look as run
+        at once and the CPU is busy: short calls fighting for the GIL (5 threads doing tiny
+        Redis calls cost the process twice the CPU of 2). A target raised in a blocked phase
+        comes down this way even when no call waits (a worker with 5 slots keeps at most 5
+        calls in flight, so none waits while the target is 5). Returns the change."""
         now, cpu = time.monotonic(), time.process_time()
         with self._lock:
             ended0, waiting0, then, cpu0 = self._last
@@ -171,7 +173,8 @@ class DaemonPool:
                 self._stalled = now
                 return self._add(min(waiting, self.limit - self._target))
             self._streak = 0
-            if waiting and busy and progressed >= self._target > FEWEST:
+            binds = waiting or self._running >= self._target  # (else a lower target changes nothing)
+            if binds and busy and progressed >= self._target > FEWEST:
                 self._target -= 1
                 return -1
             return 0

@@ -147,10 +147,11 @@ class DaemonPool:
     def grow(self) -> int:
         """Fit the calls at once to what they do (the owner calls this every few
         milliseconds while calls are in flight). Raise the target while calls wait and the
-        waiting looks like blocked threads: calls waited, fewer ended since the previous
-        look, and the process used less than `BUSY` CPU (its threads wait on I/O, a lock or
-        a sleep, not for the GIL); or calls have waited `STALL` seconds with none ending (a
-        long call hogging the CPU), so a slot's call never waits long behind a long one. It
+        waiting looks like blocked threads: calls waited at this look and the previous one
+        and the process used less than `BUSY` CPU (its threads wait on I/O, a lock or a
+        sleep, not for the GIL; however many calls ended: calls that block a millisecond end
+        often and still want a thread each); or calls have waited `STALL` seconds with none
+        ending (a long call hogging the CPU), so a slot's call never waits long behind it. It
         adds 1, 2, 4, ... on looks in a row (at most one per waiting call, up to the limit).
         Lower it by one, down to FEWEST, while the target binds (calls wait, or every thread
         it allows is in a call), at least as many calls ended since the previous look as run
@@ -169,7 +170,7 @@ class DaemonPool:
             if progressed or not waiting0:
                 self._stalled = now
             busy = cpu - cpu0 >= BUSY * (now - then)
-            if waiting and ((waiting0 and progressed < waiting0 and not busy) or now - self._stalled >= STALL):
+            if waiting and ((waiting0 and not busy) or now - self._stalled >= STALL):
                 self._stalled = now
                 return self._add(min(waiting, self.limit - self._target))
             self._streak = 0

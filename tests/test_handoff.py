@@ -206,6 +206,31 @@ def test_a_target_raised_by_blocked_calls_comes_down_when_no_call_waits(monkeypa
     pool.close()
 
 
+def test_calls_that_block_a_millisecond_get_a_thread_per_call_in_flight() -> None:
+    """Calls that sleep 1 ms end often (two threads end four per look), yet each waits on
+    nothing but its sleep: with the CPU idle, the pool runs all 5 in flight at once (it
+    stayed at 2 when growth also needed fewer calls to end than waited)."""
+    pool = DaemonPool(100, "t", lazy=True)
+    ended: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+    def nap() -> None:
+        time.sleep(0.001)
+        ended.put(1)
+
+    for _ in range(5):
+        pool.submit(nap)
+    deadline, look = time.monotonic() + 3, time.monotonic()
+    while pool.target < 5 and time.monotonic() < deadline:
+        with contextlib.suppress(queue.Empty):  # the owner starts the next call once one ended
+            ended.get(timeout=0.001)
+            pool.submit(nap)
+        if time.monotonic() - look >= 0.002:
+            pool.grow()
+            look = time.monotonic()
+    assert pool.target == 5
+    pool.close()
+
+
 def test_a_long_call_hogging_the_cpu_does_not_hold_up_a_waiting_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the CPU busy, waiting calls that see none end get a thread after STALL seconds,
     not when the long call ends."""

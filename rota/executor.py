@@ -12,10 +12,12 @@ whose child is killed at the timeout.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -36,7 +38,7 @@ class DaemonPool:
 
     A `lazy` pool runs at most `target` calls at once, one at first: later calls wait for
     a thread to come free, and the owner calls `grow()` every few milliseconds while calls
-    wait (rota.worker.handoff does, from its sweep), which raises the target when the
+    are in flight (rota.worker.handoff does, from its sweep), which raises the target when the
     threads look blocked and lowers it when they only fight for the GIL. Tiny calls then
     share a few threads instead of a hundred threads handing the GIL around, while calls
     that block still get threads of their own within a few periods (see `grow`).
@@ -148,11 +150,12 @@ class DaemonPool:
         """Fit the calls at once to what they do (the owner calls this every few
         milliseconds while calls are in flight). Raise the target while calls wait and the
         waiting looks like blocked threads: calls waited at this look and the previous one
-        and the process used less than `BUSY` CPU (its threads wait on I/O, a lock or a
-        sleep, not for the GIL; however many calls ended: calls that block a millisecond end
-        often and still want a thread each); or calls have waited `STALL` seconds with none
-        ending (a long call hogging the CPU), so a slot's call never waits long behind it. It
-        adds 1, 2, 4, ... on looks in a row (at most one per waiting call, up to the limit).
+        and the process used less than `BUSY` of the CPU it may use (`CPU_SHARE`): its
+        threads wait on I/O, a lock or a sleep, not for the GIL, however many calls ended
+        (calls that block a millisecond end often and still want a thread each); or calls
+        have waited `STALL` seconds with none ending (a long call hogging the CPU), so a
+        slot's call never waits long behind it. It adds 1, 2, 4, ... on looks in a row (at
+        most one per waiting call, up to the limit).
         Lower it by one, down to FEWEST, while the target binds (calls wait, or every thread
         it allows is in a call), at least as many calls ended since the previous look as run
         at once and the CPU is busy: short calls fighting for the GIL (5 threads doing tiny
@@ -169,7 +172,7 @@ class DaemonPool:
             progressed = self._ended - ended0
             if progressed or not waiting0:
                 self._stalled = now
-            busy = cpu - cpu0 >= BUSY * (now - then)
+            busy = cpu - cpu0 >= BUSY * CPU_SHARE * (now - then)
             if waiting and ((waiting0 and not busy) or now - self._stalled >= STALL):
                 self._stalled = now
                 return self._add(min(waiting, self.limit - self._target))
@@ -181,6 +184,8 @@ class DaemonPool:
             return 0
 
     def _add(self, room: int) -> int:
+        if room <= 0:
+            return 0
         n = min(room, 1 << self._streak)
         self._streak += 1
         self._target += n
@@ -205,7 +210,27 @@ class DaemonPool:
                 idle.wake.release()
 
 
-BUSY = 0.5  # CPU seconds per second above which waiting calls wait for the GIL, not for I/O
+BUSY = 0.5  # share of the CPU the process may use (CPU_SHARE) above which calls wait for the GIL
+
+
+def cpu_share(cgroup: Path = Path("/sys/fs/cgroup")) -> float:
+    """Cores this process may use, at most 1 (the GIL runs Python on one at a time): its CPU
+    affinity, capped by a cgroup's CPU quota (v2 `cpu.max`, or v1 `cpu/cpu.cfs_quota_us`), as
+    in a container limited to half a core, whose busiest process never used half a core."""
+    share = float(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else 1.0
+    for quota_file, period_file in (("cpu.max", None), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+        try:
+            fields = (cgroup / quota_file).read_text().split()
+            if period_file is not None:
+                fields.append((cgroup / period_file).read_text().strip())
+            if fields[0] not in ("max", "-1") and int(fields[1]) > 0:
+                share = min(share, int(fields[0]) / int(fields[1]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return max(0.01, min(1.0, share))
+
+
+CPU_SHARE = cpu_share()
 STALL = 0.02  # seconds calls may wait with none ending before the target rises (a CPU hog)
 FEWEST = 2  # a lazy pool's target is lowered to no fewer calls at once than this
 IDLE = 1.0  # seconds a thread waits for a call before it ends (the last thread stays)

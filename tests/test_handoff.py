@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -229,6 +230,28 @@ def test_calls_that_block_a_millisecond_get_a_thread_per_call_in_flight() -> Non
             look = time.monotonic()
     assert pool.target == 5
     pool.close()
+
+
+@pytest.mark.parametrize(
+    ("files", "share"),
+    [
+        ({}, 1.0),  # no cgroup files: the affinity (at least one core here), at most 1
+        ({"cpu.max": "max 100000\n"}, 1.0),
+        ({"cpu.max": "50000 100000\n"}, 0.5),  # a container limited to half a core
+        ({"cpu.max": "25000 100000\n"}, 0.25),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1.0),
+        ({"cpu/cpu.cfs_quota_us": "30000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 0.3),
+        ({"cpu.max": "garbage\n"}, 1.0),  # unreadable: ignored
+    ],
+)
+def test_the_busy_test_counts_the_cpu_the_process_may_use(tmp_path: Path, files: dict[str, str], share: float) -> None:
+    """Waiting calls get a thread while the process uses under BUSY of the CPU it may use:
+    in a container capped at half a core, half a core is never reached, so busy is half of
+    its quota (else tiny calls would take a thread each and none would ever be given back)."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert executor.cpu_share(tmp_path) == pytest.approx(share)
 
 
 def test_a_long_call_hogging_the_cpu_does_not_hold_up_a_waiting_call(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,7 +8,7 @@ bodies can block at once.
 
 Results come back through one deque. A thread that finishes while more calls wait in the
 pool goes on to the next call without waking the loop: a sweep on the loop (one timer,
-armed only while calls wait) collects those results every `SWEEP` seconds and lets the
+armed while calls are in flight) collects those results every `SWEEP` seconds and lets the
 pool grow (`DaemonPool.grow`). A thread that finishes with nothing left waiting wakes the
 loop at once. So a burst of tiny runs costs the loop one wake-up per sweep, not one per
 run, and a lone run is delivered at once.

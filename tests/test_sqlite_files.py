@@ -1,4 +1,4 @@
-"""The SQLite database file: created readable by its owner only, -wal and -shm alike, unless
+"""The SQLite database file: created readable by its owner only, -wal, -shm and -writers alike, unless
 the umask is stricter or the file exists (issue 21 item 13); a path no file can have is one
 clear line (item 17)."""
 
@@ -41,7 +41,7 @@ def test_a_new_database_and_its_wal_and_shm_are_private(
     try:
         if expected & stat.S_IWUSR:
             app.task(name="t")(lambda: None).enqueue()  # opens the WAL
-            files = ["rota.db", "rota.db-wal", "rota.db-shm"]
+            files = ["rota.db", "rota.db-wal", "rota.db-shm", "rota.db-writers"]
         else:  # read-only for its owner (a root test process could still write: do not try)
             app.store._conn()  # type: ignore[attr-defined]
             files = ["rota.db"]

@@ -1,14 +1,17 @@
-"""SQLite connection helpers: the session over a connection, one writer lock per file in this
-process, busy-timeout and error translation, and migration scripts split into statements."""
+"""SQLite connection helpers: the session over a connection, the writers' queue (one mutex
+per file in this process, a lock file across processes), busy-timeout and error
+translation, and migration scripts split into statements."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
 import pwd
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -91,6 +94,82 @@ def _writer_lock(path: str) -> threading.Lock:
         if lock is None:
             lock = _writer_locks[key] = threading.Lock()
         return lock
+
+
+class Writers:
+    """The queue for the write lock: this process's writers of a file wait on one mutex,
+    other processes' on `<db>-writers` with flock. SQLite's busy handler, where they would
+    otherwise meet, sleeps 1, 2, 5, 10... ms between tries while a transaction holds the lock
+    for a fraction of one; a writer here tries the file again after 20 µs, doubling to 250 µs.
+    The file only orders the writers: SQLite's lock still decides, so where the file cannot
+    be made or locked, writers just meet in SQLite's handler. A writer that waits `timeout`
+    seconds (busy_timeout) fails as SQLite's would: DatabaseTransient, nothing written."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        self.path = path
+        self.timeout = timeout
+        self.mutex = _writer_lock(path)
+        self._fd: int | None = None
+        self._opened = False
+        self._held = False
+
+    def __enter__(self) -> None:
+        self.mutex.acquire()
+        try:
+            self._held = self._queue()
+        except BaseException:
+            self.mutex.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._held and self._fd is not None:
+                self._held = False
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self.mutex.release()
+
+    def _queue(self) -> bool:
+        """Under the mutex: wait for the other processes' writers (True: the file is locked)."""
+        fd, deadline, delay = self._file(), 0.0, FIRST_TRY
+        while fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                now = time.monotonic()
+                deadline = deadline or now + self.timeout
+                if now >= deadline:
+                    raise DatabaseTransient(
+                        f"SQLite database {self.path!r}: another process kept writing for {self.timeout:g} s "
+                        "(busy_timeout); nothing was written, try again"
+                    ) from None
+                time.sleep(delay)
+                delay = min(2 * delay, LAST_TRY)
+            except OSError:  # no flock on this filesystem: SQLite's handler alone
+                return False
+        return False
+
+    def _file(self) -> int | None:
+        """The lock file, opened once (with the database's mode); None where it cannot be."""
+        if not self._opened:
+            self._opened = True
+            try:
+                mode = os.stat(self.path).st_mode & 0o666
+                self._fd = os.open(self.path + "-writers", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+            except OSError:
+                self._fd = None
+        return self._fd
+
+    def close(self) -> None:
+        with self.mutex:
+            fd, self._fd, self._opened = self._fd, None, True
+            if fd is not None:
+                os.close(fd)
+
+
+FIRST_TRY = 0.00002  # seconds a writer waits before it tries the writers' file again ...
+LAST_TRY = 0.00025  # ... doubling up to this: a transaction holds the lock for 0.1-1 ms
 
 
 def _translate(exc: sqlite3.Error, path: str) -> DatabaseError:

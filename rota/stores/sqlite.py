@@ -36,13 +36,13 @@ from ._limits_sql import SQLiteFlow
 from ._sql import NOTIFY_CHANNEL, SqlStore
 from ._sql_flow import _gates
 from ._sqlite_conn import (
+    Writers,
     _busy_timeout,
     _check_not_newer,
     _Session,
     _statements,
     _translate,
     _user,
-    _writer_lock,
     create_private,
     json_batch,
     sqlite_path,
@@ -67,6 +67,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
                 f"invalid synchronous={self.synchronous!r} in {url!r}; valid values are {', '.join(_SYNCHRONOUS)}"
             )
         self.busy_timeout = _busy_timeout(options.pop("busy_timeout", "30"), url)
+        self._writers = Writers(self.path, self.busy_timeout)
         if options:
             raise ConfigurationError(
                 f"unknown SQLite URL option(s) {sorted(options)} in {url!r}; valid: synchronous, busy_timeout"
@@ -122,9 +123,8 @@ class SQLiteStore(SQLiteFlow, SqlStore):
 
     @contextmanager
     def _tx(self) -> Iterator[_Session]:
-        # Writers of this process queue on a mutex instead of meeting in SQLite's busy
-        # handler, which sleeps in steps of milliseconds; other processes still use it.
-        with _writer_lock(self.path):
+        # writers queue (Writers) instead of meeting in SQLite's busy handler's millisecond sleeps
+        with self._writers:
             conn = self._conn()
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -154,6 +154,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
 
     def close(self) -> None:
         self._closed = True
+        self._writers.close()
         with self._all_lock:
             conns, self._all = list(self._all.values()), {}
         for conn in conns:

@@ -1,0 +1,114 @@
+"""SQLite writers of several processes queue on `<db>-writers` (rota.stores._sqlite_conn.Writers)
+instead of meeting in SQLite's busy handler: a writer waits while another process writes and
+goes on as soon as it is done; one kept waiting past busy_timeout fails with
+DatabaseTransient and writes nothing; a lock file that cannot be opened only loses the queue;
+a closed store leaves no file open. The other process here is a real one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import rota
+
+HOLD = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.readline()  # hold until told
+"""
+
+
+@contextmanager
+def other_writer(db: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding the writers' file until the block ends."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, f"{db}-writers"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            assert proc.stdin is not None
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+        proc.wait(timeout=10)
+
+
+def _app(db: Path, query: str = "") -> tuple[rota.App, rota.Task]:
+    app = rota.App(f"sqlite:///{db}{query}", retention=None)
+    return app, app.task(name="t")(lambda: None)
+
+
+def test_a_writer_waits_while_another_process_writes_and_goes_on_once_it_is_done(tmp_path: Path) -> None:
+    db = tmp_path / "rota.db"
+    app, task = _app(db)
+    try:
+        task.enqueue()  # the schema and the writers' file exist
+        done = threading.Event()
+        with other_writer(db):
+            writer = threading.Thread(target=lambda: (task.enqueue(), done.set()))
+            writer.start()
+            assert not done.wait(0.3)  # queued behind the other process
+            released = time.monotonic()
+        assert done.wait(5)
+        assert time.monotonic() - released < 1.0  # tries again every 20-250 µs, not SQLite's ms steps
+        writer.join()
+        assert app.store.count_by_status() == {"pending": 2}
+    finally:
+        app.close()
+
+
+def test_a_writer_kept_waiting_past_busy_timeout_fails_and_writes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "rota.db"
+    app, task = _app(db, "?busy_timeout=0.3")
+    try:
+        task.enqueue()
+        with other_writer(db):
+            began = time.monotonic()
+            with pytest.raises(rota.DatabaseTransient, match=r"kept writing for 0\.3 s \(busy_timeout\)"):
+                task.enqueue()
+            assert 0.25 < time.monotonic() - began < 3
+        assert app.store.count_by_status() == {"pending": 1}
+        task.enqueue()  # the other process is gone: writes go on
+        assert app.store.count_by_status() == {"pending": 2}
+    finally:
+        app.close()
+
+
+def test_a_writers_file_that_cannot_be_opened_only_loses_the_queue(tmp_path: Path) -> None:
+    db = tmp_path / "rota.db"
+    (tmp_path / "rota.db-writers").mkdir()  # no file can be opened there
+    app, task = _app(db)
+    try:
+        task.enqueue()
+        assert app.store.count_by_status() == {"pending": 1}
+    finally:
+        app.close()
+
+
+def test_the_writers_file_has_the_database_files_mode_and_closed_stores_leave_none_open(tmp_path: Path) -> None:
+    db = tmp_path / "rota.db"
+    db.touch()
+    db.chmod(0o640)
+    old = os.umask(0o022)
+    try:
+        open_fds = len(os.listdir("/proc/self/fd"))
+        for _ in range(20):
+            app, task = _app(db)
+            task.enqueue()
+            app.close()
+        assert len(os.listdir("/proc/self/fd")) <= open_fds + 2  # (pytest's own may come and go)
+    finally:
+        os.umask(old)
+    assert oct(os.stat(f"{db}-writers").st_mode & 0o777) == oct(0o640)

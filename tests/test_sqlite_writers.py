@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import rota
+from rota.stores._sqlite_conn import Writers
 
 HOLD = """
 import fcntl, os, sys, time
@@ -112,3 +113,19 @@ def test_the_writers_file_has_the_database_files_mode_and_closed_stores_leave_no
     finally:
         os.umask(old)
     assert oct(os.stat(f"{db}-writers").st_mode & 0o777) == oct(0o640)
+
+
+def test_the_queue_starts_once_the_database_file_exists(tmp_path: Path) -> None:
+    """Writers takes the database file's mode, so it makes no file before the database's;
+    the first transaction, which creates the database, runs without it, the next ones queue."""
+    db = tmp_path / "rota.db"
+    writers = Writers(str(db), 1.0)
+    try:
+        with writers:
+            pass
+        assert not (tmp_path / "rota.db-writers").exists()
+        db.touch()
+        with writers:
+            assert (tmp_path / "rota.db-writers").exists()
+    finally:
+        writers.close()

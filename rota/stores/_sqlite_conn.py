@@ -151,11 +151,15 @@ class Writers:
         return False
 
     def _file(self) -> int | None:
-        """The lock file, opened once (with the database's mode); None where it cannot be."""
+        """The lock file, opened once (with the database's mode, so not before the database
+        file exists); None where it cannot be."""
         if not self._opened:
-            self._opened = True
             try:
                 mode = os.stat(self.path).st_mode & 0o666
+            except OSError:
+                return None  # no database file yet: its first transaction creates it
+            self._opened = True
+            try:
                 self._fd = os.open(self.path + "-writers", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
             except OSError:
                 self._fd = None

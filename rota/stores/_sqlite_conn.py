@@ -4,6 +4,7 @@ translation, and migration scripts split into statements."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import math
@@ -103,73 +104,112 @@ class Writers:
     for a fraction of one; a writer here tries the file again after 20 µs, doubling to 250 µs.
     The file only orders the writers: SQLite's lock still decides, so where the file cannot
     be made or locked, writers just meet in SQLite's handler. A writer that waits `timeout`
-    seconds (busy_timeout) fails as SQLite's would: DatabaseTransient, nothing written."""
+    seconds (busy_timeout) in the queue fails as SQLite's would: DatabaseTransient, nothing
+    written. (The writer at the head of the queue may then wait `timeout` again in SQLite's
+    handler, for a lock taken outside the queue: a transactional handler's, or a transaction
+    on your own connection.)"""
 
     def __init__(self, path: str, timeout: float) -> None:
-        self.path = path
+        self.path = os.path.realpath(path)  # (the mutex's key too: one queue per file)
         self.timeout = timeout
-        self.mutex = _writer_lock(path)
         self._fd: int | None = None
-        self._opened = False
-        self._held = False
+        self._pid = 0  # the process that opened _fd (a forked child opens its own)
+        self._closed = False
+        self._mutex = (-1, threading.Lock())  # (fork generation, this process's mutex of the file)
+
+    def mutex(self) -> threading.Lock:
+        if self._mutex[0] != _forks:
+            self._mutex = (_forks, _writer_lock(self.path))
+        return self._mutex[1]
 
     def __enter__(self) -> None:
-        self.mutex.acquire()
+        mutex = self.mutex()
+        mutex.acquire()
         try:
-            self._held = self._queue()
+            self._queue()
         except BaseException:
-            self.mutex.release()
+            self._unlock()
+            mutex.release()
             raise
 
     def __exit__(self, *exc: object) -> None:
         try:
-            if self._held and self._fd is not None:
-                self._held = False
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
+            if self._closed:
+                self._close_file()
         finally:
-            self.mutex.release()
+            self._mutex[1].release()
 
-    def _queue(self) -> bool:
-        """Under the mutex: wait for the other processes' writers (True: the file is locked)."""
+    def _unlock(self) -> None:
+        if self._fd is not None:  # (unlocking a file not locked is harmless)
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _queue(self) -> None:
+        """Under the mutex: wait for the other processes' writers."""
         fd, deadline, delay = self._file(), 0.0, FIRST_TRY
         while fd is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
+                return
             except BlockingIOError:
                 now = time.monotonic()
                 deadline = deadline or now + self.timeout
                 if now >= deadline:
                     raise DatabaseTransient(
-                        f"SQLite database {self.path!r}: another process kept writing for {self.timeout:g} s "
+                        f"SQLite database {self.path!r}: other writers kept it busy for {self.timeout:g} s "
                         "(busy_timeout); nothing was written, try again"
                     ) from None
                 time.sleep(delay)
                 delay = min(2 * delay, LAST_TRY)
             except OSError:  # no flock on this filesystem: SQLite's handler alone
-                return False
-        return False
+                return
 
     def _file(self) -> int | None:
-        """The lock file, opened once (with the database's mode, so not before the database
-        file exists); None where it cannot be."""
-        if not self._opened:
-            try:
-                mode = os.stat(self.path).st_mode & 0o666
-            except OSError:
-                return None  # no database file yet: its first transaction creates it
-            self._opened = True
-            try:
-                self._fd = os.open(self.path + "-writers", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
-            except OSError:
-                self._fd = None
+        """The lock file, opened once per process with the database's mode (so not before
+        the database file exists; read-only is enough for flock); None where it cannot be."""
+        if self._fd is not None and self._pid == os.getpid():
+            return self._fd
+        if self._closed:
+            return None
+        self._close_file()  # a forked child's copy shares the parent's lock: its own instead
+        try:
+            mode = os.stat(self.path).st_mode & 0o666
+            self._fd = os.open(self.path + "-writers", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, mode)
+            self._pid = os.getpid()
+        except OSError:  # no database file yet (its first transaction creates it), or no room
+            self._fd = None
         return self._fd
 
-    def close(self) -> None:
-        with self.mutex:
-            fd, self._fd, self._opened = self._fd, None, True
-            if fd is not None:
+    def _close_file(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
                 os.close(fd)
+
+    def close(self) -> None:
+        """Close the file now, or (a writer is in the queue or writing) when it is done."""
+        self._closed = True
+        mutex = self.mutex()
+        if mutex.acquire(blocking=False):
+            try:
+                self._close_file()
+            finally:
+                mutex.release()
+
+
+_forks = 0  # forks into this process (Writers take fresh mutexes after one)
+
+
+def _new_writer_locks() -> None:
+    """In a forked child: fresh mutexes (one held by a parent's thread would never be let go)."""
+    global _forks, _writer_locks_guard
+    _forks += 1
+    _writer_locks.clear()
+    _writer_locks_guard = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_writer_locks)
 
 
 FIRST_TRY = 0.00002  # seconds a writer waits before it tries the writers' file again ...

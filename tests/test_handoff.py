@@ -160,6 +160,27 @@ def _look_while(pool: DaemonPool, busy: Callable[[], bool], seconds: float) -> N
         pool.grow()
 
 
+def _keep_in_flight(pool: DaemonPool, call: Callable[[], None], n: int, until: Callable[[], bool]) -> None:
+    """The worker's way: n calls in flight, the next submitted only once one ended, and
+    grow() every 2 ms, until `until()` or 3 seconds."""
+    ended: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+    def one() -> None:
+        call()
+        ended.put(1)
+
+    for _ in range(n):
+        pool.submit(one)
+    deadline, look = time.monotonic() + 3, time.monotonic()
+    while not until() and time.monotonic() < deadline:
+        with contextlib.suppress(queue.Empty):
+            ended.get(timeout=0.001)
+            pool.submit(one)
+        if time.monotonic() - look >= 0.002:
+            pool.grow()
+            look = time.monotonic()
+
+
 def test_short_calls_that_keep_the_cpu_busy_lower_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tiny I/O calls on many threads mostly hand the GIL around: with the CPU busy and every
     running thread ending calls, the pool runs fewer at once, down to FEWEST."""
@@ -192,17 +213,7 @@ def test_a_target_raised_by_blocked_calls_comes_down_when_no_call_waits(monkeypa
     assert pool.target == 5
     release.set()
     monkeypatch.setattr(executor, "BUSY", 0.0)  # any CPU counts as busy
-    ended: queue.SimpleQueue[int] = queue.SimpleQueue()
-    for _ in range(5):
-        pool.submit(lambda: ended.put(1))
-    deadline, look = time.monotonic() + 3, time.monotonic()
-    while pool.target > executor.FEWEST and time.monotonic() < deadline:
-        with contextlib.suppress(queue.Empty):
-            ended.get(timeout=0.002)
-            pool.submit(lambda: ended.put(1))
-        if time.monotonic() - look >= 0.002:
-            pool.grow()
-            look = time.monotonic()
+    _keep_in_flight(pool, lambda: None, 5, lambda: pool.target == executor.FEWEST)
     assert pool.target == executor.FEWEST
     pool.close()
 
@@ -212,22 +223,7 @@ def test_calls_that_block_a_millisecond_get_a_thread_per_call_in_flight() -> Non
     nothing but its sleep: with the CPU idle, the pool runs all 5 in flight at once (it
     stayed at 2 when growth also needed fewer calls to end than waited)."""
     pool = DaemonPool(100, "t", lazy=True)
-    ended: queue.SimpleQueue[int] = queue.SimpleQueue()
-
-    def nap() -> None:
-        time.sleep(0.001)
-        ended.put(1)
-
-    for _ in range(5):
-        pool.submit(nap)
-    deadline, look = time.monotonic() + 3, time.monotonic()
-    while pool.target < 5 and time.monotonic() < deadline:
-        with contextlib.suppress(queue.Empty):  # the owner starts the next call once one ended
-            ended.get(timeout=0.001)
-            pool.submit(nap)
-        if time.monotonic() - look >= 0.002:
-            pool.grow()
-            look = time.monotonic()
+    _keep_in_flight(pool, lambda: time.sleep(0.001), 5, lambda: pool.target == 5)
     assert pool.target == 5
     pool.close()
 

@@ -160,6 +160,16 @@ def _look_while(pool: DaemonPool, busy: Callable[[], bool], seconds: float) -> N
         pool.grow()
 
 
+def _blocked_to(pool: DaemonPool, n: int) -> threading.Event:
+    """Raise the pool's target to n with n calls that block until the returned event is set."""
+    release = threading.Event()
+    for _ in range(n):
+        pool.submit(lambda: release.wait(10))
+    _look_while(pool, lambda: pool.target < n, 5)
+    assert pool.target == n
+    return release
+
+
 def _keep_in_flight(pool: DaemonPool, call: Callable[[], None], n: int, until: Callable[[], bool]) -> None:
     """The worker's way: n calls in flight, the next submitted only once one ended, and
     grow() every 2 ms, until `until()` or 3 seconds."""
@@ -185,12 +195,7 @@ def test_short_calls_that_keep_the_cpu_busy_lower_the_target(monkeypatch: pytest
     """Tiny I/O calls on many threads mostly hand the GIL around: with the CPU busy and every
     running thread ending calls, the pool runs fewer at once, down to FEWEST."""
     pool = DaemonPool(100, "t", lazy=True)
-    release = threading.Event()
-    for _ in range(8):
-        pool.submit(lambda: release.wait(10))
-    _look_while(pool, lambda: pool.target < 8, 5)
-    assert pool.target == 8
-    release.set()
+    _blocked_to(pool, 8).set()
     monkeypatch.setattr(executor, "BUSY", 0.0)  # any CPU counts as busy
     done: list[int] = []
     for i in range(4000):
@@ -206,12 +211,7 @@ def test_a_target_raised_by_blocked_calls_comes_down_when_no_call_waits(monkeypa
     raised the target to that, no call ever waits: short calls that keep the CPU busy still
     lower it (the owner submits the next call only after one ended, as the worker does)."""
     pool = DaemonPool(100, "t", lazy=True)
-    release = threading.Event()
-    for _ in range(5):
-        pool.submit(lambda: release.wait(10))
-    _look_while(pool, lambda: pool.target < 5, 5)
-    assert pool.target == 5
-    release.set()
+    _blocked_to(pool, 5).set()
     monkeypatch.setattr(executor, "BUSY", 0.0)  # any CPU counts as busy
     _keep_in_flight(pool, lambda: None, 5, lambda: pool.target == executor.FEWEST)
     assert pool.target == executor.FEWEST

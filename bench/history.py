@@ -245,10 +245,13 @@ def measure(store: str, size: int, pg_url: str, with_prune: bool) -> Result:
         drain(app)
         setup_s = time.perf_counter() - t0
         rates = []
-        for _ in range(DRAINS):
+        for i in range(DRAINS):
             enqueue(noop, DUE)
-            t0 = time.perf_counter()
+            t0, wall = time.perf_counter(), time.time()
             rates.append(drain(app) / (time.perf_counter() - t0))
+            # (wall-clock times: to match a slow drain with autovacuum or other load)
+            print(f"# {store} {size:,}: drain {i + 1} at {wall:.2f}-{time.time():.2f}, {rates[-1]:,.0f} runs/s",
+                  file=sys.stderr, flush=True)  # fmt: skip
         result: Result = {"store": store, "size": size, "setup_s": setup_s, "drain_rate": statistics.median(rates)}
         result["drain_rates"] = rates
         result["listings"] = listings(app)

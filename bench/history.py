@@ -4,7 +4,8 @@ For each store and each history size (final runs kept), builds the history and m
 
 - **drain**: DUE no-op runs drained by one in-process worker (concurrency 100), right after a
   burst, DRAINS times (the median); the rate against the same store's with no history (the
-  first size should be 0);
+  first size should be 0). Every size's database is built first, and the drains alternate
+  between them (ABBA), so that the machine's drift between drains moves every size alike;
 - **listings**: `app.list_runs` by status, task, schedule, task + status, a page deep in the
   history (`before=`), and the dashboard's 24 h throughput and lateness charts (by time):
   p50 and p95 over REPEATS calls each;
@@ -18,7 +19,7 @@ over the 30 days before the burst), then BURST runs are enqueued and drained thr
 worker, so the drain is measured right after a burst (its dead index entries not vacuumed).
 
     .venv/bin/python -m bench.history [--stores sqlite,postgres] [--sizes 0,1000000,10000000]
-        [--json FILE]
+        [--drains 3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -230,35 +231,55 @@ def prune(app: rota.App, url: str, older_than: float) -> Result:
         }
 
 
-def measure(store: str, size: int, pg_url: str, with_prune: bool) -> Result:
-    with database(store, size, pg_url) as url:
-        app = rota.App(url, retention=None)
+class Kept:
+    """One store's database holding `size` final runs, built and burst-drained, ready to drain."""
 
-        @app.task(name="noop")
+    def __init__(self, store: str, size: int, url: str) -> None:
+        self.store, self.size, self.url = store, size, url
+        self.app = rota.App(url, retention=None)
+
+        @self.app.task(name="noop")
         def noop() -> None:
             return None
 
+        self.noop = noop
         t0 = time.perf_counter()
-        app.prepare()  # the schema, before the SQL fill
-        fill(app, url, max(0, size - BURST))
+        self.app.prepare()  # the schema, before the SQL fill
+        fill(self.app, url, max(0, size - BURST))
         enqueue(noop, min(size, BURST))
-        drain(app)
-        setup_s = time.perf_counter() - t0
-        rates = []
-        for i in range(DRAINS):
-            enqueue(noop, DUE)
-            t0, wall = time.perf_counter(), time.time()
-            rates.append(drain(app) / (time.perf_counter() - t0))
-            # (wall-clock times: to match a slow drain with autovacuum or other load)
-            print(f"# {store} {size:,}: drain {i + 1} at {wall:.2f}-{time.time():.2f}, {rates[-1]:,.0f} runs/s",
-                  file=sys.stderr, flush=True)  # fmt: skip
-        result: Result = {"store": store, "size": size, "setup_s": setup_s, "drain_rate": statistics.median(rates)}
-        result["drain_rates"] = rates
-        result["listings"] = listings(app)
-        if with_prune and size >= PRUNE + BURST:
-            result["prune"] = prune(app, url, older_than=DAY)
-        app.close()
+        drain(self.app)
+        self.setup_s = time.perf_counter() - t0
+        self.rates: list[float] = []
+
+    def drain_once(self) -> None:
+        enqueue(self.noop, DUE)
+        t0, wall = time.perf_counter(), time.time()
+        self.rates.append(drain(self.app) / (time.perf_counter() - t0))
+        # (wall-clock times: to match a slow drain with autovacuum or other load)
+        print(f"# {self.store} {self.size:,}: drain {len(self.rates)} at {wall:.2f}-{time.time():.2f}, "
+              f"{self.rates[-1]:,.0f} runs/s", file=sys.stderr, flush=True)  # fmt: skip
+
+    def result(self, with_prune: bool) -> Result:
+        result: Result = {"store": self.store, "size": self.size, "setup_s": self.setup_s}
+        result["drain_rate"] = statistics.median(self.rates)
+        result["drain_rates"] = self.rates
+        result["listings"] = listings(self.app)
+        if with_prune and self.size >= PRUNE + BURST:
+            result["prune"] = prune(self.app, self.url, older_than=DAY)
+        self.app.close()
         return result
+
+
+def measure(store: str, sizes: list[int], pg_url: str, with_prune: bool) -> list[Result]:
+    """Build every size's database, then drain them in alternated rounds (ABBA: each size
+    first in turn), so that a machine that speeds up or slows down between drains moves every
+    size alike; then the listings and the prune of each."""
+    with contextlib.ExitStack() as stack:
+        kept = [Kept(store, size, stack.enter_context(database(store, size, pg_url))) for size in sizes]
+        for i in range(DRAINS):
+            for k in kept if i % 2 == 0 else reversed(kept):
+                k.drain_once()
+        return [k.result(with_prune) for k in kept]
 
 
 def report(results: list[Result]) -> None:
@@ -282,22 +303,24 @@ def report(results: list[Result]) -> None:
 
 
 def main() -> None:
+    global DUE, BURST, PRUNE, DRAINS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stores", default="sqlite,postgres")
     parser.add_argument("--sizes", default="0,1000000,10000000", help="final runs kept, comma-separated")
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL, help="an admin URL (databases are created and dropped)")
     parser.add_argument("--no-prune", action="store_true", help="skip the prune measurement")
     parser.add_argument("--small", action="store_true", help="a smoke run: 2,000 due, 5,000 burst, 20,000 pruned")
+    parser.add_argument("--drains", type=int, default=DRAINS, help=f"drains per size (default {DRAINS})")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    DRAINS = args.drains
     if args.small:
-        global DUE, BURST, PRUNE
         DUE, BURST, PRUNE = 2_000, 5_000, 20_000
     results = []
     for store in args.stores.split(","):
-        for size in (int(s) for s in args.sizes.split(",")):
-            results.append(measure(store, size, args.pg_url, not args.no_prune))
-            print(f"# {store} {size:,}: {json.dumps(results[-1], default=lambda v: round(v, 2))}", flush=True)
+        for result in measure(store, [int(s) for s in args.sizes.split(",")], args.pg_url, not args.no_prune):
+            results.append(result)
+            print(f"# {store} {result['size']:,}: {json.dumps(result, default=lambda v: round(v, 2))}", flush=True)
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

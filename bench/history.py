@@ -17,6 +17,8 @@ The history: all but the last BURST runs are inserted by SQL as the rows a worke
 (succeeded; 1 in 50 failed, 1 in 97 cancelled; 19 tasks; a quarter from 40 schedules; spread
 over the 30 days before the burst), then BURST runs are enqueued and drained through a real
 worker, so the drain is measured right after a burst (its dead index entries not vacuumed).
+On PostgreSQL the server's autovacuum setting is printed: with it off, the drains also leave
+their dead entries behind, on every size alike.
 
     .venv/bin/python -m bench.history [--stores sqlite,postgres] [--sizes 0,1000000,10000000]
         [--drains 3] [--json FILE]
@@ -85,10 +87,22 @@ FROM s
 def database(store: str, size: int, pg_url: str) -> Iterator[str]:
     if store == "postgres":
         with scratch_pg(pg_url, f"bench_history_{size}") as url:
+            if size == 0:
+                _say_autovacuum(url)
             yield url
         return
     with tempfile.TemporaryDirectory(prefix="bench-history-") as tmp:
         yield f"sqlite:///{tmp}/history.db"
+
+
+def _say_autovacuum(url: str) -> None:
+    """Print the server's autovacuum setting: with it off (as in a CI image), nothing removes
+    the burst's dead index entries, which every claim then steps over (the drain's worst case)."""
+    import psycopg
+
+    with psycopg.connect(url) as pg:
+        row = pg.execute("SHOW autovacuum").fetchone()
+    print(f"# postgres: autovacuum={row[0] if row else '?'}", file=sys.stderr, flush=True)
 
 
 def fill(app: rota.App, url: str, rows: int) -> None:

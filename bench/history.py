@@ -87,8 +87,7 @@ FROM s
 def database(store: str, size: int, pg_url: str) -> Iterator[str]:
     if store == "postgres":
         with scratch_pg(pg_url, f"bench_history_{size}") as url:
-            if size == 0:
-                _say_autovacuum(url)
+            _say_autovacuum(url)
             yield url
         return
     with tempfile.TemporaryDirectory(prefix="bench-history-") as tmp:
@@ -285,9 +284,10 @@ class Kept:
 
 
 def measure(store: str, sizes: list[int], pg_url: str, with_prune: bool) -> list[Result]:
-    """Build every size's database, then drain them in alternated rounds (ABBA: each size
-    first in turn), so that a machine that speeds up or slows down between drains moves every
-    size alike; then the listings and the prune of each."""
+    """Build every size's database, then drain them in alternated rounds (the sizes in order,
+    then in reverse: ABBA for two sizes, balanced for an even number of drains), so that a
+    machine that speeds up or slows down between drains moves every size alike; then the
+    listings and the prune of each."""
     with contextlib.ExitStack() as stack:
         kept = [Kept(store, size, stack.enter_context(database(store, size, pg_url))) for size in sizes]
         for i in range(DRAINS):
@@ -327,6 +327,8 @@ def main() -> None:
     parser.add_argument("--drains", type=int, default=DRAINS, help=f"drains per size (default {DRAINS})")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    if args.drains < 1:
+        parser.error(f"--drains {args.drains}: give 1 or more drains per size (an even number balances the order)")
     DRAINS = args.drains
     if args.small:
         DUE, BURST, PRUNE = 2_000, 5_000, 20_000

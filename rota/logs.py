@@ -41,6 +41,9 @@ Event names (stable; operators alert on them):
 - schedule_high_frequency: warning, once per schedule when a worker starts: it fires more
   often than the high_frequency threshold (ROTA_HIGH_FREQUENCY, default 60 s; 0: off)
   (schedule, interval: its shortest gap in seconds, threshold).
+- row_damaged: warning, once per row and reason in a process: a stored row that cannot be
+  used (a run, schedule, worker, lock, task spec or counter that does not decode or plan) is
+  set aside and the rest goes on (kind, key, reason). See rota.quarantine.
 
 Both formatters take passwords out of URLs in the message (rota.config.redact_text).
 """
@@ -80,6 +83,7 @@ EVENTS = (
     "flag_ignored",
     "schedule_corrupt",
     "schedule_high_frequency",
+    "row_damaged",
 )
 FIELDS = ("run_id", "task", "schedule", "attempt", "worker", "duration", "error")
 _RESERVED = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "event", "fields"}

@@ -79,3 +79,29 @@ def test_a_nul_in_the_path_is_one_clear_line(url: str, tmp_path: Path) -> None:
         assert done.stderr.startswith(f"error: invalid SQLite URL {url!r}") and done.stderr.count("\n") == 1, (
             done.stderr
         )
+
+
+@pytest.mark.parametrize("link", ["relative", "absolute", "chain"])
+def test_a_database_path_that_is_a_dangling_symlink_gets_private_files(
+    tmp_path: Path, umask: Callable[[int], None], link: str
+) -> None:
+    """SQLite follows the link: the file it points to, and the -wal, -shm and -writers beside
+    that file, are created 0600 like a database at a plain path (issue 41 item 12)."""
+    umask(0o022)
+    data = tmp_path / "data"
+    data.mkdir()
+    target = data / "real.db"
+    path = tmp_path / "rota.db"
+    if link == "chain":
+        (tmp_path / "middle.db").symlink_to(target)
+        path.symlink_to(tmp_path / "middle.db")
+    else:
+        path.symlink_to(target if link == "absolute" else Path("data") / "real.db")
+    app = rota.App(f"sqlite:///{path}", retention=None)
+    try:
+        app.task(name="t")(lambda: None).enqueue()
+        files = ["real.db", "real.db-wal", "real.db-shm", "real.db-writers"]
+        assert {name: oct(_mode(data / name)) for name in files} == dict.fromkeys(files, oct(0o600))
+        assert path.is_symlink() and path.resolve() == target
+    finally:
+        app.close()

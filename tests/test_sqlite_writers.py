@@ -1,12 +1,16 @@
 """SQLite writers of several processes queue on `<db>-writers` (rota.stores._sqlite_conn.Writers)
 instead of meeting in SQLite's busy handler: a writer waits while another process writes and
 goes on as soon as it is done; one kept waiting past busy_timeout fails with
-DatabaseTransient and writes nothing; a lock file that cannot be opened only loses the queue;
-a closed store leaves no file open. The other process here is a real one."""
+DatabaseTransient and writes nothing, however many of its process's writers wait before it;
+a lock file that cannot be opened only loses the queue; a closed store leaves no file open;
+a helper forked by a handler does not keep the lock once its worker is killed (issue 41 items
+2 and 15). The other processes here are real ones."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -21,10 +25,13 @@ import rota
 from rota.errors import DatabaseTransient
 from rota.stores._sqlite_conn import Writers
 
+from .conftest import make_app
+from .procs import WorkerProcs, wait_until
+
 HOLD = """
 import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
-fcntl.flock(fd, fcntl.LOCK_EX)
+fcntl.lockf(fd, fcntl.LOCK_EX)
 print("held", flush=True)
 sys.stdin.readline()  # hold until told
 """
@@ -156,3 +163,68 @@ def test_a_forked_child_queues_behind_its_parent_and_close_inside_a_write_waits_
         assert writers._fd is not None
     assert os.waitstatus_to_exitcode(status) == 0
     assert writers._fd is None
+
+
+def test_every_writer_of_a_process_waits_at_most_busy_timeout_from_its_own_start(tmp_path: Path) -> None:
+    """Five threads queue behind another process's lock: each fails busy_timeout after it began
+    to wait, not the k-th after k times busy_timeout (the mutex's wait counts too)."""
+    db = tmp_path / "rota.db"
+    app, task = _app(db, "?busy_timeout=1")
+    waited: list[float] = []
+    failed: list[BaseException] = []
+
+    def write() -> None:
+        began = time.monotonic()
+        try:
+            task.enqueue()
+        except DatabaseTransient as exc:
+            failed.append(exc)
+        waited.append(time.monotonic() - began)
+
+    try:
+        task.enqueue()
+        with other_writer(db):
+            threads = [threading.Thread(target=write) for _ in range(5)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+        assert len(failed) == 5 and all("kept it busy for 1 s (busy_timeout)" in str(e) for e in failed)
+        assert min(waited) > 0.9 and max(waited) < 2.0, waited  # (today's main: 1, 2, 3, 4, 5 s)
+        assert app.store.count_by_status() == {"pending": 1}
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize("how", ["os", "multiprocessing"])
+def test_a_helper_forked_by_a_handler_keeps_no_lock_once_its_worker_is_killed(tmp_path: Path, how: str) -> None:
+    """A handler forks a helper that sleeps on, then its worker is killed by kill -9 in the
+    middle of a write. The helper inherited the writers' file; the lock must end with the
+    worker all the same: another process enqueues at once and the run is rescued."""
+    url = f"sqlite:///{tmp_path}/rota.db?busy_timeout=3"
+    procs = WorkerProcs(url, tmp_path)
+    app = make_app(url)
+    report = tmp_path / "helper.pid"
+    task = app.task(name="fork_then_write", retries=1, backoff=0)(lambda how, report: None)  # (as the worker's)
+    helper = 0
+    try:
+        run = task.enqueue(how, str(report))
+        victim = procs.start("tests.apps.forking:app", lease=1.0, poll=0.05)
+        wait_until(report.exists, 60, "the handler to fork and begin its write")
+        helper = int(report.read_text())
+        procs.kill9(victim)
+        os.kill(helper, 0)  # the helper lives on, holding the file the worker had open
+        began = time.monotonic()
+        task.options(delay=3600).enqueue(how, str(tmp_path / "unused"))
+        assert time.monotonic() - began < 1.5
+        procs.start("tests.apps.forking:app", lease=1.0, poll=0.05)
+        wait_until(lambda: app.get_run(run.id).status == "succeeded", 60, "the dead worker's run to be rescued")
+        done = app.get_run(run.id)
+        assert done.attempt == 2 and done.history[0]["status"] == "lost" and done.result == 2
+        os.kill(helper, 0)  # still alive: the rescue did not wait for it
+    finally:
+        procs.stop_all()
+        if helper:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(helper, signal.SIGKILL)
+        app.close()

@@ -5,6 +5,7 @@ translation, and migration scripts split into statements."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
@@ -60,7 +61,9 @@ def create_private(path: str) -> None:
     """Create the database file readable by its owner only (0600, or stricter where the umask
     says so) if it does not exist yet: it holds arguments, results and tracebacks. SQLite
     gives its -wal and -shm files the mode of the database file. An existing file keeps its
-    mode; a file that cannot be created here is left to sqlite3 to report."""
+    mode; a file that cannot be created here is left to sqlite3 to report. A path that is a
+    symlink (dangling too) names the file it points to, as for SQLite, which follows it."""
+    path = os.path.realpath(path)  # (O_EXCL refuses a dangling link; SQLite would then create 0644)
     if os.path.exists(path):
         return
     try:
@@ -99,15 +102,23 @@ def _writer_lock(path: str) -> threading.Lock:
 
 class Writers:
     """The queue for the write lock: this process's writers of a file wait on one mutex,
-    other processes' on `<db>-writers` with flock. SQLite's busy handler, where they would
-    otherwise meet, sleeps 1, 2, 5, 10... ms between tries while a transaction holds the lock
-    for a fraction of one; a writer here tries the file again after 20 µs, doubling to 250 µs.
-    The file only orders the writers: SQLite's lock still decides, so where the file cannot
-    be made or locked, writers just meet in SQLite's handler. A writer that waits `timeout`
-    seconds (busy_timeout) in the queue fails as SQLite's would: DatabaseTransient, nothing
-    written. (The writer at the head of the queue may then wait `timeout` again in SQLite's
-    handler, for a lock taken outside the queue: a transactional handler's, or a transaction
-    on your own connection.)"""
+    other processes' on a POSIX record lock of `<db>-writers` (fcntl F_SETLK). SQLite's busy
+    handler, where they would otherwise meet, sleeps 1, 2, 5, 10... ms between tries while a
+    transaction holds the lock for a fraction of one; a writer here tries the file again after
+    20 µs, doubling to 250 µs. The file only orders the writers: SQLite's lock still decides,
+    so where the file cannot be made or locked, writers just meet in SQLite's handler.
+
+    A record lock belongs to the process that took it: a child forked by a handler does not
+    share it, and it ends with its process, whatever that process's children still hold open
+    (a flock belongs to the open file, which a forked child keeps). Closing any descriptor of
+    the file drops the process's record locks, so a descriptor is closed only under the mutex
+    (the lock is held only under it), and the mutex still keeps this process's threads apart.
+
+    A writer waits at most `timeout` seconds (busy_timeout) from its first wait, on the mutex
+    and the file together, then fails as SQLite's would: DatabaseTransient, nothing written.
+    (The writer at the head of the queue may then wait `timeout` again in SQLite's handler,
+    for a lock taken outside the queue: a transactional handler's, or a transaction on your
+    own connection.)"""
 
     def __init__(self, path: str, timeout: float) -> None:
         self.path = os.path.realpath(path)  # (the mutex's key too: one queue per file)
@@ -124,9 +135,13 @@ class Writers:
 
     def __enter__(self) -> None:
         mutex = self.mutex()
-        mutex.acquire()
+        began = 0.0  # when this writer began to wait (0: not yet)
+        if not mutex.acquire(blocking=False):
+            began = time.monotonic()
+            if not mutex.acquire(timeout=self.timeout):
+                raise self._busy()
         try:
-            self._queue()
+            self._queue(began)
         except BaseException:
             self._unlock()
             mutex.release()
@@ -143,45 +158,52 @@ class Writers:
     def _unlock(self) -> None:
         if self._fd is not None:  # (unlocking a file not locked is harmless)
             with contextlib.suppress(OSError):
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                fcntl.lockf(self._fd, fcntl.LOCK_UN)
 
-    def _queue(self) -> None:
-        """Under the mutex: wait for the other processes' writers."""
-        fd, deadline, delay = self._file(), 0.0, FIRST_TRY
+    def _busy(self) -> DatabaseTransient:
+        return DatabaseTransient(
+            f"SQLite database {self.path!r}: other writers kept it busy for {self.timeout:g} s "
+            "(busy_timeout); nothing was written, try again"
+        )
+
+    def _queue(self, began: float) -> None:
+        """Under the mutex: wait for the other processes' writers, until `timeout` after
+        `began` (or after now, if this writer has not waited yet)."""
+        fd, delay = self._file(), FIRST_TRY
         while fd is not None:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return
-            except BlockingIOError:
+            except OSError as exc:
+                if exc.errno not in _HELD:  # no record locks on this filesystem: SQLite's handler alone
+                    return
                 now = time.monotonic()
-                deadline = deadline or now + self.timeout
-                if now >= deadline:
-                    raise DatabaseTransient(
-                        f"SQLite database {self.path!r}: other writers kept it busy for {self.timeout:g} s "
-                        "(busy_timeout); nothing was written, try again"
-                    ) from None
+                began = began or now
+                if now >= began + self.timeout:
+                    raise self._busy() from None
                 time.sleep(delay)
                 delay = min(2 * delay, LAST_TRY)
-            except OSError:  # no flock on this filesystem: SQLite's handler alone
-                return
 
     def _file(self) -> int | None:
         """The lock file, opened once per process with the database's mode (so not before
-        the database file exists; read-only is enough for flock); None where it cannot be."""
+        the database file exists; an exclusive record lock needs it open for writing); None
+        where it cannot be (a user who may write the database but not this file writes
+        outside the queue)."""
         if self._fd is not None and self._pid == os.getpid():
             return self._fd
         if self._closed:
             return None
-        self._close_file()  # a forked child's copy shares the parent's lock: its own instead
+        self._close_file()  # a forked child's copy: its own instead (closing it drops no lock of the parent)
         try:
             mode = os.stat(self.path).st_mode & 0o666
-            self._fd = os.open(self.path + "-writers", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, mode)
+            self._fd = os.open(self.path + "-writers", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
             self._pid = os.getpid()
         except OSError:  # no database file yet (its first transaction creates it), or no room
             self._fd = None
         return self._fd
 
     def _close_file(self) -> None:
+        """Only under the mutex: closing drops this process's record locks on the file."""
         fd, self._fd = self._fd, None
         if fd is not None:
             with contextlib.suppress(OSError):
@@ -196,6 +218,9 @@ class Writers:
                 self._close_file()
             finally:
                 mutex.release()
+
+
+_HELD = (errno.EACCES, errno.EAGAIN)  # F_SETLK's answers when another process holds the lock
 
 
 _forks = 0  # forks into this process (Writers take fresh mutexes after one)

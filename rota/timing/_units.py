@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from rota.errors import ConfigurationError
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 _ZERO = timedelta(0)
+# The range of times ticks are computed from: a walk looks back up to a day (a zone's offset,
+# a repeated hour), and no tick lies past the end of year 9999 (datetime's range).
+EARLIEST = datetime(1, 1, 3, tzinfo=UTC)
+LATEST = datetime.max.replace(tzinfo=UTC)
 
 
 def _hm(moment: datetime) -> str:
@@ -60,3 +66,17 @@ def _utc(moment: datetime, name: str) -> datetime:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"{name} must be an aware datetime, got naive {moment!r}")
     return moment.astimezone(UTC)
+
+
+def computable(moment: datetime, name: str) -> datetime:
+    """`moment` (aware) in UTC, to compute ticks from: refused before EARLIEST with one line,
+    LATEST if it is past the end of year 9999 in UTC (no tick is later)."""
+    if moment < EARLIEST:
+        raise ConfigurationError(
+            f"{name} {moment.isoformat()} is too close to year 1: ticks are computed from "
+            f"{EARLIEST.isoformat()} to the end of year 9999"
+        )
+    try:
+        return _utc(moment, name)
+    except OverflowError:
+        return LATEST

@@ -12,7 +12,7 @@ from cronsim import CronSim
 
 from rota.errors import ConfigurationError
 
-from ._units import _exact_duration, _hm, _wall_list
+from ._units import _exact_duration, _hm, _wall_list, computable
 from .jitter import check_jitter, jitter_offset
 from .triggers import CronTrigger, _instants, _offset
 
@@ -72,16 +72,30 @@ def explain(
         after = datetime.now(UTC)
     elif after.tzinfo is None or after.utcoffset() is None:
         after = after.replace(tzinfo=zone)
+    computable(after, "after")
     spread = check_jitter(jitter)
-    seed = name if name is not None else f"{cron} {tz}"
     fires: list[FireTime] = []
+    try:
+        _fires(trigger, after, count, spread, name if name is not None else f"{cron} {tz}", fires)
+    except OverflowError:  # past the end of year 9999: the fire times before it are all there are
+        if not fires:
+            raise ConfigurationError(
+                f"cron {cron!r} in {tz} has no fire time after {after.isoformat()} before the end of year 9999"
+            ) from None
+    return fires
+
+
+def _fires(
+    trigger: CronTrigger, after: datetime, count: int, spread: timedelta | None, seed: str, fires: list[FireTime]
+) -> None:
+    """Append up to `count` fire times after `after` to `fires`."""
+    zone = trigger.zone
     previous = after.astimezone(zone)
     for tick in itertools.islice(trigger.ticks_after(after), count):
         local = tick.astimezone(zone)
         offset = jitter_offset(trigger, seed, tick, spread) if spread is not None else None
         fires.append(FireTime(local=local, utc=tick, note=_dst_note(trigger, previous, local), offset=offset))
         previous = local
-    return fires
 
 
 def _dst_note(trigger: CronTrigger, previous: datetime, local: datetime) -> str | None:

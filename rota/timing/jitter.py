@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from rota.errors import ConfigurationError, shown
 
-from ._units import _US, _ZERO, EPOCH, _exact_duration, _utc
+from ._units import _US, _ZERO, EPOCH, _exact_duration, _utc, computable
 from .triggers import IntervalTrigger, Trigger, make_trigger
 
 _MAX_JITTER = 366 * 86400.0  # longer is a typo (and past a few thousand years, not a timedelta)
@@ -90,21 +90,30 @@ def jitter_boundary(
 
 
 def ticks_between(trigger: Trigger, start: datetime, end: datetime, cap: int) -> list[datetime]:
-    """The trigger's ticks in [start, end), oldest first; more than `cap` is refused."""
-    start, end = _utc(start, "start"), _utc(end, "end")
+    """The trigger's ticks in [start, end), oldest first; more than `cap` is refused, and a
+    start too close to year 1 to compute from (none lies past the end of year 9999)."""
+    start, end = computable(start, "start"), computable(end, "end")
     if end <= start:
         raise ConfigurationError(f"end ({end.isoformat()}) must be after start ({start.isoformat()})")
     ticks: list[datetime] = []
-    tick = trigger.next_after(start - _US)
-    while tick < end:
+    tick = _next_tick(trigger, start - _US)
+    while tick is not None and tick < end:
         if len(ticks) >= cap:
             raise ConfigurationError(
                 f"[{start.isoformat()}, {end.isoformat()}) holds more than {cap:,} ticks of "
                 f"{trigger.description}; backfill at most {cap:,} at a time (split the range)"
             )
         ticks.append(tick)
-        tick = trigger.next_after(tick)
+        tick = _next_tick(trigger, tick)
     return ticks
+
+
+def _next_tick(trigger: Trigger, after: datetime) -> datetime | None:
+    """The tick after `after` (at least EARLIEST), or None past the end of year 9999."""
+    try:
+        return trigger.next_after(after)
+    except OverflowError:
+        return None
 
 
 @functools.lru_cache(maxsize=1024)

@@ -476,8 +476,10 @@ WHERE name = :name AND active
 RETURNING name
 
 -- name: due_schedules
+-- next_run_at on a whole microsecond, as a datetime holds it (a time written by hand may
+-- not be): advance_schedule and mark_plan_error compare the one read so rounded.
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue,
-       priority, max_attempts, timeout, backoff, next_run_at, jitter
+       priority, max_attempts, timeout, backoff, round(next_run_at * 1000000) / 1000000, jitter
 FROM rota_schedules
 WHERE active AND NOT paused AND next_run_at <= {now}
 ORDER BY next_run_at
@@ -486,7 +488,7 @@ LIMIT :limit
 -- name: due_schedules_ahead
 -- As due_schedules, with the ticks due within `lead` seconds (made ahead of their tick).
 SELECT name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, queue,
-       priority, max_attempts, timeout, backoff, next_run_at, jitter
+       priority, max_attempts, timeout, backoff, round(next_run_at * 1000000) / 1000000, jitter
 FROM rota_schedules
 WHERE active AND NOT paused AND next_run_at <= {now} + :lead
 ORDER BY next_run_at
@@ -495,7 +497,7 @@ LIMIT :limit
 -- name: advance_schedule
 UPDATE rota_schedules
 SET next_run_at = :new, skip_count = skip_count + :skipped_more
-WHERE name = :name AND next_run_at = :old AND active AND NOT paused
+WHERE name = :name AND round(next_run_at * 1000000) = round(:old * 1000000) AND active AND NOT paused
 RETURNING name
 
 -- name: tick_exists
@@ -718,7 +720,7 @@ SELECT queue, count(*) FROM rota_runs WHERE status = 'running' GROUP BY queue OR
 -- A schedule this worker cannot plan: keep the error, stop it being due (compare-and-set on
 -- the next_run_at the worker saw, so a concurrent update wins).
 UPDATE rota_schedules SET plan_error = :error, next_run_at = NULL, updated_at = {now}
-WHERE name = :name AND next_run_at = :old AND active
+WHERE name = :name AND round(next_run_at * 1000000) = round(:old * 1000000) AND active
 RETURNING name
 
 -- name: run_counts

@@ -71,7 +71,7 @@ def _utc(moment: datetime, name: str) -> datetime:
 def computable(moment: datetime, name: str) -> datetime:
     """`moment` (aware) in UTC, to compute ticks from: refused before EARLIEST with one line,
     LATEST if it is past the end of year 9999 in UTC (no tick is later)."""
-    if moment < EARLIEST:
+    if moment.tzinfo is not None and moment.utcoffset() is not None and moment < EARLIEST:
         raise ConfigurationError(
             f"{name} {moment.isoformat()} is too close to year 1: ticks are computed from "
             f"{EARLIEST.isoformat()} to the end of year 9999"

@@ -59,7 +59,7 @@ def _parent_id(item: object) -> int:
         value = raw
     elif isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 19:
         value = int(raw)
-    if not 0 <= value <= MAX_RUN_ID:
+    if not 1 <= value <= MAX_RUN_ID:
         raise ConfigurationError(
             f"after= takes run handles or run ids (e.g. after=[a, b] or after=['12', '13']: "
             f"ids from 1 to {MAX_RUN_ID} in ASCII digits), got {item!r:.80}"

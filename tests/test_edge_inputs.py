@@ -10,7 +10,9 @@ import pytest
 import rota
 
 
-@pytest.mark.parametrize("bad", ["١٢٣", "１２３", "1٢", 2**63, str(2**63), 10**30, "9" * 40, -1, "-1", " 1", "1_0"])
+@pytest.mark.parametrize(
+    "bad", ["١٢٣", "１２３", "1٢", 2**63, str(2**63), 10**30, "9" * 40, -1, "-1", 0, "0", " 1", "1_0"]
+)
 def test_after_refuses_ids_the_stores_cannot_hold_in_one_line(app: rota.App, bad: Any) -> None:
     @app.task(name="child")
     def child() -> None: ...

@@ -51,3 +51,24 @@ def test_what_a_handler_leaves_on_its_connection_is_gone_for_the_next_run(
     assert [r.status for r in runs] == ["succeeded"] * 12, [r.error for r in runs]
     with connect(app.store.url) as conn:
         assert len(sql(conn, "SELECT * FROM effects")) == 12
+
+
+def test_runs_that_roll_back_between_them_leave_the_connection_usable(app_factory: Callable[..., rota.App]) -> None:
+    """A raise rolls the transaction back (psycopg forgets its prepared statements then);
+    the next run on the same connection prepares again."""
+    app = make(app_factory)
+
+    @app.task(name="some", transactional=True, retries=0)
+    def some(ctx: rota.RunContext, n: int) -> None:
+        record(ctx)
+        if n % 4 == 3:
+            raise RuntimeError("every fourth run rolls back")
+
+    handles = [some.enqueue(n) for n in range(60)]
+    start_worker(app, concurrency=1)
+    wait_for(lambda: all(h.refresh().status in ("succeeded", "failed") for h in handles), 120, "runs")
+    runs = [h.refresh() for h in handles]
+    assert [r.status for r in runs] == ["failed" if n % 4 == 3 else "succeeded" for n in range(60)], [
+        r.error for r in runs if r.status == "failed" and "every fourth" not in str(r.error)
+    ][:2]
+    assert len(effects(app.store.url)) == 45

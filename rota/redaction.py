@@ -59,7 +59,7 @@ def _userinfo(text: str) -> list[tuple[int, int]]:
         if not ats:
             continue
         first = _WORD.match(text, start)
-        if first is not None and ats[0] >= first.end() and ("@" in head[0] or _PORT.match(first[0])):
+        if first is not None and ats[0] >= first.end() and _PORT.match(first[0]):
             continue  # host:port after the ":" (the "@" is further on the line): no password
         spans.append((start, ats[0]))
     return spans

@@ -62,6 +62,7 @@ def test_a_userinfo_password_with_any_character_is_redacted(scheme: str, passwor
         ("('postgresql://u:p w@h1/db', 'redis://:x y@h2/0')", "('postgresql://u:***@h1/db', 'redis://:***@h2/0')"),
         # a user with an unencoded "@"
         ("postgresql://me@corp:s3cret@h/db", "postgresql://me@corp:***@h/db"),
+        ("postgresql://me@corp:my pass@h/db", "postgresql://me@corp:***@h/db"),
         # no password: a port, and an "@" later on the line, are left alone
         ("postgresql://h:5432/db failed; mail ops@example.com", "postgresql://h:5432/db failed; mail ops@example.com"),
         ("redis://u@h:6379/0 and a@b", "redis://u@h:6379/0 and a@b"),

@@ -127,7 +127,7 @@ def _parse_int(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        shown = f"the integer {text[:12]}…"
+        shown = f"a number ({text[:12]}…)"
         raise _LongInt(too_long(shown, len(text.lstrip("-")))) from None
 
 

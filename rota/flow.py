@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, shown
 
 # A window past ten years is a typo (and must stay an interval every store can add).
 MAX_UNIQUE_FOR = 3650 * 86400.0
@@ -62,7 +62,7 @@ def _parent_id(item: object) -> int:
     if not 1 <= value <= MAX_RUN_ID:
         raise ConfigurationError(
             f"after= takes run handles or run ids (e.g. after=[a, b] or after=['12', '13']: "
-            f"ids from 1 to {MAX_RUN_ID} in ASCII digits), got {item!r:.80}"
+            f"ids from 1 to {MAX_RUN_ID} in ASCII digits), got {shown(item):.80}"
         )
     return value
 

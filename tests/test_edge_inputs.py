@@ -25,6 +25,14 @@ def test_after_refuses_ids_the_stores_cannot_hold_in_one_line(app: rota.App, bad
     assert app.list_runs() == []
 
 
+def test_after_names_an_id_too_long_to_write_by_its_size(app: rota.App) -> None:
+    @app.task(name="child")
+    def child() -> None: ...
+
+    with pytest.raises(rota.ConfigurationError, match="got an integer of about 5001 digits"):
+        child.options(after=[10**5000]).enqueue()
+
+
 def test_after_takes_the_largest_id_as_a_run_that_does_not_exist(app: rota.App) -> None:
     @app.task(name="child")
     def child() -> None: ...

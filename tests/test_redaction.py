@@ -127,3 +127,26 @@ def test_errors_and_logs_never_show_an_unencoded_redis_password(
     shown += f" {info.value} {caplog.text}"
     assert not leaks(shown, password), shown
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.parametrize("password", PASSWORDS)
+def test_log_lines_never_show_an_unencoded_password(fmt: str, password: str) -> None:
+    import io
+
+    from rota import logs
+
+    stream = io.StringIO()
+    logs.configure("info", fmt, stream=stream)
+    try:
+        log = logging.getLogger("rota")
+        log.warning("database unavailable: postgresql://u:%s@db/x; retrying", password)
+        try:
+            raise ConnectionError(f"cannot reach redis://:{password}@r:6379/0")
+        except ConnectionError:
+            log.exception("locks unavailable")
+    finally:
+        logs.configure("warning", "text")
+    out = stream.getvalue()
+    assert "postgresql://u:***@db/x; retrying" in out.replace("\\\\", "\\") and "redis://:***@r:6379/0" in out, out
+    assert not leaks(out, password), out

@@ -308,7 +308,7 @@ class Client(Declarations):
             due = DueSchedule(**{**_due_fields(sdef), "overlap": "queue" if behind else sdef.overlap, "task": run.task, "args": args, "kwargs": kwargs,
                                  "queue": run.queue, "priority": run.priority, "max_attempts": run.max_attempts,
                                  "timeout": run.timeout, "backoff": backoff, "next_run_at": self.store.now()})  # fmt: skip
-            new_id, _ = self.store.trigger(due, key=key, retry_of=int(run.id))
+            new_id, _ = self.store.trigger(due, key=key, retry_of=int(run.id), once=retried is not None)
             if retried is not None:
                 retried.add(sdef.name)
             return RunHandle(cast("App", self), str(new_id))

@@ -23,9 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import unquote
 
 from .errors import ConfigurationError
+from .redaction import redact_text as redact_text
+from .redaction import redact_url as redact_url
+from .redaction import remember_secrets as remember_secrets
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -333,55 +335,7 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
-# -- redaction -------------------------------------------------------------------------------
-def _spelled(word: str) -> str:
-    """A pattern for `word` with any letter also percent-encoded: libpq decodes the key
-    `pass%77ord` to `password`."""
-    return "".join(f"(?:{c}|%{ord(c.lower()):02x}|%{ord(c.upper()):02x})" for c in word)
-
-
-# The password of a URL's userinfo: up to the last "@" before the path (a password may hold
-# quotes, or an "@" its writer did not encode).
-_USERINFO = re.compile(r"(?P<pre>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s'\"]*):(?P<pw>[^\s/]*)@")
-_KEYS = "|".join(_spelled(word) for word in ("sslpassword", "password", "passwd", "pwd"))
-# key=value of a URL query or a conninfo string (the "=" perhaps encoded as %3D); a value is
-# a quoted conninfo value (with \' escapes) or everything up to "&" or a space, quotes too.
-_PARAM = re.compile(rf"(?i)(?P<key>(?<![A-Za-z0-9_])(?:{_KEYS})\s*(?:=|%3d)\s*)(?P<pw>'(?:[^'\\]|\\.)*'?|[^&\s]+)")
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password (in the userinfo or a ?password= parameter) replaced by ***."""
-    return redact_text(url)
-
-
-_KNOWN: set[str] = set()
-
-
-def remember_secrets(*urls: str | None) -> None:
-    """Remember the passwords of these URLs (every App does, for its database and locks URLs):
-    redact_text() then removes them wherever they appear, e.g. in a driver's message."""
-    _KNOWN.update(pw for url in urls if url for pw in _passwords(url))
-
-
-def redact_text(text: str, *urls: str | None) -> str:
-    """`text` without passwords: every URL userinfo password, every password=... pair, and the
-    literal passwords of `urls` and of remember_secrets() wherever they appear (drivers echo
-    them in odd forms)."""
-    secrets = [pw for url in urls if url for pw in _passwords(url)] + list(_KNOWN)
-    if "@" in text:  # both patterns need these characters: most log lines skip them
-        text = _USERINFO.sub(lambda m: f"{m['pre']}:***@", text)
-    if "=" in text or "%3" in text:
-        text = _PARAM.sub(lambda m: f"{m['key']}***", text)
-    for secret in sorted(set(secrets), key=len, reverse=True):
-        if len(secret) >= 3:
-            text = text.replace(secret, "***")
-    return text
-
-
-def _passwords(url: str) -> list[str]:
-    found = [m["pw"] for m in _USERINFO.finditer(url)]
-    found += [m["pw"].strip("'").replace("\\'", "'") for m in _PARAM.finditer(url)]
-    return [p for q in found if q for p in {q, unquote(q)}]
+# -- redaction: rota.redaction (re-exported here) ------------------------------------------
 
 
 def resolve(**arguments: Any) -> tuple[dict[str, Any], dict[str, str]]:

@@ -85,11 +85,17 @@ class LockLost(RotaError):
 
 def shown(value: object) -> str:
     """A value as an error message names it: a timedelta in seconds (its repr reads
-    `timedelta(days=-1, seconds=86399)` for minus one second), anything else by repr."""
+    `timedelta(days=-1, seconds=86399)` for minus one second), an int too long to write by
+    its size, anything else by repr."""
     if isinstance(value, timedelta):
         seconds = f"{value.total_seconds():.6f}".rstrip("0").rstrip(".")
         return f"timedelta of {seconds} seconds"
-    return repr(value)
+    try:
+        return repr(value)
+    except ValueError:  # an int past Python's int/str limit (4,300 digits), or a value holding one
+        if isinstance(value, int):
+            return f"an integer of about {value.bit_length() * 30103 // 100000 + 1} digits"
+        return f"a {type(value).__name__} holding an integer too long to show"
 
 
 def did_you_mean(value: str, choices: Iterable[str]) -> str:

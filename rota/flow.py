@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, shown
 
 # A window past ten years is a typo (and must stay an interval every store can add).
 MAX_UNIQUE_FOR = 3650 * 86400.0
@@ -40,17 +40,31 @@ def parent_ids(after: object) -> tuple[int, ...]:
     if after is None:
         return ()
     items: Iterable[Any] = [after] if isinstance(after, (str, int)) or hasattr(after, "id") else _iterable(after)
-    ids: list[int] = []
-    for item in items:
-        raw = getattr(item, "id", item)
-        if isinstance(raw, bool) or not isinstance(raw, (str, int)) or not str(raw).isdecimal():
-            raise ConfigurationError(
-                f"after= takes run handles or run ids (e.g. after=[a, b] or after=['12', '13']), got {item!r:.80}"
-            )
-        ids.append(int(raw))
+    ids = [_parent_id(item) for item in items]
     if len(set(ids)) > MAX_PARENTS:
         raise ConfigurationError(f"after= names {len(set(ids))} runs; at most {MAX_PARENTS} parents per run")
     return tuple(dict.fromkeys(ids))
+
+
+MAX_RUN_ID = 2**63 - 1  # a bigint: a larger id is no run on any store
+
+
+def _parent_id(item: object) -> int:
+    """One parent's id: an int, or a string of ASCII digits ('١٢٣' and '１２３' are decimal
+    to Python, not to the stores), from 1 to MAX_RUN_ID (PostgreSQL refused a larger one
+    with a database error)."""
+    raw = getattr(item, "id", item)
+    value = -1
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 19:
+        value = int(raw)
+    if not 1 <= value <= MAX_RUN_ID:
+        raise ConfigurationError(
+            f"after= takes run handles or run ids (e.g. after=[a, b] or after=['12', '13']: "
+            f"ids from 1 to {MAX_RUN_ID} in ASCII digits), got {shown(item):.80}"
+        )
+    return value
 
 
 def _iterable(after: object) -> Iterable[Any]:

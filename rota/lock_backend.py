@@ -10,6 +10,7 @@ import re
 from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlparse
 
+from .config import redact_text
 from .config import redact_url as redact
 from .errors import ConfigurationError
 from .models import LockInfo
@@ -41,8 +42,12 @@ def parse_locks_url(url: object) -> tuple[str, str]:
         )
     db = urlparse(base).path.strip("/") if not url.lower().startswith("unix://") else ""
     if db and not db.isdigit():
-        raise ConfigurationError(
-            f"invalid database {db!r} in the Redis locks URL {redact(url)!r}: use a number, e.g. redis://host:6379/0"
+        raise ConfigurationError(  # the "database" may be a piece of a password with a "/" in it
+            redact_text(
+                f"invalid database {db!r} in the Redis locks URL {redact(url)!r}: use a number, e.g. "
+                "redis://host:6379/0 (percent-encode a password's / @ # ? and spaces: / is %2F)",
+                url,
+            )
         )
     if not prefixes:
         return url, prefix

@@ -192,7 +192,11 @@ class Email(Notifier):
         msg["Subject"] = f"[rota] {escape_controls(self.summary(event))}"  # a header is one line
         msg["From"] = self.sender
         msg["To"] = ", ".join(self.to)
-        lines = [f"{key}: {value}" for key, value in self.payload(event).items() if value is not None]
+        # One line per field: a line break in a task name, an error or a detail (CR, LF, U+2028,
+        # NEL...) is written escaped, so it cannot add a forged "status: succeeded" line.
+        lines = [
+            f"{key}: {escape_controls(str(value))}" for key, value in self.payload(event).items() if value is not None
+        ]
         msg.set_content("\n".join(lines) + "\n")
         return msg
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
+from .config import redact_text
 from .config import redact_url as redact
 from .errors import ConfigurationError, DatabaseUnavailable
 from .lock_backend import parse_locks_url
@@ -53,6 +54,9 @@ return 0
 """
 
 
+_ENCODE = "percent-encode the password's / @ : # ? % and spaces (e.g. / as %2F, # as %23, a space as %20)"
+
+
 class RedisLocks:
     """`url` is a redis:// (rediss://, unix://) URL; `?prefix=NAME` sets the key prefix."""
 
@@ -61,9 +65,14 @@ class RedisLocks:
         self.url = redact(url)  # for messages
         self.prefix = prefix or url_prefix
         self._client_url = client_url
-        self.client = redis.Redis.from_url(
-            client_url, socket_connect_timeout=3, socket_timeout=5, decode_responses=True
-        )
+        try:
+            self.client = redis.Redis.from_url(
+                client_url, socket_connect_timeout=3, socket_timeout=5, decode_responses=True
+            )
+        except ValueError as exc:  # urllib's, e.g. a password's unencoded "#" read as the port's end
+            raise ConfigurationError(
+                redact_text(f"invalid Redis locks URL {self.url}: {exc}; {_ENCODE}", url)
+            ) from None
         self._acquire = self.client.register_script(_ACQUIRE)
         self._renew = self.client.register_script(_RENEW)
         self._release = self.client.register_script(_RELEASE)

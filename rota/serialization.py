@@ -35,10 +35,12 @@ def _too_deep(where: str) -> SerializationError:
     )
 
 
-def _check(value: Any, where: str, depth: int = 0, limit: int = MAX_DEPTH) -> None:
+def _check(value: Any, where: str, depth: int = 0, limit: int = MAX_DEPTH, ints: bool = False) -> None:
     """Walk `value` and raise naming the first non-JSON part (by its path), or the first part
-    nested deeper than `limit`."""
+    nested deeper than `limit`; with `ints`, also an integer too long to write as text."""
     if value is None or isinstance(value, (str, bool, int)):
+        if ints and type(value) is int:
+            _check_digits(value, where)
         return
     if depth >= limit and isinstance(value, (list, tuple, dict)):
         raise _too_deep(where)
@@ -48,7 +50,7 @@ def _check(value: Any, where: str, depth: int = 0, limit: int = MAX_DEPTH) -> No
         return
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check(item, f"{where}[{i}]", depth + 1, limit)
+            _check(item, f"{where}[{i}]", depth + 1, limit, ints)
         return
     if isinstance(value, dict):
         for k, item in value.items():
@@ -56,12 +58,29 @@ def _check(value: Any, where: str, depth: int = 0, limit: int = MAX_DEPTH) -> No
                 raise SerializationError(
                     f"{where} has the key {k!r} of type {type(k).__name__}; JSON object keys must be str"
                 )
-            _check(item, f"{where}[{k!r}]", depth + 1, limit)
+            _check(item, f"{where}[{k!r}]", depth + 1, limit, ints)
         return
     raise SerializationError(
         f"{where} is a {type(value).__module__}.{type(value).__qualname__} ({value!r:.60}), "
         "which is not JSON; pass str, int, float, bool, None, list or dict "
         "(convert dates to ISO strings, objects to ids or dicts)"
+    )
+
+
+def _check_digits(value: int, where: str) -> None:
+    """An int Python refuses to write in decimal (more than sys.get_int_max_str_digits(),
+    4,300 by default: a guard against quadratic conversions) cannot be stored as JSON."""
+    try:
+        str(value)
+    except ValueError:
+        raise SerializationError(too_long(where, value.bit_length() * 30103 // 100000 + 1)) from None
+
+
+def too_long(where: str, digits: int) -> str:
+    """The one line for an integer of about `digits` decimal digits past Python's limit."""
+    return (
+        f"{where} is an integer of about {digits} digits; JSON integers may have at most "
+        f"{sys.get_int_max_str_digits()} digits (Python's limit on int/str conversion): pass it as a string"
     )
 
 
@@ -80,7 +99,14 @@ def encode_arguments(
     for name, arg in kwargs.items():
         if type(arg) not in _SCALARS:
             _check(arg, f"argument {name!r} of {task}()")
-    encoded = _encoder.encode(list(args)), _encoder.encode(dict(kwargs))
+    try:
+        encoded = _encoder.encode(list(args)), _encoder.encode(dict(kwargs))
+    except ValueError:  # an int too long to write (the only ValueError left after the checks)
+        for i, arg in enumerate(args):
+            _check(arg, _positional(task, i, fn, skip), ints=True)
+        for name, arg in kwargs.items():
+            _check(arg, f"argument {name!r} of {task}()", ints=True)
+        raise
     if not (encoded[0].isascii() and encoded[1].isascii()):
         _check_utf8(task, args, kwargs, fn, skip)
     return encoded
@@ -198,7 +224,7 @@ def encode_result(task: str, value: Any) -> str:
             "each other, beyond Python's recursion limit); return something flatter"
         ) from None
     except (TypeError, ValueError):
-        _check(value, f"the result of {task}()", limit=sys.maxsize)  # what is not JSON; any depth
+        _check(value, f"the result of {task}()", limit=sys.maxsize, ints=True)  # what is not JSON; any depth
         raise  # pragma: no cover
 
 

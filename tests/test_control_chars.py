@@ -96,4 +96,4 @@ def test_the_email_notifier_sends_an_alert_for_a_name_with_a_newline(app: rota.A
     event = Event("run_failed", datetime.now(UTC), "w1", run_id=run.id, run=run)
     message = mail.message(event)
     assert message["Subject"] == f"[rota] run {run.id} (old\\nname): run failed"
-    assert "task: old\nname" in message.get_content()
+    assert "task: old\\nname\n" in message.get_content()  # escaped in the body too (issue 41): no forged line

@@ -14,7 +14,7 @@ from .. import config
 from ..app import App
 from ..errors import DatabaseError, DatabaseRefused
 from ..logs import log_event
-from ..serialization import MAX_DEPTH
+from ..serialization import MAX_DEPTH, too_long
 from .base import (
     apply_database_flag,
     check_queue,
@@ -119,16 +119,30 @@ def worker(ctx: click.Context, /, app_path: str, **flags: Any) -> None:
     )
 
 
+class _LongInt(Exception):
+    """An integer of --args/--kwargs longer than Python writes or reads in decimal."""
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        shown = f"a number ({text[:12]}…)"
+        raise _LongInt(too_long(shown, len(text.lstrip("-")))) from None
+
+
 def parse_arguments(args_json: str, kwargs_json: str) -> tuple[list[Any], dict[str, Any]]:
     """--args/--kwargs as JSON, refusing what the database could not store."""
     values: list[Any] = []
     for flag, raw, kind in (("--args", args_json, list), ("--kwargs", kwargs_json, dict)):
         try:
             raw.encode("utf-8")
-            value = json.loads(raw)
+            value = json.loads(raw, parse_int=_parse_int)
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except json.JSONDecodeError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint=flag) from None
+        except _LongInt as exc:
+            raise click.BadParameter(str(exc), param_hint=flag) from None
         except RecursionError:
             raise click.BadParameter(
                 f"is nested too deeply (JSON arguments may nest at most {MAX_DEPTH} levels)", param_hint=flag

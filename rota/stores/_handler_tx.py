@@ -97,10 +97,22 @@ class PostgresHandlerTx:
             return bool(cur.fetchall())
 
 
+# What DISCARD ALL does, but for the statements psycopg prepared itself (`from_sql` false):
+# psycopg keeps naming them in its cache, and it misses a DISCARD ALL it has counted before
+# (psycopg 3.3: it looks at a statement's status only the first time it sees its text), so a
+# later run's statement went to "_pg3_0" after the server had dropped it (issue 41). The
+# first statement lists the handler's own PREPAREs, which `put` deallocates by name.
+_RESET = (
+    "SELECT name FROM pg_prepared_statements WHERE from_sql; "
+    "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; "
+    "SELECT pg_advisory_unlock_all(); DISCARD PLANS; DISCARD TEMP; DISCARD SEQUENCES"
+)
+
+
 class PostgresHandlerConnections:
     """Idle connections for transactional handlers, apart from the store's pool (a handler
     may hold one for as long as it runs; the worker's own statements must not wait for it).
-    A connection is reset (DISCARD ALL) before it is reused."""
+    A connection is reset (as DISCARD ALL would, see _RESET) before it is reused."""
 
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
@@ -133,7 +145,9 @@ class PostgresHandlerConnections:
             if conn.broken or conn.closed or conn.info.transaction_status != idle:
                 raise psycopg.InterfaceError("not reusable")
             conn.row_factory = psycopg.rows.tuple_row
-            conn.execute("DISCARD ALL")  # the handler's SETs, temp tables, prepared statements
+            mine = conn.execute(_RESET, prepare=False).fetchall()  # one round trip
+            for (name,) in mine:  # the handler's own PREPAREs (rare)
+                conn.execute(psycopg.sql.SQL("DEALLOCATE {}").format(psycopg.sql.Identifier(name)), prepare=False)
         except psycopg.Error:
             conn.close()
             return

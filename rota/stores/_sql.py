@@ -40,6 +40,8 @@ class SqlStore(SqlFlow):
         if not runs:
             return []
         with self._tx() as s:
+            if runs[0].retry_of is not None:  # App.retry: ordered with retry_many's batches
+                s.q("retry_lock")
             self._gate(s, runs)
             if _plain(runs):
                 results = [(run_id, True) for run_id in self._insert_plain(s, runs)]

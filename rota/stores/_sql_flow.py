@@ -62,6 +62,7 @@ class SqlFlow(SqlSchedules):
         limit: int,
     ) -> RetryBatch | None:
         with self._tx() as s:
+            s.q("retry_lock")  # concurrent callers: each run is retried once (see the query)
             rows = s.q(
                 "retry_candidates",
                 status=status,

@@ -308,9 +308,15 @@ class SqlSchedules(SqlRows):
             raise _Abort  # as when tick_exists finds it: this instance's pass is rolled back
         return int(rows[0][0]), False
 
-    def trigger(self, due: DueSchedule, *, key: str | None = None, retry_of: int | None = None) -> tuple[int, str]:
+    def trigger(
+        self, due: DueSchedule, *, key: str | None = None, retry_of: int | None = None, once: bool = False
+    ) -> tuple[int, str]:
         extra = {"key": key, "retry_of": retry_of}
         with self._tx() as s:
+            if retry_of is not None:  # App.retry: ordered with retry_many's batches
+                s.q("retry_lock")
+                if once and s.q("retried_before", id=retry_of):
+                    raise TriggerRefused(f"run {retry_of} was retried meanwhile")
             rows = self._insert_run(s, self._tick_run(due, None, **extra))
             if not rows and due.overlap != "concurrent" and self._withdraw_ahead(s, due.name, "was triggered"):
                 # The run in the way was only made ahead of a tick to come: not active for

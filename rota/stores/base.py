@@ -349,10 +349,14 @@ class Store(FlowStore, abc.ABC):
         instance got there first."""
 
     @abc.abstractmethod
-    def trigger(self, due: DueSchedule, *, key: str | None = None, retry_of: int | None = None) -> tuple[int, str]:
+    def trigger(
+        self, due: DueSchedule, *, key: str | None = None, retry_of: int | None = None, once: bool = False
+    ) -> tuple[int, str]:
         """Insert a manual run of a schedule now, honouring its overlap policy. Returns
         (run id, 'started' | 'queued' | 'replacing'); TriggerRefused under overlap=skip.
-        `key` and `retry_of` go on the new run (app.retry of a scheduled run)."""
+        `key` and `retry_of` go on the new run (app.retry of a scheduled run). A retry is
+        ordered with every other transaction that makes one; with `once` (retry_many), a run
+        retried before (by anyone, also at the same moment) is not retried: TriggerRefused."""
 
     @abc.abstractmethod
     def retry_source(self, run_id: int) -> tuple[str | None, str | None] | None:

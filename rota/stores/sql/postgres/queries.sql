@@ -1311,10 +1311,20 @@ SELECT waiting_on FROM rota_runs_all
 -- name: last_run_id
 SELECT greatest((SELECT coalesce(max(id), 0) FROM rota_runs), (SELECT coalesce(max(id), 0) FROM rota_history))
 
+-- name: retry_lock
+-- Orders every transaction that makes a retry (a batch of App.retry_many, App.retry) in this
+-- schema, until it commits: retry_candidates, run after it (READ COMMITTED: a statement's
+-- snapshot is taken when it starts), sees the retries every earlier one made. Without it two
+-- concurrent retry_many calls both found each run "not retried yet" and both retried it. A
+-- row lock on the candidates could not do it: a run may be in rota_history, and a retry
+-- made by App.retry locks nothing the candidates statement reads.
+SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.rota_retry'))
+
 -- name: retry_candidates
 -- App.retry_many: the next batch of matching final runs after the cursor, and whether each
 -- belongs to an active exclusive schedule (retried through its overlap policy instead). A run
--- retried before (by anyone) is passed over: calling retry_many twice retries nothing twice.
+-- retried before (by anyone) is passed over: calling retry_many twice retries nothing twice,
+-- also at once (run after retry_lock).
 -- Succeeded runs are in both tables (schema 17); the history only when they are asked for (a
 -- one-time filter: a generic plan cannot leave it out by its CHECK).
 SELECT r.id, s.name IS NOT NULL
@@ -1329,6 +1339,11 @@ WHERE (%(task)s::text IS NULL OR r.task = %(task)s::text)
   AND NOT EXISTS (SELECT 1 FROM rota_runs_all x WHERE x.retry_of = r.id)
 ORDER BY r.id
 LIMIT %(limit)s
+
+-- name: retried_before
+-- A run of an exclusive schedule that retry_many retries through its overlap policy, after the
+-- batch that listed it committed: retried meanwhile by another call (run after retry_lock)?
+SELECT 1 FROM rota_runs_all WHERE retry_of = %(id)s LIMIT 1
 
 -- name: retry_insert
 -- transition: retry

@@ -855,10 +855,16 @@ SELECT waiting_on FROM rota_runs
 -- name: last_run_id
 SELECT coalesce(max(id), 0) FROM rota_runs
 
+-- name: retry_lock
+-- Nothing to take: a write transaction (BEGIN IMMEDIATE) holds the database's write lock from
+-- its start, so the transactions that make retries already run one at a time.
+SELECT NULL
+
 -- name: retry_candidates
 -- App.retry_many: the next batch of matching final runs after the cursor, and whether each
 -- belongs to an active exclusive schedule (retried through its overlap policy instead). A run
--- retried before (by anyone) is passed over: calling retry_many twice retries nothing twice.
+-- retried before (by anyone) is passed over: calling retry_many twice retries nothing twice,
+-- also at once (write transactions run one at a time).
 SELECT r.id, s.name IS NOT NULL
 FROM rota_runs r
 LEFT JOIN rota_schedules s ON s.name = r.schedule AND s.active AND s.overlap <> 'concurrent'
@@ -868,6 +874,11 @@ WHERE r.status = :status AND r.id > :after AND r.id <= :upto
   AND NOT EXISTS (SELECT 1 FROM rota_runs x WHERE x.retry_of = r.id)
 ORDER BY r.id
 LIMIT :limit
+
+-- name: retried_before
+-- A run of an exclusive schedule that retry_many retries through its overlap policy, after the
+-- batch that listed it committed: retried meanwhile by another call (run after retry_lock)?
+SELECT 1 FROM rota_runs WHERE retry_of = :id LIMIT 1
 
 -- name: retry_insert
 -- transition: retry

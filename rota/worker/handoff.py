@@ -95,6 +95,8 @@ class Handoff:
     def _collect(self) -> int:
         done = self._done
         n = 0
+        if self.loop is None:  # detached (a wake-up asked before): the keeper reads them
+            return 0
         while done:
             active, outcome, returned = done.popleft()
             n += 1
@@ -104,6 +106,14 @@ class Handoff:
                 self.deliver(active, outcome)
         self._pending = max(0, self._pending - n)
         return n
+
+    def detach(self) -> None:
+        """The worker's loop stopped: results stay in the deque for whoever reads it there
+        (rota/worker/stopping.py, Keeper)."""
+        self.loop = None
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
 
     def reopen(self) -> None:
         self.pool.close()
@@ -129,4 +139,5 @@ class _Call:
         # A run decided while its call waited for a thread (timed out, lease lost) is not
         # started: its slot comes back at once instead of after a handler nobody awaits.
         outcome = ("lost", None) if self.active.done else self.body()
+        self.active.returned = True  # (read by a stopping worker: this handler can no longer run)
         self.handoff.put(self.active, outcome, self.returned)

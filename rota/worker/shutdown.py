@@ -1,8 +1,11 @@
 """The worker's lifecycle controls: start on a thread, stop (thread-safe), signals, and
 the graceful shutdown: stop claiming (and making ticks), withdraw the runs this worker made
 ahead of a tick not come yet (see ticks.py), hand back the runs it holds (claimed, never
-started), drain up to `shutdown_timeout`, hand unfinished runs back (pending again at once, the attempt not counted), flush outcomes, release this
-process's named locks, mark the worker stopped. A second signal skips the drain."""
+started), drain up to `shutdown_timeout`, stop what is left (kill child processes, cancel
+coroutines) and hand back the runs whose handlers ended (pending again at once, the attempt
+not counted), flush outcomes, release this process's named locks, mark the worker stopped.
+A run whose handler still runs (a thread cannot be killed) is never handed back: see
+rota/worker/stopping.py. A second signal skips the drain."""
 
 from __future__ import annotations
 
@@ -17,17 +20,23 @@ from typing import Any
 from ..errors import DatabaseError
 from ..logs import log_event
 from ..stores.base import Store
+from .active import Active
 from .claims import Finisher
 from .completer import Completer
 from .db import Db
-from .executors import Executors
+from .executors import Executors, still_running
+from .outcomes import Decider
 from .prefetch import Prefetch
 from .service import wait_event
+from .stopping import Keeper, fence_and_exit
 from .ticks import Ticker
 from .view import WorkerView
 from .wakeups import DueTimes
 
 log = logging.getLogger("rota.worker")
+# seconds a stopped run gets to end, by executor: a child process is killed and reaped; a
+# cancelled coroutine ends at its next await (unless it ignores its cancellation)
+STOP_GRACE = {"process": 6.0, "coroutine": 0.5}
 
 
 class Lifecycle:
@@ -37,6 +46,9 @@ class Lifecycle:
     id: str
     state: str
     shutdown_timeout: float
+    lease: float
+    heartbeat_interval: float
+    exit_after_stop: bool
     install_signal_handlers: bool
     _claiming: bool
     _force: bool
@@ -47,6 +59,7 @@ class Lifecycle:
     _executors: Executors
     _completer: Completer
     _finisher: Finisher
+    _decider: Decider
     _due: DueTimes
     _prefetch: Prefetch
     _ticker: Ticker
@@ -124,16 +137,35 @@ class Lifecycle:
         if not await self._give_back([], held):
             self._prefetch.hold_all(held, time.monotonic())  # renewed meanwhile; tried again after the drain
         await self._drain()
-        await self._hand_back_unfinished()
+        kept = await self._hand_back_unfinished()
         await self._completer.wait_idle()  # let a write in progress (the completer's) finish first
         for _ in range(3):
             if await self._flush():
                 break
+        if kept:  # a handler still running may hold one (with app.lock(...)): they end with their ttl
+            log.warning("named locks of this process are not released: %d handler(s) still run", len(kept))
+        else:
+            await self._db(self.app.release_process_locks)
+        await self._mark_stopped()  # (the heartbeat still renews the leases of the runs kept)
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
-        await self._db(self.app.release_process_locks)
-        await self._mark_stopped()
+        await self._after_stop(kept)
+
+    async def _after_stop(self, kept: list[Active]) -> None:
+        """The runs whose handlers still run: fenced and the process ended (`rota worker`),
+        or held by a keeper thread until they return (see rota/worker/stopping.py). Those
+        that ended meanwhile have their outcome written, or are handed back."""
+        left = [a for a in kept if not a.done]
+        await self._give_back(self._ended(left), [])
+        await self._flush()
+        kept = [a for a in left if still_running(a)]
+        if not kept:
+            return
+        if self.exit_after_stop:
+            fence_and_exit(self.store, self.id, kept)
+        keeper = Keeper(lambda: self.store, self.id, self.lease, self.heartbeat_interval, self._decider)
+        keeper.start(kept, self._executors.handoff)
 
     async def _withdraw_ticks_ahead(self, background: list[asyncio.Task[None]]) -> None:
         """Before the drain (which may outlast a tick): once the ticker has stopped, withdraw
@@ -162,16 +194,38 @@ class Lifecycle:
             slot_freed.clear()
             await wait_event(slot_freed, min(remaining, 0.5))
 
-    async def _hand_back_unfinished(self) -> None:
-        """After the drain: the unfinished runs, pending again at once for another worker,
-        the attempt not counted. A limited run already past its timeout (its thread still
-        runs, see ThreadExecutor._on_timeout) is recorded timed out instead: its attempt
-        counts, so a handler that always hangs uses up its retries across restarts."""
-        unfinished = list(self._executors.inflight.values())
+    async def _hand_back_unfinished(self) -> list[Active]:
+        """After the drain: ask every unfinished run to stop (a child process is killed, a
+        coroutine cancelled), give those a moment to end, and hand back the runs whose
+        handlers ended without an outcome (pending again at once, the attempt not counted).
+        Returns the runs whose handlers still run (a thread, a coroutine that ignores its
+        cancellation): they stay this worker's, leases renewed, never handed back while this
+        process can execute them (see _after_stop)."""
+        unfinished = [a for a in self._executors.inflight.values() if not a.done]
         for active in unfinished:
             self._executors.stop(active, lost=False)
-            self._finisher.complete(active, ("timeout", None) if active.timed_out else ("lost", None))
-        await self._give_back([a for a in unfinished if not a.timed_out], self._prefetch.take_all())
+        began = time.monotonic()
+        while any(still_running(a) and time.monotonic() - began < STOP_GRACE.get(a.kind, 0) for a in unfinished):
+            await asyncio.sleep(0.01)
+        kept = [a for a in unfinished if still_running(a)]
+        await self._give_back(self._ended(unfinished), self._prefetch.take_all())
+        for active in kept:
+            c = active.claim
+            message = (
+                f"run {c.id} {c.task} still running at shutdown: its handler cannot be stopped; the run stays held "
+                f"by worker {self.id} (not handed back) while this process can run it"
+            )
+            log_event(log, logging.WARNING, "run_still_running", message, run_id=str(c.id), worker=self.id)
+        return kept
+
+    def _ended(self, runs: list[Active]) -> list[Active]:
+        """The runs whose handlers ended with no outcome to write (stopped, killed, lost):
+        their slots freed here, to be handed back."""
+        queued = set(self._completer.held())
+        ended = [a for a in runs if not still_running(a) and (a.claim.id, a.claim.token) not in queued]
+        for active in ended:
+            self._finisher.complete(active, ("lost", None))
+        return ended
 
     async def _give_back(self, unfinished: list[Any], claims: list[Any]) -> bool:
         """Hand back the unfinished runs and the held ones (claimed ahead, never started:

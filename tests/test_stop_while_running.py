@@ -1,0 +1,98 @@
+"""Issue 41 item 1: a run is never free (pending again, its limit's slot or its schedule's
+exclusivity released) while its handler can still execute. Real worker processes: A runs
+handlers that outlive its shutdown timeout and has a `worker_stopped` hook that takes a
+second; B is ready to claim. SIGTERM A. From the handlers' own evidence (tests/apps/stopping.py),
+no two executions of one limit key or one skip-overlap schedule overlap in time, and each
+run ends final with a history that says what happened."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import make_app
+from .procs import WorkerProcs, wait_until
+
+pytestmark = pytest.mark.slow
+APP = "tests.apps.stopping:app"
+
+
+def evidence(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "executions.log"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def executions(lines: list[dict[str, Any]]) -> dict[str, list[tuple[float, float, int, str]]]:
+    """group -> (first sign of life, last sign of life, pid, run:token) of each execution."""
+    spans: dict[tuple[str, str, int], list[float]] = {}
+    for e in lines:
+        key = (e["group"], f"{e['run']}:{e['token']}", e["pid"])
+        spans.setdefault(key, []).append(e["t"])
+    out: dict[str, list[tuple[float, float, int, str]]] = defaultdict(list)
+    for (group, who, pid), times in spans.items():
+        out[group].append((min(times), max(times), pid, who))
+    return out
+
+
+def overlaps(lines: list[dict[str, Any]]) -> list[tuple[str, Any, Any]]:
+    found = []
+    for group, spans in executions(lines).items():
+        spans.sort()
+        for earlier, later in itertools.pairwise(spans):
+            if later[0] < earlier[1]:
+                found.append((group, earlier, later))
+    return found
+
+
+@pytest.mark.parametrize("task", ["export", "export_async"])
+def test_a_handler_still_running_at_shutdown_never_runs_beside_its_next_execution(
+    db_url: str, procs: WorkerProcs, tmp_path: Path, task: str
+) -> None:
+    app = make_app(db_url)
+    env = {"ROTA_TEST_HOOK_SLEEP": "1", "ROTA_TEST_SCHEDULE": "1", "ROTA_TEST_LONG": "4"}
+    a = procs.start(APP, concurrency=4, lease=1.5, shutdown_timeout=0.3, env=env)
+    handle = _declare(app, task).enqueue(customer="acme")
+    wait_until(lambda: _started(tmp_path, "limit:acme") and _started(tmp_path, "schedule:nightly"), 30,
+               "the export and a tick of the schedule to start on A")  # fmt: skip
+    procs.start(APP, concurrency=4, lease=1.5, env={"ROTA_TEST_SCHEDULE": "1"})  # B
+    wait_until(lambda: len([w for w in app.list_workers() if w.alive]) == 2, 30, "B to register")
+    took = procs.terminate(a)
+    assert took < 0.3 + 1 + 4, f"SIGTERM took {took:.1f} s"
+    wait_until(lambda: handle.refresh().is_final, 30, "the export to end")
+    wait_until(lambda: _ended_after_restart(tmp_path, "schedule:nightly"), 30, "the schedule to run again on B")
+    lines = evidence(tmp_path)
+    assert overlaps(lines) == [], overlaps(lines)
+    run = handle.refresh()
+    assert (run.status, run.attempt) == ("succeeded", 2), run
+    first = run.history[0]
+    assert first["status"] == "lost" and first["error"]["type"] == "WorkerStopped", run.history
+    assert "still ran" in first["error"]["message"], first
+    assert "still running at shutdown" in procs.output(0), procs.output(0)
+    app.close()
+
+
+def _declare(app: Any, task: str) -> Any:
+    """The task as the enqueuing App knows it (its limit key is computed here)."""
+    import rota
+
+    @app.task(name=task, pass_context=True, limit=rota.Limit(1, by="customer"), retries=2, backoff=0)
+    def stub(ctx: rota.RunContext, customer: str) -> None: ...
+
+    return stub
+
+
+def _started(tmp_path: Path, group: str) -> bool:
+    return any(e["event"] == "start" and e["group"] == group for e in evidence(tmp_path))
+
+
+def _ended_after_restart(tmp_path: Path, group: str) -> bool:
+    """An execution of `group` ended in a process other than the first one's."""
+    lines = [e for e in evidence(tmp_path) if e["group"] == group]
+    return bool(lines) and any(e["event"] == "end" and e["pid"] != lines[0]["pid"] for e in lines)

@@ -95,8 +95,6 @@ class Handoff:
     def _collect(self) -> int:
         done = self._done
         n = 0
-        if self.loop is None:  # detached (a wake-up asked before): the keeper reads them
-            return 0
         while done:
             active, outcome, returned = done.popleft()
             n += 1
@@ -106,14 +104,6 @@ class Handoff:
                 self.deliver(active, outcome)
         self._pending = max(0, self._pending - n)
         return n
-
-    def detach(self) -> None:
-        """The worker's loop stopped: results stay in the deque for whoever reads it there
-        (rota/worker/stopping.py, Keeper)."""
-        self.loop = None
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
 
     def reopen(self) -> None:
         self.pool.close()

@@ -25,10 +25,11 @@ from .claims import Finisher
 from .completer import Completer
 from .db import Db
 from .executors import Executors, still_running
+from .leases import Leases
 from .outcomes import Decider
 from .prefetch import Prefetch
 from .service import wait_event
-from .stopping import Keeper, fence_and_exit
+from .stopping import FENCE, Keeper, fence_and_exit
 from .ticks import Ticker
 from .view import WorkerView
 from .wakeups import DueTimes
@@ -60,6 +61,7 @@ class Lifecycle:
     _completer: Completer
     _finisher: Finisher
     _decider: Decider
+    _leases: Leases
     _due: DueTimes
     _prefetch: Prefetch
     _ticker: Ticker
@@ -142,9 +144,7 @@ class Lifecycle:
         for _ in range(3):
             if await self._flush():
                 break
-        if kept:  # a handler still running may hold one (with app.lock(...)): they end with their ttl
-            log.warning("named locks of this process are not released: %d handler(s) still run", len(kept))
-        else:
+        if not kept:  # (a handler still running may hold one, with app.lock(...): they end with their ttl)
             await self._db(self.app.release_process_locks)
         await self._mark_stopped()  # (the heartbeat still renews the leases of the runs kept)
         for task in background:
@@ -153,19 +153,19 @@ class Lifecycle:
         await self._after_stop(kept)
 
     async def _after_stop(self, kept: list[Active]) -> None:
-        """The runs whose handlers still run: fenced and the process ended (`rota worker`),
-        or held by a keeper thread until they return (see rota/worker/stopping.py). Those
-        that ended meanwhile have their outcome written, or are handed back."""
-        left = [a for a in kept if not a.done]
-        await self._give_back(self._ended(left), [])
+        """The runs whose handlers still ran at the end of the drain: those that ended since
+        are handed back (a limited run past its timeout: recorded timed out); the others are
+        fenced and the process ended (`rota worker`), or held by a keeper thread until their
+        handlers return (see rota/worker/stopping.py)."""
+        self._leases.kept = []
+        await self._settle_ended([a for a in kept if not still_running(a)])
         await self._flush()
-        kept = [a for a in left if still_running(a)]
+        kept = [a for a in kept if still_running(a)]
         if not kept:
             return
         if self.exit_after_stop:
             fence_and_exit(self.store, self.id, kept)
-        keeper = Keeper(lambda: self.store, self.id, self.lease, self.heartbeat_interval, self._decider)
-        keeper.start(kept, self._executors.handoff)
+        Keeper(lambda: self.store, self.id, self.lease, self.heartbeat_interval, self._decider).start(kept)
 
     async def _withdraw_ticks_ahead(self, background: list[asyncio.Task[None]]) -> None:
         """Before the drain (which may outlast a tick): once the ticker has stopped, withdraw
@@ -196,36 +196,57 @@ class Lifecycle:
 
     async def _hand_back_unfinished(self) -> list[Active]:
         """After the drain: ask every unfinished run to stop (a child process is killed, a
-        coroutine cancelled), give those a moment to end, and hand back the runs whose
-        handlers ended without an outcome (pending again at once, the attempt not counted).
-        Returns the runs whose handlers still run (a thread, a coroutine that ignores its
-        cancellation): they stay this worker's, leases renewed, never handed back while this
-        process can execute them (see _after_stop)."""
+        coroutine cancelled; what a thread returns now is not written, as before), give the
+        killed and cancelled a moment to end, and hand back the runs whose handlers ended
+        (pending again at once, the attempt not counted). Returns the runs whose handlers
+        still run (a thread cannot be killed; a coroutine may ignore its cancellation): they
+        stay this worker's, their leases renewed, and are never handed back while this process
+        can execute them (see _after_stop)."""
         unfinished = [a for a in self._executors.inflight.values() if not a.done]
         for active in unfinished:
             self._executors.stop(active, lost=False)
+            if active.kind in ("thread", "transactional"):
+                self._executors.finish(active)  # decided here (its slot, its result)
         began = time.monotonic()
         while any(still_running(a) and time.monotonic() - began < STOP_GRACE.get(a.kind, 0) for a in unfinished):
             await asyncio.sleep(0.01)
         kept = [a for a in unfinished if still_running(a)]
-        await self._give_back(self._ended(unfinished), self._prefetch.take_all())
         for active in kept:
-            c = active.claim
-            message = (
-                f"run {c.id} {c.task} still running at shutdown: its handler cannot be stopped; the run stays held "
-                f"by worker {self.id} (not handed back) while this process can run it"
-            )
-            log_event(log, logging.WARNING, "run_still_running", message, run_id=str(c.id), worker=self.id)
+            self._executors.finish(active)
+            self._still_running(active)
+        self._leases.kept = kept  # renewed by the heartbeat until _after_stop
+        queued = set(self._completer.held())  # ended with an outcome (written, or being written)
+        ended = [a for a in unfinished if a not in kept and (a.claim.id, a.claim.token) not in queued]
+        await self._settle_ended(ended, self._prefetch.take_all())
         return kept
 
-    def _ended(self, runs: list[Active]) -> list[Active]:
-        """The runs whose handlers ended with no outcome to write (stopped, killed, lost):
-        their slots freed here, to be handed back."""
-        queued = set(self._completer.held())
-        ended = [a for a in runs if not still_running(a) and (a.claim.id, a.claim.token) not in queued]
+    def _still_running(self, active: Active) -> None:
+        c = active.claim
+        then = (
+            f"this process ends after its last write, and the run is taken back as a lost worker's {FENCE:g} s later"
+            if self.exit_after_stop
+            else "it stays held by this worker, its lease renewed, until the handler returns; then it is handed back"
+        )
+        message = (
+            f"run {c.id} {c.task} still running at shutdown: worker {self.id} cannot stop its handler, so the run "
+            f"is not handed back; {then} (this process's named locks are kept: they end with their ttl)"
+        )
+        log_event(log, logging.WARNING, "run_still_running", message, run_id=str(c.id), task=c.task, worker=self.id)
+
+    async def _settle_ended(self, ended: list[Active], held: list[Any] | None = None) -> None:
+        """Runs stopped at shutdown whose handlers ended: handed back (with the held runs
+        `held`), but a limited run already past its timeout (its thread ran on, see
+        ThreadExecutor._on_timeout) is recorded timed out: its attempt counts, so a handler
+        that always hangs uses up its retries across restarts."""
         for active in ended:
-            self._finisher.complete(active, ("lost", None))
-        return ended
+            if active.timed_out:
+                self._executors.finish(active)
+                record = self._decider.decide(active, "timeout", None)
+                self._decider.log(active, "timeout", record)
+                self._completer.put(record)
+            else:
+                self._finisher.complete(active, ("lost", None))
+        await self._give_back([a for a in ended if not a.timed_out], held or [])
 
     async def _give_back(self, unfinished: list[Any], claims: list[Any]) -> bool:
         """Hand back the unfinished runs and the held ones (claimed ahead, never started:

@@ -13,9 +13,9 @@ can still execute its handler:
   rescue takes the runs as a lost worker's (attempt counted, retried if attempts remain).
 - A worker in a process that goes on (`app.worker(...).start()` and `stop()`,
   `app.run_worker()` in a program): `Keeper`. The runs stay held by this worker, their
-  leases renewed by a daemon thread, until the handler returns: its outcome is then written
-  (a run whose outcome cannot be known is handed back). If the process exits first, the
-  leases run out and the rescue takes the runs, as after kill -9.
+  leases renewed by a daemon thread, until the handler returns; it is then handed back, as
+  at a shutdown (a limited run past its timeout: recorded timed out). If the process exits
+  first, the leases run out and the rescue takes the runs, as after kill -9.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from ..logs import log_event
 from ..stores.base import Store
 from .active import Active
 from .executors import still_running
-from .handoff import Handoff
 from .outcomes import Decider
 
 log = logging.getLogger("rota.worker")
@@ -48,18 +47,11 @@ def fence_and_exit(store: Store, worker: str, kept: list[Active]) -> None:
     rows = [(a.claim.id, a.claim.token) for a in kept]
     try:
         fenced = store.fence(rows, FENCE, worker)
-    except DatabaseError as exc:  # their leases end as last renewed: rescued later, never sooner
+    except DatabaseError:  # their leases end as last renewed: rescued later, never sooner
         fenced = set()
-        log.error("could not shorten the leases of %d run(s) still running (%s); they are rescued when their "
-                  "leases expire", len(rows), exc)  # fmt: skip
-    for a in kept:
-        if a.claim.id in fenced:
-            message = (
-                f"run {a.claim.id} {a.claim.task}: its handler still runs; worker {worker} ends its process now and "
-                f"the run is taken back as a lost worker's run once its lease ends {FENCE:g} s from now"
-            )
-            log_event(log, logging.WARNING, "run_fenced", message, run_id=str(a.claim.id), worker=worker)
-    log_event(log, logging.INFO, "worker_exit", f"worker {worker}: process ends now", worker=worker)
+    if rows and not fenced:
+        message = f"could not shorten the leases of {len(rows)} run(s) still running; rescued when their leases expire"
+        log_event(log, logging.ERROR, "hand_back_failed", message, worker=worker, run_ids=[str(r) for r, _ in rows])
     logging.shutdown()  # flushes the log handlers
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -87,11 +79,9 @@ class Keeper:
         self.interval = interval
         self.decider = decider
         self.kept: list[Active] = []
-        self.handoff: Handoff | None = None
 
-    def start(self, kept: list[Active], handoff: Handoff) -> threading.Thread:
-        self.kept, self.handoff = list(kept), handoff
-        handoff.detach()  # results come to this thread now, not to the stopped loop
+    def start(self, kept: list[Active]) -> threading.Thread:
+        self.kept = list(kept)
         thread = threading.Thread(target=self.run, name=f"rota-keeper-{self.worker}", daemon=True)
         thread.start()
         return thread
@@ -111,51 +101,37 @@ class Keeper:
         rows = [(a.claim.id, a.claim.token) for a in self.kept]
         try:
             alive, _ = self.store().heartbeat(rows, self.lease)
-        except DatabaseError as exc:
+        except Exception as exc:  # (a database away, an App closed meanwhile): tried again
             log.debug("could not renew the leases of runs still running after the worker stopped: %s", exc)
             return
         for a in [a for a in self.kept if a.claim.id not in alive]:
-            log.warning("run %s (%s): lease lost after worker %s stopped (rescued); its result will be discarded",
-                        a.claim.id, a.claim.task, self.worker)  # fmt: skip
+            message = f"run {a.claim.id} ({a.claim.task}): lease lost after worker {self.worker} stopped (rescued)"
+            log_event(log, logging.WARNING, "lease_lost", message, run_id=str(a.claim.id), worker=self.worker)
             self.kept.remove(a)
 
     def _settle(self, ended: list[Active]) -> bool:
-        """Write the outcome of each ended handler (one found in the hand-off), hand the
-        others back; False if the database could not be reached (tried again)."""
-        results = self._results()
-        outcomes = []
+        """The handlers returned: hand their runs back (a limited run past its timeout:
+        recorded timed out, as at a shutdown); False if the database could not be reached."""
+        timeouts = []
         for a in ended:
-            kind, value = results.get(id(a), ("lost", None))
-            if kind != "lost":  # (a thread past its timeout says "timeout": see ThreadExecutor._body)
-                record = self.decider.decide(a, kind, value)
-                self.decider.log(a, kind, record)
-                outcomes.append(record)
-        back = [(a.claim.id, a.claim.token) for a in ended if results.get(id(a), ("lost",))[0] == "lost"]
+            if a.timed_out:
+                record = self.decider.decide(a, "timeout", None)
+                self.decider.log(a, "timeout", record)
+                timeouts.append(record)
+        back = [(a.claim.id, a.claim.token) for a in ended if not a.timed_out]
         try:
-            if outcomes:
-                self.store().finish(outcomes)
+            if timeouts:
+                self.store().finish(timeouts)
             if back:
-                reason = f"worker {self.worker} stopped before the run finished; its handler returned since"
-                self.store().hand_back(back, reason)
-        except DatabaseError as exc:
-            log.debug("could not record runs that ended after the worker stopped: %s", exc)
-            self._keep(results)
+                reason = f"worker {self.worker} stopped before the run finished (its handler returned after the stop)"
+                tasks = {a.claim.id: a.claim.task for a in ended}
+                for run_id in sorted(self.store().hand_back(back, reason)):
+                    message = (
+                        f"run {run_id} {tasks[run_id]} handed back: worker {self.worker} shut down before it finished "
+                        "(its handler returned after the stop); another worker takes it at once"
+                    )
+                    log_event(log, logging.WARNING, "run_handed_back", message, run_id=str(run_id), worker=self.worker)
+        except Exception as exc:
+            log.debug("could not record runs whose handlers returned after the worker stopped: %s", exc)
             return False
-        for a in ended:
-            a.done = True
         return True
-
-    def _results(self) -> dict[int, tuple[str, object]]:
-        found: dict[int, tuple[str, object]] = {}
-        done = self.handoff._done if self.handoff is not None else None
-        while done:
-            active, outcome, _ = done.popleft()
-            found[id(active)] = outcome
-        return found
-
-    def _keep(self, results: dict[int, tuple[str, object]]) -> None:
-        """A write failed: the results go back where the next round finds them."""
-        assert self.handoff is not None
-        for a in self.kept:
-            if id(a) in results:
-                self.handoff._done.append((a, results[id(a)], lambda _a: None))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -96,3 +97,41 @@ def _ended_after_restart(tmp_path: Path, group: str) -> bool:
     """An execution of `group` ended in a process other than the first one's."""
     lines = [e for e in evidence(tmp_path) if e["group"] == group]
     return bool(lines) and any(e["event"] == "end" and e["pid"] != lines[0]["pid"] for e in lines)
+
+
+def test_an_isolated_run_is_handed_back_only_once_its_child_process_is_gone(
+    db_url: str, procs: WorkerProcs, tmp_path: Path
+) -> None:
+    """isolation="process": the child is killed and reaped, then its run is handed back (the
+    hand-back came first, the child ran on for up to a tenth of a second)."""
+    import signal
+
+    app = make_app(db_url)
+    a = procs.start("tests.apps.isolated:app", concurrency=1, lease=3.0, shutdown_timeout=0.3)
+    pid_file = tmp_path / "child.pid"
+
+    @app.task(name="isolated_sleep")
+    def stub(pid_file: str, seconds: float) -> None: ...
+
+    handle = stub.enqueue(str(pid_file), 30.0)
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", 30, "the child to start")
+    child = int(pid_file.read_text())
+    a.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while handle.refresh().status != "pending":
+        assert time.monotonic() < deadline, "the run was not handed back"
+        time.sleep(0.005)
+    assert not _alive(child), "handed back while its child process still ran"
+    a.wait(10)
+    run = handle.refresh()
+    assert (run.status, run.attempt, run.history[-1]["status"]) == ("pending", 0, "handed back"), run
+    app.close()
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, killed but not reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -135,3 +135,15 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_watchdog_ends_the_process_whatever_its_threads_do() -> None:
+    """What guarantees that a fenced worker's process is gone before its fence is."""
+    import subprocess
+    import sys
+
+    code = "from rota.worker.stopping import arm_watchdog; import time; arm_watchdog(0.3); time.sleep(30)"
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=20, check=False)
+    assert done.returncode != 0 and time.monotonic() - began < 10
+    assert b"Timeout" in done.stderr  # faulthandler says why, with the threads' stacks

@@ -29,7 +29,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..errors import DatabaseError
 from ..logs import log_event
 from ..stores.base import Store
 from .active import Active
@@ -46,11 +45,12 @@ def fence_and_exit(store: Store, worker: str, kept: list[Active]) -> None:
     arm_watchdog(WATCHDOG)
     rows = [(a.claim.id, a.claim.token) for a in kept]
     try:
-        fenced = store.fence(rows, FENCE, worker)
-    except DatabaseError:  # their leases end as last renewed: rescued later, never sooner
-        fenced = set()
-    if rows and not fenced:
-        message = f"could not shorten the leases of {len(rows)} run(s) still running; rescued when their leases expire"
+        store.fence(rows, FENCE, worker)
+    except Exception as exc:  # their leases end as last renewed: rescued later, never sooner
+        message = (
+            f"could not shorten the leases of {len(rows)} run(s) still running ({exc}); they are rescued when their "
+            "leases expire"
+        )
         log_event(log, logging.ERROR, "hand_back_failed", message, worker=worker, run_ids=[str(r) for r, _ in rows])
     logging.shutdown()  # flushes the log handlers
     for stream in (sys.stdout, sys.stderr):

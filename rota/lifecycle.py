@@ -186,6 +186,11 @@ TRANSITIONS: Final = (
     _t("heartbeat", ACTIVE_STATES, ACTIVE_STATES, WORKER,
        "the token and status running, whatever the lease (ours while nobody took it)",
        "the lease renewed; answers whether cancellation was requested"),
+    _t("fence", (STARTED, CANCEL_REQUESTED), (STARTED, CANCEL_REQUESTED), WORKER,
+       "the token and status running; a stopping worker's last write for a run whose handler still runs: the "
+       "lease ends 2 s from now (the database's clock), the run marked WorkerStopped with its token; the "
+       "worker's process ends before that lease does",
+       "a run whose handler outlived the shutdown is taken by the rescue only once its process is gone"),
     _t("finish", (STARTED, HELD, CANCEL_REQUESTED), FINAL, WORKER,
        "the token and status running; a held run's outcome carries its start if that was not written",
        "an attempt's outcome: succeeded, failed, cancelled (a held run cancelled before it started: no attempt)"),
@@ -196,7 +201,8 @@ TRANSITIONS: Final = (
     _t("hand_back", (HELD, STARTED, CANCEL_REQUESTED), (HANDED_BACK, DUE_LATER, CANCELLED), WORKER,
        "the token and status running; a held run as it was (one claimed ahead keeps its due time), a started "
        "one gives its attempt back; cancellation requested: cancelled",
-       "a stopping worker gives back what it holds and what outlived shutdown_timeout"),
+       "a stopping worker gives back what it holds and the runs whose handlers ended (or were stopped) by the "
+       "end of shutdown_timeout"),
     _t("refuse", (HELD, STARTED, CANCEL_REQUESTED), (DUE_LATER, FAILED, CANCELLED), WORKER,
        "the token and status running; the worker does not register the run's task; its attempt given back, its "
        "start cleared (a rated run's start leaves its rate's window, in that transaction), due after half the "

@@ -30,6 +30,11 @@ Event names (stable; operators alert on them):
   attempt not counted (run_id, worker): warning if its handler had started, info if it was
   only claimed ahead; hand_back_failed: error, the hand-back could not be written, the runs
   wait for their lease (run_ids, worker).
+- run_still_running: warning, a run whose handler still runs at the end of a worker's
+  shutdown (a thread cannot be killed): never handed back while this process can run it
+  (run_id, task, worker). `rota worker` ends its process after its last write, which makes
+  the run's lease end 2 s later; the rescue then takes it. In a process that goes on, the
+  stopped worker keeps it until the handler returns, then hands it back.
 - tick_materialized, tick_locked_out: a schedule tick written by this instance, or lost to
   another instance that wrote it first (schedule).
 - database_unavailable, database_back: one line each per outage (error, duration).
@@ -75,6 +80,7 @@ EVENTS = (
     "lease_lost",
     "run_handed_back",
     "hand_back_failed",
+    "run_still_running",
     "tick_materialized",
     "tick_locked_out",
     "database_unavailable",

@@ -359,3 +359,36 @@ def test_unreachable_postgres_fails_clearly() -> None:
         match=r"cannot connect to PostgreSQL at postgresql://postgres@127.0.0.1:1/nowhere: .*refused",
     ):
         app.list_runs()
+
+
+def test_a_fenced_run_is_rescued_only_when_its_short_lease_ends_and_its_history_says_why(
+    app: rota.App, clock: rota.FakeClock
+) -> None:
+    """Issue 41 item 1: a stopping worker's last write for a run whose handler still runs.
+    A run whose earlier error merely looks like that note (another token) reads as lost."""
+    app = make_app(app.database_url, clock=clock)
+
+    @app.task(name="t", retries=1)
+    def t() -> None: ...
+
+    t.enqueue_many([((), {})] * 2)
+    a, b = app.store.claim("host-x:1", 2, None, 30)
+    assert app.store.fence([(a.id, a.token), (b.id, b.token + 7)], 2.0, "host-x:1") == {a.id}
+    assert app.get_run(a.id).lease_until == clock.now() + timedelta(seconds=2)
+    clock.advance(1.5)
+    assert app.store.rescue() == []  # the process ends before the fence does
+    clock.advance(1)
+    (r,) = app.store.rescue()
+    run = app.get_run(a.id)
+    assert (r.id, run.status, run.attempt) == (a.id, "pending", 1)
+    entry = run.attempts[-1]
+    assert entry["status"] == "lost" and entry["error"]["type"] == "WorkerStopped", entry
+    assert entry["error"]["message"].startswith("worker host-x:1 stopped while the handler still ran"), entry
+    assert "(attempt 1 of 2)" in entry["error"]["message"]
+    (c,) = app.store.claim("host-y:2", 1, None, 5)  # the retry, whose worker is then lost (kill -9)
+    assert c.id == a.id and run.error is not None and run.error["type"] == "WorkerStopped"
+    clock.advance(6)
+    app.store.rescue()
+    run = app.get_run(c.id)
+    assert [e["error"]["type"] for e in run.attempts] == ["WorkerStopped", "WorkerLost"], run.attempts
+    app.close()

@@ -69,11 +69,12 @@ def test_a_run_without_a_limit_past_its_timeout_is_recorded_at_once(app_factory:
     assert _overlap(spans) == 2  # the retry ran beside the stuck thread, fenced by its token
 
 
-def test_a_limited_run_past_its_timeout_at_shutdown_is_recorded_timed_out_not_handed_back(
+def test_a_limited_run_past_its_timeout_at_shutdown_is_recorded_timed_out_once_its_handler_returns(
     app_factory: Callable[..., rota.App],
 ) -> None:
     """Handed back, its attempt would be given back: a handler that always hangs would never
-    use up its retries across restarts."""
+    use up its retries across restarts. Recorded at the stop (issue 41, item 1), its limit's
+    slot was freed while its thread still ran: the stopped worker keeps it until then."""
     app = app_factory(lease=2.0)
     slow, spans = _spans(app, rota.Limit(1))
     h = slow.enqueue(1)
@@ -82,10 +83,13 @@ def test_a_limited_run_past_its_timeout_at_shutdown_is_recorded_timed_out_not_ha
     time.sleep(TIMEOUT + 0.1)  # past its timeout: its thread still runs, the run keeps its slot
     assert h.refresh().status == "running"
     worker.stop(wait=True, timeout=10)
+    if not spans:
+        assert h.refresh().status == "running"  # its thread still runs: still held
+    wait_until(lambda: h.refresh().status == "pending", 10, "the timeout to be recorded")
+    assert len(spans) == 1  # recorded once the handler returned
     run = h.refresh()
     assert (run.status, run.attempt) == ("pending", 1), run
     assert run.error is not None and run.error["type"] == "Timeout", run.error
-    wait_until(lambda: len(spans) == 1, 10, "the handler to return")
 
 
 def test_a_limited_call_whose_timeout_passed_before_it_got_a_thread_never_starts() -> None:

@@ -75,7 +75,11 @@ def test_a_hand_back_is_an_event_with_run_id_and_worker(app: rota.App, captured:
         wait_until(lambda: handle.refresh().status == "running", 10, "the run to start")
         worker.stop(wait=True, timeout=10)
     finally:
-        release.set()
+        release.set()  # its thread ran on past the stop: handed back once it returns (issue 41)
+    [still] = events(captured, "run_still_running")
+    assert still["run_id"] == handle.id and still["worker"] == worker.id and still["level"] == "warning"
+    assert still["message"].startswith(f"run {handle.id} slow still running at shutdown: worker {worker.id}")
+    wait_until(lambda: handle.refresh().status == "pending", 10, "the hand-back")
     [line] = events(captured, "run_handed_back")
     assert line["run_id"] == handle.id and line["worker"] == worker.id and line["level"] == "warning"
     assert line["message"].startswith(f"run {handle.id} slow handed back: worker {worker.id} shut down")

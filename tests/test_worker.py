@@ -236,23 +236,50 @@ def test_delayed_runs_start_when_due_not_at_the_next_poll(app: rota.App) -> None
     assert 0 <= late < 1.0
 
 
-def test_stop_hands_unfinished_runs_back_without_counting_the_attempt(app: rota.App) -> None:
-    started = threading.Event()
+def test_stop_keeps_a_run_whose_handler_still_runs_until_it_returns_then_hands_it_back(app: rota.App) -> None:
+    """Issue 41 item 1, in a process that goes on: handed back at stop(), the run was claimed
+    and run again elsewhere while its thread still ran. It stays held by the stopped worker,
+    its lease renewed (no rescue takes it), until the handler returns; then it is handed back."""
+    started, release = threading.Event(), threading.Event()
 
     @app.task(name="long")
     def long_job() -> None:
         started.set()
-        time.sleep(30)
+        release.wait(30)
 
-    worker = start_worker(app, shutdown_timeout=0.3)
+    worker = start_worker(app, shutdown_timeout=0.3, lease=1.0)
     handle = long_job.enqueue()
     assert started.wait(10)
     began = time.monotonic()
     assert worker.stop(wait=True, timeout=10)
     assert time.monotonic() - began < 3
+    time.sleep(2.5)  # two leases: renewed by the stopped worker, nothing to rescue
+    assert app.store.rescue() == []
     run = handle.refresh()
-    assert (run.status, run.attempt) == ("pending", 0)
-    assert run.history[-1]["status"] == "handed back"
+    assert (run.status, run.attempt) == ("running", 1), run
+    release.set()
+    wait_for(lambda: handle.refresh().status == "pending", 10, "the run to be handed back")
+    run = handle.refresh()
+    assert run.attempt == 0 and run.history[-1]["status"] == "handed back", run
+
+
+def test_stop_hands_back_a_run_whose_handler_ended_at_the_stop(app: rota.App) -> None:
+    """A handler that ends when asked (ctx.cancelled) is handed back at once, as before."""
+    started = threading.Event()
+
+    @app.task(name="polite", pass_context=True)
+    def polite(ctx: rota.RunContext) -> None:
+        started.set()
+        while not ctx.cancelled:
+            time.sleep(0.01)
+
+    worker = start_worker(app, shutdown_timeout=0.3)
+    handle = polite.enqueue()
+    assert started.wait(10)
+    assert worker.stop(wait=True, timeout=10)
+    wait_for(lambda: handle.refresh().status == "pending", 10, "the run to be handed back")
+    run = handle.refresh()
+    assert run.attempt == 0 and run.history[-1]["status"] == "handed back", run
 
 
 def test_stop_waits_for_short_runs_to_finish(app: rota.App) -> None:

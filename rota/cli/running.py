@@ -116,6 +116,7 @@ def worker(ctx: click.Context, /, app_path: str, **flags: Any) -> None:
         poll_interval=_flag_or_app(app, "poll_interval", flags["poll_interval"]),
         metrics_port=metrics_port,
         prefetch=config.value("prefetch", flags["prefetch"]),
+        exit_after_stop=True,  # a handler still running at the end: fenced, and the process ends
     )
 
 

@@ -138,6 +138,21 @@ class SqlStore(SqlFlow):
             rows = s.q("run_status", id=run_id)
             return str(rows[0][0]) if rows else None
 
+    def fence(self, held: Sequence[tuple[int, int]], lease: float, worker: str) -> set[int]:
+        """A stopping worker's last write (see Store.fence): shorten these runs' leases to
+        `lease` seconds and note why, for the rescue's history entry."""
+        fenced: set[int] = set()
+        with self._tx() as s:
+            for run_id, token in held:
+                error = json.dumps({
+                    "type": "WorkerStopped", "token": token, "traceback": None,
+                    "message": f"worker {worker} stopped while the handler still ran; its process ends before "
+                               f"this lease does, then the run is taken back as a lost worker's",
+                })  # fmt: skip
+                if s.q("fence", id=run_id, token=token, lease=lease, error=error):
+                    fenced.add(run_id)
+        return fenced
+
     # -- workers -------------------------------------------------------------------------
     def register_worker(
         self, worker_id: str, host: str, pid: int, concurrency: int, queues: Sequence[str] | None

@@ -262,6 +262,13 @@ class Store(FlowStore, abc.ABC):
         a run whose cancellation was requested ends cancelled instead."""
 
     @abc.abstractmethod
+    def fence(self, held: Sequence[tuple[int, int]], lease: float, worker: str) -> set[int]:
+        """A stopping worker's last write for runs whose handlers still run: their leases
+        end `lease` seconds from now (the database's clock), marked so that the rescue, which
+        takes them once the worker's process has ended, records that the worker stopped
+        while the handler ran. Returns the ids fenced (token-checked)."""
+
+    @abc.abstractmethod
     def rescue(self, limit: int = 100) -> list[Rescued]:
         """Take back running runs whose lease expired: a held one (never started) pending
         again with no attempt counted; a started one pending again if attempts remain

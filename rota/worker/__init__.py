@@ -12,7 +12,8 @@ as long as its worker is alive; a task's own limit is its `timeout`.
 Roles (one module each; each owns its state and, where it has one, its task):
 
 - worker.py      `Worker`: builds the roles, wires their small methods, run/run_until_idle.
-- shutdown.py    start on a thread, stop, signals, drain, hand back, mark stopped.
+- shutdown.py    start on a thread, stop, signals, drain, hand back, mark stopped;
+  stopping.py    runs whose handlers outlive the stop (fence and exit, or keep).
 - poll.py        the poll loop: the order below, in one place.
 - claims.py      the claimer (claim up to free slots, dispatch) and the finisher (a run's end).
 - prefetch.py    runs claimed a little ahead of free slots (bounded, leased), started as
@@ -65,10 +66,13 @@ Slots (executors.py). Concurrency is a hard cap on running handler bodies: a syn
 past its timeout, or whose lease was lost, keeps its slot until its thread returns (counted
 in `stuck`, written to the worker registry); process isolation kills the child and frees it.
 
-Shutdown (shutdown.py): stop claiming, drain up to `shutdown_timeout`, hand unfinished runs
-and runs claimed ahead that never started back (pending again at once, the attempt not
-counted), flush outcomes, release this
-process's named locks, mark the worker stopped. A second signal skips the drain.
+Shutdown (shutdown.py): stop claiming, hand back runs claimed ahead that never started,
+drain up to `shutdown_timeout`, stop what is left (kill child processes, cancel coroutines)
+and hand back the runs whose handlers ended (pending again at once, the attempt not
+counted), flush outcomes, release this process's named locks, mark the worker stopped. A
+second signal skips the drain. A run whose handler still runs is never handed back while
+this process can run it (stopping.py): `rota worker` fences its lease and ends the process;
+a worker in a process that goes on keeps it until the handler returns.
 """
 
 from __future__ import annotations

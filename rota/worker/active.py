@@ -22,6 +22,7 @@ class Active:
         "claim",
         "done",
         "kind",
+        "returned",
         "started",
         "stuck",
         "task",
@@ -41,6 +42,7 @@ class Active:
         # past its timeout, not decided yet: a limited run's thread keeps its limit's slot
         # until it returns (then the timeout is recorded; see ThreadExecutor._on_timeout)
         self.timed_out = False
+        self.returned = False  # its pool call (a thread's handler, a child's watcher) has returned
         self.async_task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
 

@@ -210,6 +210,15 @@ class ProcessExecutor(_Decidable):
         pass  # the cancel event (already set) kills the child
 
 
+def still_running(active: Active) -> bool:
+    """Whether the run's handler may still execute in this process: a coroutine not ended
+    (one that ignores its cancellation), a pool call not returned (a thread's handler, or the
+    watcher of a child process, which returns once the child is killed and reaped)."""
+    if active.kind == "coroutine":
+        return active.async_task is not None and not active.async_task.done()
+    return bool(active.kind) and not active.returned
+
+
 EXECUTORS: dict[str, Callable[[Executors], Executor]] = {
     "coroutine": CoroutineExecutor,
     "thread": ThreadExecutor,

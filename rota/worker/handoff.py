@@ -129,4 +129,5 @@ class _Call:
         # A run decided while its call waited for a thread (timed out, lease lost) is not
         # started: its slot comes back at once instead of after a handler nobody awaits.
         outcome = ("lost", None) if self.active.done else self.body()
+        self.active.returned = True  # (read by a stopping worker: this handler can no longer run)
         self.handoff.put(self.active, outcome, self.returned)

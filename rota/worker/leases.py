@@ -55,6 +55,7 @@ class Leases:
         self.prefetch = Prefetch(0)  # runs claimed ahead: renewed like running ones
         self.start_held: Callable[[], None] = lambda: None  # Claimer.start_held (the worker sets it)
         self._confirming: set[asyncio.Task[None]] = set()
+        self.kept: list[Active] = []  # a stopping worker's runs whose handlers still run (shutdown.py)
         self.changed = asyncio.Event()  # the registry row should be written now
 
     async def run(self) -> None:
@@ -98,6 +99,8 @@ class Leases:
         inflight = self.executors.inflight
         held = [(run_id, a.claim.token) for run_id, a in inflight.items()] + self.completer.held()
         held += self.prefetch.tokens()
+        if self.kept:
+            held += [(a.claim.id, a.claim.token) for a in self.kept]
         deadline = time.monotonic() + self.lease
         alive, cancel = await self.db(self.store().heartbeat, held, self.lease)
         self.prefetch.renewed(alive, deadline)
@@ -125,7 +128,10 @@ class Leases:
             if run_id in alive:
                 continue
             active = inflight.get(run_id)
-            if active is not None and not active.done and active.claim.token == token:
+            if self.kept and any(a.claim.id == run_id and a.claim.token == token for a in self.kept):
+                self.kept = [a for a in self.kept if a.claim.id != run_id]  # rescued (an outage): not ours
+                log.warning("run %s: lease lost while its handler still runs after the worker stopped", run_id)
+            elif active is not None and not active.done and active.claim.token == token:
                 self.lost(active)
             elif (claim := self.prefetch.get(run_id)) is not None and claim.token == token:
                 self.lost_held(claim)

@@ -1,8 +1,11 @@
 """The worker's lifecycle controls: start on a thread, stop (thread-safe), signals, and
 the graceful shutdown: stop claiming (and making ticks), withdraw the runs this worker made
 ahead of a tick not come yet (see ticks.py), hand back the runs it holds (claimed, never
-started), drain up to `shutdown_timeout`, hand unfinished runs back (pending again at once, the attempt not counted), flush outcomes, release this
-process's named locks, mark the worker stopped. A second signal skips the drain."""
+started), drain up to `shutdown_timeout`, stop what is left (kill child processes, cancel
+coroutines) and hand back the runs whose handlers ended (pending again at once, the attempt
+not counted), flush outcomes, release this process's named locks, mark the worker stopped.
+A run whose handler still runs (a thread cannot be killed) is never handed back: see
+rota/worker/stopping.py. A second signal skips the drain."""
 
 from __future__ import annotations
 
@@ -17,17 +20,24 @@ from typing import Any
 from ..errors import DatabaseError
 from ..logs import log_event
 from ..stores.base import Store
+from .active import Active
 from .claims import Finisher
 from .completer import Completer
 from .db import Db
-from .executors import Executors
+from .executors import Executors, still_running
+from .leases import Leases
+from .outcomes import Decider
 from .prefetch import Prefetch
 from .service import wait_event
+from .stopping import FENCE, Keeper, fence_and_exit
 from .ticks import Ticker
 from .view import WorkerView
 from .wakeups import DueTimes
 
 log = logging.getLogger("rota.worker")
+# seconds a stopped run gets to end, by executor: a child process is killed and reaped; a
+# cancelled coroutine ends at its next await (unless it ignores its cancellation)
+STOP_GRACE = {"process": 6.0, "coroutine": 0.5}
 
 
 class Lifecycle:
@@ -37,6 +47,9 @@ class Lifecycle:
     id: str
     state: str
     shutdown_timeout: float
+    lease: float
+    heartbeat_interval: float
+    exit_after_stop: bool
     install_signal_handlers: bool
     _claiming: bool
     _force: bool
@@ -47,6 +60,8 @@ class Lifecycle:
     _executors: Executors
     _completer: Completer
     _finisher: Finisher
+    _decider: Decider
+    _leases: Leases
     _due: DueTimes
     _prefetch: Prefetch
     _ticker: Ticker
@@ -66,7 +81,9 @@ class Lifecycle:
 
     def stop(self, wait: bool = True, timeout: float | None = None) -> bool:
         """Ask the worker to stop (thread-safe). With wait, block until it has stopped (or
-        `timeout` passed); returns whether it has stopped."""
+        `timeout` passed); returns whether it has stopped. A run whose handler still runs
+        then (a thread cannot be killed) stays held by this worker, its lease renewed by a
+        thread, until the handler returns; it is handed back then (rota/worker/stopping.py)."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
@@ -124,16 +141,33 @@ class Lifecycle:
         if not await self._give_back([], held):
             self._prefetch.hold_all(held, time.monotonic())  # renewed meanwhile; tried again after the drain
         await self._drain()
-        await self._hand_back_unfinished()
+        kept = await self._hand_back_unfinished()
         await self._completer.wait_idle()  # let a write in progress (the completer's) finish first
         for _ in range(3):
             if await self._flush():
                 break
+        if not kept:  # (a handler still running may hold one, with app.lock(...): they end with their ttl)
+            await self._db(self.app.release_process_locks)
+        await self._mark_stopped()  # (the heartbeat still renews the leases of the runs kept)
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
-        await self._db(self.app.release_process_locks)
-        await self._mark_stopped()
+        await self._after_stop(kept)
+
+    async def _after_stop(self, kept: list[Active]) -> None:
+        """The runs whose handlers still ran at the end of the drain: those that ended since
+        are handed back (a limited run past its timeout: recorded timed out); the others are
+        fenced and the process ended (`rota worker`), or held by a keeper thread until their
+        handlers return (see rota/worker/stopping.py)."""
+        self._leases.kept = []
+        await self._settle_ended([a for a in kept if not still_running(a)])
+        await self._flush()
+        kept = [a for a in kept if still_running(a)]
+        if not kept:
+            return
+        if self.exit_after_stop:
+            fence_and_exit(self.store, self.id, kept)
+        Keeper(lambda: self.store, self.id, self.lease, self.heartbeat_interval, self._decider).start(kept)
 
     async def _withdraw_ticks_ahead(self, background: list[asyncio.Task[None]]) -> None:
         """Before the drain (which may outlast a tick): once the ticker has stopped, withdraw
@@ -162,16 +196,59 @@ class Lifecycle:
             slot_freed.clear()
             await wait_event(slot_freed, min(remaining, 0.5))
 
-    async def _hand_back_unfinished(self) -> None:
-        """After the drain: the unfinished runs, pending again at once for another worker,
-        the attempt not counted. A limited run already past its timeout (its thread still
-        runs, see ThreadExecutor._on_timeout) is recorded timed out instead: its attempt
-        counts, so a handler that always hangs uses up its retries across restarts."""
-        unfinished = list(self._executors.inflight.values())
+    async def _hand_back_unfinished(self) -> list[Active]:
+        """After the drain: ask every unfinished run to stop (a child process is killed, a
+        coroutine cancelled; what a thread returns now is not written, as before), give the
+        killed and cancelled a moment to end, and hand back the runs whose handlers ended
+        (pending again at once, the attempt not counted). Returns the runs whose handlers
+        still run (a thread cannot be killed; a coroutine may ignore its cancellation): they
+        stay this worker's, their leases renewed, and are never handed back while this process
+        can execute them (see _after_stop)."""
+        unfinished = [a for a in self._executors.inflight.values() if not a.done]
         for active in unfinished:
             self._executors.stop(active, lost=False)
-            self._finisher.complete(active, ("timeout", None) if active.timed_out else ("lost", None))
-        await self._give_back([a for a in unfinished if not a.timed_out], self._prefetch.take_all())
+            if active.kind in ("thread", "transactional"):
+                self._executors.finish(active)  # decided here (its slot, its result)
+        began = time.monotonic()
+        while any(still_running(a) and time.monotonic() - began < STOP_GRACE.get(a.kind, 0) for a in unfinished):
+            await asyncio.sleep(0.01)
+        kept = [a for a in unfinished if still_running(a)]
+        for active in kept:
+            self._executors.finish(active)
+            self._still_running(active)
+        self._leases.kept = kept  # renewed by the heartbeat until _after_stop
+        queued = set(self._completer.held())  # ended with an outcome (written, or being written)
+        ended = [a for a in unfinished if a not in kept and (a.claim.id, a.claim.token) not in queued]
+        await self._settle_ended(ended, self._prefetch.take_all())
+        return kept
+
+    def _still_running(self, active: Active) -> None:
+        c = active.claim
+        then = (
+            f"this process ends after its last write, and the run is taken back as a lost worker's {FENCE:g} s later"
+            if self.exit_after_stop
+            else "it stays held by this worker, its lease renewed, until the handler returns; then it is handed back"
+        )
+        message = (
+            f"run {c.id} {c.task} still running at shutdown: worker {self.id} cannot stop its handler, so the run "
+            f"is not handed back; {then} (this process's named locks are kept: they end with their ttl)"
+        )
+        log_event(log, logging.WARNING, "run_still_running", message, run_id=str(c.id), task=c.task, worker=self.id)
+
+    async def _settle_ended(self, ended: list[Active], held: list[Any] | None = None) -> None:
+        """Runs stopped at shutdown whose handlers ended: handed back (with the held runs
+        `held`), but a limited run already past its timeout (its thread ran on, see
+        ThreadExecutor._on_timeout) is recorded timed out: its attempt counts, so a handler
+        that always hangs uses up its retries across restarts."""
+        for active in ended:
+            if active.timed_out:
+                self._executors.finish(active)
+                record = self._decider.decide(active, "timeout", None)
+                self._decider.log(active, "timeout", record)
+                self._completer.put(record)
+            else:
+                self._finisher.complete(active, ("lost", None))
+        await self._give_back([a for a in ended if not a.timed_out], held or [])
 
     async def _give_back(self, unfinished: list[Any], claims: list[Any]) -> bool:
         """Hand back the unfinished runs and the held ones (claimed ahead, never started:

@@ -59,7 +59,11 @@ class Worker(Lifecycle):
         install_signal_handlers: bool = True,
         metrics_port: int | None = None,
         prefetch: int | None = None,
+        exit_after_stop: bool = False,
     ) -> None:
+        """`exit_after_stop`: the process is this worker's (`rota worker` sets it). If a handler
+        still runs when the worker has stopped, the worker ends the process with its last
+        write (rota/worker/stopping.py); otherwise a thread keeps the run until it returns."""
         self.app = app
         s = WorkerSettings.build(
             app,
@@ -78,6 +82,7 @@ class Worker(Lifecycle):
         limit = default_limit(s.concurrency) if prefetch is None else prefetch_limit(prefetch)
         self._prefetch = Prefetch(limit, s.concurrency)
         self.install_signal_handlers = install_signal_handlers
+        self.exit_after_stop = exit_after_stop
         self.metrics_port = metrics_port
         self.id = worker_identity()
         self.counters = WorkerCounters()

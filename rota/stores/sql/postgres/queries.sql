@@ -470,6 +470,17 @@ WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
 RETURNING r.id, r.status
 
+-- name: fence
+-- transition: fence
+-- A stopping worker's last write, for a run whose handler still runs (a thread cannot be
+-- killed): its lease shortened to %(lease)s seconds on this clock, and a note that the
+-- rescue reads (`WorkerStopped` with the claim's token) to say so in the run's history. The
+-- worker's process ends before that lease does: the rescue then takes the run as a lost
+-- worker's (attempt counted, retried if attempts remain), never while its handler can run.
+UPDATE rota_runs SET lease_until = {now} + make_interval(secs => %(lease)s), error = %(error)s
+WHERE id = %(id)s AND token = %(token)s AND status = 'running'
+RETURNING id
+
 -- name: refuse
 -- transition: refuse
 -- A run of a task its worker does not register, given back for a worker that does (a rolling
@@ -575,8 +586,8 @@ deps AS (
     ORDER BY c.id
     FOR UPDATE OF c
 ),
-decided AS (
-    SELECT r.id, r.owner, r.token, r.lease_until, r.attempt, r.started_at, r.due_at,
+seen AS (
+    SELECT r.id, r.owner, r.token, r.lease_until, r.attempt, r.max_attempts, r.started_at, r.due_at,
            CASE WHEN r.cancel_requested THEN 'cancelled'
                 WHEN r.started_at IS NULL OR r.attempt < r.max_attempts THEN 'pending'
                 ELSE 'failed' END AS status,
@@ -587,8 +598,22 @@ decided AS (
                           || CASE WHEN r.started_at IS NULL
                                   THEN ' while it held the run, before its start was recorded (no attempt counted)'
                                   ELSE ' (attempt ' || r.attempt || ' of ' || r.max_attempts || ')' END,
-               'traceback', NULL) AS error
+               'traceback', NULL) AS lost_error,
+           -- fenced by a stopping worker (see fence): it says so
+           r.started_at IS NOT NULL AND r.error LIKE '{"type": "WorkerStopped", "token": ' || r.token || ',%%'
+               AS stopped
     FROM rota_runs r JOIN lost ON lost.id = r.id
+),
+decided AS (
+    SELECT d.*,
+           CASE WHEN d.stopped THEN jsonb_build_object(
+               'type', 'WorkerStopped',
+               'message', 'worker ' || coalesce(d.owner, '?') || ' stopped while the handler still ran (it outlived '
+                          || 'the shutdown timeout): its process was ended before the lease expired at '
+                          || to_char(d.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+                          || ' (attempt ' || d.attempt || ' of ' || d.max_attempts || ')',
+               'traceback', NULL) ELSE d.lost_error END AS error
+    FROM seen d
 )
 UPDATE rota_runs r
 SET status = d.status, due_at = CASE WHEN d.started_at IS NULL THEN greatest(r.due_at, {now}) ELSE {now} END,

@@ -261,6 +261,14 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
 WHERE id = :id AND token = :token AND status = 'running'
 RETURNING id, status
 
+-- name: fence
+-- transition: fence
+-- A stopping worker's last write for a run whose handler still runs (see the PostgreSQL
+-- file): its lease shortened to :lease seconds, and the note the rescue reads.
+UPDATE rota_runs SET lease_until = {now} + :lease, error = :error
+WHERE id = :id AND token = :token AND status = 'running'
+RETURNING id
+
 -- name: refuse_unlog
 -- Before refuse, in its transaction: a refused rated run never started its handler, so its
 -- start leaves its window's log (one row: its key's and its start time's; runs claimed
@@ -327,14 +335,24 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled'
             'finished_at', strftime('%Y-%m-%dT%H:%M:%fZ', {now}, 'unixepoch'),
             'status', 'lost', 'error', json(lost.err)))
         ELSE attempts END
-FROM (SELECT id AS lost_id, json_object(
+FROM (SELECT id AS lost_id, CASE
+          -- fenced by a stopping worker (see fence): it says so
+          WHEN started_at IS NOT NULL AND error LIKE '{"type": "WorkerStopped", "token": ' || token || ',%'
+          THEN json_object(
+          'type', 'WorkerStopped',
+          'message', 'worker ' || coalesce(owner, '?') || ' stopped while the handler still ran (it outlived '
+                     || 'the shutdown timeout): its process was ended before the lease expired at '
+                     || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
+                     || ' (attempt ' || attempt || ' of ' || max_attempts || ')',
+          'traceback', NULL)
+          ELSE json_object(
           'type', 'WorkerLost',
           'message', 'worker ' || coalesce(owner, '?') || ' was lost: its lease expired at '
                      || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
                      || CASE WHEN started_at IS NULL
                              THEN ' while it held the run, before its start was recorded (no attempt counted)'
                              ELSE ' (attempt ' || attempt || ' of ' || max_attempts || ')' END,
-          'traceback', NULL) AS err
+          'traceback', NULL) END AS err
       FROM rota_runs INDEXED BY rota_runs_lease
       WHERE status = 'running' AND lease_until < {now}
       ORDER BY lease_until LIMIT :limit) AS lost

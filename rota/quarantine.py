@@ -23,6 +23,7 @@ import logging
 import threading
 from typing import Any, Final
 
+from .errors import RotaError
 from .logs import log_event
 
 log = logging.getLogger("rota.quarantine")
@@ -44,6 +45,13 @@ EVENT: Final = "row_damaged"
 # (ValueError, OverflowError, OSError from fromtimestamp), a value of the wrong type, JSON nested
 # deeper than the decoder's recursion limit (RecursionError), a missing key of a stored spec.
 UNDECODABLE: Final = (ValueError, OverflowError, OSError, TypeError, RecursionError, KeyError, AttributeError)
+
+
+class DamagedRowError(RotaError):
+    """A call needs a stored row that is damaged (a task's stored limit and rate spec that
+    does not decode, a schedule that cannot be planned): one line naming the row, the
+    damage and the repair; nothing is written."""
+
 
 _named: set[tuple[str, str, str]] = set()
 _named_lock = threading.Lock()

@@ -121,7 +121,7 @@ class Client(Declarations):
         unknown = sorted(set(changes) - allowed)
         if unknown:
             raise ConfigurationError(f"cannot update {unknown} of a schedule; changeable: {', '.join(sorted(allowed))}")
-        check_repairable(info, changes, "update_schedule")
+        check_repairable(info, {**changes, "next_run_at": None}, "update_schedule")  # it plans afresh
         timing_changed = any(k in changes for k in ("cron", "every", "tz"))
         cron = changes.get("cron", current.cron if "every" not in changes else None)
         every = changes.get("every", current.every if "cron" not in changes else None)

@@ -99,14 +99,7 @@ def build_schedule(
     check_name("schedule", name)
     trigger = timing.make_trigger(cron=cron, every=every, tz=tz)
     _check_every(trigger)
-    grace = misfire_grace if isinstance(misfire_grace, timedelta) else _seconds("misfire_grace", misfire_grace)
-    if grace < timedelta(0):
-        raise ConfigurationError(f"misfire_grace must be >= 0, got {shown(misfire_grace)}")
-    if grace > MAX_GRACE:
-        raise ConfigurationError(
-            f"misfire_grace={shown(misfire_grace)} is out of range: from 0 to {MAX_GRACE.total_seconds():.0f} "
-            f"seconds ({MAX_GRACE.days} days); to run every missed tick however late, use misfire='all'"
-        )
+    grace = _check_grace(misfire_grace)
     if not isinstance(run_immediately, bool):
         raise ConfigurationError(f"run_immediately must be True or False, got {run_immediately!r}")
     if args is not None and (isinstance(args, (str, bytes)) or not isinstance(args, Sequence)):
@@ -155,6 +148,18 @@ def _check_every(trigger: timing.Trigger) -> None:
             f"second and at least every {MAX_EVERY.days} days (every= from {MIN_EVERY.total_seconds():g} "
             f"to {MAX_EVERY.total_seconds():.0f} seconds); for sub-second work loop inside one task"
         )
+
+
+def _check_grace(misfire_grace: timedelta | float) -> timedelta:
+    grace = misfire_grace if isinstance(misfire_grace, timedelta) else _seconds("misfire_grace", misfire_grace)
+    if grace < timedelta(0):
+        raise ConfigurationError(f"misfire_grace must be >= 0, got {shown(misfire_grace)}")
+    if grace > MAX_GRACE:
+        raise ConfigurationError(
+            f"misfire_grace={shown(misfire_grace)} is out of range: from 0 to {MAX_GRACE.total_seconds():.0f} "
+            f"seconds ({MAX_GRACE.days} days); to run every missed tick however late, use misfire='all'"
+        )
+    return grace
 
 
 def _seconds(what: str, value: object) -> timedelta:

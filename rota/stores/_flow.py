@@ -51,12 +51,12 @@ def gate_steps(stamp: Callable[[NewRun], None] | None, runs: Sequence[NewRun]) -
 
 
 def damaged_spec(r: NewRun, reason: str) -> None:
-    """A task's stored spec (rota_task_flow) that does not decode (rota.quarantine): named
-    once. A schedule's tick waits unresolved, as one whose keys only a worker declaring the
+    """A task's stored spec (rota_task_flow) that does not decode (rota.quarantine). A
+    schedule's tick (named once) waits unresolved, as one whose keys only a worker declaring the
     task can compute (it never runs unlimited; that worker rewrites the spec when it
     starts, and keys the tick); any other run is refused with one line."""
-    quarantine.report(quarantine.TASK_SPEC, r.task, reason)
     if r.tick is not None:
+        quarantine.report(quarantine.TASK_SPEC, r.task, reason)
         r.limit_name, r.limit_key, r.rate_name, r.rate_key = UNRESOLVED, "", None, None
         return
     raise DamagedRowError(

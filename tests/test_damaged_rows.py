@@ -27,6 +27,7 @@ from rota.cli import main
 from rota.web import create_app
 
 from .conftest import start_worker, wait_for
+from .test_ticks_ahead import START, minute, runs_of, tick_pass
 
 
 @pytest.fixture(autouse=True)
@@ -326,3 +327,31 @@ def test_a_worker_starts_beside_damaged_registry_rows(app: rota.App) -> None:
     wait_for(lambda: len(app.list_runs(schedule="good", status="succeeded")) >= 2, what="the good schedule to fire")
     assert worker.state == "running"
     assert worker.id in {w.id for w in app.list_workers() if w.alive}
+
+
+@pytest.fixture
+def fake() -> rota.FakeClock:
+    return rota.FakeClock(START)
+
+
+@pytest.fixture
+def fapp(app_factory: Any, fake: rota.FakeClock) -> rota.App:
+    app: rota.App = app_factory(clock=fake)
+    app.task(name="t")(lambda: None)
+    return app
+
+
+def test_runs_made_ahead_are_judged_beside_a_schedule_whose_grace_is_damaged(
+    fapp: rota.App, fake: rota.FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    fapp.add_schedule("bad", "t", every=60)
+    fapp.add_schedule("good", "t", every=60)
+    fake.set(minute(1) - timedelta(seconds=0.2))
+    tick_pass(fapp)  # both next ticks made ahead, with a misfire deadline
+    assert [r.status for r in runs_of(fapp, "bad") + runs_of(fapp, "good")] == ["pending", "pending"]
+    _sql(fapp, f"UPDATE rota_schedules SET misfire_grace = {_value(fapp, 'infinity')} WHERE name = 'bad'")
+    caplog.set_level(logging.WARNING, logger="rota")
+    fake.set(minute(3))  # both unclaimed past their deadline: judged by the misfire policy
+    judged = fapp.store.judge_ahead()
+    assert sorted(name for name, _, _ in judged) == ["bad", "good"]
+    assert _named(caplog, "schedule") == {"bad": 1}

@@ -355,3 +355,18 @@ def test_runs_made_ahead_are_judged_beside_a_schedule_whose_grace_is_damaged(
     judged = fapp.store.judge_ahead()
     assert sorted(name for name, _, _ in judged) == ["bad", "good"]
     assert _named(caplog, "schedule") == {"bad": 1}
+
+
+@pytest.mark.parametrize("run_immediately", [False, True])
+def test_a_worker_start_rewrites_a_damaged_code_schedule_from_the_code(app_factory: Any, run_immediately: bool) -> None:
+    app = app_factory()
+
+    @app.schedule(every=60, name="from-code", run_immediately=run_immediately)
+    def job() -> None: ...
+
+    app.prepare()
+    _sql(app, f"UPDATE rota_schedules SET every = {_value(app, 'infinity')} WHERE name = 'from-code'")
+    assert app.get_schedule("from-code").damage is not None
+    app.prepare()  # what a worker does at start
+    repaired = app.get_schedule("from-code")
+    assert repaired.damage is None and repaired.every == timedelta(seconds=60) and repaired.next_run_at is not None

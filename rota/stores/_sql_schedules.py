@@ -54,8 +54,12 @@ class SqlSchedules(SqlRows):
 
     def sync_schedules(self, app: str, defs: Sequence[ScheduleDef], first_ticks: dict[str, datetime]) -> None:
         now = self.now()
+        # stored damaged (rota.quarantine): rewritten whole from the code, which is their repair
+        damaged = {i.name for i in self.list_schedules() if i.damage and i.source == "code"} if defs else set()
         with self._tx() as s:
             for d in defs:
+                if d.name in damaged:
+                    s.q("forget_damaged_schedule", name=d.name)
                 self._withdraw_ahead(s, d.name, "was redeployed with a new definition", d.definition)
                 first = first_ticks[d.name]
                 start = now if d.run_immediately else first

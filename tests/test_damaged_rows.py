@@ -370,3 +370,14 @@ def test_a_worker_start_rewrites_a_damaged_code_schedule_from_the_code(app_facto
     app.prepare()  # what a worker does at start
     repaired = app.get_schedule("from-code")
     assert repaired.damage is None and repaired.every == timedelta(seconds=60) and repaired.next_run_at is not None
+
+
+def test_a_backfill_of_a_damaged_schedule_is_one_line(app: rota.App) -> None:
+    app.task(name="t")(lambda: None)
+    app.add_schedule("s", "t", every=3600)
+    _sql(app, f"UPDATE rota_schedules SET every = {_value(app, 'infinity')} WHERE name = 's'")
+    result = CliRunner().invoke(
+        main, ["--database-url", app.database_url, "backfill", "s", "--from", "2030-01-01", "--to", "2030-01-02"]
+    )
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and "schedule 's' is damaged (every=inf" in result.output, result.output

@@ -53,15 +53,25 @@ def _pg(app: rota.App) -> bool:
 def _value(app: rota.App, how: str) -> str:
     """A number no release writes, as SQL for the store (None: it cannot hold it)."""
     pg = {"nan": "'NaN'", "infinity": "'Infinity'", "1e300": "1e300", "negative": "-5", "zero": "0"}
+    pg |= {"huge": "10000000", "not-json": "'not json'", "a-list": "'[1]'", "an-object": "'{}'"}
     sqlite = {**pg, "nan": "", "infinity": "9e999"}
     return (pg if _pg(app) else sqlite)[how]
 
 
+# The column each damaged schedule's name starts with.
+FIELD_OF = {"every": "every", "grace": "misfire_grace", "jitter": "jitter", "timeout": "timeout",
+            "priority": "priority", "attempts": "max_attempts", "args": "args", "kwargs": "kwargs"}  # fmt: skip
 # (schedule name, column, value): each one that every worker must set aside
 SCHEDULE_DAMAGE = [
     *((f"every-{how}", "every", how) for how in ("nan", "infinity", "1e300", "negative", "zero")),
     *((f"grace-{how}", "misfire_grace", how) for how in ("nan", "infinity", "1e300", "negative")),
     *((f"jitter-{how}", "jitter", how) for how in ("nan", "infinity", "1e300", "negative")),
+    *((f"timeout-{how}", "timeout", how) for how in ("nan", "negative")),
+    ("priority-huge", "priority", "huge"),
+    ("attempts-zero", "max_attempts", "zero"),
+    ("args-not-json", "args", "not-json"),
+    ("args-an-object", "args", "an-object"),
+    ("kwargs-a-list", "kwargs", "a-list"),
 ]
 
 
@@ -103,7 +113,7 @@ def test_a_worker_starts_sets_each_damaged_schedule_aside_once_and_fires_the_oth
         assert app.list_runs(schedule=name) == [], name
         info = app.get_schedule(name)
         assert info.damage is not None and info.plan_error == f"damaged row: {info.damage}", name
-        assert name.split("-")[0] in info.damage and info.next_run_at is None, info
+        assert FIELD_OF[name.split("-")[0]] in info.damage and info.next_run_at is None, info
     assert _named(caplog, "schedule") == dict.fromkeys(bad, 1)
     assert not [r for r in caplog.records if "role failed" in r.getMessage()]
 
@@ -115,7 +125,7 @@ def test_listings_api_and_metrics_show_each_damaged_schedule(app: rota.App) -> N
     items = {s.name: s for s in app.list_schedules()}
     assert items["good"].corrupt == () and items["good"].damage is None
     for name in bad:
-        field = {"every": "every", "grace": "misfire_grace", "jitter": "jitter"}[name.split("-")[0]]
+        field = FIELD_OF[name.split("-")[0]]
         assert items[name].corrupt == (field,), items[name]
         assert items[name].damage is not None and items[name].damage.startswith(f"{field}=")
     url = app.database_url

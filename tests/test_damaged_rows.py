@@ -391,3 +391,15 @@ def test_a_backfill_of_a_damaged_schedule_is_one_line(app: rota.App) -> None:
     )
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output and "schedule 's' is damaged (every=inf" in result.output, result.output
+
+
+def test_the_api_refuses_to_trigger_or_resume_a_damaged_schedule_with_409(app: rota.App) -> None:
+    app.task(name="t")(lambda: None)
+    app.add_schedule("s", "t", every=3600)
+    app.pause("s")
+    _sql(app, "UPDATE rota_schedules SET misfire_grace = -5 WHERE name = 's'")
+    with TestClient(create_app(app), base_url="http://127.0.0.1") as client:
+        for action in ("trigger", "resume"):
+            answer = client.post(f"/api/schedules/s/{action}", headers={"Origin": "http://127.0.0.1"})
+            assert answer.status_code == 409, answer.text
+            assert "schedule 's' is damaged (misfire_grace=-5" in answer.json()["error"], answer.json()

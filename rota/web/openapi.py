@@ -333,8 +333,8 @@ def _array(name: str) -> dict[str, Any]:
 def _paths() -> dict[str, Any]:
     """Every API route (a test checks the list against the router)."""
     schedule_action = _op(
-        "", _json(_ref("Schedule"), "The schedule after the action"), params=[SCHEDULE], errors=("404",)
-    )
+        "", _json(_ref("Schedule"), "The schedule after the action"), params=[SCHEDULE], errors=("404", "409")
+    )  # 409: a damaged schedule that a resume cannot plan (see the Concepts page "Damaged rows")
     return {
         "/api/stats": {"get": _op("Counts by status, live workers and capacity", _json(_ref("Stats"), "Stats"))},
         "/api/schedules": {

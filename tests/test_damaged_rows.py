@@ -27,6 +27,7 @@ from rota.cli import main
 from rota.web import create_app
 
 from .conftest import start_worker, wait_for
+from .procs import WorkerProcs, wait_until
 from .test_ticks_ahead import START, minute, runs_of, tick_pass
 
 
@@ -403,3 +404,25 @@ def test_the_api_refuses_to_trigger_or_resume_a_damaged_schedule_with_409(app: r
             answer = client.post(f"/api/schedules/s/{action}", headers={"Origin": "http://127.0.0.1"})
             assert answer.status_code == 409, answer.text
             assert "schedule 's' is damaged (misfire_grace=-5" in answer.json()["error"], answer.json()
+
+
+def test_worker_processes_start_and_fire_beside_every_kind_of_damaged_row(app: rota.App, procs: WorkerProcs) -> None:
+    """Two `rota worker` processes (tests.apps.basic, which declares neither "t" nor "lim")
+    beside damaged schedules, a damaged task spec and damaged registry rows."""
+    app.task(name="t")(lambda: None)
+    bad = _damage_schedules(app)
+    app.add_schedule("limited", "lim", every=1, run_immediately=True)
+    _spec(app, "lim", '{"limit": {"name": "x", "by": [{"name": 1}]}}')
+    _damage_registry(app)
+    app.add_schedule("good", "noop", every=1, args=[1], run_immediately=True)
+    for _ in range(2):
+        procs.start()
+    wait_until(lambda: len(app.list_runs(schedule="good", status="succeeded")) >= 4, 60, "the good schedule to fire")
+    assert len(procs.alive()) == 2
+    assert all(app.get_schedule(name).plan_error for name in bad)
+    for output in procs.outputs():
+        assert "Traceback" not in output and "role failed" not in output, output[-3000:]
+        for name in bad:
+            assert output.count(f"damaged schedule {name!r} set aside") == 1, (name, output[-3000:])
+    named = [output.count("damaged task spec 'lim' set aside") for output in procs.outputs()]
+    assert max(named) == 1 and sum(named) >= 1, named

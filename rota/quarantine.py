@@ -8,7 +8,9 @@ Every place that meets such a row does three things, always the same way:
    `DamagedRow` (never retried: its next attempt would meet the same damage); a schedule is
    skipped by every worker's ticker until it is repaired; a worker's or lock's registry row is
    listed with what is damaged. Batch statements (claims, sweeps) guard their arithmetic in SQL
-   so that one bad member cannot fail the whole batch.
+   so that one bad member cannot fail the whole batch. A call that needs the row itself
+   (`rota trigger` of a damaged schedule, `rota retry` of a task whose stored spec is damaged)
+   is refused with `DamagedRowError`: one line naming the row, the damage and the repair.
 2. **Name it in one line**: `report()` logs one warning (event `row_damaged`) per row and
    reason per process, naming the kind, the row and the reason, so a fleet's logs point at it
    once rather than once per poll.

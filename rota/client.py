@@ -354,7 +354,7 @@ def _run_id(run_id: object) -> int:
 # The stored fields of a damaged schedule and the update_schedule() argument that repairs each.
 _REPAIRED_BY = {"every": "every", "misfire_grace": "misfire_grace", "jitter": "jitter", "timeout": "timeout",
                 "priority": "priority", "max_attempts": "retries", "args": "args", "kwargs": "kwargs",
-                "next_run_at": "next_run_at"}  # fmt: skip
+                "overlap": "overlap", "misfire": "misfire", "next_run_at": "next_run_at"}  # fmt: skip
 
 
 def check_repairable(info: ScheduleInfo, changes: Mapping[str, Any], action: str) -> None:

@@ -54,14 +54,15 @@ def _pg(app: rota.App) -> bool:
 def _value(app: rota.App, how: str) -> str:
     """A number no release writes, as SQL for the store (None: it cannot hold it)."""
     pg = {"nan": "'NaN'", "infinity": "'Infinity'", "1e300": "1e300", "negative": "-5", "zero": "0"}
-    pg |= {"huge": "10000000", "not-json": "'not json'", "a-list": "'[1]'", "an-object": "'{}'"}
+    pg |= {"huge": "10000000", "not-json": "'not json'", "a-list": "'[1]'", "an-object": "'{}'", "word": "'nope'"}
     sqlite = {**pg, "nan": "", "infinity": "9e999"}
     return (pg if _pg(app) else sqlite)[how]
 
 
 # The column each damaged schedule's name starts with.
 FIELD_OF = {"every": "every", "grace": "misfire_grace", "jitter": "jitter", "timeout": "timeout",
-            "priority": "priority", "attempts": "max_attempts", "args": "args", "kwargs": "kwargs"}  # fmt: skip
+            "priority": "priority", "attempts": "max_attempts", "args": "args", "kwargs": "kwargs",
+            "overlap": "overlap", "misfire": "misfire"}  # fmt: skip
 # (schedule name, column, value): each one that every worker must set aside
 SCHEDULE_DAMAGE = [
     *((f"every-{how}", "every", how) for how in ("nan", "infinity", "1e300", "negative", "zero")),
@@ -73,6 +74,8 @@ SCHEDULE_DAMAGE = [
     ("args-not-json", "args", "not-json"),
     ("args-an-object", "args", "an-object"),
     ("kwargs-a-list", "kwargs", "a-list"),
+    ("overlap-word", "overlap", "word"),
+    ("misfire-word", "misfire", "word"),
 ]
 
 

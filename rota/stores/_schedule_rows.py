@@ -25,7 +25,7 @@ MIN = datetime.min.replace(tzinfo=UTC)
 
 # The columns a due schedule and a ScheduleInfo row hold at different positions.
 _DUE = {"every": 3, "misfire_grace": 9, "jitter": 16, "timeout": 13, "priority": 11, "max_attempts": 12, "args": 5,
-        "kwargs": 6}  # fmt: skip
+        "kwargs": 6, "overlap": 7, "misfire": 8}  # fmt: skip
 _INFO = {**_DUE, "jitter": 29}
 
 

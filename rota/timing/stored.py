@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, Final
 
+from .misfire import MISFIRE_POLICIES, OVERLAP_POLICIES
+
 # The longest `every=` and `misfire_grace` (ten years): a grace past the range of dates
 # would make "now - grace" fail, and a longer interval is a cron schedule's job.
 MAX_EVERY: Final = timedelta(days=3650)
@@ -60,6 +62,8 @@ _CHECKS: Final[dict[str, tuple[Callable[[Any], bool], str]]] = {
     "timeout": (lambda v: v is None or is_seconds(v, 0, math.inf, above=True), "a positive number of seconds"),
     "priority": (lambda v: _integer(v, -_PRIORITY, _PRIORITY), f"an integer from {-_PRIORITY} to {_PRIORITY}"),
     "max_attempts": (lambda v: _integer(v, 1, 2**31 - 1), "an integer of at least 1"),
+    "overlap": (lambda v: v in OVERLAP_POLICIES, f"one of {', '.join(OVERLAP_POLICIES)}"),
+    "misfire": (lambda v: v in MISFIRE_POLICIES, f"one of {', '.join(MISFIRE_POLICIES)}"),
     "args": (lambda v: _json(v, list), "a JSON list"),
     "kwargs": (lambda v: _json(v, dict), "a JSON object"),
 }

@@ -298,7 +298,7 @@ def workers(ctx: click.Context, as_json: bool, utc: bool) -> None:
             "yes" if w.alive else "no",
             w.concurrency,
             w.stuck,
-            ",".join(w.queues or ["all"]),
+            ",".join(w.queues or ["all"]) if "queues" not in w.corrupt else "?",
             *_two(w, now, utc),
         )
         for w in items

@@ -20,6 +20,7 @@ from .errors import (
 )
 from .limit_specs import stamp_lenient
 from .models import FINAL_STATUSES, STATUSES, Run, ScheduleInfo, WorkerInfo
+from .quarantine import DamagedRowError
 from .serialization import encode_arguments
 from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store, run_stats
 from .tasks import Backoff, RunHandle, Task, TaskOptions, check_int, check_schedule_call
@@ -120,6 +121,7 @@ class Client(Declarations):
         unknown = sorted(set(changes) - allowed)
         if unknown:
             raise ConfigurationError(f"cannot update {unknown} of a schedule; changeable: {', '.join(sorted(allowed))}")
+        check_repairable(info, {**changes, "next_run_at": None}, "update_schedule")  # it plans afresh
         timing_changed = any(k in changes for k in ("cron", "every", "tz"))
         cron = changes.get("cron", current.cron if "every" not in changes else None)
         every = changes.get("every", current.every if "cron" not in changes else None)
@@ -141,8 +143,8 @@ class Client(Declarations):
             misfire=changes.get("misfire", current.misfire),
             misfire_grace=changes.get("misfire_grace", current.misfire_grace),
             run_immediately=changes.get("run_immediately", current.run_immediately),
-            args=changes.get("args", json.loads(current.args)),
-            kwargs=changes.get("kwargs", json.loads(current.kwargs)),
+            args=changes["args"] if "args" in changes else json.loads(current.args),
+            kwargs=changes["kwargs"] if "kwargs" in changes else json.loads(current.kwargs),
             options=options,
             jitter=changes.get("jitter", current.jitter),
         )
@@ -254,6 +256,7 @@ class Client(Declarations):
         info = self.get_schedule(name)
         if not info.paused:
             return info
+        check_repairable(info, {"next_run_at": None}, "resume")
         trigger = timing.make_trigger(cron=info.cron, every=info.every, tz=info.tz)
         self.store.set_paused(name, False, trigger.next_after(self.store.now()))
         return self.get_schedule(name)
@@ -267,6 +270,7 @@ class Client(Declarations):
         info = store.get_schedule(name)
         if sdef is None or info is None or not info.active:
             raise ScheduleNotFound(f"no active schedule named {name!r}")
+        check_repairable(info, {"next_run_at": None}, "trigger")
         due = DueSchedule(**_due_fields(sdef), next_run_at=info.next_run_at or store.now())
         run_id, outcome = store.trigger(due)
         handle = RunHandle(cast("App", self), str(run_id))
@@ -345,6 +349,27 @@ def _run_id(run_id: object) -> int:
             f"no run with id {run_id!r}: run ids are integers from 1 to {2**63 - 1}, written in ASCII digits"
         )
     return value
+
+
+# The stored fields of a damaged schedule and the update_schedule() argument that repairs each.
+_REPAIRED_BY = {"every": "every", "misfire_grace": "misfire_grace", "jitter": "jitter", "timeout": "timeout",
+                "priority": "priority", "max_attempts": "retries", "args": "args", "kwargs": "kwargs",
+                "overlap": "overlap", "misfire": "misfire", "next_run_at": "next_run_at"}  # fmt: skip
+
+
+def check_repairable(info: ScheduleInfo, changes: Mapping[str, Any], action: str) -> None:
+    """Refuse, in one line, to act on a damaged schedule (ScheduleInfo.damage) unless
+    `changes` replace every damaged field: update_schedule() repairs what it is given, a
+    resume gives a new next fire time, a trigger needs nothing else to be damaged."""
+    left = [f for f in info.corrupt if f in _REPAIRED_BY and _REPAIRED_BY[f] not in changes and not
+            (f == "every" and "cron" in changes)]  # fmt: skip
+    if not left or info.damage is None:
+        return
+    given = ", ".join(f"{_REPAIRED_BY[f]}=" for f in left if f != "next_run_at")
+    fix = f"update_schedule({info.name!r}, {given}...)" if given else "a pause and resume"
+    raise DamagedRowError(
+        f"schedule {info.name!r} is damaged ({info.damage}): {action} cannot use it; repair it with {fix}"
+    )
 
 
 def _due_fields(sdef: ScheduleDef) -> dict[str, Any]:

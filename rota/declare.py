@@ -24,6 +24,7 @@ from .serialization import check_name as check_name
 from .serialization import check_text, encode_arguments
 from .stores.base import ScheduleDef
 from .tasks import Backoff, Task, TaskOptions, check_schedule_call
+from .timing.stored import MAX_EVERY, MAX_GRACE
 from .transactional import check_handler
 
 if TYPE_CHECKING:
@@ -98,9 +99,7 @@ def build_schedule(
     check_name("schedule", name)
     trigger = timing.make_trigger(cron=cron, every=every, tz=tz)
     _check_every(trigger)
-    grace = misfire_grace if isinstance(misfire_grace, timedelta) else _seconds("misfire_grace", misfire_grace)
-    if grace < timedelta(0):
-        raise ConfigurationError(f"misfire_grace must be >= 0, got {shown(misfire_grace)}")
+    grace = _check_grace(misfire_grace)
     if not isinstance(run_immediately, bool):
         raise ConfigurationError(f"run_immediately must be True or False, got {run_immediately!r}")
     if args is not None and (isinstance(args, (str, bytes)) or not isinstance(args, Sequence)):
@@ -139,7 +138,6 @@ def _filter(what: str, value: str | None) -> str | None:
 # every poll that finds it due: below a second, a loop inside one long-running task is the
 # right tool. Past ten years, use cron (and the grid would leave the range of dates).
 MIN_EVERY = timedelta(seconds=1)
-MAX_EVERY = timedelta(days=3650)
 
 
 def _check_every(trigger: timing.Trigger) -> None:
@@ -152,10 +150,25 @@ def _check_every(trigger: timing.Trigger) -> None:
         )
 
 
+def _check_grace(misfire_grace: timedelta | float) -> timedelta:
+    grace = misfire_grace if isinstance(misfire_grace, timedelta) else _seconds("misfire_grace", misfire_grace)
+    if grace < timedelta(0):
+        raise ConfigurationError(f"misfire_grace must be >= 0, got {shown(misfire_grace)}")
+    if grace > MAX_GRACE:
+        raise ConfigurationError(
+            f"misfire_grace={shown(misfire_grace)} is out of range: from 0 to {MAX_GRACE.total_seconds():.0f} "
+            f"seconds ({MAX_GRACE.days} days); to run every missed tick however late, use misfire='all'"
+        )
+    return grace
+
+
 def _seconds(what: str, value: object) -> timedelta:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise ConfigurationError(f"{what} must be a number of seconds or a timedelta, got {value!r}")
-    return timedelta(seconds=value)
+    try:
+        return timedelta(seconds=value)
+    except OverflowError:
+        return timedelta.max  # refused by the caller's range check, which names the value
 
 
 def _task_options(options: Mapping[str, Any], base: TaskOptions | None = None) -> TaskOptions:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
 from . import timing
-from .client import Client
+from .client import Client, check_repairable
 from .errors import ConfigurationError, ScheduleNotFound, TriggerRefused, did_you_mean, one_of, shown
 from .models import FINAL_STATUSES
 from .stores.flow import BACKFILL_CAP, RETRY_BATCH
@@ -40,6 +40,7 @@ class FlowClient(Client):
         if sdef is None or not (info := store.get_schedule(name)) or not info.active:
             known = [s.name for s in store.list_schedules()]
             raise ScheduleNotFound(f"no active schedule named {name!r}{did_you_mean(str(name), known)}")
+        check_repairable(info, {"next_run_at": None}, "backfill")
         for label, moment in (("start", start), ("end", end)):
             if not isinstance(moment, datetime) or moment.tzinfo is None or moment.utcoffset() is None:
                 raise ConfigurationError(

@@ -80,10 +80,38 @@ def _plain_json(value: object) -> bool:
         return False
 
 
+def parse_spec(spec: object) -> dict[str, Any]:
+    """A stored spec, checked whole (it may be damaged: a hand edit, a bad migration); a
+    ValueError says, in one line, what is wrong with it."""
+    try:
+        parsed = json.loads(spec) if isinstance(spec, str) else spec
+    except (ValueError, RecursionError):
+        raise ValueError("the spec is not valid JSON") from None
+    if not isinstance(parsed, dict) or not set(parsed) <= {"limit", "rate"}:
+        raise ValueError('the spec is not a JSON object with "limit" and/or "rate"')
+    for what, part in parsed.items():
+        if not isinstance(part, dict) or not isinstance(part.get("name"), str):
+            raise ValueError(f'its {what} has no "name" (a string)')
+        by = part.get("by", ...)
+        if by is None or by == "callable":
+            continue
+        if not isinstance(by, list) or not by or not all(_by_entry(e) for e in by):
+            raise ValueError(f'its {what}\'s "by" is not null, "callable" or a list of {{"name", "pos"}}')
+    return parsed
+
+
+def _by_entry(entry: object) -> bool:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        return False
+    pos = entry.get("pos", ...)
+    return pos is None or (isinstance(pos, int) and not isinstance(pos, bool) and pos >= 0)
+
+
 def stamp_spec(run: Any, spec: str) -> None:
     """Set a run's limit and rate from a stored spec and its stored (JSON) arguments; a key
-    that cannot be computed here leaves the run UNRESOLVED (for a declaring worker)."""
-    parsed = json.loads(spec)
+    that cannot be computed here leaves the run UNRESOLVED (for a declaring worker). A
+    damaged spec raises ValueError (see parse_spec)."""
+    parsed = parse_spec(spec)
     try:
         args, kwargs = json.loads(run.args or "[]"), json.loads(run.kwargs or "{}")
     except ValueError:

@@ -41,14 +41,13 @@ Event names (stable; operators alert on them):
 - poll_summary: debug, once per poll, counts since the previous one: swept (rescued),
   claimed, dispatched, locked_out, skipped_at_capacity (and worker).
 - flag_ignored: a `rota` flag lost to a value the App was given in code (argument > flag).
-- schedule_corrupt: warning, once per schedule and worker: a stored schedule whose fields
-  cannot be read (e.g. a time past year 9999) is skipped until repaired (schedule, fields).
 - schedule_high_frequency: warning, once per schedule when a worker starts: it fires more
   often than the high_frequency threshold (ROTA_HIGH_FREQUENCY, default 60 s; 0: off)
   (schedule, interval: its shortest gap in seconds, threshold).
 - row_damaged: warning, once per row and reason in a process: a stored row that cannot be
   used (a run, schedule, worker, lock, task spec or counter that does not decode or plan) is
-  set aside and the rest goes on (kind, key, reason). See rota.quarantine.
+  set aside and the rest goes on (kind, key, reason; a schedule's also has schedule). It
+  replaces schedule_corrupt (no release shipped it). See rota.quarantine.
 
 Both formatters take passwords out of URLs in the message (rota.config.redact_text).
 """
@@ -87,7 +86,6 @@ EVENTS = (
     "database_back",
     "poll_summary",
     "flag_ignored",
-    "schedule_corrupt",
     "schedule_high_frequency",
     "row_damaged",
 )

@@ -205,6 +205,9 @@ class ScheduleInfo:
     # every 60 s): set by App.list_schedules() / get_schedule(), False from a bare store.
     high_frequency: bool = False
     jitter: timedelta | None = None  # each tick's run is due a stable offset in [0, jitter) late
+    # Why every worker's ticker sets it aside (a damaged row: a field that cannot be planned,
+    # e.g. "every=nan is not a number of seconds above 0 ..."); None when it can be planned.
+    damage: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -227,6 +230,7 @@ class ScheduleInfo:
             "skip_count": self.skip_count,
             "plan_error": self.plan_error,
             "corrupt": list(self.corrupt),
+            "damage": self.damage,
             "high_frequency": self.high_frequency,
             "jitter": self.jitter.total_seconds() if self.jitter is not None else None,
             "args": self.args,
@@ -242,6 +246,8 @@ class LockInfo:
     acquired_at: datetime | None
     expires_at: datetime | None
     held: bool
+    # The stored fields that could not be read (a damaged row): they read as None / 0.
+    corrupt: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -251,6 +257,7 @@ class LockInfo:
             "acquired_at": _iso(self.acquired_at),
             "expires_at": _iso(self.expires_at),
             "held": self.held,
+            "corrupt": list(self.corrupt),
         }
 
 
@@ -262,10 +269,13 @@ class WorkerInfo:
     concurrency: int
     queues: list[str] | None
     state: str
-    started_at: datetime
-    last_seen: datetime
+    started_at: datetime | None  # None only in a damaged row (see corrupt)
+    last_seen: datetime | None
     alive: bool
     stuck: int = 0  # handler threads still running after a timeout or a lost lease
+    # The stored fields that could not be read (a damaged row): they read as None / 0, and a
+    # worker whose last_seen cannot be read is not alive.
+    corrupt: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -279,6 +289,7 @@ class WorkerInfo:
             "last_seen": _iso(self.last_seen),
             "alive": self.alive,
             "stuck": self.stuck,
+            "corrupt": list(self.corrupt),
         }
 
 

@@ -8,7 +8,9 @@ Every place that meets such a row does three things, always the same way:
    `DamagedRow` (never retried: its next attempt would meet the same damage); a schedule is
    skipped by every worker's ticker until it is repaired; a worker's or lock's registry row is
    listed with what is damaged. Batch statements (claims, sweeps) guard their arithmetic in SQL
-   so that one bad member cannot fail the whole batch.
+   so that one bad member cannot fail the whole batch. A call that needs the row itself
+   (`rota trigger` of a damaged schedule, `rota retry` of a task whose stored spec is damaged)
+   is refused with `DamagedRowError`: one line naming the row, the damage and the repair.
 2. **Name it in one line**: `report()` logs one warning (event `row_damaged`) per row and
    reason per process, naming the kind, the row and the reason, so a fleet's logs point at it
    once rather than once per poll.
@@ -23,6 +25,7 @@ import logging
 import threading
 from typing import Any, Final
 
+from .errors import RotaError
 from .logs import log_event
 
 log = logging.getLogger("rota.quarantine")
@@ -44,6 +47,13 @@ EVENT: Final = "row_damaged"
 # (ValueError, OverflowError, OSError from fromtimestamp), a value of the wrong type, JSON nested
 # deeper than the decoder's recursion limit (RecursionError), a missing key of a stored spec.
 UNDECODABLE: Final = (ValueError, OverflowError, OSError, TypeError, RecursionError, KeyError, AttributeError)
+
+
+class DamagedRowError(RotaError):
+    """A call needs a stored row that is damaged (a task's stored limit and rate spec that
+    does not decode, a schedule that cannot be planned): one line naming the row, the
+    damage and the repair; nothing is written."""
+
 
 _named: set[tuple[str, str, str]] = set()
 _named_lock = threading.Lock()

@@ -96,7 +96,7 @@ def _schedule_row(s: ScheduleInfo, now: datetime, utc: bool) -> tuple[Any, ...]:
     next_run = "paused" if s.paused else when(s.next_run_at, now, utc=utc)  # resume plans afresh
     last_run = when(s.last_run_at, now, utc=utc)
     row = (s.name, s.task, s.cron or every, s.tz, s.overlap, state, next_run, last_run, s.last_status, counts)
-    return (*row, s.plan_error)
+    return (*row, s.plan_error or (f"damaged: {s.damage}" if s.damage else None))
 
 
 @main.command()
@@ -117,7 +117,7 @@ def schedules(ctx: click.Context, as_json: bool, utc: bool, include_inactive: bo
     headers = [h for h, _ in SCHEDULE_COLUMNS[:6]] + _times(utc, "next run", "last run") + ["last", "runs/ok/fail/skip"]
     columns = [Column(h, keep) for h, (_, keep) in zip(headers, SCHEDULE_COLUMNS, strict=True)]
     rows = [_schedule_row(s, now, utc) for s in items]
-    if any(s.plan_error is not None for s in items):  # the error, cut to fit (never wrapped)
+    if any(s.plan_error is not None or s.damage for s in items):  # the error, cut to fit (never wrapped)
         columns.append(Column("plan error", 75, flexible=True))
     else:
         rows = [row[:-1] for row in rows]
@@ -266,7 +266,13 @@ def locks(ctx: click.Context, as_json: bool, utc: bool, locks_url: str | None) -
     now = _now()
     columns = [Column("name", 100), Column("held", 90), Column("owner", 50), Column("token", 40)]
     columns.append(Column(_times(utc, "expires")[0], 80))
-    table(columns, [(i.name, i.held, i.owner, i.token, when(i.expires_at, now, utc=utc)) for i in items])
+    rows = [(i.name, _marked(i.held, i.corrupt), i.owner, i.token, when(i.expires_at, now, utc=utc)) for i in items]
+    table(columns, rows)
+
+
+def _marked(value: Any, corrupt: tuple[str, ...]) -> Any:
+    """A cell with the damaged fields of its row (a registry row that does not decode)."""
+    return f"{value}, corrupt: {', '.join(corrupt)}" if corrupt else value
 
 
 @main.command()
@@ -288,11 +294,11 @@ def workers(ctx: click.Context, as_json: bool, utc: bool) -> None:
     rows = [
         (
             w.id,
-            w.state,
+            _marked(w.state, w.corrupt),
             "yes" if w.alive else "no",
             w.concurrency,
             w.stuck,
-            ",".join(w.queues or ["all"]),
+            ",".join(w.queues or ["all"]) if "queues" not in w.corrupt else "?",
             *_two(w, now, utc),
         )
         for w in items

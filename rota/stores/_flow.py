@@ -9,9 +9,11 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .. import quarantine
 from ..errors import ConfigurationError
-from ..limit_specs import stamp_spec
+from ..limit_specs import UNRESOLVED, stamp_spec
 from ..models import PENDING, RUNNING, SUCCEEDED
+from ..quarantine import DamagedRowError
 from ..serialization import simple_error
 from .base import NewRun
 
@@ -41,8 +43,26 @@ def gate_steps(stamp: Callable[[NewRun], None] | None, runs: Sequence[NewRun]) -
         spec = specs[r.task]
         r.flow_known = True
         if spec is not None:
-            stamp_spec(r, spec)
+            try:
+                stamp_spec(r, spec)
+            except ValueError as exc:
+                damaged_spec(r, str(exc))
     return []
+
+
+def damaged_spec(r: NewRun, reason: str) -> None:
+    """A task's stored spec (rota_task_flow) that does not decode (rota.quarantine). A
+    schedule's tick (named once) waits unresolved, as one whose keys only a worker declaring the
+    task can compute (it never runs unlimited; that worker rewrites the spec when it
+    starts, and keys the tick); any other run is refused with one line."""
+    if r.tick is not None:
+        quarantine.report(quarantine.TASK_SPEC, r.task, reason)
+        r.limit_name, r.limit_key, r.rate_name, r.rate_key = UNRESOLVED, "", None, None
+        return
+    raise DamagedRowError(
+        f"task {r.task!r}: its stored limit and rate spec (table rota_task_flow) is damaged: {reason}; "
+        "a worker that declares the task rewrites it when it starts (or delete that row)"
+    )
 
 
 def insert_one(params: Params, r: NewRun) -> Steps:

@@ -16,6 +16,7 @@ from typing import Any
 from ..models import RUNNING, LockInfo, Run, WorkerInfo
 from ..serialization import simple_error
 from ._flow import gate_steps, insert_one
+from ._registry_rows import lock_from_row, worker_from_row
 from ._sql_base import NOTIFY_CHANNEL, Row, Session, SqlBase, _plain
 from ._sql_flow import SqlFlow
 from ._steps import AsyncSession, InsertSteps, drive, drive_async
@@ -176,26 +177,8 @@ class SqlStore(SqlFlow):
     def list_workers(self, stale_after: float) -> list[WorkerInfo]:
         with self._read() as s:
             rows = s.q("list_workers", stale_after=stale_after)
-            stuck: dict[str, int] = {r[0]: r[1] for r in s.q("workers_stuck")}
-        result = []
-        for r in rows:
-            started, seen = self._dt(r[6]), self._dt(r[7])
-            assert started is not None and seen is not None
-            result.append(
-                WorkerInfo(
-                    id=r[0],
-                    host=r[1],
-                    pid=r[2],
-                    concurrency=r[3],
-                    queues=json.loads(r[4]) if r[4] else None,
-                    state=r[5],
-                    started_at=started,
-                    last_seen=seen,
-                    alive=bool(r[8]),
-                    stuck=int(stuck.get(r[0], 0)),
-                )
-            )
-        return result
+            stuck: dict[str, Any] = {r[0]: r[1] for r in s.q("workers_stuck")}
+        return [worker_from_row(self._dt, r, stuck.get(r[0])) for r in rows]
 
     def prune_workers(self, lost_after: float, older_than: float) -> int:
         with self._tx() as s:
@@ -216,17 +199,7 @@ class SqlStore(SqlFlow):
     def list_locks(self) -> list[LockInfo]:
         with self._read() as s:
             rows = s.q("list_locks")
-        return [
-            LockInfo(
-                name=r[0],
-                owner=r[1],
-                token=int(r[2]),
-                acquired_at=self._dt(r[3]),
-                expires_at=self._dt(r[4]),
-                held=bool(r[5]),
-            )
-            for r in rows
-        ]
+        return [lock_from_row(self._dt, r) for r in rows]
 
     # -- dashboard sign-outs -------------------------------------------------------------
     def signout_add(self, nonce: str, expires_at: int, at: float) -> None:

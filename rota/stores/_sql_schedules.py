@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from .. import quarantine
 from ..errors import ConfigurationError, ScheduleNotFound, TriggerRefused
 from ..limit_specs import warn_skipped
 from ..models import PENDING, ScheduleInfo
 from ..serialization import simple_error
-from ..timing import TICK_ROWS, judge_unclaimed
+from ..timing import TICK_ROWS, judge_unclaimed, stored
 from ..timing.jitter import stored_due
 from ._sql_base import Session, _Abort
 from ._sql_rows import SqlRows, _iso
@@ -53,8 +54,12 @@ class SqlSchedules(SqlRows):
 
     def sync_schedules(self, app: str, defs: Sequence[ScheduleDef], first_ticks: dict[str, datetime]) -> None:
         now = self.now()
+        # stored damaged (rota.quarantine): rewritten whole from the code, which is their repair
+        damaged = {i.name for i in self.list_schedules() if i.damage and i.source == "code"} if defs else set()
         with self._tx() as s:
             for d in defs:
+                if d.name in damaged:
+                    s.q("forget_damaged_schedule", name=d.name)
                 self._withdraw_ahead(s, d.name, "was redeployed with a new definition", d.definition)
                 first = first_ticks[d.name]
                 start = now if d.run_immediately else first
@@ -132,10 +137,11 @@ class SqlSchedules(SqlRows):
             now = self._dt(s.q("now")[0][0])
             assert now is not None
             for run_id, name, tick_value, misfire, grace, later_due in stale:
-                tick = self._dt(tick_value)
-                assert tick is not None
-                grace_td = timedelta(seconds=float(grace))
-                why = judge_unclaimed(tick, now, misfire=misfire, grace=grace_td, later_due=bool(later_due))
+                try:
+                    tick, why = self._judge(name, tick_value, now, misfire, grace, bool(later_due))
+                except (*quarantine.UNDECODABLE, ConfigurationError) as exc:  # its schedule is damaged
+                    quarantine.report(quarantine.SCHEDULE, name, quarantine.describe(exc), schedule=name)
+                    continue  # the others are judged
                 s.q("lock_schedule", schedule=name)  # the order finishers take: schedule, then runs
                 if why is None:
                     if s.q("keep_ahead", id=run_id):
@@ -144,6 +150,19 @@ class SqlSchedules(SqlRows):
                 elif s.q("misfire_ahead", id=run_id, error=simple_error("Misfire", why)):
                     judged.append((name, tick, why))
         return judged
+
+    def _judge(
+        self, name: str, tick_value: Any, now: datetime, misfire: str, grace: Any, later_due: bool
+    ) -> tuple[datetime, str | None]:
+        """One run made ahead, judged (see judge_ahead). A damaged grace (rota.timing.stored)
+        is named and judged as 0: the run is past the deadline its grace gave when it was made."""
+        tick = self._dt(tick_value)
+        assert tick is not None
+        damaged = stored.damage({"misfire_grace": grace})
+        if damaged:
+            quarantine.report(quarantine.SCHEDULE, name, damaged[0][1], schedule=name)
+        grace_td = timedelta(0) if damaged else timedelta(seconds=float(grace))
+        return tick, judge_unclaimed(tick, now, misfire=misfire, grace=grace_td, later_due=later_due)
 
     def due_schedules(self, limit: int, lead: float = 0.0) -> list[DueSchedule]:
         with self._read() as s:

@@ -109,6 +109,9 @@ class DueSchedule:
     # is datetime.min and the ticker skips the schedule, warning once, until it is repaired.
     corrupt: bool = False
     jitter: float | None = None  # seconds: each tick's run is due a stable offset late
+    # Why it cannot be planned (a damaged row: rota.timing.stored), one line; the ticker
+    # sets it aside (rota.quarantine) and the other schedules run.
+    damage: str | None = None
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ from ..errors import (
     did_you_mean,
 )
 from ..models import FINAL_STATUSES, STATUSES, iso
+from ..quarantine import DamagedRowError
 from ..serialization import check_text
 from ..stores.base import RunFilter
 from . import records
@@ -61,7 +62,7 @@ def error_response(message: str, status: int, headers: Mapping[str, str] | None 
 def status_for(exc: RotaError) -> int:
     if isinstance(exc, (RunNotFound, ScheduleNotFound, TaskNotFound)):
         return 404
-    if isinstance(exc, TriggerRefused):
+    if isinstance(exc, (TriggerRefused, DamagedRowError)):  # the state refuses it (a damaged row)
         return 409
     if isinstance(exc, ConfigurationError):
         return 400

@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import config
+from .. import config, quarantine
 from ..app import App
 from ..errors import RotaError
 from ..models import ScheduleInfo
@@ -42,8 +42,12 @@ class StoreCollector:
         try:
             stats = self.app.stats()
             schedules = self.app.list_schedules()
-        except RotaError as exc:
-            reason = config.redact_text(str(exc), self.app.database_url, self.app.locks_url)
+        except (RotaError, *quarantine.UNDECODABLE) as exc:  # a scrape always answers (rota_up 0)
+            reason = config.redact_text(
+                str(exc) if isinstance(exc, RotaError) else quarantine.describe(exc),
+                self.app.database_url,
+                self.app.locks_url,
+            )
             log.warning("metrics: cannot read the database: %s", reason)
             up.add_metric([], 0)
             yield up

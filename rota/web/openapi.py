@@ -121,7 +121,13 @@ SCHEMAS: dict[str, Any] = {
             "args": {"type": "array"},
             "kwargs": {"type": "object"},
         },
-        {"plan_error": _null("string"), "corrupt": FIELDS, "high_frequency": BOOL, "jitter": _null("number")},
+        {
+            "plan_error": _null("string"),
+            "corrupt": FIELDS,
+            "damage": _null("string"),
+            "high_frequency": BOOL,
+            "jitter": _null("number"),
+        },
     ),
     "Worker": _obj(
         {
@@ -131,11 +137,11 @@ SCHEMAS: dict[str, Any] = {
             "concurrency": INT,
             "queues": _null({"type": "array", "items": STR}),
             "state": STR,
-            "started_at": TIME,
-            "last_seen": TIME,
+            "started_at": _null(TIME),  # null only in a damaged row (named in corrupt)
+            "last_seen": _null(TIME),
             "alive": BOOL,
         },
-        {"stuck": {"type": "integer", "minimum": 0}},
+        {"stuck": {"type": "integer", "minimum": 0}, "corrupt": FIELDS},
     ),
     "Lock": _obj(
         {
@@ -145,7 +151,8 @@ SCHEMAS: dict[str, Any] = {
             "acquired_at": _null(TIME),
             "expires_at": _null(TIME),
             "held": BOOL,
-        }
+        },
+        {"corrupt": FIELDS},
     ),
     "Limits": _obj(
         {
@@ -326,8 +333,8 @@ def _array(name: str) -> dict[str, Any]:
 def _paths() -> dict[str, Any]:
     """Every API route (a test checks the list against the router)."""
     schedule_action = _op(
-        "", _json(_ref("Schedule"), "The schedule after the action"), params=[SCHEDULE], errors=("404",)
-    )
+        "", _json(_ref("Schedule"), "The schedule after the action"), params=[SCHEDULE], errors=("404", "409")
+    )  # 409: a damaged schedule that a resume cannot plan (see the Concepts page "Damaged rows")
     return {
         "/api/stats": {"get": _op("Counts by status, live workers and capacity", _json(_ref("Stats"), "Stats"))},
         "/api/schedules": {

@@ -1,17 +1,19 @@
 """What a worker says about the schedules when it starts, one warning per schedule at most:
-a schedule stored damaged (a field that cannot be read, e.g. a time past year 9999), which
-every worker skips until it is repaired (event schedule_corrupt); a high-frequency schedule,
-firing more often than the App's high_frequency threshold (ROTA_HIGH_FREQUENCY, default
-every 60 s; event schedule_high_frequency); and one firing more often than this worker
-polls (said in the same warning when it is both). The ticker names a damaged schedule it
-meets later through the same set, so each is named once per worker."""
+a schedule stored damaged (a field that cannot be read or planned, e.g. a time past year
+9999 or an `every` of NaN), which every worker sets aside until it is repaired (event
+row_damaged, through rota.quarantine); a high-frequency schedule, firing more often than
+the App's high_frequency threshold (ROTA_HIGH_FREQUENCY, default every 60 s; event
+schedule_high_frequency); and one firing more often than this worker polls (said in the
+same warning when it is both). The ticker names a damaged schedule it meets later through
+rota.quarantine too, with the same reason, so each is named once per process."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from .. import quarantine
 from ..logs import log_event
 from ..models import ScheduleInfo
 from ..timing.frequency import is_high_frequency, shortest_cron_gap
@@ -20,30 +22,20 @@ log = logging.getLogger("rota.worker")
 
 
 class ScheduleChecks:
-    """The start-up warnings about schedules, and the damaged schedules already named."""
+    """The start-up warnings about schedules."""
 
-    def __init__(self) -> None:
-        self.corrupt_named: set[str] = set()
-
-    def corrupt(self, name: str, fields: Iterable[str] = ("next_run_at",)) -> None:
-        """Warn (once per schedule) that it is skipped because stored fields do not decode."""
-        if name in self.corrupt_named:
-            return
-        self.corrupt_named.add(name)
-        shown = ", ".join(fields)
-        message = (
-            f"schedule {name!r} is skipped: its stored {shown} cannot be read (a damaged or hand-edited row); "
-            "the other schedules keep running. Repair it with update_schedule(), or pause and resume it"
-        )
-        log_event(log, logging.WARNING, "schedule_corrupt", message, schedule=name, fields=list(fields))
+    def damaged(self, name: str, reason: str) -> None:
+        """Name (once per process and reason: rota.quarantine) a schedule every worker's
+        ticker sets aside because a stored field cannot be read or planned."""
+        quarantine.report(quarantine.SCHEDULE, name, reason, schedule=name)
 
     def at_start(
         self, stored: list[ScheduleInfo], in_code: Mapping[str, Any], poll_interval: float, threshold: float
     ) -> None:
         """The warnings of a worker's start, from the stored schedules (and those in code)."""
         for info in stored:
-            if info.corrupt and info.active:
-                self.corrupt(info.name, info.corrupt)
+            if info.damage is not None and info.active and not info.paused:
+                self.damaged(info.name, info.damage)
         timings = {spec.name: (spec.cron, spec.every, spec.tz) for spec in in_code.values()}
         timings.update({i.name: (i.cron, i.every, i.tz) for i in stored if i.active and not i.paused})
         for name, (cron, every, tz) in sorted(timings.items()):

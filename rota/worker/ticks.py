@@ -20,9 +20,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .. import timing
+from .. import quarantine, timing
 from ..errors import ConfigurationError, DatabaseError, DatabaseTransient, DatabaseUnavailable
 from ..logs import log_event
+from ..quarantine import DamagedRowError
 from ..stores.base import DueSchedule, Materialization, Store
 from .counters import WorkerCounters
 from .db import Db
@@ -125,18 +126,30 @@ class Ticker:
         more = False
         batch = await self.db(self.store().due_schedules, limit, lead)
         for due in batch:
-            if due.corrupt:  # its next fire time does not decode: skipped until repaired
-                self.checks.corrupt(due.name)
+            if due.damage is not None:  # a damaged row: set aside until repaired
+                await self._set_aside(due, due.damage)
                 continue
-            plan = self._plan(due, now, lead)
-            if isinstance(plan, str):  # cannot be planned: record why, so it stops being due
-                await self.db(self.store().mark_plan_error, due, plan)
-                continue
-            if await self._write(due, plan):
-                woke = woke or bool(plan.run)
-                more = more or plan.next_run_at <= now
+            try:
+                plan = self._plan(due, now, lead)
+                if isinstance(plan, str):  # cannot be planned: record why, so it stops being due
+                    await self.db(self.store().mark_plan_error, due, plan)
+                    continue
+                if await self._write(due, plan):
+                    woke = woke or bool(plan.run)
+                    more = more or plan.next_run_at <= now
+            except (DamagedRowError, *quarantine.UNDECODABLE) as exc:  # one bad row never stops the rest
+                await self._set_aside(due, quarantine.describe(exc))
         self.emit_unkeyed_skips()
         return woke, more or len(batch) >= limit
+
+    async def _set_aside(self, due: DueSchedule, reason: str) -> None:
+        """A schedule that cannot be planned (rota.quarantine): named once, and recorded as
+        a plan error so that it stops being due on every worker (an update_schedule() or a
+        pause and resume plans it again). One whose next fire time does not decode cannot
+        be recorded (the record compares that time): every pass skips it."""
+        self.checks.damaged(due.name, reason)
+        if not due.corrupt:
+            await self.db(self.store().mark_plan_error, due, f"damaged row: {reason}")
 
     async def _judge_ahead(self) -> bool:
         """Runs made ahead that no worker claimed by tick + misfire_grace (their maker was

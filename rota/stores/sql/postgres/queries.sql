@@ -689,6 +689,13 @@ ON CONFLICT (name) DO UPDATE SET
                        ELSE %(first_tick)s END
 WHERE s.definition IS DISTINCT FROM EXCLUDED.definition OR NOT s.active
 
+-- name: forget_damaged_schedule
+-- A code schedule stored damaged (a field that cannot be planned: rota.timing.stored): its
+-- definition is forgotten, so the upsert that follows rewrites it whole from the code, at a
+-- new first tick (a next_run_at clears its plan error).
+UPDATE rota_schedules SET definition = '', next_run_at = NULL
+WHERE name = %(name)s AND source = 'code'
+
 -- name: deactivate_code_schedules
 UPDATE rota_schedules SET active = false, updated_at = {now}
 WHERE source = 'code' AND app = %(app)s AND active AND NOT (name = ANY(%(names)s::text[]))

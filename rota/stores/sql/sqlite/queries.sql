@@ -404,13 +404,20 @@ ON CONFLICT (name) DO UPDATE SET
     -- old next_run_at was already missed: then that tick stays due (the misfire policy
     -- applies to it and to the new timing's ticks up to now).
     next_run_at = CASE WHEN s.run_count = 0 AND s.last_run_at IS NULL AND excluded.run_immediately
-                       THEN min(s.next_run_at, excluded.next_run_at)
+                       THEN coalesce(min(s.next_run_at, excluded.next_run_at), excluded.next_run_at)
                        WHEN NOT s.active OR s.next_run_at IS NULL THEN :first_tick
                        WHEN s.cron IS excluded.cron AND s.every IS excluded.every AND s.tz = excluded.tz
                        THEN s.next_run_at
                        WHEN s.next_run_at < {now} THEN s.next_run_at
                        ELSE :first_tick END
 WHERE s.definition IS NOT excluded.definition OR NOT s.active
+
+-- name: forget_damaged_schedule
+-- A code schedule stored damaged (a field that cannot be planned: rota.timing.stored): its
+-- definition is forgotten, so the upsert that follows rewrites it whole from the code, at a
+-- new first tick (a next_run_at clears its plan error).
+UPDATE rota_schedules SET definition = '', next_run_at = NULL
+WHERE name = :name AND source = 'code'
 
 -- name: deactivate_code_schedules
 UPDATE rota_schedules SET active = 0, updated_at = {now}

@@ -1,0 +1,39 @@
+"""`python -m tools.soak`: see tools/soak/__init__.py."""
+
+from __future__ import annotations
+
+import random
+import sys
+
+from .config import Config, parser
+from .run import soak
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(1, 2**31)
+    faults = tuple(f for f in args.faults if f != "proxy" or args.store == "postgres")
+    cfg = Config(store=args.store, seed=seed, duration=args.duration, workers=args.workers, features=args.features,
+                 faults=faults, damage=args.damage, lease=args.lease, concurrency=args.concurrency,
+                 shutdown_timeout=args.shutdown_timeout, fault_every=args.fault_every, settle=args.settle,
+                 postgres_url=args.postgres_url, keep=args.keep)  # fmt: skip
+    print(f"soak seed {seed}: {cfg.command()}", flush=True)
+    violations, summary = soak(cfg)
+    for name, value in summary.items():
+        if name != "faults":
+            print(f"  {name}: {value}")
+    print(f"  faults: {len(summary['faults'])}")
+    for line in summary["faults"]:
+        print(f"    {line}")
+    if not violations:
+        print(f"PASS (seed {seed})")
+        return 0
+    print(f"FAIL (seed {seed}): {len(violations)} violation(s)")
+    for v in violations:
+        print(f"  - {v.show()}")
+    print(f"replay: {cfg.command()}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

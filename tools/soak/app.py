@@ -53,7 +53,9 @@ def choice(ctx: rota.RunContext) -> random.Random:
     return random.Random(f"{SEED}:{ctx.run_id}:{ctx.attempt}")
 
 
-def work(ctx: rota.RunContext, task: str, seconds: float, fail_until: int = 0, key: str | None = None) -> dict[str, Any]:
+def work(
+    ctx: rota.RunContext, task: str, seconds: float, fail_until: int = 0, key: str | None = None
+) -> dict[str, Any]:
     """Record, sleep (a blocking handler), fail while attempt <= fail_until, record the end."""
     record("start", ctx, task, key=key)
     try:

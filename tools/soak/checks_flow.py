@@ -23,7 +23,11 @@ def attempts(f: Facts) -> list[Violation]:
         if run_id in f.ledger.damaged_runs or run.status == "cancelled":
             continue
         execs = len(f.evidence.by_run.get(run_id, []))
-        uncounted = sum(1 for a in run.history if a.get("status") in GIVEN_UP and (a.get("held") or a.get("status") == "handed back"))
+        uncounted = sum(
+            1
+            for a in run.history
+            if a.get("status") in GIVEN_UP and (a.get("held") or a.get("status") == "handed back")
+        )
         if execs > run.attempt + uncounted:
             more.append((run_id, execs))
         decided = sum(1 for a in run.history if a.get("status") not in GIVEN_UP)
@@ -190,6 +194,6 @@ def check(f: Facts) -> list[Violation]:
     for name, fn in CHECKS.items():
         try:
             found += fn(f)
-        except Exception as exc:  # noqa: BLE001 - a checker bug is reported, not hidden
+        except Exception as exc:  # a checker bug is reported, not hidden
             found.append(Violation(name, f"the check itself failed: {type(exc).__name__}: {exc}", []))
     return found

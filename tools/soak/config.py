@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 FEATURES = ("schedules", "limits", "rates", "after", "unique", "retries", "txn", "cancel", "retry_many",
@@ -46,7 +47,7 @@ class Config:
         return shlex.join(parts)
 
 
-def _names(kind: str, known: tuple[str, ...]) -> object:
+def _names(kind: str, known: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
     def parse(text: str) -> tuple[str, ...]:
         if text in ("all", ""):
             return known
@@ -55,7 +56,9 @@ def _names(kind: str, known: tuple[str, ...]) -> object:
         names = tuple(n.strip() for n in text.split(",") if n.strip())
         unknown = [n for n in names if n not in known]
         if unknown:
-            raise argparse.ArgumentTypeError(f"unknown {kind} {', '.join(unknown)}: valid are {', '.join(known)}, all, none")
+            raise argparse.ArgumentTypeError(
+                f"unknown {kind} {', '.join(unknown)}: valid are {', '.join(known)}, all, none"
+            )
         return names
 
     return parse
@@ -65,11 +68,28 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__)
     p.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     p.add_argument("--seed", type=int, default=None, help="the workload's seed (default: a random one, printed)")
-    p.add_argument("--duration", type=float, default=30.0, help="seconds of workload and faults (then settle and check)")
+    p.add_argument(
+        "--duration", type=float, default=30.0, help="seconds of workload and faults (then settle and check)"
+    )
     p.add_argument("--workers", type=int, default=3, help="worker processes (rota worker)")
-    p.add_argument("--features", type=_names("feature", FEATURES), default=FEATURES, help=f"comma list of {', '.join(FEATURES)} (default all)")  # type: ignore[arg-type]
-    p.add_argument("--faults", type=_names("fault", FAULTS), default=FAULTS, help=f"comma list of {', '.join(FAULTS)} (default all; proxy on postgres only)")  # type: ignore[arg-type]
-    p.add_argument("--damage", type=_names("damage", DAMAGE), default=DAMAGE, help=f"the damaged rows of the damage fault: comma list of {', '.join(DAMAGE)} (default all)")  # type: ignore[arg-type]
+    p.add_argument(
+        "--features",
+        type=_names("feature", FEATURES),
+        default=FEATURES,
+        help=f"comma list of {', '.join(FEATURES)} (default all)",
+    )
+    p.add_argument(
+        "--faults",
+        type=_names("fault", FAULTS),
+        default=FAULTS,
+        help=f"comma list of {', '.join(FAULTS)} (default all; proxy on postgres only)",
+    )
+    p.add_argument(
+        "--damage",
+        type=_names("damage", DAMAGE),
+        default=DAMAGE,
+        help=f"the damaged rows of the damage fault: comma list of {', '.join(DAMAGE)} (default all)",
+    )
     p.add_argument("--lease", type=float, default=4.0)
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--shutdown-timeout", type=float, default=1.0)

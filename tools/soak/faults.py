@@ -149,7 +149,9 @@ def write_damage(app: rota.App, ledger: Ledger, damage: tuple[str, ...]) -> None
                  "jitter": ("d-jitter", "jitter does not decode", "jitter = 1e300")}  # fmt: skip
     for kind, (name, what, assignment) in schedules.items():
         if kind in damage:
-            ledger.call(f"write schedule {name}", lambda n=name, w=what, a=assignment: _damage_schedule(app, ledger, n, w, a))  # type: ignore[misc]
+            ledger.call(
+                f"write schedule {name}", lambda n=name, w=what, a=assignment: _damage_schedule(app, ledger, n, w, a)
+            )  # type: ignore[misc]
     ledger.note(f"damage: runs {', '.join(ledger.damaged_runs)}; schedules {', '.join(ledger.damaged_schedules)}")
 
 

@@ -104,7 +104,7 @@ def _drive(cfg: Config, client: rota.App, workload: Workload, fleet: Fleet, prox
     runs = {str(r.id): r for r in client.list_runs(limit=100_000)}
     try:
         schedules: list[Any] | str = client.list_schedules(include_inactive=True)
-    except Exception as exc:  # noqa: BLE001 - a listing broken by a damaged row is a finding
+    except Exception as exc:  # a listing broken by a damaged row is a finding
         schedules = f"{type(exc).__name__}: {exc}"
     with client.store._read() as s:  # type: ignore[attr-defined]
         rows = s.q_text("SELECT run_id, token FROM soak_effects ORDER BY token")

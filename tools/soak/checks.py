@@ -38,7 +38,7 @@ class Violation:
     def show(self) -> str:
         more = f" (+{len(self.runs) - CAPPED} more)" if len(self.runs) > CAPPED else ""
         ids = f" [runs {', '.join(self.runs[:CAPPED])}{more}]" if self.runs else ""
-        return f"{self.invariant}: {self.detail}{ids}"
+        return " ".join(f"{self.invariant}: {self.detail}{ids}".split())
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Facts:
     unsettled: dict[str, str]  # run id -> its status when the settle time ran out
     stop_at: datetime  # the schedules ran until then
     faults: tuple[str, ...]
+    killed: set[int]  # the pids of the workers the injector killed with -9
     schedules: list[Any] | str  # list_schedules(), or what it raised
 
 
@@ -95,10 +96,15 @@ def ticks(f: Facts) -> list[Violation]:
     found = []
     for name, (every, *_rest) in f.ledger.schedules.items():
         rows = [r for r in f.runs.values() if r.schedule == name and r.retry_of is None]
-        seen: dict[datetime, list[str]] = defaultdict(list)
+        seen: dict[datetime, list[rota.Run]] = defaultdict(list)
         for r in rows:
-            seen[r.scheduled_for].append(r.id)
-        twice = {t: ids for t, ids in seen.items() if len(ids) > 1}
+            seen[r.scheduled_for].append(r)
+        # a tick has one row, or a skipped row and the run a backfill made for it (documented)
+        twice = {
+            t: [r.id for r in rs]
+            for t, rs in seen.items()
+            if sum(r.status == "skipped" for r in rs) > 1 or sum(r.status != "skipped" for r in rs) > 1
+        }
         if twice:
             found.append(Violation("ticks", f"schedule {name}: {len(twice)} tick(s) with more than one row, e.g. "
                                    f"{min(twice)}", sorted(i for ids in twice.values() for i in ids)))  # fmt: skip
@@ -157,8 +163,8 @@ def _history(f: Facts, run_id: str) -> str:
     run = f.runs.get(run_id)
     if run is None:
         return "(no such run)"
-    steps = [f"{a.get('attempt')}:{a.get('status')}" for a in run.history]
-    return f"{' '.join(steps) or '-'} then {run.attempt}:{run.status}"
+    steps = [f"{a.get('attempt')}:{a.get('status')}({(a.get('error') or {}).get('type', '')})" for a in run.history]
+    return f"{' '.join(steps) or '-'} then {run.attempt}:{run.status}({(run.error or {}).get('type', '')})"
 
 
 def given_up(run: rota.Run) -> int:

@@ -47,6 +47,24 @@ def attempts(f: Facts) -> list[Violation]:
     return found
 
 
+def leases(f: Facts) -> list[Violation]:
+    """A lease is lost only by a worker that was killed with -9: a worker that stops on
+    SIGTERM hands its runs back, and every proxy cut is shorter than half a lease (an owner
+    back within a lease keeps its runs: docs/concepts/faults.md)."""
+    lost: dict[str, list[str]] = defaultdict(list)
+    for run in f.runs.values():
+        owners = [str(a.get("worker")) for a in run.history if a.get("status") == "lost"]
+        error = run.error or {}
+        if run.status == "failed" and error.get("type") == "WorkerLost":
+            owners.append(str(error.get("message", "")).removeprefix("worker ").split(" ")[0])
+        for owner in owners:
+            pid = owner.rpartition(":")[2]
+            if not (pid.isdigit() and int(pid) in f.killed):
+                lost[owner].append(run.id)
+    return [Violation("lease-lost", f"worker {owner} was not killed, yet {len(ids)} of its attempts were lost "
+                      "(rescued by another worker)", sorted(ids, key=int)) for owner, ids in sorted(lost.items())]  # fmt: skip
+
+
 def retried_once(f: Facts) -> list[Violation]:
     retries: dict[str, list[str]] = defaultdict(list)
     for run in f.runs.values():
@@ -184,7 +202,7 @@ def processes(f: Facts) -> list[Violation]:
 
 CHECKS: dict[str, Check] = {
     "beside-itself": beside_itself, "limit": limits, "rate": rates, "ticks": ticks, "overlap": overlap,
-    "final": settled, "attempts": attempts, "retried-twice": retried_once, "after": after, "unique_for": unique,
+    "final": settled, "attempts": attempts, "lease-lost": leases, "retried-twice": retried_once, "after": after, "unique_for": unique,
     "transactional": transactional, "unexpected-failure": failures, "quarantine": damage, "processes": processes,
 }  # fmt: skip
 

@@ -30,9 +30,10 @@ class Fleet:
         self.cfg, self.ledger = cfg, ledger
         self.procs = WorkerProcs(url, folder)
         self.procs.env.update({"ROTA_SOAK_DIR": str(folder), "ROTA_SOAK_SEED": str(cfg.seed),
-                               "ROTA_SOAK_LEASE": str(cfg.lease)})  # fmt: skip
+                               "ROTA_SOAK_LEASE": str(cfg.lease), "ROTA_HIGH_FREQUENCY": "0"})  # fmt: skip
         self.slots: list[subprocess.Popen[bytes]] = []
         self.signalled: set[int] = set()
+        self.killed: set[int] = set()
         self.exits: dict[int, float] = {}
 
     def start(self) -> subprocess.Popen[bytes]:
@@ -54,9 +55,23 @@ class Fleet:
         while len(self.slots) < self.cfg.workers:
             self.slots.append(self.start())
 
-    def stop(self, proc: subprocess.Popen[bytes], sig: int, timeout: float = 60) -> None:
+    def wait_ready(self, client: rota.App, timeout: float = 90) -> None:
+        """Wait until every worker has registered (a worker takes seconds to start on a busy machine)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.fill()
+            live = {p.pid for p in self.slots}
+            if live <= {w.pid for w in self.ledger.call("list_workers", client.list_workers) or []}:
+                return
+            time.sleep(0.2)
+
+    def stop(self, proc: subprocess.Popen[bytes], sig: int | None, timeout: float = 60) -> None:
+        """Send `sig` (None: it was sent already) and wait for the worker to exit."""
         self.signalled.add(proc.pid)
-        proc.send_signal(sig)
+        if sig == signal.SIGKILL:
+            self.killed.add(proc.pid)
+        if sig is not None:
+            proc.send_signal(sig)
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -72,7 +87,7 @@ class Fleet:
             self.signalled.add(proc.pid)
             proc.send_signal(signal.SIGTERM)
         for proc in list(self.slots):
-            self.stop(proc, signal.SIGTERM)
+            self.stop(proc, None)
         for proc in self.procs.procs:
             if proc.poll() is None:
                 proc.kill()

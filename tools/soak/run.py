@@ -72,9 +72,9 @@ def _soak(cfg: Config, url: str, folder: Path, out: Any) -> tuple[list[Any], dic
             s.q_text("CREATE TABLE IF NOT EXISTS soak_effects (run_id TEXT NOT NULL, token BIGINT NOT NULL)")
         ledger = Ledger()
         workload = Workload(cfg, client, ledger)
-        workload.setup()
         fleet = Fleet(cfg, proxy.url(url) if proxy else url, folder, ledger)
-        fleet.fill()
+        fleet.wait_ready(client)
+        workload.setup()
         facts = _drive(cfg, client, workload, fleet, proxy, ledger, folder)
         return check(facts), _summary(facts, fleet)
     finally:
@@ -112,7 +112,7 @@ def _drive(cfg: Config, client: rota.App, workload: Workload, fleet: Fleet, prox
     for run_id, token in rows:
         effects.setdefault(str(run_id), []).append(int(token))
     found = evidence.read(folder, fleet.exits)
-    return Facts(runs, found, ledger, effects, unsettled, stop_at, cfg.faults, schedules)
+    return Facts(runs, found, ledger, effects, unsettled, stop_at, cfg.faults, fleet.killed, schedules)
 
 
 def _settle(cfg: Config, client: rota.App, ledger: Ledger, stop_at: datetime) -> dict[str, str]:

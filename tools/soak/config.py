@@ -32,12 +32,15 @@ class Config:
     settle: float = 60.0  # at most this long for the runs to end once the faults stop
     postgres_url: str = field(default_factory=lambda: os.environ.get("ROTA_TEST_POSTGRES_URL", PG_DEFAULT))
     keep: str | None = None  # a folder for the database file, evidence and worker logs, kept
+    known: tuple[str, ...] = ()  # invariants whose violations are listed as known and do not fail
 
     def command(self) -> str:
         """The command that replays this soak (same seed, features and faults)."""
         parts = ["python", "-m", "tools.soak", "--store", self.store, "--seed", str(self.seed),
                  "--duration", f"{self.duration:g}", "--workers", str(self.workers),
                  "--features", ",".join(self.features) or "none", "--faults", ",".join(self.faults) or "none"]  # fmt: skip
+        if self.known:
+            parts += ["--known", ",".join(self.known)]
         if "damage" in self.faults and self.damage != DAMAGE:
             parts += ["--damage", ",".join(self.damage) or "none"]
         defaults = Config()
@@ -97,5 +100,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--settle", type=float, default=60.0, help="at most this long for every run to end after the faults")
     p.add_argument("--postgres-url", default=os.environ.get("ROTA_TEST_POSTGRES_URL", PG_DEFAULT),
                    help="a PostgreSQL database the soak may use (it makes and drops its own schema)")  # fmt: skip
+    p.add_argument(
+        "--known",
+        type=lambda text: tuple(n.strip() for n in text.split(",") if n.strip()),
+        default=(),
+        help="invariants (as the report names them) whose violations are known: listed, but they do not fail the soak",
+    )
     p.add_argument("--keep", default=None, help="keep the database, evidence and worker logs in this folder")
     return p

@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     faults = tuple(f for f in args.faults if f != "proxy" or args.store == "postgres")
     cfg = Config(store=args.store, seed=seed, duration=args.duration, workers=args.workers, features=args.features,
                  faults=faults, damage=args.damage, lease=args.lease, concurrency=args.concurrency,
-                 shutdown_timeout=args.shutdown_timeout, fault_every=args.fault_every, settle=args.settle,
+                 shutdown_timeout=args.shutdown_timeout, fault_every=args.fault_every, fork_seconds=args.fork_seconds, settle=args.settle,
                  postgres_url=args.postgres_url, keep=args.keep, known=args.known)  # fmt: skip
     print(f"soak seed {seed}: {cfg.command()}", flush=True)
     violations, summary = soak(cfg)

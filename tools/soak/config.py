@@ -29,6 +29,7 @@ class Config:
     concurrency: int = 4
     shutdown_timeout: float = 1.0
     fault_every: float = 4.0  # mean seconds between faults
+    fork_seconds: float = 1.5  # the longest a forked child lives
     settle: float = 60.0  # at most this long for the runs to end once the faults stop
     postgres_url: str = field(default_factory=lambda: os.environ.get("ROTA_TEST_POSTGRES_URL", PG_DEFAULT))
     keep: str | None = None  # a folder for the database file, evidence and worker logs, kept
@@ -44,7 +45,7 @@ class Config:
         if "damage" in self.faults and self.damage != DAMAGE:
             parts += ["--damage", ",".join(self.damage) or "none"]
         defaults = Config()
-        for name in ("lease", "concurrency", "shutdown_timeout", "fault_every", "settle"):
+        for name in ("lease", "concurrency", "shutdown_timeout", "fault_every", "fork_seconds", "settle"):
             if getattr(self, name) != getattr(defaults, name):
                 parts += [f"--{name.replace('_', '-')}", f"{getattr(self, name):g}"]
         return shlex.join(parts)
@@ -97,6 +98,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--shutdown-timeout", type=float, default=1.0)
     p.add_argument("--fault-every", type=float, default=4.0, help="mean seconds between two faults")
+    p.add_argument("--fork-seconds", type=float, default=1.5, help="the longest a forked child lives")
     p.add_argument("--settle", type=float, default=60.0, help="at most this long for every run to end after the faults")
     p.add_argument("--postgres-url", default=os.environ.get("ROTA_TEST_POSTGRES_URL", PG_DEFAULT),
                    help="a PostgreSQL database the soak may use (it makes and drops its own schema)")  # fmt: skip

@@ -172,7 +172,7 @@ def write_damage(app: rota.App, ledger: Ledger, damage: tuple[str, ...]) -> None
 
 def _damage_run(app: rota.App, ledger: Ledger, what: str, assignment: str) -> None:
     store: Any = app.store
-    handle = app.get_task("soak.plain").options(delay=2.0).enqueue(0, 0.0, 0)
+    handle = app.get_task("soak.plain").options(delay=2.0).enqueue(0, 2.0, 0)  # long enough for heartbeats
     with store._tx() as s:
         s.q_text(f"UPDATE rota_runs SET {assignment} WHERE id = {store._p('id')}", id=int(handle.id))
     ledger.damaged_runs[str(handle.id)] = what

@@ -147,7 +147,7 @@ class Workload:
         self.ledger.add("txn", [handle.id] if handle else None)
 
     def fork(self) -> None:
-        args = [self.next_i(), round(self.rng.uniform(0.05, 1.5), 3), self.rng.choice(["mp", "os"])]
+        args = [self.next_i(), round(self.rng.uniform(0.05, self.cfg.fork_seconds), 3), self.rng.choice(["mp", "os"])]
         handle = self.ledger.call("enqueue fork", lambda: self.app.get_task("soak.fork").enqueue(*args))
         self.ledger.add("fork", [handle.id] if handle else None)
 

@@ -197,6 +197,6 @@ class Workload:
     def backfill(self) -> None:
         now = datetime.now(UTC)
         for name in ("s-concurrent", "s-queue"):
-            start = now - timedelta(seconds=20)
+            start = now - timedelta(seconds=self.cfg.duration + 20)  # from before the schedule's first tick
             made = self.ledger.call(f"backfill {name}", lambda n=name, s=start: self.app.backfill(n, start=s, end=now))  # type: ignore[misc]
             self.ledger.backfilled += len(made or [])

@@ -124,6 +124,21 @@ def ticks(f: Facts) -> list[Violation]:
     return found
 
 
+def policies(f: Facts) -> list[Violation]:
+    """Skipped rows only as the policies allow: Misfire rows never under misfire="all",
+    Overlap rows only under overlap="skip"."""
+    found = []
+    for name, (_, overlap_policy, misfire, _) in f.ledger.schedules.items():
+        wrong = {"Misfire"} if misfire == "all" else set()
+        wrong |= {"Overlap"} if overlap_policy != "skip" else set()
+        bad = [r.id for r in f.runs.values() if r.schedule == name and r.status == "skipped"
+               and (r.error or {}).get("type") in wrong]  # fmt: skip
+        if bad:
+            found.append(Violation("policy", f"schedule {name} (overlap={overlap_policy!r}, misfire={misfire!r}): "
+                                   f"{len(bad)} tick(s) skipped as {' or '.join(sorted(wrong))}", sorted(bad, key=int)))  # fmt: skip
+    return found
+
+
 def _withdrawn(run: rota.Run) -> bool:
     return run.status == "cancelled" and (run.error or {}).get("type") == "Withdrawn"
 

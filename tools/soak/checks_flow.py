@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from tests.faults.invariants import GIVEN_UP
 
-from .checks import Check, Facts, Violation, _history, beside_itself, limits, overlap, rates, settled, ticks
+from .checks import Check, Facts, Violation, _history, beside_itself, limits, overlap, policies, rates, settled, ticks
 
 HANDLER_ERRORS = {"SoakFailure"}  # what the handlers raise on purpose
 DAMAGED = "DamagedRow"
@@ -201,7 +201,7 @@ def processes(f: Facts) -> list[Violation]:
 
 
 CHECKS: dict[str, Check] = {
-    "beside-itself": beside_itself, "limit": limits, "rate": rates, "ticks": ticks, "overlap": overlap,
+    "beside-itself": beside_itself, "limit": limits, "rate": rates, "ticks": ticks, "policy": policies, "overlap": overlap,
     "final": settled, "attempts": attempts, "lease-lost": leases, "retried-twice": retried_once, "after": after, "unique_for": unique,
     "transactional": transactional, "unexpected-failure": failures, "quarantine": damage, "processes": processes,
 }  # fmt: skip

@@ -3,6 +3,7 @@ effects, failures and damaged rows (the time-based ones are in checks.py)."""
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 from tests.faults.invariants import GIVEN_UP
@@ -63,6 +64,25 @@ def leases(f: Facts) -> list[Violation]:
                 lost[owner].append(run.id)
     return [Violation("lease-lost", f"worker {owner} was not killed, yet {len(ids)} of its attempts were lost "
                       "(rescued by another worker)", sorted(ids, key=int)) for owner, ids in sorted(lost.items())]  # fmt: skip
+
+
+def cancels(f: Facts) -> list[Violation]:
+    """A run that cancel() returned as cancelled never starts afterwards and ends cancelled."""
+    bad = []
+    for run_id, when in f.ledger.cancels:
+        late = [x for x in f.evidence.by_run.get(run_id, []) if x.start > when]
+        run = f.runs.get(run_id)
+        if late or (run is not None and run.status != "cancelled"):
+            bad.append(f"run {run_id}: {len(late)} execution(s) after its cancel, now {run.status if run else '?'}")
+    return [Violation("cancel", f"{len(bad)} run(s) cancelled by cancel() ran or ended otherwise, e.g. {bad[0]}",
+                      [b.split()[1].rstrip(":") for b in bad])] if bad else []  # fmt: skip
+
+
+def tokens(f: Facts) -> list[Violation]:
+    """Fencing tokens only grow: a run's executions, in the order they started, carry growing tokens."""
+    bad = [run_id for run_id, execs in f.evidence.by_run.items()
+           if any(b.token <= a.token for a, b in itertools.pairwise(execs))]  # fmt: skip
+    return [Violation("tokens", f"{len(bad)} run(s) whose later execution carried a smaller token", bad)] if bad else []
 
 
 def retried_once(f: Facts) -> list[Violation]:
@@ -202,7 +222,7 @@ def processes(f: Facts) -> list[Violation]:
 
 CHECKS: dict[str, Check] = {
     "beside-itself": beside_itself, "limit": limits, "rate": rates, "ticks": ticks, "policy": policies, "overlap": overlap,
-    "final": settled, "attempts": attempts, "lease-lost": leases, "retried-twice": retried_once, "after": after, "unique_for": unique,
+    "final": settled, "attempts": attempts, "lease-lost": leases, "cancel": cancels, "tokens": tokens, "retried-twice": retried_once, "after": after, "unique_for": unique,
     "transactional": transactional, "unexpected-failure": failures, "quarantine": damage, "processes": processes,
 }  # fmt: skip
 

@@ -45,6 +45,7 @@ class Ledger:
     client_errors: list[str] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)  # what the injector did, in order
     unexpected_exits: list[str] = field(default_factory=list)
+    cancels: list[tuple[str, float]] = field(default_factory=list)  # (run id, when cancel() returned it cancelled)
     retry_many_calls: int = 0
     backfilled: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -182,7 +183,9 @@ class Workload:
         candidates = [i for i, k in self.ledger.kinds.items() if k in ("plain", "limited", "fork")]
         if candidates:
             run_id = self.rng.choice(candidates[-40:])
-            self.ledger.call(f"cancel {run_id}", lambda: self.app.cancel(run_id, reason="soak"))
+            run = self.ledger.call(f"cancel {run_id}", lambda: self.app.cancel(run_id, reason="soak"))
+            if run is not None and run.status == "cancelled":
+                self.ledger.cancels.append((run_id, time.monotonic()))
 
     def retry_many(self) -> None:
         """Two retry_many calls at once: each failed run is retried once."""

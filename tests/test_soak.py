@@ -100,3 +100,12 @@ def test_the_checker_names_runs_of_an_exclusive_schedule_at_once_and_an_early_af
     ], ledger, {"8": _run("8"), "9": _run("9")}))  # fmt: skip
     assert _named(found, "overlap") == [["1", "2"]]
     assert _named(found, "after") == [["9"]]
+
+
+def test_every_invariant_the_checker_names_is_one_known_takes() -> None:
+    import re
+
+    from tools.soak.config import INVARIANTS
+
+    source = "".join(p.read_text() for p in (ROOT / "tools" / "soak").glob("checks*.py"))
+    assert set(re.findall(r'Violation\(\s*"([a-z_-]+)"', source)) == set(INVARIANTS)

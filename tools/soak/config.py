@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 FEATURES = ("schedules", "limits", "rates", "after", "unique", "retries", "txn", "cancel", "retry_many",
             "backfill", "fork", "block")  # fmt: skip
 FAULTS = ("term", "kill", "proxy", "damage")
+# every invariant the report names (checks.py, checks_flow.py; --known takes these)
+INVARIANTS = ("beside-itself", "limit", "rate", "ticks", "schedule-stopped", "policy", "overlap", "final", "attempts",
+              "lease-lost", "cancel", "tokens", "retried-twice", "after", "unique_for", "transactional",
+              "damaged-retried", "unexpected-failure", "quarantine", "worker-stopped", "client-call",
+              "claims-stopped")  # fmt: skip
 DAMAGE = ("attempt", "timeout", "args", "every", "jitter")  # the damaged rows "damage" writes
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -68,14 +73,27 @@ def _names(kind: str, known: tuple[str, ...]) -> Callable[[str], tuple[str, ...]
     return parse
 
 
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 0")
+        return value
+
+    return parse
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__)
     p.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     p.add_argument("--seed", type=int, default=None, help="the workload's seed (default: a random one, printed)")
     p.add_argument(
-        "--duration", type=float, default=30.0, help="seconds of workload and faults (then settle and check)"
+        "--duration", type=_positive(float), default=30.0, help="seconds of workload and faults (then settle and check)"
     )
-    p.add_argument("--workers", type=int, default=3, help="worker processes (rota worker)")
+    p.add_argument("--workers", type=_positive(int), default=3, help="worker processes (rota worker)")
     p.add_argument(
         "--features",
         type=_names("feature", FEATURES),
@@ -94,17 +112,19 @@ def parser() -> argparse.ArgumentParser:
         default=DAMAGE,
         help=f"the damaged rows of the damage fault: comma list of {', '.join(DAMAGE)} (default all)",
     )
-    p.add_argument("--lease", type=float, default=4.0)
-    p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--shutdown-timeout", type=float, default=1.0)
-    p.add_argument("--fault-every", type=float, default=4.0, help="mean seconds between two faults")
-    p.add_argument("--fork-seconds", type=float, default=1.5, help="the longest a forked child lives")
-    p.add_argument("--settle", type=float, default=60.0, help="at most this long for every run to end after the faults")
+    p.add_argument("--lease", type=_positive(float), default=4.0)
+    p.add_argument("--concurrency", type=_positive(int), default=4)
+    p.add_argument("--shutdown-timeout", type=_positive(float), default=1.0)
+    p.add_argument("--fault-every", type=_positive(float), default=4.0, help="mean seconds between two faults")
+    p.add_argument("--fork-seconds", type=_positive(float), default=1.5, help="the longest a forked child lives")
+    p.add_argument(
+        "--settle", type=_positive(float), default=60.0, help="at most this long for every run to end after the faults"
+    )
     p.add_argument("--postgres-url", default=os.environ.get("ROTA_TEST_POSTGRES_URL", PG_DEFAULT),
                    help="a PostgreSQL database the soak may use (it makes and drops its own schema)")  # fmt: skip
     p.add_argument(
         "--known",
-        type=lambda text: tuple(n.strip() for n in text.split(",") if n.strip()),
+        type=_names("invariant", INVARIANTS),
         default=(),
         help="invariants (as the report names them) whose violations are known: listed, but they do not fail the soak",
     )

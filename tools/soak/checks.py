@@ -144,7 +144,7 @@ def _withdrawn(run: rota.Run) -> bool:
 
 
 def overlap(f: Facts) -> list[Violation]:
-    exclusive = {n for n, (_, policy, _, _) in f.ledger.schedules.items() if policy in ("skip", "queue")}
+    exclusive = {n for n, (_, policy, _, _) in f.ledger.schedules.items() if policy in ("skip", "queue", "replace")}
     by_schedule: dict[str, list[Execution]] = defaultdict(list)
     for ex in f.evidence.executions:
         if ex.schedule in exclusive:

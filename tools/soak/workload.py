@@ -24,7 +24,7 @@ SCHEDULES = {
     "s-skip": (1.0, "skip", "coalesce", 0.8),
     "s-queue": (1.0, "queue", "all", 0.5),
     "s-concurrent": (1.0, "concurrent", "skip", 1.0),
-    "s-replace": (1.0, "replace", "coalesce", 0.8),
+    "s-replace": (1.0, "replace", "coalesce", 1.2),
     "s-skip-all": (1.5, "skip", "all", 0.6),
     "s-queue-skip": (1.5, "queue", "skip", 0.4),
 }

@@ -155,6 +155,20 @@ def transactional(f: Facts) -> list[Violation]:
                       f"succeeded attempt's, e.g. {bad[0]}", [b.split()[1] for b in bad])]  # fmt: skip
 
 
+def attempt_errors(f: Facts) -> list[Violation]:
+    """An earlier attempt failed only because its handler raised (retries hide the rest)."""
+    by_type: dict[str, list[str]] = defaultdict(list)
+    for run in f.runs.values():
+        if run.id in f.ledger.damaged_runs:
+            continue
+        for a in run.history:
+            error = a.get("error") or {}
+            if a.get("status") == "failed" and error.get("type") not in HANDLER_ERRORS:
+                by_type[f"{error.get('type')}: {str(error.get('message', ''))[:120]}"].append(run.id)
+    return [Violation("attempt-error", f"{len(ids)} attempt(s) failed with {what}, then retried", sorted(set(ids), key=int))
+            for what, ids in sorted(by_type.items())]  # fmt: skip
+
+
 def copies_of_damaged(f: Facts) -> set[str]:
     """Runs made by retrying a damaged run (or such a copy): they carry its damaged fields."""
     copies: set[str] = set()
@@ -223,7 +237,7 @@ def processes(f: Facts) -> list[Violation]:
 CHECKS: dict[str, Check] = {
     "beside-itself": beside_itself, "limit": limits, "rate": rates, "ticks": ticks, "policy": policies, "overlap": overlap,
     "final": settled, "attempts": attempts, "lease-lost": leases, "cancel": cancels, "tokens": tokens, "retried-twice": retried_once, "after": after, "unique_for": unique,
-    "transactional": transactional, "unexpected-failure": failures, "quarantine": damage, "processes": processes,
+    "transactional": transactional, "unexpected-failure": failures, "attempt-error": attempt_errors, "quarantine": damage, "processes": processes,
 }  # fmt: skip
 
 

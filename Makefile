@@ -3,13 +3,14 @@
 #               the dashboard on http://127.0.0.1:$(DEMO_PORT)/ (loopback only)
 #   make test   runs ruff, mypy and the whole test suite (PostgreSQL/Redis suites skip
 #               with one line saying how to enable them when those servers are absent)
-# Also: make docs (the documentation site, strict), make package-smoke (build, install, run).
+# Also: make docs (the documentation site, strict), make package-smoke (build, install, run),
+# make soak (the whole-system soak; SOAK_ARGS="--store postgres --seed 7 --duration 600").
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck pytest docs docs-serve package-smoke bench clean
+.PHONY: demo test lint typecheck pytest docs docs-serve package-smoke bench soak clean
 
 $(STAMP): pyproject.toml rota/_version.py
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +74,10 @@ $(BENCH_VENV)/.installed: pyproject.toml bench/requirements.txt
 
 bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m bench $(BENCH_ARGS)
+
+SOAK_ARGS ?= --store sqlite --duration 300
+soak: $(STAMP)
+	$(BIN)/python -m tools.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .mypy_cache .pytest_cache .ruff_cache site dist

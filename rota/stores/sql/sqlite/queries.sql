@@ -82,7 +82,9 @@ UPDATE rota_counters SET value = :token WHERE name = 'token'
 -- counted until their start). A run whose cancellation was requested is never claimed.
 UPDATE rota_runs
 SET status = 'running', owner = :owner, token = :token + c.pos - 1,
-    attempt = CASE WHEN c.pos <= :start THEN attempt + 1 ELSE attempt END,
+    -- (a run at the maximum rota counts is not counted: it is claimed, and its worker fails it
+    -- as damaged; rota.quarantine. Past 2^63-1 the sum would be a REAL: the whole claim failed.)
+    attempt = CASE WHEN c.pos <= :start AND attempt < 2147483647 THEN attempt + 1 ELSE attempt END,
     started_at = CASE WHEN c.pos <= :start THEN {now} END, lease_until = {now} + :lease,
     misfire_at = NULL
 -- one fencing token per claimed run (:token + its place in the claim's order), so ctx.token
@@ -104,7 +106,9 @@ RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeou
 -- as claim, for some queues only
 UPDATE rota_runs
 SET status = 'running', owner = :owner, token = :token + c.pos - 1,
-    attempt = CASE WHEN c.pos <= :start THEN attempt + 1 ELSE attempt END,
+    -- (a run at the maximum rota counts is not counted: it is claimed, and its worker fails it
+    -- as damaged; rota.quarantine. Past 2^63-1 the sum would be a REAL: the whole claim failed.)
+    attempt = CASE WHEN c.pos <= :start AND attempt < 2147483647 THEN attempt + 1 ELSE attempt END,
     started_at = CASE WHEN c.pos <= :start THEN {now} END, lease_until = {now} + :lease,
     misfire_at = NULL
 -- one fencing token per claimed run (:token + its place in the claim's order), so ctx.token
@@ -164,7 +168,7 @@ RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeou
 -- transition: start
 -- A held run whose handler started :ago seconds ago: the attempt counted, started_at set.
 -- Fenced by the token; refused when its cancellation was requested or it started already.
-UPDATE rota_runs SET attempt = attempt + 1, started_at = {now} - :ago
+UPDATE rota_runs SET attempt = attempt + (attempt < 2147483647), started_at = {now} - :ago
 WHERE id = :id AND token = :token AND status = 'running' AND started_at IS NULL
   AND NOT cancel_requested
 RETURNING id
@@ -1138,7 +1142,7 @@ LIMIT :n
 -- was taken (a retry of it is no misfire).
 UPDATE rota_runs
 SET status = 'running', owner = :owner, token = :token + c.rank,
-    attempt = attempt + (c.pos < :start), rate_waited = 0, misfire_at = NULL,
+    attempt = attempt + (c.pos < :start AND attempt < 2147483647), rate_waited = 0, misfire_at = NULL,
     started_at = CASE WHEN c.pos < :start THEN {now} END, lease_until = {now} + :lease
 FROM (SELECT value AS id, key AS pos, row_number() OVER (ORDER BY value) - 1 AS rank FROM json_each(:ids)) AS c
 WHERE rota_runs.id = c.id AND rota_runs.status = 'pending'

@@ -186,15 +186,14 @@ class Client(Declarations):
         *,
         queue: str | None = None,
         before: str | int | None = None,
+        damaged: bool = False,
     ) -> list[Run]:
-        """Runs, newest first, filtered by status/task/schedule/queue; `before` pages by id."""
-        if status is not None and status not in STATUSES:
-            raise ConfigurationError(
-                f"unknown status {status!r}{did_you_mean(status, STATUSES)}; valid: {', '.join(STATUSES)}"
-            )
+        """Runs, newest first, filtered by status/task/schedule/queue; `before` pages by id;
+        `damaged`: only the runs set aside as damaged (failed with error type DamagedRow)."""
+        status = damaged_status(status, damaged)
         check_int("limit", limit, low=1, high=100_000)
         task, schedule, queue = _filter("task", task), _filter("schedule", schedule), _filter("queue", queue)
-        flt = RunFilter(status, task, schedule, queue, limit, _run_id(before) if before is not None else None)
+        flt = RunFilter(status, task, schedule, queue, limit, _run_id(before) if before is not None else None, damaged)
         return self.store.list_runs(flt)
 
     def list_schedules(self, *, include_inactive: bool = False) -> list[ScheduleInfo]:
@@ -345,6 +344,17 @@ def _run_id(run_id: object) -> int:
             f"no run with id {run_id!r}: run ids are integers from 1 to {2**63 - 1}, written in ASCII digits"
         )
     return value
+
+
+def damaged_status(status: str | None, damaged: bool) -> str | None:
+    """A listing's status, checked: `damaged` (runs set aside as damaged) means `failed`."""
+    if status is not None and status not in STATUSES:
+        raise ConfigurationError(
+            f"unknown status {status!r}{did_you_mean(status, STATUSES)}; valid: {', '.join(STATUSES)}"
+        )
+    if damaged and status not in (None, "failed"):
+        raise ConfigurationError(f"damaged runs are failed runs: status {status!r} with damaged lists nothing")
+    return "failed" if damaged else status
 
 
 def _due_fields(sdef: ScheduleDef) -> dict[str, Any]:

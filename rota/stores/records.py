@@ -84,9 +84,6 @@ class Claimed:
 #: The largest attempt a claim counts (PostgreSQL's integer column; rota never writes more on
 #: either store): a run at it is set aside as damaged, and the claim's arithmetic skips it.
 ATTEMPT_MAX = 2**31 - 1
-#: A stored timeout above this (about 31 years) is no limit: an event loop's or a thread's
-#: timer cannot wait longer (threading.TIMEOUT_MAX is smaller on some platforms).
-TIMEOUT_NONE_ABOVE = 1e9
 _EPOCH = datetime.fromtimestamp(0, UTC)
 
 
@@ -116,11 +113,9 @@ def _damage(c: Claimed) -> str | None:
         return f"attempt {c.attempt!r} is not an integer from 0 to {ATTEMPT_MAX - 1}"
     if type(c.max_attempts) is not int or type(c.priority) is not int or type(c.token) is not int:
         return f"max_attempts {c.max_attempts!r}, priority {c.priority!r} or token {c.token!r} is not an integer"
-    if c.timeout is not None:
-        if not isinstance(c.timeout, (int, float)) or not c.timeout > 0 or math.isinf(c.timeout):
-            return f"timeout {c.timeout!r} is not a positive number of seconds"
-        if c.timeout > TIMEOUT_NONE_ABOVE:
-            c.timeout = None  # longer than any timer can wait: no limit
+    timeout = c.timeout
+    if timeout is not None and (not isinstance(timeout, (int, float)) or not timeout > 0 or math.isinf(timeout)):
+        return f"timeout {timeout!r} is not a positive number of seconds"  # NaN too (it broke the loop's timers)
     for field in ("task", "args", "kwargs"):
         if type(getattr(c, field)) is not str:
             return f"{field} {getattr(c, field)!r} is not text"
@@ -201,6 +196,12 @@ class RunFilter:
     queue: str | None = None
     limit: int = 100
     before_id: int | None = None
+    damaged: bool = False  # only the runs set aside as damaged (failed, error type DamagedRow)
+
+
+#: What the stored error of a run set aside as damaged begins with (rota.quarantine.run_error
+#: written by rota.serialization.simple_error): the `damaged` filter's LIKE pattern.
+DAMAGED_ERROR_LIKE = '{"type":"DamagedRow",%'
 
 
 @dataclass(slots=True)

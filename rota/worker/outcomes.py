@@ -73,13 +73,13 @@ class Decider:
             return Outcome(c.id, c.token, "cancelled", error=simple_error("Cancelled", "cancelled on request"))
         error, retryable = self._error_of(active, kind, value)
         if c.attempt < c.max_attempts and retryable and _may_retry(active, value):
-            history = storable(encode(self._history(active, kind, error)))
             try:
                 delay = _backoff(active).delay(c.attempt)
-            except (ConfigurationError, *quarantine.UNDECODABLE) as exc:  # a damaged stored backoff
+            except (ConfigurationError, *quarantine.UNDECODABLE) as exc:  # a damaged stored backoff: decided
                 reason = f"backoff {c.backoff!r} does not decode ({quarantine.describe(exc)})"
-                return set_aside(c, reason, self.counters, history)  # decided: failed, its error kept in history
+                return set_aside(c, f"{reason}; the attempt failed with {_error_text(error)}", self.counters)
             self.counters.retried += 1
+            history = storable(encode(self._history(active, kind, error)))
             return Outcome(c.id, c.token, "pending", error=error, retry_in=delay, history=history)
         self.counters.failed += 1
         return Outcome(c.id, c.token, "failed", error=error)
@@ -165,12 +165,12 @@ def damaged_error(reason: str) -> str:
     return simple_error(error["type"], error["message"])
 
 
-def set_aside(c: Claimed, reason: str, counters: WorkerCounters, history: str | None = None) -> Outcome:
+def set_aside(c: Claimed, reason: str, counters: WorkerCounters) -> Outcome:
     """A claimed run that cannot be worked (rota.quarantine): named once in the log, and
-    failed as damaged (never retried). `history`: the attempt it ran, if it ran one."""
+    failed as damaged (never retried)."""
     quarantine.report(quarantine.RUN, c.id, reason, task=c.task)
     counters.failed += 1
-    return Outcome(c.id, c.token, "failed", error=damaged_error(reason), history=history)
+    return Outcome(c.id, c.token, "failed", error=damaged_error(reason))
 
 
 def _line(level: int, event: str, message: str, fields: dict[str, Any]) -> None:

@@ -347,14 +347,12 @@ def _run_id(run_id: object) -> int:
 
 
 def damaged_status(status: str | None, damaged: bool) -> str | None:
-    """A listing's status, checked: `damaged` (runs set aside as damaged) means `failed`."""
+    """A listing's status, checked: `damaged` (runs set aside as damaged) implies `failed`."""
     if status is not None and status not in STATUSES:
         raise ConfigurationError(
             f"unknown status {status!r}{did_you_mean(status, STATUSES)}; valid: {', '.join(STATUSES)}"
         )
-    if damaged and status not in (None, "failed"):
-        raise ConfigurationError(f"damaged runs are failed runs: status {status!r} with damaged lists nothing")
-    return "failed" if damaged else status
+    return "failed" if damaged and status is None else status  # (another status: none is damaged)
 
 
 def _due_fields(sdef: ScheduleDef) -> dict[str, Any]:

@@ -107,8 +107,50 @@ def claimed_rows(rows: list[Any], build: Callable[[Any], Claimed]) -> list[Claim
     return claims
 
 
+def claim_of_unix(r: Any) -> Claimed:
+    """A claimed row whose times are Unix seconds (SQLite's), as Claimed."""
+    ts = datetime.fromtimestamp
+    try:
+        return Claimed(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], ts(r[10], UTC),
+                       None if r[11] is None else ts(r[11], UTC), ts(r[12], UTC), r[13], r[14])  # fmt: skip
+    except quarantine.UNDECODABLE:  # name the time that does not decode
+        for i, field in ((10, "scheduled_for"), (11, "started_at"), (12, "lease_until")):
+            try:
+                _ = r[i] is None or ts(r[i], UTC)
+            except quarantine.UNDECODABLE as exc:
+                raise ValueError(f"{field} {r[i]!r} is not a time rota can read ({quarantine.describe(exc)})") from None
+        raise
+
+
+_INF = math.inf
+
+
 def _damage(c: Claimed) -> str | None:
-    """What is wrong with a claimed run's stored values, or None (the hot path: cheap tests)."""
+    """What is wrong with a claimed run's stored values, or None. The hot path: one expression
+    for the values every release writes (a NaN timeout fails `0 < t < inf`), else _diagnose."""
+    t = c.timeout
+    if (
+        type(c.attempt) is int
+        and 0 <= c.attempt < ATTEMPT_MAX
+        and type(c.max_attempts) is int
+        and type(c.priority) is int
+        and type(c.token) is int
+        and (t is None or (type(t) is float and 0 < t < _INF))
+        and type(c.task) is str
+        and type(c.args) is str
+        and type(c.kwargs) is str
+        and type(c.scheduled_for) is datetime
+        and type(c.lease_until) is datetime
+        and (c.started_at is None or type(c.started_at) is datetime)
+        and type(c.due) is float
+        and -_INF < c.due < _INF
+    ):
+        return None
+    return _diagnose(c)
+
+
+def _diagnose(c: Claimed) -> str | None:
+    """What is wrong with a claimed run's stored values (None: nothing, after all)."""
     if type(c.attempt) is not int or not 0 <= c.attempt < ATTEMPT_MAX:
         return f"attempt {c.attempt!r} is not an integer from 0 to {ATTEMPT_MAX - 1}"
     if type(c.max_attempts) is not int or type(c.priority) is not int or type(c.token) is not int:

@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from .. import quarantine
 from ..clock import Clock
 from ..errors import (
     ConfigurationError,
@@ -50,7 +49,7 @@ from ._sqlite_conn import (
 )
 from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from .queries import latest_version, load_migrations, load_queries
-from .records import REFUSED, claimed_rows
+from .records import REFUSED, claim_of_unix, claimed_rows
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -478,21 +477,7 @@ def _refused(path: str) -> str:
 def _claimed(rows: list[Any]) -> list[Claimed]:
     """Claimed runs in id order, each decoded on its own (a damaged one is set aside: see
     records.claimed_rows); times are Unix seconds in SQLite."""
-    return claimed_rows(rows, _claim_of)
-
-
-def _claim_of(r: Any) -> Claimed:
-    ts = datetime.fromtimestamp
-    try:
-        return Claimed(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], ts(r[10], UTC),
-                       None if r[11] is None else ts(r[11], UTC), ts(r[12], UTC), r[13], r[14])  # fmt: skip
-    except quarantine.UNDECODABLE:  # name the time that does not decode
-        for i, field in ((10, "scheduled_for"), (11, "started_at"), (12, "lease_until")):
-            try:
-                _ = r[i] is None or ts(r[i], UTC)
-            except quarantine.UNDECODABLE as exc:
-                raise ValueError(f"{field} {r[i]!r} is not a time rota can read ({quarantine.describe(exc)})") from None
-        raise
+    return claimed_rows(rows, claim_of_unix)
 
 
 def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:

@@ -219,16 +219,29 @@ def test_a_damaged_backoff_decides_the_attempt(app_factory: Any, caplog: pytest.
     assert not [r for r in caplog.records if r.exc_info], "no traceback"
 
 
-def test_corrupt_arguments_end_as_damaged_rows(app: rota.App, caplog: pytest.LogCaptureFixture) -> None:
-    """The older path (arguments that are not JSON) ends the same way: DamagedRow, one warning."""
+@pytest.mark.parametrize(
+    ("column", "value", "words"),
+    [
+        ("args", "'[1,'", "not valid JSON"),
+        ("args", "'{\"a\": 1}'", "not a JSON array and a JSON object"),  # was called with t("a")
+        ("kwargs", "'[1]'", "not a JSON array and a JSON object"),  # was a TypeError, retried
+    ],
+)
+def test_corrupt_arguments_end_as_damaged_rows(
+    app: rota.App, caplog: pytest.LogCaptureFixture, column: str, value: str, words: str
+) -> None:
+    """The older path (arguments that are not JSON) ends the same way: DamagedRow, one warning,
+    never retried; so do arguments that are JSON but not an array and an object."""
     caplog.set_level(logging.WARNING, logger="rota")
-    t = app.task(name="t", retries=3)(lambda *a: None)
+    calls: list[Any] = []
+    t = app.task(name="t", retries=3)(lambda *a, **k: calls.append(a))
     bad = t.enqueue(1)
-    _damage(app, bad.id, "args", "'[1,'")
+    _damage(app, bad.id, column, value)
     start_worker(app)
     run = bad.wait(timeout=30)
-    assert run.status == "failed" and run.error is not None and run.error["type"] == "DamagedRow"
-    assert "stored arguments are not valid JSON" in run.error["message"]
+    assert run.status == "failed" and run.error is not None and run.error["type"] == "DamagedRow", run.error
+    assert f"stored arguments are {words}" in run.error["message"] and run.attempt == 1
+    assert calls == []
     named = [r for r in caplog.records if getattr(r, "event", None) == quarantine.EVENT]
     assert len(named) == 1 and f"damaged run '{bad.id}'" in named[0].getMessage()
 

@@ -271,3 +271,38 @@ def test_damaged_runs_are_listed_by_the_cli_and_the_api(app: rota.App) -> None:
         assert api.status_code == 200 and [r["id"] for r in api.json()] == [bad.id]
         assert len(client.get("/api/runs", params={"damaged": "0"}).json()) == 3
         assert client.get("/api/runs", params={"damaged": "maybe"}).status_code == 400
+
+
+def test_a_history_that_is_not_json_stops_no_rescue_and_no_retry(app_factory: Any) -> None:
+    """SQLite: appending to a run's stored history (json_insert) failed on text that is not
+    JSON, and with it the whole statement: a rescue sweep with such a run in its batch failed
+    on every worker at every poll (no lost run was ever rescued), and a retry's outcome could
+    not be stored. PostgreSQL's jsonb column holds only JSON."""
+    app = app_factory(lease=LEASE)
+    if _pg(app):
+        pytest.skip("jsonb holds only JSON")
+    calls: list[int] = []
+
+    def flaky(n: int) -> int:
+        calls.append(n)
+        if calls.count(n) == 1 and n == 3:
+            raise RuntimeError("once")
+        return n
+
+    t = app.task(name="t", retries=2, backoff=0.01)(flaky)
+    lost = [t.enqueue(n) for n in (1, 2)]
+    retried = t.enqueue(3)
+    store: Any = app.store
+    with store._tx() as s:  # two runs of a worker that died: one of them with a damaged history
+        s.q_text(
+            "UPDATE rota_runs SET status = 'running', owner = 'ghost', token = 1, attempt = 1, "
+            "started_at = unixepoch() - 60, lease_until = unixepoch() - 30 WHERE id IN (:a, :b)",
+            a=int(lost[0].id),
+            b=int(lost[1].id),
+        )
+    for run in (lost[0], retried):
+        _damage(app, run.id, "attempts", "'[{\"attempt\": 1,'")
+    start_worker(app)
+    for run in (*lost, retried):
+        assert run.wait(timeout=30).status == "succeeded", app.get_run(run.id)
+    assert app.get_run(lost[0].id).attempt == 2 and app.get_run(retried.id).attempt == 2

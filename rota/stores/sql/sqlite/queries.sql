@@ -205,7 +205,9 @@ SET status = CASE WHEN :status = 'pending' AND cancel_requested THEN 'cancelled'
     attempt = CASE WHEN :started IS NOT NULL AND started_at IS NULL THEN attempt + 1 ELSE attempt END,
     started_at = coalesce(started_at, {now} - :started),
     due_at = CASE WHEN :status = 'pending' THEN {now} + :retry_in ELSE due_at END,
-    attempts = CASE WHEN :history IS NULL THEN attempts
+    -- (a history that is not JSON, written by hand, is left as found: json_insert would fail
+    -- the statement, and with it the batch; rota.quarantine)
+    attempts = CASE WHEN :history IS NULL OR NOT json_valid(attempts) THEN attempts
                     ELSE json_insert(attempts, '$[#]', json(:history)) END,
     refused_at = NULL  -- a handler ran: a later refusal (a retry on an old worker) counts anew
 WHERE id = :id AND token = :token AND status = 'running'
@@ -255,8 +257,8 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
                  THEN json_object('type', 'Cancelled', 'message', 'cancelled on request (' || :reason || ')',
                                   'traceback', NULL)
                  ELSE error END,
-    attempts = CASE WHEN started_at IS NULL OR cancel_requested THEN attempts
-                    ELSE json_insert(attempts, '$[#]', json_object(
+    attempts = CASE WHEN started_at IS NULL OR cancel_requested OR NOT json_valid(attempts) THEN attempts
+                    ELSE json_insert(attempts, '$[#]', json_object(  -- (not JSON: left as found, see finish)
         'attempt', attempt, 'worker', owner,
         'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at, 'unixepoch'),
         'finished_at', strftime('%Y-%m-%dT%H:%M:%fZ', {now}, 'unixepoch'),
@@ -319,6 +321,7 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled'
     error = lost.err,
     attempts = CASE WHEN started_at IS NULL AND due_at > lease_until
         THEN attempts  -- held, due only after its lease ran out: no start possible
+        WHEN NOT json_valid(attempts) THEN attempts  -- not JSON: left as found (see finish)
         WHEN started_at IS NULL
         THEN json_insert(attempts, '$[#]', json_object(
             'attempt', attempt + 1, 'worker', owner, 'token', token, 'started_at', NULL, 'held', json('true'),

@@ -1040,7 +1040,7 @@ FROM rota_runs_all
 SELECT count(*), extract(epoch FROM max(finished_at))::float8, count(*),
        count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed'),
        count(*) FILTER (WHERE status = 'skipped'), count(*) FILTER (WHERE status = 'cancelled'),
-       coalesce(sum(greatest(attempt - 1, 0)), 0)
+       coalesce(sum(greatest(attempt, 1) - 1), 0)
 FROM (SELECT finished_at, status, attempt FROM rota_runs_all
       WHERE finished_at >= to_timestamp(%(lo)s) AND finished_at < to_timestamp(%(hi)s)
       ORDER BY finished_at LIMIT %(cap)s) AS w
@@ -1051,7 +1051,7 @@ FROM (SELECT finished_at, status, attempt FROM rota_runs_all
 SELECT count(*), extract(epoch FROM max(finished_at))::float8, count(*) FILTER (WHERE hit),
        count(*) FILTER (WHERE hit AND status = 'succeeded'), count(*) FILTER (WHERE hit AND status = 'failed'),
        count(*) FILTER (WHERE hit AND status = 'skipped'), count(*) FILTER (WHERE hit AND status = 'cancelled'),
-       coalesce(sum(greatest(attempt - 1, 0)) FILTER (WHERE hit), 0)
+       coalesce(sum(greatest(attempt, 1) - 1) FILTER (WHERE hit), 0)
 FROM (SELECT finished_at, status, attempt,
              (%(task)s::text IS NULL OR task = %(task)s::text)
              AND (%(queue)s::text IS NULL OR queue = %(queue)s::text) AS hit

@@ -54,8 +54,11 @@ class AsyncClient:
         *,
         queue: str | None = None,
         before: str | int | None = None,
+        damaged: bool = False,
     ) -> list[Run]:
-        return await asyncio.to_thread(self._sync.list_runs, status, task, schedule, limit, queue=queue, before=before)
+        return await asyncio.to_thread(
+            self._sync.list_runs, status, task, schedule, limit, queue=queue, before=before, damaged=damaged
+        )
 
     async def cancel_async(self, run_id: str | int, reason: str = "cancelled on request") -> Run:
         return await asyncio.to_thread(self._sync.cancel, run_id, reason)

@@ -188,15 +188,14 @@ class Client(Declarations):
         *,
         queue: str | None = None,
         before: str | int | None = None,
+        damaged: bool = False,
     ) -> list[Run]:
-        """Runs, newest first, filtered by status/task/schedule/queue; `before` pages by id."""
-        if status is not None and status not in STATUSES:
-            raise ConfigurationError(
-                f"unknown status {status!r}{did_you_mean(status, STATUSES)}; valid: {', '.join(STATUSES)}"
-            )
+        """Runs, newest first, filtered by status/task/schedule/queue; `before` pages by id;
+        `damaged`: only the runs set aside as damaged (failed with error type DamagedRow)."""
+        status = damaged_status(status, damaged)
         check_int("limit", limit, low=1, high=100_000)
         task, schedule, queue = _filter("task", task), _filter("schedule", schedule), _filter("queue", queue)
-        flt = RunFilter(status, task, schedule, queue, limit, _run_id(before) if before is not None else None)
+        flt = RunFilter(status, task, schedule, queue, limit, _run_id(before) if before is not None else None, damaged)
         return self.store.list_runs(flt)
 
     def list_schedules(self, *, include_inactive: bool = False) -> list[ScheduleInfo]:
@@ -370,6 +369,15 @@ def check_repairable(info: ScheduleInfo, changes: Mapping[str, Any], action: str
     raise DamagedRowError(
         f"schedule {info.name!r} is damaged ({info.damage}): {action} cannot use it; repair it with {fix}"
     )
+
+
+def damaged_status(status: str | None, damaged: bool) -> str | None:
+    """A listing's status, checked: `damaged` (runs set aside as damaged) implies `failed`."""
+    if status is not None and status not in STATUSES:
+        raise ConfigurationError(
+            f"unknown status {status!r}{did_you_mean(status, STATUSES)}; valid: {', '.join(STATUSES)}"
+        )
+    return "failed" if damaged and status is None else status  # (another status: none is damaged)
 
 
 def _due_fields(sdef: ScheduleDef) -> dict[str, Any]:

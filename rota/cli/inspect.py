@@ -165,6 +165,9 @@ def _summary(run: Run, now: datetime) -> str | None:
 @click.option("--task", default=None, help="Only runs of this task (its full name, e.g. myapp.jobs.send).")
 @click.option("--schedule", default=None)
 @click.option("--queue", default=None)
+@click.option(
+    "--damaged", is_flag=True, help="Only runs set aside as damaged (failed with DamagedRow: see 'Damaged rows')."
+)
 @click.option("--limit", type=click.IntRange(1, MAX_LIMIT), default=50, show_default=True)
 @json_option
 @utc_option

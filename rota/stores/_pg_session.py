@@ -25,7 +25,7 @@ from ..errors import (
 )
 from ._sql_base import Row
 from .base import Claimed, Outcome
-from .records import REFUSE_DELAY, REFUSED, UNKNOWN_TASK_GRACE
+from .records import REFUSE_DELAY, REFUSED, UNKNOWN_TASK_GRACE, claimed_rows
 
 try:
     import psycopg
@@ -217,7 +217,13 @@ def claim_call(
 
 
 def claimed(rows: list[Row]) -> list[Claimed]:
-    return [Claimed(*r) for r in sorted(rows, key=lambda r: r[0])]
+    """Claimed runs in id order, each decoded on its own (a damaged one, such as a time read
+    as _TimeOutOfRange, is set aside: see records.claimed_rows)."""
+    return claimed_rows(rows, _claim_of)
+
+
+def _claim_of(r: Row) -> Claimed:
+    return Claimed(*r)
 
 
 class _WakeupLimiter:

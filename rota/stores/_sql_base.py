@@ -19,6 +19,7 @@ from .base import (
     RunFilter,
     Store,
 )
+from .records import DAMAGED_ERROR_LIKE
 
 Row = tuple[Any, ...]
 NOTIFY_CHANNEL = "rota"
@@ -141,6 +142,9 @@ class SqlBase(Store, abc.ABC):
         if flt.before_id is not None:
             clauses.append(f"id < {self._p('before_id')}")
             params["before_id"] = flt.before_id
+        if flt.damaged:  # (with status failed: the client sets it)
+            clauses.append(f"error LIKE {self._p('damaged')}")
+            params["damaged"] = DAMAGED_ERROR_LIKE
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         params["limit"] = flt.limit
         return f"{where} ORDER BY id DESC LIMIT {self._p('limit')}", params

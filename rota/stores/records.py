@@ -4,10 +4,13 @@ counts (re-exported by rota.stores.base)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from .. import quarantine
 from ..models import STATUSES
 
 
@@ -69,10 +72,109 @@ class Claimed:
     lease_until: datetime
     priority: int = 0  # with `due`, the order held runs start in (the claim's order)
     due: float = 0.0  # due_at, Unix seconds
+    # why the stored row cannot be worked (rota.quarantine): the worker fails it at once,
+    # without running it; its other fields are then placeholders
+    damaged: str | None = None
 
     @property
     def held(self) -> bool:
         return self.started_at is None
+
+
+#: The largest attempt a claim counts (PostgreSQL's integer column; rota never writes more on
+#: either store): a run at it is set aside as damaged, and the claim's arithmetic skips it.
+ATTEMPT_MAX = 2**31 - 1
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+def claimed_rows(rows: list[Any], build: Callable[[Any], Claimed]) -> list[Claimed]:
+    """Claimed runs in id order, each decoded on its own by `build` and checked: a row that
+    does not decode or holds a value no release writes is returned as a placeholder with
+    `damaged` set (the worker fails it as damaged), so it never costs the other runs of its
+    batch their claim."""
+    rows.sort(key=lambda r: r[0])
+    claims: list[Claimed] = []
+    for row in rows:
+        try:
+            claim = build(row)
+            reason = _damage(claim)
+        except quarantine.UNDECODABLE as exc:
+            claim, reason = None, quarantine.describe(exc)
+        if reason is None and claim is not None:
+            claims.append(claim)
+        else:
+            claims.append(_set_aside(row, reason or "undecodable"))
+    return claims
+
+
+def claim_of_unix(r: Any) -> Claimed:
+    """A claimed row whose times are Unix seconds (SQLite's), as Claimed."""
+    ts = datetime.fromtimestamp
+    try:
+        return Claimed(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], ts(r[10], UTC),
+                       None if r[11] is None else ts(r[11], UTC), ts(r[12], UTC), r[13], r[14])  # fmt: skip
+    except quarantine.UNDECODABLE:  # name the time that does not decode
+        for i, field in ((10, "scheduled_for"), (11, "started_at"), (12, "lease_until")):
+            try:
+                _ = r[i] is None or ts(r[i], UTC)
+            except quarantine.UNDECODABLE as exc:
+                raise ValueError(f"{field} {r[i]!r} is not a time rota can read ({quarantine.describe(exc)})") from None
+        raise
+
+
+_INF = math.inf
+
+
+def _damage(c: Claimed) -> str | None:
+    """What is wrong with a claimed run's stored values, or None. The hot path: one expression
+    for the values every release writes (a NaN timeout fails `0 < t < inf`), else _diagnose."""
+    t = c.timeout
+    if (
+        type(c.attempt) is int
+        and 0 <= c.attempt < ATTEMPT_MAX
+        and type(c.max_attempts) is int
+        and type(c.priority) is int
+        and type(c.token) is int
+        and (t is None or (type(t) is float and 0 < t < _INF))
+        and type(c.task) is str
+        and type(c.args) is str
+        and type(c.kwargs) is str
+        and type(c.scheduled_for) is datetime
+        and type(c.lease_until) is datetime
+        and (c.started_at is None or type(c.started_at) is datetime)
+        and type(c.due) is float
+        and -_INF < c.due < _INF
+    ):
+        return None
+    return _diagnose(c)
+
+
+def _diagnose(c: Claimed) -> str | None:
+    """What is wrong with a claimed run's stored values (None: nothing, after all)."""
+    if type(c.attempt) is not int or not 0 <= c.attempt < ATTEMPT_MAX:
+        return f"attempt {c.attempt!r} is not an integer from 0 to {ATTEMPT_MAX - 1}"
+    if type(c.max_attempts) is not int or type(c.priority) is not int or type(c.token) is not int:
+        return f"max_attempts {c.max_attempts!r}, priority {c.priority!r} or token {c.token!r} is not an integer"
+    timeout = c.timeout
+    if timeout is not None and (not isinstance(timeout, (int, float)) or not timeout > 0 or math.isinf(timeout)):
+        return f"timeout {timeout!r} is not a positive number of seconds"  # NaN too (it broke the loop's timers)
+    for field in ("task", "args", "kwargs"):
+        if type(getattr(c, field)) is not str:
+            return f"{field} {getattr(c, field)!r} is not text"
+    if not isinstance(c.scheduled_for, datetime) or not isinstance(c.lease_until, datetime):
+        return f"scheduled_for {str(c.scheduled_for)!r} is not a time rota can read"
+    if c.started_at is not None and not isinstance(c.started_at, datetime):
+        return f"started_at {str(c.started_at)!r} is not a time rota can read"
+    if not isinstance(c.due, (int, float)) or not math.isfinite(c.due):
+        return f"due_at {c.due!r} is not a time rota can read"
+    return None
+
+
+def _set_aside(row: Any, reason: str) -> Claimed:
+    """A damaged claimed row as a placeholder the worker fails without running it."""
+    task = row[1] if isinstance(row[1], str) else "?"
+    schedule = row[9] if isinstance(row[9], str) else None
+    return Claimed(row[0], task, "[]", "{}", 0, 1, row[6], None, None, schedule, _EPOCH, None, _EPOCH, damaged=reason)
 
 
 REFUSED = "refused"  # Outcome.status of a run given back by a worker that lacks its task
@@ -136,6 +238,12 @@ class RunFilter:
     queue: str | None = None
     limit: int = 100
     before_id: int | None = None
+    damaged: bool = False  # only the runs set aside as damaged (failed, error type DamagedRow)
+
+
+#: What the stored error of a run set aside as damaged begins with (rota.quarantine.run_error
+#: written by rota.serialization.simple_error): the `damaged` filter's LIKE pattern.
+DAMAGED_ERROR_LIKE = '{"type":"DamagedRow",%'
 
 
 @dataclass(slots=True)

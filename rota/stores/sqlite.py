@@ -49,7 +49,7 @@ from ._sqlite_conn import (
 )
 from .base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from .queries import latest_version, load_migrations, load_queries
-from .records import REFUSED
+from .records import REFUSED, claim_of_unix, claimed_rows
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -475,11 +475,9 @@ def _refused(path: str) -> str:
 
 
 def _claimed(rows: list[Any]) -> list[Claimed]:
-    """Claimed runs in id order; times are Unix seconds in SQLite."""
-    ts = datetime.fromtimestamp
-    rows.sort(key=lambda r: r[0])
-    return [Claimed(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], ts(r[10], UTC),
-                    None if r[11] is None else ts(r[11], UTC), ts(r[12], UTC), r[13], r[14]) for r in rows]  # fmt: skip
+    """Claimed runs in id order, each decoded on its own (a damaged one is set aside: see
+    records.claimed_rows); times are Unix seconds in SQLite."""
+    return claimed_rows(rows, claim_of_unix)
 
 
 def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from .. import config
 from ..app import App
+from ..client import damaged_status
 from ..errors import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -179,16 +180,18 @@ async def schedule(request: Request) -> Response:
 
 async def runs(request: Request) -> Response:
     """Summaries, newest first: payloads cut to a preview (the full record is at /api/runs/{id})."""
-    params = _query(request, {"status", "task", "schedule", "queue", "limit", "before"})
+    params = _query(request, {"status", "task", "schedule", "queue", "limit", "before", "damaged"})
     limit = _int(params, "limit", 50, 1, 1000)
     assert limit is not None
+    damaged = _bool(params, "damaged")  # the runs set aside as damaged (rota.quarantine)
     flt = RunFilter(
-        _status(params),
+        damaged_status(_status(params), damaged),
         params.get("task"),
         params.get("schedule"),
         params.get("queue"),
         limit,
         _int(params, "before", None, 1, MAX_RUN_ID),
+        damaged,
     )
     store = await _call(lambda: _app(request).store)
     rows = await _call(store.run_rows, "web_run_summaries", flt, preview=records.PREVIEW + 1,

@@ -323,6 +323,7 @@ RUN_QUERY = [
     _query("queue", TEXT, "only runs on this queue"),
     _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}, "how many (newest first)"),
     _query("before", {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}, "only runs with a smaller id (paging)"),
+    _query("damaged", {"type": "boolean"}, "only runs set aside as damaged (failed, error type DamagedRow)"),
 ]
 
 

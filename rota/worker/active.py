@@ -55,15 +55,21 @@ class Active:
 
 
 class CorruptArguments(ValueError):
-    """A claimed run's stored args/kwargs are not valid JSON (a damaged or hand-written row)."""
+    """A claimed run's stored args/kwargs are not valid JSON (a damaged or hand-written row):
+    the run fails as damaged (rota.quarantine: error type DamagedRow), never retried."""
 
 
 def decode_arguments(c: Claimed) -> tuple[Any, Any]:
     try:
         args = [] if c.args == "[]" else json.loads(c.args)  # most runs take no arguments
-        return args, ({} if c.kwargs == "{}" else json.loads(c.kwargs))
+        kwargs = {} if c.kwargs == "{}" else json.loads(c.kwargs)
     except (ValueError, RecursionError) as exc:  # not JSON, or nested too deeply to decode
-        raise CorruptArguments(f"stored arguments are not valid JSON ({exc}); run {c.id} is not retried") from None
+        raise CorruptArguments(f"stored arguments are not valid JSON ({exc})") from None
+    if type(args) is not list or type(kwargs) is not dict:  # (an object's keys are text: JSON's)
+        raise CorruptArguments(
+            f"stored arguments are not a JSON array and a JSON object (args {c.args[:40]!r}, kwargs {c.kwargs[:40]!r})"
+        )
+    return args, kwargs
 
 
 def run_context(active: Active) -> RunContext:

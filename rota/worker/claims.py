@@ -20,7 +20,7 @@ from .completer import Completer
 from .counters import WorkerCounters
 from .db import Db
 from .executors import Executors
-from .outcomes import Decider
+from .outcomes import Decider, set_aside
 from .prefetch import Prefetch
 from .service import wait_event
 from .wakeups import EARLY, DueTimes
@@ -111,6 +111,7 @@ class Claimer:
         # a backlog to hold runs ahead from, unless only runs waiting for a limit's slot are
         # due: a claim before a slot frees would find nothing (a round trip for nothing)
         self.prefetch.backlog = len(claimed) == want and not self.store().limits_full()
+        claimed = self.set_aside(claimed)
         self.prefetch.hold_all([c for c in claimed if c.held], deadline)  # in start order
         for c in claimed:
             if not c.held:
@@ -140,9 +141,20 @@ class Claimer:
         self.counters.claimed += len(claimed)
         self.counters.claimed_ahead += len(claimed)
         due.claimed_at = time.monotonic()
+        asked, claimed = len(claimed), self.set_aside(claimed)
         self.prefetch.hold_ahead(claimed, sent + self.lease, {c.id: self._start_time(c, sent) for c in claimed})
         self._ahead_due()
-        return (len(claimed), free) if len(claimed) < free else (0, 0)
+        return (asked, free) if asked < free else (0, 0)
+
+    def set_aside(self, claimed: list[Claimed]) -> list[Claimed]:
+        """The claimed runs but the damaged ones (rota.quarantine), which fail at once as
+        damaged, without running (their outcomes written with the others')."""
+        if not any(c.damaged for c in claimed):  # (the hot path: a list scan, nothing else)
+            return claimed
+        for c in claimed:
+            if c.damaged:
+                self.completer.put(set_aside(c, c.damaged, self.counters))
+        return [c for c in claimed if not c.damaged]
 
     def _start_time(self, claim: Claimed, sent: float) -> float:
         """When a run claimed ahead starts (monotonic): its due time on the database clock

@@ -1,5 +1,5 @@
 """Turning the end of a handler into an `Outcome`: succeeded, retry with backoff, failed,
-cancelled, unknown task, corrupt arguments; and the log line of that transition."""
+cancelled, unknown task, a damaged row (rota.quarantine); and the log line of that transition."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .. import config
-from ..errors import Cancelled
+from .. import config, quarantine
+from ..errors import Cancelled, ConfigurationError
 from ..logs import log_event
 from ..serialization import encode, encode_error, error_payload, simple_error, storable
-from ..stores.base import Outcome
+from ..stores.base import Claimed, Outcome
 from ..stores.records import REFUSED, UNKNOWN_TASK_GRACE
 from ..tasks import Backoff
 from ..transactional import COMMITTED
@@ -73,8 +73,12 @@ class Decider:
             return Outcome(c.id, c.token, "cancelled", error=simple_error("Cancelled", "cancelled on request"))
         error, retryable = self._error_of(active, kind, value)
         if c.attempt < c.max_attempts and retryable and _may_retry(active, value):
+            try:
+                delay = _backoff(active).delay(c.attempt)
+            except (ConfigurationError, *quarantine.UNDECODABLE) as exc:  # a damaged stored backoff: decided
+                reason = f"backoff {c.backoff!r} does not decode ({quarantine.describe(exc)})"
+                return set_aside(c, f"{reason}; the attempt failed with {_error_text(error)}", self.counters)
             self.counters.retried += 1
-            delay = _backoff(active).delay(c.attempt)
             history = storable(encode(self._history(active, kind, error)))
             return Outcome(c.id, c.token, "pending", error=error, retry_in=delay, history=history)
         self.counters.failed += 1
@@ -116,7 +120,8 @@ class Decider:
         if kind == "child_error":
             return storable(encode(value)), True
         if isinstance(value, CorruptArguments):  # retrying cannot repair the stored row
-            return simple_error("CorruptArguments", str(value)), False
+            quarantine.report(quarantine.RUN, c.id, str(value), task=c.task)
+            return damaged_error(str(value)), False
         if isinstance(value, BaseException):
             return encode_error(value), True
         return storable(encode(error_payload(RuntimeError(str(value))))), True
@@ -152,6 +157,20 @@ class Decider:
         else:
             message = f"run {c.id} {c.task} {status} after {duration:.3f} s {attempt}"
         _line(_LEVELS[status], _EVENTS[status], message, fields)
+
+
+def damaged_error(reason: str) -> str:
+    """The stored error of a run set aside as damaged (type DamagedRow)."""
+    error = quarantine.run_error(reason)
+    return simple_error(error["type"], error["message"])
+
+
+def set_aside(c: Claimed, reason: str, counters: WorkerCounters) -> Outcome:
+    """A claimed run that cannot be worked (rota.quarantine): named once in the log, and
+    failed as damaged (never retried)."""
+    quarantine.report(quarantine.RUN, c.id, reason, task=c.task)
+    counters.failed += 1
+    return Outcome(c.id, c.token, "failed", error=damaged_error(reason))
 
 
 def _line(level: int, event: str, message: str, fields: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ import { api, act, badge, el, empty, enc, every, fill, go, href, link, paramsOf,
 import { backlogBars } from "./charts.js";
 
 const STATUSES = ["pending", "running", "succeeded", "failed", "skipped", "cancelled"];
-const RUN_FILTERS = ["status", "task", "schedule", "queue", "limit", "before"];
+const RUN_FILTERS = ["status", "task", "schedule", "queue", "limit", "before", "damaged"];  // damaged=1: a link only (no form field)
 
 function table(head, rows, none) {
   return el("div", { class: "scroll" }, el("table", {}, el("thead", {}, el("tr", {}, head.map((h) => el("th", {}, h)))),

@@ -113,7 +113,10 @@ WITH picked AS MATERIALIZED (
 )
 UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
-    attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN r.attempt + 1 ELSE r.attempt END,
+    -- (a run at the column's maximum is not counted: it is claimed, and its worker fails it
+    -- as damaged; rota.quarantine. The arithmetic of one bad row never fails the batch.)
+    attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) AND r.attempt < 2147483647
+                   THEN r.attempt + 1 ELSE r.attempt END,
     -- the statement's time, not the transaction's: in finish_and_claim this runs after the
     -- finishes, which may wait for a schedule's row lock (a start recorded before the end
     -- of the exclusive run it waited for)
@@ -143,7 +146,10 @@ WITH picked AS MATERIALIZED (
 )
 UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
-    attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) THEN r.attempt + 1 ELSE r.attempt END,
+    -- (a run at the column's maximum is not counted: it is claimed, and its worker fails it
+    -- as damaged; rota.quarantine. The arithmetic of one bad row never fails the batch.)
+    attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) AND r.attempt < 2147483647
+                   THEN r.attempt + 1 ELSE r.attempt END,
     -- the statement's time, not the transaction's: in finish_and_claim this runs after the
     -- finishes, which may wait for a schedule's row lock (a start recorded before the end
     -- of the exclusive run it waited for)
@@ -211,7 +217,7 @@ RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.
 -- Fenced by the token; refused (not returned) when the run's cancellation was requested or
 -- it started already: the worker checks a refused run at once (and stops its handler).
 UPDATE rota_runs r
-SET attempt = r.attempt + 1, started_at = {now} - make_interval(secs => v.ago)
+SET attempt = r.attempt + (r.attempt < 2147483647)::int, started_at = {now} - make_interval(secs => v.ago)
 FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, (e->>2)::float8 AS ago
       FROM json_array_elements(%(rows)s::json) AS e) AS v
 WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
@@ -626,7 +632,7 @@ SET status = d.status, due_at = CASE WHEN d.started_at IS NULL THEN greatest(r.d
                     THEN r.attempts  -- held, due only after its lease ran out: no start possible
                     WHEN d.started_at IS NULL
                     THEN r.attempts || jsonb_build_array(jsonb_build_object(
-                        'attempt', d.attempt + 1, 'worker', d.owner, 'token', d.token, 'started_at', NULL, 'held', true,
+                        'attempt', d.attempt::bigint + 1, 'worker', d.owner, 'token', d.token, 'started_at', NULL, 'held', true,
                         'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'lost', 'error', d.error))
                     WHEN d.status = 'pending'
                     THEN r.attempts || jsonb_build_array(jsonb_build_object(
@@ -1066,7 +1072,7 @@ FROM rota_runs_all
 SELECT count(*), extract(epoch FROM max(finished_at))::float8, count(*),
        count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed'),
        count(*) FILTER (WHERE status = 'skipped'), count(*) FILTER (WHERE status = 'cancelled'),
-       coalesce(sum(greatest(attempt - 1, 0)), 0)
+       coalesce(sum(greatest(attempt, 1) - 1), 0)
 FROM (SELECT finished_at, status, attempt FROM rota_runs_all
       WHERE finished_at >= to_timestamp(%(lo)s) AND finished_at < to_timestamp(%(hi)s)
       ORDER BY finished_at LIMIT %(cap)s) AS w
@@ -1077,7 +1083,7 @@ FROM (SELECT finished_at, status, attempt FROM rota_runs_all
 SELECT count(*), extract(epoch FROM max(finished_at))::float8, count(*) FILTER (WHERE hit),
        count(*) FILTER (WHERE hit AND status = 'succeeded'), count(*) FILTER (WHERE hit AND status = 'failed'),
        count(*) FILTER (WHERE hit AND status = 'skipped'), count(*) FILTER (WHERE hit AND status = 'cancelled'),
-       coalesce(sum(greatest(attempt - 1, 0)) FILTER (WHERE hit), 0)
+       coalesce(sum(greatest(attempt, 1) - 1) FILTER (WHERE hit), 0)
 FROM (SELECT finished_at, status, attempt,
              (%(task)s::text IS NULL OR task = %(task)s::text)
              AND (%(queue)s::text IS NULL OR queue = %(queue)s::text) AS hit
@@ -1752,7 +1758,8 @@ LIMIT %(n)s
 -- start is stamped with this statement's time, not the transaction's: after the commit that
 -- freed the slot (flow_room saw it), so started_at never precedes the finished_at it follows.
 UPDATE rota_runs r
-SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), attempt = r.attempt + 1,
+SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
+    attempt = r.attempt + (r.attempt < 2147483647)::int,  -- (at the maximum: damaged; see claim)
     rate_waited = false, misfire_at = NULL,  -- as in claim: a tick taken (its retry is no misfire)
     started_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     lease_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s)
@@ -1807,7 +1814,8 @@ ids AS MATERIALIZED (
 )
 UPDATE rota_runs r
 SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
-    attempt = CASE WHEN r.ctid = ANY((SELECT starts FROM ids)::tid[]) THEN r.attempt + 1 ELSE r.attempt END,
+    attempt = CASE WHEN r.ctid = ANY((SELECT starts FROM ids)::tid[]) AND r.attempt < 2147483647
+                   THEN r.attempt + 1 ELSE r.attempt END,  -- (see claim)
     started_at = CASE WHEN r.ctid = ANY((SELECT starts FROM ids)::tid[])
                       THEN coalesce(%(now)s::timestamptz, statement_timestamp()) END,
     misfire_at = NULL,  -- as in claim

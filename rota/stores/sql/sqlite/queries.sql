@@ -82,7 +82,9 @@ UPDATE rota_counters SET value = :token WHERE name = 'token'
 -- counted until their start). A run whose cancellation was requested is never claimed.
 UPDATE rota_runs
 SET status = 'running', owner = :owner, token = :token + c.pos - 1,
-    attempt = CASE WHEN c.pos <= :start THEN attempt + 1 ELSE attempt END,
+    -- (a run at the maximum rota counts is not counted: it is claimed, and its worker fails it
+    -- as damaged; rota.quarantine. Past 2^63-1 the sum would be a REAL: the whole claim failed.)
+    attempt = CASE WHEN c.pos <= :start AND attempt < 2147483647 THEN attempt + 1 ELSE attempt END,
     started_at = CASE WHEN c.pos <= :start THEN {now} END, lease_until = {now} + :lease,
     misfire_at = NULL
 -- one fencing token per claimed run (:token + its place in the claim's order), so ctx.token
@@ -104,7 +106,9 @@ RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeou
 -- as claim, for some queues only
 UPDATE rota_runs
 SET status = 'running', owner = :owner, token = :token + c.pos - 1,
-    attempt = CASE WHEN c.pos <= :start THEN attempt + 1 ELSE attempt END,
+    -- (a run at the maximum rota counts is not counted: it is claimed, and its worker fails it
+    -- as damaged; rota.quarantine. Past 2^63-1 the sum would be a REAL: the whole claim failed.)
+    attempt = CASE WHEN c.pos <= :start AND attempt < 2147483647 THEN attempt + 1 ELSE attempt END,
     started_at = CASE WHEN c.pos <= :start THEN {now} END, lease_until = {now} + :lease,
     misfire_at = NULL
 -- one fencing token per claimed run (:token + its place in the claim's order), so ctx.token
@@ -164,7 +168,7 @@ RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeou
 -- transition: start
 -- A held run whose handler started :ago seconds ago: the attempt counted, started_at set.
 -- Fenced by the token; refused when its cancellation was requested or it started already.
-UPDATE rota_runs SET attempt = attempt + 1, started_at = {now} - :ago
+UPDATE rota_runs SET attempt = attempt + (attempt < 2147483647), started_at = {now} - :ago
 WHERE id = :id AND token = :token AND status = 'running' AND started_at IS NULL
   AND NOT cancel_requested
 RETURNING id
@@ -201,7 +205,9 @@ SET status = CASE WHEN :status = 'pending' AND cancel_requested THEN 'cancelled'
     attempt = CASE WHEN :started IS NOT NULL AND started_at IS NULL THEN attempt + 1 ELSE attempt END,
     started_at = coalesce(started_at, {now} - :started),
     due_at = CASE WHEN :status = 'pending' THEN {now} + :retry_in ELSE due_at END,
-    attempts = CASE WHEN :history IS NULL THEN attempts
+    -- (a history that is not JSON, written by hand, is left as found: json_insert would fail
+    -- the statement, and with it the batch; rota.quarantine)
+    attempts = CASE WHEN :history IS NULL OR NOT json_valid(attempts) THEN attempts
                     ELSE json_insert(attempts, '$[#]', json(:history)) END,
     refused_at = NULL  -- a handler ran: a later refusal (a retry on an old worker) counts anew
 WHERE id = :id AND token = :token AND status = 'running'
@@ -251,8 +257,8 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
                  THEN json_object('type', 'Cancelled', 'message', 'cancelled on request (' || :reason || ')',
                                   'traceback', NULL)
                  ELSE error END,
-    attempts = CASE WHEN started_at IS NULL OR cancel_requested THEN attempts
-                    ELSE json_insert(attempts, '$[#]', json_object(
+    attempts = CASE WHEN started_at IS NULL OR cancel_requested OR NOT json_valid(attempts) THEN attempts
+                    ELSE json_insert(attempts, '$[#]', json_object(  -- (not JSON: left as found, see finish)
         'attempt', attempt, 'worker', owner,
         'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at, 'unixepoch'),
         'finished_at', strftime('%Y-%m-%dT%H:%M:%fZ', {now}, 'unixepoch'),
@@ -323,6 +329,7 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled'
     error = lost.err,
     attempts = CASE WHEN started_at IS NULL AND due_at > lease_until
         THEN attempts  -- held, due only after its lease ran out: no start possible
+        WHEN NOT json_valid(attempts) THEN attempts  -- not JSON: left as found (see finish)
         WHEN started_at IS NULL
         THEN json_insert(attempts, '$[#]', json_object(
             'attempt', attempt + 1, 'worker', owner, 'token', token, 'started_at', NULL, 'held', json('true'),
@@ -1176,7 +1183,7 @@ LIMIT :n
 -- was taken (a retry of it is no misfire).
 UPDATE rota_runs
 SET status = 'running', owner = :owner, token = :token + c.rank,
-    attempt = attempt + (c.pos < :start), rate_waited = 0, misfire_at = NULL,
+    attempt = attempt + (c.pos < :start AND attempt < 2147483647), rate_waited = 0, misfire_at = NULL,
     started_at = CASE WHEN c.pos < :start THEN {now} END, lease_until = {now} + :lease
 FROM (SELECT value AS id, key AS pos, row_number() OVER (ORDER BY value) - 1 AS rank FROM json_each(:ids)) AS c
 WHERE rota_runs.id = c.id AND rota_runs.status = 'pending'

@@ -126,9 +126,14 @@ def load_app(target: str) -> App:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
+        setup_django()
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(f"cannot import module {module_name!r}: {exc}", param_hint="APP") from exc
+    except Exception as exc:
+        if not type(exc).__module__.startswith("django."):
+            raise
+        raise click.ClickException(django_error(module_name, exc)) from None
     obj: Any = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)
@@ -137,6 +142,28 @@ def load_app(target: str) -> App:
     if not isinstance(obj, App):
         raise click.BadParameter(f"{target} is a {type(obj).__name__}, not a rota.App", param_hint="APP")
     return obj
+
+
+def setup_django() -> None:
+    """With DJANGO_SETTINGS_MODULE set, set Django up before APP is imported (so its tasks
+    can use the ORM, as under `manage.py`); without it, nothing."""
+    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return
+    import django
+
+    django.setup()
+
+
+def django_error(module_name: str, exc: Exception) -> str:
+    """One line for a Django error met importing APP (settings missing or not ready)."""
+    text = " ".join(str(exc).split())
+    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return f"cannot import module {module_name!r}: {type(exc).__name__}: {text}"
+    return (
+        f"cannot import module {module_name!r}: it uses Django, and DJANGO_SETTINGS_MODULE is not set: "
+        f"set it (DJANGO_SETTINGS_MODULE=mysite.settings rota ...) or run `python manage.py rota_worker` "
+        f"with rota.contrib.django in INSTALLED_APPS ({type(exc).__name__}: {text})"
+    )
 
 
 def database_app(ctx: click.Context, *, check: bool = True, **options: Any) -> App:

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from django.db import connection, transaction
+
+import rota
+from rota.contrib.django import database_url
+
+app = rota.App(database_url())
+
+
+@app.task(name="orders.confirm")
+def confirm(order_id: int) -> str:
+    from orders.models import Order
+
+    return f"confirmed {Order.objects.get(id=order_id).email}"
+
+
+def place(email: str, *, fail: bool = False) -> int:
+    """The code under test: the order and its run commit together, on Django's connection."""
+    from orders.models import Order
+
+    with transaction.atomic():
+        order = Order.objects.create(email=email)
+        confirm.options(connection=connection.connection).enqueue(order.id)
+        if fail:
+            raise ValueError("refused")
+    return order.id

@@ -27,3 +27,9 @@ INSTALLED_APPS = ["rota.contrib.django", "orders"]
 ROTA = {"APP": "orders.tasks:app"}
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+TASKS = {
+    "default": {
+        "BACKEND": "rota.contrib.django.RotaBackend",
+        "OPTIONS": {"SCHEDULES": {"nightly-count": {"task": "orders.tasks.count_orders", "cron": "0 3 * * *"}}},
+    }
+}

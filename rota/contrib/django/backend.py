@@ -101,16 +101,16 @@ class RotaBackend(BaseTaskBackend):  # type: ignore[misc]
         from django.utils import timezone
 
         self.validate_task(task)
-        call = self.runner.options(queue=task.queue_name, priority=task.priority, run_at=task.run_after)
+        options = {"queue": task.queue_name, "priority": task.priority, "run_at": task.run_after}
         arguments = (task.module_path, list(args), dict(kwargs))
         handle = None
         if not transaction.get_autocommit() and connection.vendor in ("postgresql", "sqlite"):
             try:  # in the caller's transaction, when rota's tables are in Django's database
-                handle = call.options(connection=connection.connection).enqueue(*arguments)
+                handle = self.runner.options(connection=connection.connection, **options).enqueue(*arguments)
             except ConfigurationError:
                 handle = None  # another database: the run commits at once
         if handle is None:
-            handle = call.enqueue(*arguments)
+            handle = self.runner.options(**options).enqueue(*arguments)
         return TaskResult(
             task=task,
             id=handle.id,

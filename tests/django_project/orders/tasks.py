@@ -25,3 +25,26 @@ def place(email: str, *, fail: bool = False) -> int:
         if fail:
             raise ValueError("refused")
     return order.id
+
+
+try:
+    from django.tasks import TaskContext, task  # Django 6
+except ImportError:
+    from django_tasks import TaskContext, task  # the django-tasks backport
+
+
+@task()
+def count_orders() -> int:
+    from orders.models import Order
+
+    return Order.objects.count()
+
+
+@task()
+def refuse(reason: str) -> None:
+    raise ValueError(reason)
+
+
+@task(takes_context=True)
+def which_attempt(context: TaskContext, label: str) -> str:
+    return f"{label} attempt {context.attempt}"

@@ -106,7 +106,9 @@ def fake_context(
     if cancelled:
         cancel.set()
     when = scheduled_for or datetime.now(UTC)
-    context = RunContext(run_id, name, attempt, max_attempts, token, when, schedule, cancel, parents=dict(parents or {}))
+    context = RunContext(
+        run_id, name, attempt, max_attempts, token, when, schedule, cancel, parents=dict(parents or {})
+    )
     context._connection = connection
     return context
 

@@ -20,4 +20,4 @@ class RotaConfig(AppConfig):
             if str(spec.get("BACKEND", "")).startswith("rota.contrib.django"):
                 from .backend import task_backends
 
-                task_backends[alias]  # noqa: B018 - registers rota.django.run on the App
+                task_backends[alias]  # registers rota.django.run on the App

@@ -29,15 +29,17 @@ from ...tasks import Task as RotaTask
 from . import conf
 
 try:  # Django 6
-    from django.tasks import TaskContext, TaskResult, TaskResultStatus  # type: ignore[import-not-found,unused-ignore]
-    from django.tasks.backends.base import BaseTaskBackend  # type: ignore[import-not-found,unused-ignore]
-    from django.tasks.base import Task, TaskError  # type: ignore[import-not-found,unused-ignore]
-    from django.tasks.exceptions import TaskResultDoesNotExist  # type: ignore[import-not-found,unused-ignore]
+    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskError
+    from django.tasks.exceptions import TaskResultDoesNotExist
 except ImportError:  # the django-tasks backport
-    from django_tasks import TaskContext, TaskResult, TaskResultStatus  # type: ignore[no-redef,unused-ignore]
+    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends  # type: ignore[no-redef,unused-ignore]
     from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef,unused-ignore]
     from django_tasks.base import Task, TaskError  # type: ignore[no-redef,unused-ignore]
     from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef,unused-ignore]
+
+__all__ = ["TASK_NAME", "RotaBackend", "run_django_task", "runner", "task_backends"]
 
 TASK_NAME = "rota.django.run"
 STATUS = {
@@ -70,7 +72,7 @@ def run_django_task(ctx: RunContext, module_path: str, args: list[Any], kwargs: 
     return task.call(*args, **kwargs)
 
 
-class RotaBackend(BaseTaskBackend):  # type: ignore[misc]
+class RotaBackend(BaseTaskBackend):
     """Django tasks as rota runs: deferred (run_after), prioritized, results kept."""
 
     supports_defer = True
@@ -81,7 +83,7 @@ class RotaBackend(BaseTaskBackend):  # type: ignore[misc]
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         if "QUEUES" not in params:
-            self.queues = set()  # any queue name rota accepts
+            self.queues: set[str] = set()  # any queue name rota accepts
         self.app = conf.get_app()
         self.runner = runner(self.app)
         for name, spec in (self.options.get("SCHEDULES") or {}).items():
@@ -92,11 +94,13 @@ class RotaBackend(BaseTaskBackend):  # type: ignore[misc]
             return
         path = spec.pop("task", None)
         if not isinstance(path, str):
-            raise ConfigurationError(f"TASKS schedule {name!r}: 'task' must be a Django task's module path, got {path!r}")
+            raise ConfigurationError(
+                f"TASKS schedule {name!r}: 'task' must be a Django task's module path, got {path!r}"
+            )
         args = [path, list(spec.pop("args", ())), dict(spec.pop("kwargs", {}))]
         self.app.schedule(name=name, args=args, **spec)(self.runner)
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[type-arg]
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         from django.db import connection, transaction
         from django.utils import timezone
 
@@ -126,13 +130,13 @@ class RotaBackend(BaseTaskBackend):  # type: ignore[misc]
             worker_ids=[],
         )
 
-    def get_result(self, result_id: str) -> TaskResult:  # type: ignore[type-arg]
+    def get_result(self, result_id: str) -> TaskResult:
         try:
             return self.to_result(self.app.get_run(result_id))
         except RunNotFound:
             raise TaskResultDoesNotExist(result_id) from None
 
-    def to_result(self, run: Run) -> TaskResult:  # type: ignore[type-arg]
+    def to_result(self, run: Run) -> TaskResult:
         """The TaskResult of a run of `rota.django.run`."""
         if run.task != TASK_NAME or len(run.args) != 3:
             raise TaskResultDoesNotExist(run.id)
@@ -167,9 +171,3 @@ class RotaBackend(BaseTaskBackend):  # type: ignore[misc]
 
     def check(self, **kwargs: Any) -> Iterable[Any]:
         return []
-
-
-try:
-    from django.tasks import task_backends  # type: ignore[import-not-found,unused-ignore]
-except ImportError:
-    from django_tasks import task_backends  # type: ignore[no-redef,unused-ignore]

@@ -76,7 +76,9 @@ def app_path() -> str | None:
     """ROTA["APP"] (module:attribute), or None."""
     path = rota_settings().get("APP")
     if path is not None and (not isinstance(path, str) or ":" not in path):
-        raise ConfigurationError(f"settings.ROTA['APP'] must be 'module:attribute', e.g. 'shop.tasks:app', got {path!r}")
+        raise ConfigurationError(
+            f"settings.ROTA['APP'] must be 'module:attribute', e.g. 'shop.tasks:app', got {path!r}"
+        )
     return path
 
 

@@ -98,7 +98,7 @@ def rota_django_app(transactional_db: None, rota_clock: FakeClock) -> Iterator[A
     rota_clock its clock, rota's tables emptied after the test. It asks for pytest-django's
     `transactional_db` (committed rows: rota's connections see what the code under test
     enqueued on Django's connection; with `db` they would not). SQLite: the test database
-    must be a file (DATABASES["default"]["TEST"]["NAME"])."""
+    must be a file: set the database's TEST NAME to a path."""
     from ..contrib.django.testing import bound_app
 
     with bound_app(rota_clock) as app:

@@ -4,8 +4,12 @@ suite itself runs with -p no:django); the rota CLI and the management commands w
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -106,3 +110,29 @@ def test_urls_of_django_databases() -> None:
         url_of({"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"})
     with pytest.raises(ConfigurationError, match="ROTA\\['DATABASE_URL'\\]"):
         url_of({"ENGINE": "django.db.backends.mysql", "NAME": "shop"})
+
+
+def test_manage_rota_dashboard_serves_the_projects_database(db_url: str) -> None:
+    pytest.importorskip("starlette")
+    manage(db_url, "migrate", "-v", "0")
+    manage(db_url, "rota_migrate")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = env_with(DATABASE_URL=db_url, DJANGO_SETTINGS_MODULE="mysite.settings")
+    command = [sys.executable, "manage.py", "rota_dashboard", "--port", str(port)]
+    dashboard = subprocess.Popen(command, cwd=DJANGO, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/stats", timeout=5) as response:
+                    stats = json.load(response)
+                break
+            except OSError:
+                assert time.monotonic() < deadline and dashboard.poll() is None, "the dashboard did not start"
+                time.sleep(0.2)
+        assert stats["runs"]["pending"] == 0
+    finally:
+        stderr = stop(dashboard)
+    assert "Application startup complete" in stderr  # its lines are logged at info

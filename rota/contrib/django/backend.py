@@ -9,7 +9,7 @@ ROTA["APP"], else an App on Django's database), whose arguments are the Django t
 path, args and kwargs. Inside `transaction.atomic()` on a database rota shares, the run is
 written in that transaction (it exists from the commit on, or never); elsewhere it commits
 at once. `get_result` reads the run back as a `TaskResult` (pending -> READY, running ->
-RUNNING, succeeded -> SUCCESSFUL, failed/cancelled -> FAILED). OPTIONS["SCHEDULES"] declares
+RUNNING, succeeded -> SUCCESSFUL, failed/cancelled/skipped -> FAILED). OPTIONS["SCHEDULES"] declares
 rota schedules of Django tasks (name -> {"task": module path, "cron"/"every", "args",
 "kwargs", and any other `@app.schedule` keyword}).
 
@@ -48,6 +48,7 @@ STATUS = {
     "succeeded": TaskResultStatus.SUCCESSFUL,
     "failed": TaskResultStatus.FAILED,
     "cancelled": TaskResultStatus.FAILED,
+    "skipped": TaskResultStatus.FAILED,  # a schedule tick not run (overlap="skip")
 }
 
 

@@ -49,7 +49,7 @@ def test_the_fixture_and_the_backend_under_pytest_django(store: str, tmp_path: P
             with psycopg.connect(PG_URL, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{test_database}" WITH (FORCE)')
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "7 passed" in done.stdout
+    assert "8 passed" in done.stdout
     # a handler's thread closes its Django connections (PostgreSQL could not drop the test database)
     assert "Error when trying to teardown" not in done.stdout, done.stdout[-3000:]
 

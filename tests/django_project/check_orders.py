@@ -32,3 +32,9 @@ def test_each_test_starts_with_empty_tables(rota_django_app: rota.App) -> None:
 
 def test_again_empty(rota_django_app: rota.App) -> None:
     assert rota_django_app.list_runs() == [] and Order.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_with_the_django_db_mark_too(rota_django_app: rota.App, db: None) -> None:
+    place("kim@example.com")  # the fixture's transactional_db wins over db and the mark
+    assert len(rota_django_app.list_runs()) == 1

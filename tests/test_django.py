@@ -64,6 +64,15 @@ def test_the_rota_cli_without_django_settings_says_so_in_one_line() -> None:
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "DJANGO_SETTINGS_MODULE is not set" in lines[0], done.stderr
+    env["DJANGO_SETTINGS_MODULE"] = "nosuch.settings"
+    done = subprocess.run(
+        [sys.executable, "-m", "rota", "dashboard", "shop.tasks:app"],
+        cwd=DJANGO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert (
+        done.stderr == "error: DJANGO_SETTINGS_MODULE=nosuch.settings: cannot set Django up: No module named 'nosuch'\n"
+    )
 
 
 def test_the_rota_cli_sets_django_up_for_orm_tasks_and_the_tasks_backend(db_url: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -125,8 +126,8 @@ def load_app(target: str) -> App:
     module_name, _, attr = target.partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    setup_django()
     try:
-        setup_django()
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(f"cannot import module {module_name!r}: {exc}", param_hint="APP") from exc
@@ -147,11 +148,15 @@ def load_app(target: str) -> App:
 def setup_django() -> None:
     """With DJANGO_SETTINGS_MODULE set, set Django up before APP is imported (so its tasks
     can use the ORM, as under `manage.py`); without it, nothing."""
-    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+    if not os.environ.get("DJANGO_SETTINGS_MODULE") or importlib.util.find_spec("django") is None:
         return
     import django
 
-    django.setup()
+    try:
+        django.setup()
+    except Exception as exc:
+        where = os.environ["DJANGO_SETTINGS_MODULE"]
+        raise click.ClickException(f"DJANGO_SETTINGS_MODULE={where}: cannot set Django up: {error_text(exc)}") from None
 
 
 def django_error(module_name: str, exc: Exception) -> str:

@@ -108,13 +108,10 @@ class RotaBackend(BaseTaskBackend):
         self.validate_task(task)
         options = {"queue": task.queue_name, "priority": task.priority, "run_at": task.run_after}
         arguments = (task.module_path, list(args), dict(kwargs))
-        handle = None
-        if not transaction.get_autocommit() and connection.vendor in ("postgresql", "sqlite"):
-            try:  # in the caller's transaction, when rota's tables are in Django's database
-                handle = self.runner.options(connection=connection.connection, **options).enqueue(*arguments)
-            except ConfigurationError:
-                handle = None  # another database: the run commits at once
-        if handle is None:
+        if not transaction.get_autocommit() and self._shares(connection):
+            # in the caller's transaction: the run exists from its commit on, or never
+            handle = self.runner.options(connection=connection.connection, **options).enqueue(*arguments)
+        else:
             handle = self.runner.options(**options).enqueue(*arguments)
         return TaskResult(
             task=task,
@@ -130,6 +127,13 @@ class RotaBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
+
+    def _shares(self, connection: Any) -> bool:
+        """Is rota's database Django's database of `connection` (the same URL)?"""
+        try:
+            return bool(conf.url_of(connection.settings_dict) == self.app.database_url)
+        except ConfigurationError:
+            return False  # an engine rota does not run on, or SQLite in memory
 
     def get_result(self, result_id: str) -> TaskResult:
         try:

@@ -8,7 +8,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 from orders.models import Order
-from orders.tasks import count_orders, refuse, which_attempt
+from orders.tasks import count_orders, double, refuse, which_attempt
 
 import rota
 import rota.testing
@@ -35,8 +35,12 @@ def test_an_enqueue_in_a_rolled_back_transaction_never_existed(rota_django_app: 
 def test_a_failure_and_the_context(rota_django_app: rota.App) -> None:
     failed = refuse.enqueue("no stock")
     told = which_attempt.enqueue("ctx")
+    doubled = double.using(priority=5, queue_name="math").enqueue(21)
     later = count_orders.using(run_after=timezone.now() + timedelta(days=3650)).enqueue()
-    assert rota.testing.run_pending(rota_django_app) == 2
+    run = rota_django_app.get_run(doubled.id)
+    assert (run.queue, run.priority) == ("math", 5)
+    assert rota.testing.run_pending(rota_django_app) == 3
+    assert double.get_result(doubled.id).return_value == 42  # an async task
     failed.refresh()
     assert failed.status == "FAILED" and failed.errors[-1].exception_class is ValueError
     assert "no stock" in failed.errors[-1].traceback

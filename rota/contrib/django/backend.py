@@ -69,6 +69,8 @@ def run_django_task(ctx: RunContext, module_path: str, args: list[Any], kwargs: 
         raise ConfigurationError(f"{module_path} is a {type(task).__name__}, not a Django task (@task)")
     if task.takes_context:
         result = task.get_backend().get_result(ctx.run_id)
+        object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+        object.__setattr__(result, "worker_ids", (result.worker_ids or ["rota"])[:1] * ctx.attempt)  # context.attempt
         return task.call(TaskContext(task_result=result), *args, **kwargs)
     return task.call(*args, **kwargs)
 
@@ -161,7 +163,7 @@ class RotaBackend(BaseTaskBackend):
             kwargs=run.args[2],
             backend=self.alias,
             errors=errors,
-            worker_ids=[run.worker] * run.attempt if run.worker else [],
+            worker_ids=[run.worker or "rota"] * run.attempt,  # one per attempt started
         )
         if run.status == "succeeded":
             object.__setattr__(result, "_return_value", run.result)

@@ -48,3 +48,8 @@ def refuse(reason: str) -> None:
 @task(takes_context=True)
 def which_attempt(context: TaskContext, label: str) -> str:
     return f"{label} attempt {context.attempt}"
+
+
+@task()
+async def double(number: int) -> int:
+    return 2 * number

@@ -18,7 +18,6 @@ Django 6 has `django.tasks`; before it (or on Python < 3.12) the `django-tasks` 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from ...app import App
@@ -175,6 +174,3 @@ class RotaBackend(BaseTaskBackend):
         path = str(error.get("type") or "Exception")
         path = path if "." in path else f"builtins.{path}"
         return TaskError(exception_class_path=path, traceback=str(error.get("traceback") or error.get("message") or ""))
-
-    def check(self, **kwargs: Any) -> Iterable[Any]:
-        return []

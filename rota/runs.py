@@ -69,8 +69,9 @@ class RunContext:
         that also records the run's success (rota.transactional)."""
         if self._connection is None:
             raise AttributeError(
-                f"ctx.connection is only given to transactional tasks; declare {self.task!r} with "
-                "@app.task(transactional=True)"
+                f"ctx.connection is only given to transactional tasks, while a worker runs them; declare "
+                f"{self.task!r} with @app.task(transactional=True), and outside a worker call it with "
+                "rota.testing.call(task, ...) (or pass fake_context(task, connection=conn))"
             )
         return self._connection
 

@@ -47,6 +47,22 @@ log = logging.getLogger("rota.worker")
 COMMITTED = "committed"
 
 _RUNNING, _COMMITTING, _CLOSED = "running", "committing", "closed"
+
+#: Called on the handler's thread after each sync handler (plain or transactional) returns
+#: or raises: rota.contrib.django closes Django's stale connections there, as Django does
+#: after each request. Empty unless an integration adds to it.
+AFTER_SYNC_CALL: list[Any] = []
+
+
+def after_sync_call() -> None:
+    """Run the AFTER_SYNC_CALL callbacks (an exception is logged, never raised)."""
+    for callback in AFTER_SYNC_CALL:
+        try:
+            callback()
+        except Exception:
+            log.exception("after-call cleanup %r failed", callback)
+
+
 _states: dict[object, str] = {}
 _states_lock = threading.Lock()
 
@@ -125,6 +141,8 @@ def call_transactional(
         ctx._connection = None
         with _states_lock:
             _states.pop(key, None)
+        if AFTER_SYNC_CALL:
+            after_sync_call()
 
 
 def _enter_commit(key: object) -> bool:
@@ -148,4 +166,12 @@ def committing(key: object) -> bool:
         return False
 
 
-__all__ = ["COMMITTED", "call_transactional", "check_handler", "check_options", "committing"]
+__all__ = [
+    "AFTER_SYNC_CALL",
+    "COMMITTED",
+    "after_sync_call",
+    "call_transactional",
+    "check_handler",
+    "check_options",
+    "committing",
+]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -125,10 +126,15 @@ def load_app(target: str) -> App:
     module_name, _, attr = target.partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    setup_django()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(f"cannot import module {module_name!r}: {exc}", param_hint="APP") from exc
+    except Exception as exc:
+        if not type(exc).__module__.startswith("django."):
+            raise
+        raise click.ClickException(django_error(module_name, exc)) from None
     obj: Any = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)
@@ -137,6 +143,32 @@ def load_app(target: str) -> App:
     if not isinstance(obj, App):
         raise click.BadParameter(f"{target} is a {type(obj).__name__}, not a rota.App", param_hint="APP")
     return obj
+
+
+def setup_django() -> None:
+    """With DJANGO_SETTINGS_MODULE set, set Django up before APP is imported (so its tasks
+    can use the ORM, as under `manage.py`); without it, nothing."""
+    if not os.environ.get("DJANGO_SETTINGS_MODULE") or importlib.util.find_spec("django") is None:
+        return
+    import django
+
+    try:
+        django.setup()
+    except Exception as exc:
+        where = os.environ["DJANGO_SETTINGS_MODULE"]
+        raise click.ClickException(f"DJANGO_SETTINGS_MODULE={where}: cannot set Django up: {error_text(exc)}") from None
+
+
+def django_error(module_name: str, exc: Exception) -> str:
+    """One line for a Django error met importing APP (settings missing or not ready)."""
+    text = " ".join(str(exc).split())
+    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return f"cannot import module {module_name!r}: {type(exc).__name__}: {text}"
+    return (
+        f"cannot import module {module_name!r}: it uses Django, and DJANGO_SETTINGS_MODULE is not set: "
+        f"set it (DJANGO_SETTINGS_MODULE=mysite.settings rota ...) or run `python manage.py rota_worker` "
+        f"with rota.contrib.django in INSTALLED_APPS ({type(exc).__name__}: {text})"
+    )
 
 
 def database_app(ctx: click.Context, *, check: bool = True, **options: Any) -> App:

@@ -94,9 +94,11 @@ def fake_context(
     schedule: str | None = None,
     cancelled: bool = False,
     parents: dict[str, Any] | None = None,
+    connection: Any = None,
 ) -> RunContext:
     """A RunContext as a worker would pass it (for handlers declared with pass_context=True);
-    `parents` is what `ctx.parents` returns (parent run id -> result, for after= runs)."""
+    `parents` is what `ctx.parents` returns (parent run id -> result, for after= runs);
+    `connection` is what `ctx.connection` returns (for transactional=True handlers)."""
     name = task if isinstance(task, str) else task.name
     if max_attempts is None:
         max_attempts = task.opts.retries + 1 if isinstance(task, Task) else attempt
@@ -104,17 +106,33 @@ def fake_context(
     if cancelled:
         cancel.set()
     when = scheduled_for or datetime.now(UTC)
-    return RunContext(run_id, name, attempt, max_attempts, token, when, schedule, cancel, parents=dict(parents or {}))
+    context = RunContext(
+        run_id, name, attempt, max_attempts, token, when, schedule, cancel, parents=dict(parents or {})
+    )
+    context._connection = connection
+    return context
 
 
-def call(task: Task[..., Any], *args: Any, context: RunContext | None = None, **kwargs: Any) -> Any:
+def call(
+    task: Task[..., Any], *args: Any, context: RunContext | None = None, connection: Any = None, **kwargs: Any
+) -> Any:
     """Run one task's handler here, as a worker would: arguments and result go through JSON
     (a value the queue could not carry fails the same way), a handler with pass_context=True
-    gets `context` (default: `fake_context(task)`), an async handler is awaited."""
+    gets `context` (default: `fake_context(task)`), an async handler is awaited.
+
+    A transactional=True handler gets `ctx.connection`: `connection` if given (e.g. Django's
+    `connection.connection` inside the test's transaction), else a transaction on the task's
+    App database, committed when the handler returns and rolled back when it raises."""
+    if task.opts.transactional and (context is None or context._connection is None) and connection is None:
+        with task.app._store.handler_transaction() as tx:
+            return call(task, *args, context=context, connection=tx.connection, **kwargs)
     args_text, kwargs_text = encode_arguments(task.name, args, kwargs, task.fn, int(task.opts.pass_context))
     decoded_args, decoded_kwargs = json.loads(args_text), json.loads(kwargs_text)
     if task.opts.pass_context:
-        decoded_args.insert(0, context or fake_context(task))
+        context = context or fake_context(task)
+        if connection is not None:
+            context._connection = connection
+        decoded_args.insert(0, context)
     result = task.fn(*decoded_args, **decoded_kwargs)
     if task.is_async:
         result = asyncio.run(result)

@@ -90,3 +90,16 @@ def rota_app(rota_database_url: str, rota_clock: FakeClock) -> Iterator[App]:
     app = App(rota_database_url, clock=rota_clock, poll_interval=0.05, lease=5.0, retention=None)
     yield app
     app.close()
+
+
+@pytest.fixture
+def rota_django_app(transactional_db: None, rota_clock: FakeClock) -> Iterator[App]:
+    """For pytest-django: the project's App (settings.ROTA["APP"]) on Django's test database,
+    rota_clock its clock, rota's tables emptied after the test. It asks for pytest-django's
+    `transactional_db` (committed rows: rota's connections see what the code under test
+    enqueued on Django's connection; with `db` they would not). SQLite: the test database
+    must be a file: set the database's TEST NAME to a path."""
+    from ..contrib.django.testing import bound_app
+
+    with bound_app(rota_clock) as app:
+        yield app

@@ -22,7 +22,7 @@ from ..executor import handler_path
 from ..serialization import encode_result
 from ..stores.base import Claimed, Store
 from ..tasks import Task
-from ..transactional import call_transactional, committing
+from ..transactional import AFTER_SYNC_CALL, after_sync_call, call_transactional, committing
 from .active import Active, child_context, decode_arguments, parent_results, run_context
 from .child import run_in_child
 from .handoff import Deliver, Handoff, Result
@@ -122,6 +122,9 @@ class ThreadExecutor(_Decidable):
             return "ok", "null" if result is None else encode_result(task.name, result)
         except BaseException as exc:
             return "error", exc
+        finally:
+            if AFTER_SYNC_CALL:
+                after_sync_call()
 
     def _on_timeout(self, active: Active) -> None:
         """Past its timeout: record the timeout; the thread keeps its slot until it returns.

@@ -1,8 +1,8 @@
 """Settings of the example project: Django and rota share one database.
 
 DATABASE_URL: sqlite:///path/db.sqlite3 or postgresql://user@host/db (psycopg 3 backend).
-rota uses the same URL, so a run enqueued with Django's connection commits with the
-request's rows (see shop/views.py). Deploy with
+rota uses Django's default database (rota.contrib.django), so a run enqueued with Django's
+connection commits with the request's rows (see shop/views.py). Deploy with
 `python manage.py migrate && python manage.py rota_migrate` (rota's tables must exist before
 a transaction enqueues), then run workers with `python manage.py rota_worker`.
 """
@@ -13,7 +13,6 @@ import os
 from urllib.parse import parse_qs, urlsplit
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "sqlite:///db.sqlite3")
-ROTA_DATABASE_URL = DATABASE_URL  # one database: transactional enqueue needs it
 
 
 def django_database(url: str) -> dict[str, object]:
@@ -35,7 +34,15 @@ def django_database(url: str) -> dict[str, object]:
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-not-secret")
 DEBUG = False
 ALLOWED_HOSTS = ["*"]
-INSTALLED_APPS = ["shop"]
+INSTALLED_APPS = ["rota.contrib.django", "shop"]
+ROTA = {"APP": "shop.tasks:app"}  # the database: Django's default one
+# Django's Tasks API (django.tasks; django-tasks before Django 6) on rota, with a schedule
+TASKS = {
+    "default": {
+        "BACKEND": "rota.contrib.django.RotaBackend",
+        "OPTIONS": {"SCHEDULES": {"daily-summary": {"task": "shop.tasks.summary", "cron": "0 6 * * *"}}},
+    }
+}
 ROOT_URLCONF = "mysite.urls"
 DATABASES = {"default": django_database(DATABASE_URL)}
 USE_TZ = True

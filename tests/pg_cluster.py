@@ -77,8 +77,20 @@ class Server:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> None:
+        """Start the server; on another port if its own was taken meanwhile (the ports are
+        probed, not reserved: another test process may bind one between)."""
         log = self.root / f"{self.name}.log"
-        _as_postgres([str(bindir() / "pg_ctl"), "-D", str(self.data), "-l", str(log), "-w", "-t", "60", "start"])
+        for attempt in range(3):
+            try:
+                _as_postgres([str(bindir() / "pg_ctl"), "-D", str(self.data), "-l", str(log), "-w", "-t", "60", "start"])
+                return
+            except RuntimeError as exc:
+                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                if attempt == 2 or "could not bind" not in tail and "could not create" not in tail:
+                    raise RuntimeError(f"{exc}\n{self.name}.log:\n{tail}") from None
+            self.port = free_port()
+            with (self.data / "postgresql.auto.conf").open("a") as conf:
+                conf.write(f"port = {self.port}\n")
 
     def stop(self, mode: str = "fast") -> None:
         """`immediate`: a crash (no checkpoint, clients cut); `fast`: a clean shutdown."""

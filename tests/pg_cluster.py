@@ -82,11 +82,13 @@ class Server:
         log = self.root / f"{self.name}.log"
         for attempt in range(3):
             try:
-                _as_postgres([str(bindir() / "pg_ctl"), "-D", str(self.data), "-l", str(log), "-w", "-t", "60", "start"])
+                _as_postgres(
+                    [str(bindir() / "pg_ctl"), "-D", str(self.data), "-l", str(log), "-w", "-t", "60", "start"]
+                )
                 return
             except RuntimeError as exc:
                 tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-                if attempt == 2 or "could not bind" not in tail and "could not create" not in tail:
+                if attempt == 2 or ("could not bind" not in tail and "could not create" not in tail):
                     raise RuntimeError(f"{exc}\n{self.name}.log:\n{tail}") from None
             self.port = free_port()
             with (self.data / "postgresql.auto.conf").open("a") as conf:

@@ -4,6 +4,7 @@ after the primary is stopped hard, and a demoted primary that stays up read-only
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -38,10 +39,8 @@ def enqueue_until(client: rota.App, stop: threading.Event, acknowledged: list[st
     """Enqueue one run every 50 ms until `stop`; the ids the database acknowledged."""
     i = 1000
     while not stop.is_set():
-        try:
+        with contextlib.suppress(DatabaseError):  # not acknowledged: the caller may try again
             acknowledged += enqueue_rec(client, 1, start=i)
-        except DatabaseError:
-            pass  # not acknowledged: the caller sees the error and may enqueue again
         i += 1
         stop.wait(0.05)
 

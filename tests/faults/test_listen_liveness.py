@@ -65,7 +65,9 @@ def test_a_listen_connection_gone_silent_is_replaced_within_the_check_interval(
     assert "lost" not in heard  # sent to the silent session: never delivered
     assert replaced < CHECK * 2 + 5.0  # one interval waiting, one for the answer (+ a loaded machine)
     warnings = [r.getMessage() for r in caplog.records if "LISTEN connection" in r.getMessage()]
-    assert warnings == ["LISTEN connection did not answer its liveness check within 0.5 s; replacing it (wake-ups resume on a new one)"]
+    assert warnings == [
+        "LISTEN connection did not answer its liveness check within 0.5 s; replacing it (wake-ups resume on a new one)"
+    ]
 
 
 def test_listen_check_interval_is_checked(pg_url: str) -> None:

@@ -60,6 +60,7 @@ from ._pg_session import (
     settle_refused,
     tick_bounds,
 )
+from ._pg_vacuum import PgVacuum
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
 from .queries import latest_version, load_migrations, load_queries
@@ -82,7 +83,7 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 EXACT_COUNT_LIMIT = 100_000
 
 
-class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
+class PostgresStore(PostgresFlow, PgForeignSessions, PgVacuum, SqlStore):
     dialect = "postgresql"
 
     def __init__(

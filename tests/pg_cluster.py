@@ -15,7 +15,8 @@ directory. The replica is a `pg_basebackup -R` of the primary, so it streams fro
 a promoted replica then holds every acknowledged write; without it, replication is
 asynchronous and the last commits before a hard stop may be missing on the replica.
 
-Everything is stopped (immediate) and removed when the `with` block ends. Nothing here
+`replica=False` starts the primary alone. Everything is stopped (immediate) and removed when
+the `with` block ends. Nothing here
 needs pytest: a bench or chaos script can use it too. `problem()` says why it cannot run
 (no binaries, no postgres user) for a skip.
 """
@@ -130,14 +131,16 @@ class Cluster:
 
     @classmethod
     @contextmanager
-    def start(cls, base: Path | None = None, synchronous: bool = True) -> Iterator[Cluster]:
+    def start(cls, base: Path | None = None, synchronous: bool = True, replica: bool = True) -> Iterator[Cluster]:
+        """`replica=False`: the primary alone (a server of one's own, e.g. for a bench)."""
         root = Path(tempfile.mkdtemp(prefix="rota-pgc-", dir=base))
         shutil.chown(root, "postgres")
         root.chmod(0o700)
         cluster = cls(root)
         try:
             cluster._init_primary()
-            cluster._init_replica(synchronous)
+            if replica:
+                cluster._init_replica(synchronous)
             yield cluster
         finally:
             for server in (cluster.replica, cluster.primary):

@@ -92,3 +92,23 @@ def test_a_worker_warns_once_when_autovacuum_is_off(
         "slow down; turn it on, or VACUUM rota_runs regularly"
     ]
     assert [r.levelno for r in caplog.records if "autovacuum" in r.getMessage()] == [logging.WARNING]
+
+
+@pytest.mark.postgres
+def test_a_postgres_workers_own_metrics_show_the_vacuum_figures(
+    pg_url: str, app_factory: Callable[..., rota.App]
+) -> None:
+    import urllib.request
+
+    from rota.metrics import serve_worker_metrics
+
+    from .ports import free_port
+
+    app = app_factory(url=pg_url)
+    worker = start_worker(app)
+    wait_for(lambda: worker.state == "running", what="the worker to start")
+    port = free_port()
+    serve_worker_metrics(worker, port, host="127.0.0.1")
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert {"rota_db_oldest_xmin_age_seconds", "rota_db_dead_tuples", "rota_db_autovacuum"} <= names

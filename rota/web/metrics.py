@@ -19,6 +19,7 @@ from starlette.responses import Response
 from .. import config
 from ..app import App
 from ..errors import RotaError
+from ..metrics import vacuum_metrics
 from ..models import ScheduleInfo
 
 log = logging.getLogger("rota.web")
@@ -59,34 +60,7 @@ class StoreCollector:
             "rota_workers_capacity", "Concurrency slots of the live workers", value=stats["capacity"]
         )
         yield from _schedule_metrics(schedules)
-        yield from _vacuum_metrics(self.app)
-
-
-def _vacuum_metrics(app: App) -> Iterator[GaugeMetricFamily]:
-    """PostgreSQL only: what holds back cleanup of rota's tables (rota.stores._pg_vacuum)."""
-    vacuum = getattr(app.store, "vacuum_health", None)
-    if vacuum is None:
-        return
-    try:
-        health = vacuum()
-    except RotaError as exc:
-        log.warning("metrics: cannot read the vacuum statistics: %s", config.redact_text(str(exc), app.database_url))
-        return
-    yield GaugeMetricFamily(
-        "rota_db_oldest_xmin_age_seconds",
-        "Age of the oldest transaction holding back vacuum in the database (0: none)",
-        value=health.oldest_xmin_seconds,
-    )
-    yield GaugeMetricFamily(
-        "rota_db_oldest_xmin_age_xids",
-        "Transactions since the oldest one holding back vacuum began (sessions, prepared, slots)",
-        value=health.oldest_xmin_xids,
-    )
-    yield GaugeMetricFamily("rota_db_autovacuum", "1 if autovacuum is on, else 0", value=int(health.autovacuum))
-    dead = GaugeMetricFamily("rota_db_dead_tuples", "Dead row versions in rota's tables", labels=["table"])
-    for table, count in health.dead_tuples.items():
-        dead.add_metric([table], count)
-    yield dead
+        yield from vacuum_metrics(self.app.store, self.app.database_url)
 
 
 def runs_help(estimated: list[str]) -> str:

@@ -209,6 +209,7 @@ class PostgresStore(PostgresFlow, PgForeignSessions, PgVacuum, SqlStore):
                 return
             self._pool = None
         threading.Thread(target=pool.close, kwargs={"timeout": 1.0}, daemon=True).start()
+        self._handler_conns.drop_idle()  # transactional handlers' connections: the same server
 
     def _tx(self) -> Any:
         return self._session(True)

@@ -19,7 +19,7 @@ from rota.errors import DatabaseError
 from .. import pg_cluster
 from ..conftest import make_app
 from ..procs import WorkerProcs, wait_until
-from .conftest import APP, all_final, enqueue_rec, no_tracebacks, starts
+from .conftest import APP, all_final, enqueue, enqueue_rec, no_tracebacks, starts
 from .invariants import check_invariants, read_log
 
 LEASE = 3.0
@@ -115,7 +115,8 @@ def test_a_demoted_primary_left_read_only_is_never_written_to(
     procs.env.update(ROTA_TEST_POLL=str(POLL), ROTA_TEST_LEASE=str(LEASE))
     procs.start(APP, concurrency=4, lease=LEASE, poll=POLL)
     before = enqueue_rec(client, 4)
-    wait_until(all_final(client, before), 60, "the first runs to end")
+    handled = enqueue(client, "faults.tx", [[i] for i in range(4)])  # handler connections, idle after
+    wait_until(all_final(client, before + handled), 60, "the first runs to end")
     client.close()
     cluster.primary.sql("ALTER SYSTEM SET default_transaction_read_only = on")
     cluster.primary.sql("SELECT pg_reload_conf()")  # every session there, the worker's too
@@ -128,8 +129,11 @@ def test_a_demoted_primary_left_read_only_is_never_written_to(
         later += enqueue_rec(client, 8, seconds=0.1, start=200 + 10 * batch)
         wait_until(all_final(client, later), 60, "the next runs to end")
         time.sleep(1.0)
-    runs = check_invariants(client, exec_log, enqueued=before + later, leases_lost=True)
-    assert {runs[i].status for i in later} == {"succeeded"}
+    handled = enqueue(client, "faults.tx", [[i] for i in range(10, 18)])
+    wait_until(all_final(client, handled), 60, "the transactional runs to end")
+    runs = check_invariants(client, exec_log, enqueued=before + later + handled, leases_lost=True)
+    assert {runs[i].status for i in later + handled} == {"succeeded"}
+    assert {runs[i].attempt for i in handled} == {1}, "a transactional handler used a session of the old primary"
     output = procs.output(0)
     # one outage as the pool moves (two if a second call was already on its way), not a
     # flapping worker that fails every call landing on a session of the old primary

@@ -26,6 +26,9 @@ Event names (stable; operators alert on them):
   longer than UNKNOWN_TASK_GRACE (600 s) since its first refusal, the database fails it
   instead (run_failed, TaskNotFound).
 - lease_lost: a worker lost a run's lease (run_id, worker).
+- run_missing: warning, as lease_lost, when the database has no row for the run at all
+  (deleted, or a write lost in a failover to an asynchronous replica): stopped, result
+  discarded, the worker goes on (run_id, worker).
 - run_handed_back: a run a stopping worker gave back for another worker to take at once, the
   attempt not counted (run_id, worker): warning if its handler had started, info if it was
   only claimed ahead; hand_back_failed: error, the hand-back could not be written, the runs
@@ -77,6 +80,7 @@ EVENTS = (
     "run_refused",
     "runs_succeeded",
     "lease_lost",
+    "run_missing",
     "run_handed_back",
     "hand_back_failed",
     "run_still_running",

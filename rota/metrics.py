@@ -1,10 +1,12 @@
 """Prometheus metrics for a worker (`rota worker APP --metrics-port 9100`) and the dashboard.
 
 Counters come straight from the worker's own totals (no per-run cost beyond the two
-histogram observations: run duration and lateness of start versus scheduled time)."""
+histogram observations: run duration and lateness of start versus scheduled time). On
+PostgreSQL both also serve what holds back vacuum (`vacuum_metrics`), read at scrape time."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sized
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -33,6 +35,7 @@ _DOCS = {
 }
 
 
+log = logging.getLogger("rota.metrics")
 BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 
@@ -89,6 +92,41 @@ class WorkerCollector:
         yield _gauge("rota_worker_concurrency", "Concurrency slots", w.id, w.concurrency)
         stuck_doc = "Handler threads still running after a timeout or a lost lease"
         yield _gauge("rota_worker_stuck", stuck_doc, w.id, w.stuck)
+        store = getattr(w, "store", None)
+        yield from vacuum_metrics(store, getattr(store, "url", ""))
+
+
+def vacuum_metrics(store: Any, url: str) -> Iterator[Any]:
+    """PostgreSQL only: what holds back vacuum of rota's tables, read at scrape time
+    (rota.stores._pg_vacuum); nothing on SQLite, nothing (one warning) if it cannot be read."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    from .config import redact_text
+    from .errors import RotaError
+
+    vacuum = getattr(store, "vacuum_health", None)
+    if vacuum is None:
+        return
+    try:
+        health = vacuum()
+    except RotaError as exc:
+        log.warning("metrics: cannot read the vacuum statistics: %s", redact_text(str(exc), url))
+        return
+    yield GaugeMetricFamily(
+        "rota_db_oldest_xmin_age_seconds",
+        "Age of the oldest transaction holding back vacuum in the database (0: none)",
+        value=health.oldest_xmin_seconds,
+    )
+    yield GaugeMetricFamily(
+        "rota_db_oldest_xmin_age_xids",
+        "Transactions since the oldest one holding back vacuum began (sessions, prepared, slots)",
+        value=health.oldest_xmin_xids,
+    )
+    yield GaugeMetricFamily("rota_db_autovacuum", "1 if autovacuum is on, else 0", value=int(health.autovacuum))
+    dead = GaugeMetricFamily("rota_db_dead_tuples", "Dead row versions in rota's tables", labels=["table"])
+    for table, count in health.dead_tuples.items():
+        dead.add_metric([table], count)
+    yield dead
 
 
 def _gauge(name: str, doc: str, worker_id: str, value: float) -> Any:

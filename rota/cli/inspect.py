@@ -323,12 +323,18 @@ def status(ctx: click.Context, as_json: bool) -> None:
     stats = app.stats()
     current, latest = app.store.schema_version()
     stats["schema_version"] = current
+    vacuum = getattr(app.store, "vacuum_health", None)  # PostgreSQL only
+    health = vacuum() if vacuum is not None else None
+    if health is not None:
+        stats["vacuum"] = health.as_dict()
     if as_json:
         print_json(stats)
         return
     click.echo(f"database: {stats['database']} (schema {current}/{latest})")
     click.echo(f"workers:  {stats['workers']} alive, capacity {stats['capacity']}")
     click.echo("runs:     " + runs_line(stats))
+    if health is not None:
+        click.echo("vacuum:   " + health.line())
 
 
 def runs_line(stats: dict[str, Any]) -> str:

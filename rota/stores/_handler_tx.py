@@ -157,6 +157,14 @@ class PostgresHandlerConnections:
                 return
         conn.close()
 
+    def drop_idle(self) -> None:
+        """Close the idle connections: the store dropped its pool (a failover, a read-only
+        server: see _pg_failover), and these most likely reach the same server."""
+        with self._lock:
+            conns, self._idle = self._idle, []
+        for conn in conns:
+            conn.close()
+
     def close(self) -> None:
         with self._lock:
             self._closed = True  # a handler still running closes its connection when it ends
@@ -171,6 +179,7 @@ def postgres_handler_tx(store: PostgresStore, conns: PostgresHandlerConnections)
     connection of its own; row locks the handler takes last until its commit."""
     import psycopg
 
+    from ._pg_failover import read_only
     from ._pg_session import _translate
 
     try:
@@ -184,6 +193,9 @@ def postgres_handler_tx(store: PostgresStore, conns: PostgresHandlerConnections)
                 yield PostgresHandlerTx(store, conn)
                 committing = True
         except psycopg.Error as exc:
+            if read_only(exc):  # never back to the pool: see _pg_failover
+                conn.close()
+                conns.drop_idle()
             if not committing:
                 raise  # the handler's own error, as it raised it (retry_on may name its type)
             raise DatabaseError(f"PostgreSQL (committing a transactional handler): {exc}") from exc

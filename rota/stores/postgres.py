@@ -32,9 +32,10 @@ from ..errors import (
 from ..models import FINAL_STATUSES, PENDING, RUNNING, SUCCEEDED
 from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
 from ._limits_sql import PostgresFlow
+from ._pg_failover import check_interval, read_only
 from ._pg_foreign import PgForeignSessions
+from ._pg_listen import CHECK_EVERY, listener_class
 from ._pg_listen import listen as listen_on_channel
-from ._pg_listen import listener_class
 from ._pg_lists import runs_where, status_terms, web_rows
 from ._pg_session import (
     _check_can_migrate,
@@ -59,6 +60,7 @@ from ._pg_session import (
     settle_refused,
     tick_bounds,
 )
+from ._pg_vacuum import PgVacuum
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
 from .queries import latest_version, load_migrations, load_queries
@@ -81,7 +83,7 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 EXACT_COUNT_LIMIT = 100_000
 
 
-class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
+class PostgresStore(PostgresFlow, PgForeignSessions, PgVacuum, SqlStore):
     dialect = "postgresql"
 
     def __init__(
@@ -96,6 +98,7 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
         idle_in_transaction_timeout: float | None = 60.0,
         tick_lock_timeout: float = 0.5,
         tick_idle_timeout: float = 1.0,
+        listen_check_interval: float = CHECK_EVERY,
     ) -> None:
         super().__init__(url, clock)
         check_conninfo(url)
@@ -107,6 +110,7 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
             idle_in_transaction_session_timeout=idle_in_transaction_timeout,
         )
         self._tick_bounds = tick_bounds(tick_lock_timeout, tick_idle_timeout)
+        self.listen_check_interval = check_interval(listen_check_interval)
         self.queries = load_queries("postgres", _NOW)
         self.connect_timeout = connect_timeout
         self.pool_size = pool_size
@@ -179,7 +183,7 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
                     with conn.cursor() as cur:
                         yield _Session(cur, self.queries, now)
         except psycopg.Error as exc:
-            if used is None or used.broken:
+            if used is None or used.broken or read_only(exc):  # read-only: see _pg_failover
                 self._drop_pool(pool)
                 self._cuts += used is not None  # a connection that worked was cut (see _select)
             raise _translate(exc, self.url) from exc
@@ -205,6 +209,7 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
                 return
             self._pool = None
         threading.Thread(target=pool.close, kwargs={"timeout": 1.0}, daemon=True).start()
+        self._handler_conns.drop_idle()  # transactional handlers' connections: the same server
 
     def _tx(self) -> Any:
         return self._session(True)
@@ -481,7 +486,7 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
         """LISTEN on the channel of the app's schema until cancelled (see _pg_listen)."""
         kwargs = _connect_kwargs(self.url, self.connect_timeout)
         connect = functools.partial(listener_class().connect, self.url, **kwargs)
-        await listen_on_channel(connect, self.queries["notify_channel"], on_payload)
+        await listen_on_channel(connect, self.queries["notify_channel"], on_payload, self.listen_check_interval)
 
 
 __all__ = ["PostgresStore", "redact"]

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from .. import config, quarantine
 from ..app import App
 from ..errors import RotaError
+from ..metrics import vacuum_metrics
 from ..models import ScheduleInfo
 
 log = logging.getLogger("rota.web")
@@ -63,6 +64,7 @@ class StoreCollector:
             "rota_workers_capacity", "Concurrency slots of the live workers", value=stats["capacity"]
         )
         yield from _schedule_metrics(schedules)
+        yield from vacuum_metrics(self.app.store, self.app.database_url)
 
 
 def runs_help(estimated: list[str]) -> str:

@@ -255,7 +255,7 @@ class Completer:
             elif o.id not in kept:
                 self.counters.stale_writes += 1
                 log.warning(
-                    "run %s: outcome %r discarded: token %s no longer holds the run (its lease was lost and it was rescued)",
+                    "run %s: outcome %r discarded: token %s no longer holds the run (its lease was lost and it was rescued, or the run is gone)",
                     o.id,
                     o.status,
                     o.token,

@@ -26,6 +26,8 @@ from .prefetch import Prefetch
 from .service import wait_event
 
 log = logging.getLogger("rota.worker")
+# Why a run's lease was lost when the database has no row for it at all.
+GONE = "the database has no such run: deleted, or a write lost in a failover to an asynchronous replica"
 
 
 class Leases:
@@ -104,7 +106,21 @@ class Leases:
         deadline = time.monotonic() + self.lease
         alive, cancel = await self.db(self.store().heartbeat, held, self.lease)
         self.prefetch.renewed(alive, deadline)
-        self._apply(held, alive, cancel)
+        self._apply(held, alive, cancel, await self._gone([run_id for run_id, _ in held if run_id not in alive]))
+
+    async def _gone(self, lost: list[int]) -> set[int]:
+        """Of runs whose lease was lost (rare), those the database has no row for at all:
+        deleted, or a write lost when an asynchronous replica was promoted (one read each,
+        the first 20; on any error, none: they are reported as lost)."""
+        gone = set()
+        for run_id in lost[:20]:
+            try:
+                if await self.db(self.store().get_run, run_id) is None:
+                    gone.add(run_id)
+            except (DatabaseError, ValueError) as exc:
+                log.debug("could not look up run %s: %s", run_id, exc)
+                return set()
+        return gone
 
     def check_soon(self, runs: list[tuple[int, int]]) -> None:
         """The store refused the start of these runs (started here): renew them at once, so a
@@ -121,8 +137,15 @@ class Leases:
             return
         self._apply(runs, alive, cancel)
 
-    def _apply(self, held: list[tuple[int, int]], alive: set[int], cancel: set[int]) -> None:
-        """A renewal's news: stop the runs that were lost, pass on cancellation requests."""
+    def _apply(
+        self,
+        held: list[tuple[int, int]],
+        alive: set[int],
+        cancel: set[int],
+        gone: frozenset[int] | set[int] = frozenset(),
+    ) -> None:
+        """A renewal's news: stop the runs that were lost (`gone`: the database has no such
+        run), pass on cancellation requests."""
         inflight = self.executors.inflight
         for run_id, token in held:
             if run_id in alive:
@@ -132,31 +155,32 @@ class Leases:
                 self.kept = [a for a in self.kept if a.claim.id != run_id]  # rescued (an outage): not ours
                 log.warning("run %s: lease lost while its handler still runs after the worker stopped", run_id)
             elif active is not None and not active.done and active.claim.token == token:
-                self.lost(active)
+                self.lost(active, run_id in gone)
             elif (claim := self.prefetch.get(run_id)) is not None and claim.token == token:
-                self.lost_held(claim)
+                self.lost_held(claim, run_id in gone)
         for run_id in cancel:
             self.request_cancel(run_id, confirmed=True)
 
-    def lost_held(self, claim: Claimed) -> None:
+    def lost_held(self, claim: Claimed, gone: bool = False) -> None:
         """A run claimed ahead and not started lost its lease: it must never start."""
         self.prefetch.drop(claim.id)
         self.counters.lost += 1
-        log.warning(
-            "run %s (%s): lease lost before it started (rescued by another worker); dropped", claim.id, claim.task
-        )
+        why = GONE if gone else "rescued by another worker"
+        log.warning("run %s (%s): lease lost before it started (%s); dropped", claim.id, claim.task, why)
 
-    def lost(self, active: Active) -> None:
-        """Someone else holds the run now: stop it; its result will never be written."""
+    def lost(self, active: Active, gone: bool = False) -> None:
+        """Someone else holds the run now, or (`gone`) nobody: the database has no such run.
+        Stop it; its result will never be written."""
         if not self.executors.may_decide(active):  # the heartbeat waited for its commit: the commit decides
             return
         self.counters.lost += 1
         c = active.claim
+        why = GONE if gone else "rescued by another worker"
         log_event(
             log,
             logging.WARNING,
-            "lease_lost",
-            f"run {c.id} ({c.task}): lease lost (rescued by another worker); stopping it, its result will be discarded",
+            "run_missing" if gone else "lease_lost",
+            f"run {c.id} ({c.task}): lease lost ({why}); stopping it, its result will be discarded",
             run_id=str(c.id),
             task=c.task,
             attempt=c.attempt,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from ..errors import DatabaseRefused, DatabaseTransient, SchemaVersionError
+from ..errors import DatabaseError, DatabaseRefused, DatabaseTransient, SchemaVersionError
 from ..executor import DaemonPool
 from ..logs import log_event
 from ..stores.base import Claimed, Outcome, Store
@@ -268,6 +268,7 @@ class Worker(Lifecycle):
                 if await self._sleep_or_stop(self._outage.failed(exc, starting=True)):
                     return False
         await self._ticker.warn_about_fast_schedules(self.app.schedules, self.app.high_frequency)
+        await self._warn_autovacuum()
         self.state = "running"
         self._emit("worker_started")
         self._log_started()
@@ -279,6 +280,13 @@ class Worker(Lifecycle):
         await self._db(store.register_worker, self.id, socket.gethostname(), os.getpid(), self.concurrency, self.queues)
         self._outage.ok()
         await self._rescuer.learn_db_started()
+
+    async def _warn_autovacuum(self) -> None:
+        """PostgreSQL: one warning line when autovacuum is off (rota.stores._pg_vacuum)."""
+        warn = getattr(self.store, "warn_autovacuum", None)
+        if warn is not None:
+            with contextlib.suppress(DatabaseError):  # a start is no place to fail over a check
+                await self._db(warn)
 
     def _log_started(self) -> None:
         queues = ",".join(self.queues) if self.queues else "all"

@@ -77,6 +77,14 @@ def weird(ctx: rota.RunContext, kind: str, i: int) -> Any:
     return WEIRD[kind]
 
 
+@app.task(name="faults.tx", pass_context=True, transactional=True, retries=20, backoff=0)
+def tx(ctx: rota.RunContext, i: int) -> int:
+    """A transactional handler that writes nothing of its own (its success is the write);
+    logs nothing: a failed commit is retried, which the execution log would count twice."""
+    ctx.connection.execute("SELECT 1")
+    return i
+
+
 @app.task(name="faults.limited", pass_context=True, retries=20, backoff=0, limit=rota.Limit(2, by="key"))
 def limited(ctx: rota.RunContext, key: str, i: int, seconds: float = 0.0) -> dict[str, int]:
     """As rec, at most 2 running at once per `key` (flow-control scenarios)."""

@@ -5,6 +5,8 @@
     proxy.blackhole()       accept new connections but never forward them (and cut open ones)
     proxy.hold()            stop forwarding both ways without closing anything: a frozen host
     proxy.hold_after(b"x")  forward until a client packet contains b"x", then hold
+    proxy.freeze(b"x")      hold, for good, the open connections whose client sent b"x" (a
+                            server gone silent under them); new connections forward
     proxy.restore()         forward normally again (held bytes flow on; blackholed sockets close)
 
 One thread accepts, one thread per connection pumps both directions with select(), so a held
@@ -32,6 +34,8 @@ class FaultProxy:
         self.accepted = 0
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket | None]] = []
+        self._sent: dict[socket.socket, bytearray] = {}  # each client's first bytes (freeze)
+        self._frozen: set[socket.socket] = set()
         self._stopping = threading.Event()
         self._server = socket.create_server(listen, reuse_port=False)
         self._server.settimeout(0.1)
@@ -67,6 +71,15 @@ class FaultProxy:
     def hold_after(self, pattern: bytes) -> None:
         self.triggered.clear()
         self.trigger = pattern
+
+    def freeze(self, pattern: bytes) -> int:
+        """Stop forwarding, without closing anything and until the proxy closes, on every
+        open connection whose client has sent `pattern` (in its first 64 KiB); other and new
+        connections forward normally. Returns how many were frozen."""
+        with self._lock:
+            chosen = [c for c, sent in self._sent.items() if pattern in sent]
+            self._frozen.update(chosen)
+        return len(chosen)
 
     def restore(self) -> None:
         self.trigger = None
@@ -137,12 +150,18 @@ class FaultProxy:
             with self._lock:
                 if pair in self._pairs:
                     self._pairs.remove(pair)
+                self._sent.pop(client, None)
+                self._frozen.discard(client)
             self._close(client)
             self._close(upstream)
 
     def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
         peer = {client: upstream, upstream: client}
+        sent = self._sent.setdefault(client, bytearray())
         while not self._stopping.is_set():
+            if client in self._frozen:
+                self._stopping.wait(0.05)
+                continue
             if self.held.is_set():
                 self.held.wait(0.05)  # a frozen host: nothing moves, nothing closes
                 if self.held.is_set():
@@ -152,7 +171,7 @@ class FaultProxy:
             except (OSError, ValueError):
                 return
             for sock in ready:
-                if self.held.is_set():
+                if self.held.is_set() or client in self._frozen:
                     break
                 try:
                     data = sock.recv(65536)
@@ -161,6 +180,8 @@ class FaultProxy:
                     peer[sock].sendall(data)
                 except OSError:
                     return
+                if sock is client and len(sent) < 65536:
+                    sent += data
                 if sock is client and self.trigger is not None and self.trigger in data:
                     self.trigger = None
                     self.held.set()

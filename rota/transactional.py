@@ -146,15 +146,17 @@ def _attempt(
     key: object,
     stop: threading.Event,
 ) -> tuple[str, Any]:
-    """One transaction: (_AGAIN, error) if it did not begin or did not commit (the handler's
-    writes, if any, rolled back); otherwise the attempt's outcome."""
-    began = False
+    """One transaction: (_AGAIN, error) if it did not begin, or failed after the handler
+    returned without committing (the handler's writes rolled back); otherwise the attempt's
+    outcome."""
+    handler = False  # while the handler runs, a database error is its own
     result: str | None = None
     try:
         with store.handler_transaction() as tx:
-            began = True
+            handler = True
             ctx._connection = tx.connection
             result = encode_result(task.name, task.fn(ctx, *args, **kwargs))
+            handler = False
             if not tx.succeed(int(ctx.run_id), ctx.token, result):
                 raise _Rollback("lost")  # the token no longer holds the run
             if deadline is not None and time.monotonic() >= deadline:
@@ -174,8 +176,8 @@ def _attempt(
         return rollback.kind, None
     except CommitUnknown as exc:
         return _read_back(store, ctx, result, stop, exc)
-    except DatabaseTransient as exc:
-        return ("error", exc) if began else (_AGAIN, exc)  # raised in the handler: its own error
+    except DatabaseTransient as exc:  # rota's own statement (begin, succeed): not committed
+        return ("error", exc) if handler else (_AGAIN, exc)
     except BaseException as exc:
         return "error", exc
     finally:

@@ -4,8 +4,8 @@ attempt on a connection of the store's own database. The handler writes on the c
 manager commits when the handler's block ends normally and rolls back when it raises.
 
 Failures of rota's own statements: one that opens or begins the transaction (before the
-handler runs) is raised as the store's DatabaseError (DatabaseTransient for an outage); a
-transient one at the commit as CommitUnknown (the commit may or may not have happened: the
+handler runs) or records its success is raised as the store's DatabaseError (DatabaseTransient
+for an outage); a transient one at the commit as CommitUnknown (the commit may or may not have happened: the
 run's row tells, rota.transactional reads it back)."""
 
 from __future__ import annotations
@@ -62,9 +62,14 @@ class SQLiteHandlerTx:
     def succeed(self, run_id: int, token: int, result: str | None) -> bool:
         if not self.connection.in_transaction:
             raise ConfigurationError(_ENDED)
+        from ._sqlite_conn import _translate
+
         sql = self.store.queries["finish_transactional"]
         params = {"id": run_id, "token": token, "result": result, "now": self.store._now()}
-        return bool(self.connection.execute(sql, params).fetchall())
+        try:
+            return bool(self.connection.execute(sql, params).fetchall())
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.store.path) from exc
 
 
 @contextmanager
@@ -106,11 +111,16 @@ class PostgresHandlerTx:
 
         if self.connection.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
             raise ConfigurationError(_ENDED)
+        from ._pg_session import _translate
+
         now = self.store.clock.now() if self.store.clock is not None else None
         params = {"id": run_id, "token": token, "result": result, "now": now}
-        with self.connection.cursor(row_factory=psycopg.rows.tuple_row) as cur:
-            cur.execute(self.store.queries["finish_transactional"], params)
-            return bool(cur.fetchall())
+        try:
+            with self.connection.cursor(row_factory=psycopg.rows.tuple_row) as cur:
+                cur.execute(self.store.queries["finish_transactional"], params)
+                return bool(cur.fetchall())
+        except psycopg.Error as exc:  # (a broken connection's transaction is not ended again)
+            raise _translate(exc, self.store.url) from exc
 
 
 # What DISCARD ALL does, but for the statements psycopg prepared itself (`from_sql` false):

@@ -143,4 +143,37 @@ def test_postgres_a_commit_whose_reply_was_lost_is_read_back(
     run = handle.refresh()
     assert (run.status, run.attempt) == ("succeeded", 1), run.error
     assert effects(pg_url) == [(run.id, 1)]
+    wait_for(lambda: bool(seen), 30, "the worker's decision")  # (the row may commit before it reads it back)
+    assert seen == ["succeeded"]
+
+
+@pytest.mark.postgres
+def test_postgres_a_cut_after_the_handler_returned_runs_the_attempt_again(
+    pg_url: str, proxies: Callable[..., FaultProxy], apps: Callable[..., rota.App]
+) -> None:
+    """The handler's last act cuts every connection (restored 0.5 s later): recording its
+    success fails, nothing committed. Not its failure: the attempt runs again and commits once."""
+    proxy = proxies()
+    client = apps(pg_url)
+    setup(client)
+    app = apps(proxy.url(pg_url))
+    calls: list[int] = []
+
+    @app.task(name="charge", transactional=True, retries=0)
+    def charge(ctx: rota.RunContext) -> None:
+        record(ctx)
+        calls.append(ctx.attempt)
+        if len(calls) == 1:
+            proxy.cut()
+            threading.Timer(0.5, proxy.restore).start()
+
+    enqueue = client.task(name="charge", transactional=True, retries=0)(charge.fn).enqueue  # direct
+    worker = start_worker(app, concurrency=1)
+    seen = statuses(worker)
+    handle = enqueue()
+    wait_for(lambda: handle.refresh().is_final, 60, "the run")
+    run = handle.refresh()
+    assert (run.status, run.attempt, calls) == ("succeeded", 1, [1, 1]), run.error
+    assert effects(pg_url) == [(run.id, 1)]
+    wait_for(lambda: bool(seen), 30, "the worker's decision")  # (the row may commit before it reads it back)
     assert seen == ["succeeded"]

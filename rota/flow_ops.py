@@ -62,8 +62,9 @@ class FlowClient(Client):
         runs per transaction, up to the newest run when the call began (its own retries are
         never retried again). A run of an exclusive schedule goes through its overlap policy
         (under 'skip', only the first is retried while it is active; under 'replace', the
-        first replaces the active run and the rest queue behind it). Returns how many runs
-        were created."""
+        first replaces the active run and the rest queue behind it). A run set aside as
+        damaged (error type DamagedRow or CorruptArguments) is passed over: repair it and
+        `retry` it by id. Returns how many runs were created."""
         if status not in FINAL_STATUSES:
             raise one_of(status, FINAL_STATUSES, "final status")
         if task is not None and not isinstance(task, str):

@@ -13,6 +13,10 @@ attempt's fencing token), then the transaction commits: the handler's writes and
   check finds no row, everything rolls back, the attempt is discarded like a stale write.
 - The handler ran past its timeout: rolled back before commit; the timeout is recorded the
   normal way.
+- The transaction could not begin (the database away, a pooled connection cut) or the commit
+  did not happen: not the handler's failure. The attempt starts again in a new transaction
+  once the database answers, its lease kept meanwhile (the wait counts toward its timeout).
+  A commit whose reply was lost is read back: the run's row says whether it committed.
 
 Rules, checked when the task is declared: `transactional=True` implies `pass_context=True`
 (the handler takes `ctx` first); the handler must be a plain `def` (it runs on a worker
@@ -32,10 +36,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, DatabaseError, DatabaseTransient
 from .serialization import encode_result
+from .stores._handler_tx import CommitUnknown
 
 if TYPE_CHECKING:
     from .stores.base import Store
@@ -63,6 +69,7 @@ def after_sync_call() -> None:
             log.exception("after-call cleanup %r failed", callback)
 
 
+_AGAIN = "again"  # the transaction did not begin or did not commit: not the handler's failure
 _states: dict[object, str] = {}
 _states_lock = threading.Lock()
 
@@ -108,16 +115,66 @@ def call_transactional(
     *,
     timeout: float | None,
     key: object,
+    stop: threading.Event | None = None,
 ) -> tuple[str, Any]:
     """On a worker thread: run the handler in a store transaction that also records its
-    success. Returns (COMMITTED, result), ("timeout", None), ("lost", None) or ("error", exc)."""
+    success. Returns (COMMITTED, result), ("timeout", None), ("lost", None), ("cancelled",
+    None: `stop` was set while the database was away) or ("error", exc).
+
+    A transaction that could not begin (the database away, a pooled connection cut) or whose
+    commit did not happen (read back after a lost reply) is not the handler's failure: the
+    attempt starts again in a new transaction once the database answers, its lease kept by the
+    worker meanwhile (the run is in flight), until `stop` is set or its timeout passes."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    stop = threading.Event() if stop is None else stop
     with _states_lock:
         _states[key] = _RUNNING
     try:
+        for tries, pause in enumerate(_pauses()):
+            kind, value = _attempt(store, task, ctx, args, kwargs, deadline, key, stop)
+            if kind != _AGAIN:
+                return kind, value
+            if tries == 1:
+                log.warning("run %s (%s): its transaction could not begin or commit (%s); the handler's writes, if any, "
+                            "were rolled back: the attempt starts again when the database answers (not counted)",
+                            ctx.run_id, task.name, value)  # fmt: skip
+            with _states_lock:
+                if _states.get(key) == _COMMITTING:  # read back: not committed; the loop may decide again
+                    _states[key] = _RUNNING
+            if stop.wait(pause):
+                return "cancelled", None  # shutdown, cancellation, lost lease or timeout: decided by the loop
+            if deadline is not None and time.monotonic() >= deadline:
+                return "timeout", None
+        raise AssertionError("unreachable")  # _pauses() never ends
+    finally:
+        ctx._connection = None
+        with _states_lock:
+            _states.pop(key, None)
+        if AFTER_SYNC_CALL:
+            after_sync_call()
+
+
+def _attempt(
+    store: Store,
+    task: Task[Any, Any],
+    ctx: RunContext,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    deadline: float | None,
+    key: object,
+    stop: threading.Event,
+) -> tuple[str, Any]:
+    """One transaction: (_AGAIN, error) if it did not begin, or failed after the handler
+    returned without committing (the handler's writes rolled back); otherwise the attempt's
+    outcome."""
+    handler = False  # while the handler runs, a database error is its own
+    result: str | None = None
+    try:
         with store.handler_transaction() as tx:
+            handler = True
             ctx._connection = tx.connection
             result = encode_result(task.name, task.fn(ctx, *args, **kwargs))
+            handler = False
             if not tx.succeed(int(ctx.run_id), ctx.token, result):
                 raise _Rollback("lost")  # the token no longer holds the run
             if deadline is not None and time.monotonic() >= deadline:
@@ -135,14 +192,47 @@ def call_transactional(
                 ctx.token,
             )
         return rollback.kind, None
+    except CommitUnknown as exc:
+        return _read_back(store, ctx, result, stop, exc)
+    except DatabaseTransient as exc:  # rota's own statement (begin, succeed): not committed
+        return ("error", exc) if handler else (_AGAIN, exc)
     except BaseException as exc:
         return "error", exc
     finally:
         ctx._connection = None
-        with _states_lock:
-            _states.pop(key, None)
-        if AFTER_SYNC_CALL:
-            after_sync_call()
+
+
+def _read_back(
+    store: Store, ctx: RunContext, result: str | None, stop: threading.Event, exc: Exception
+) -> tuple[str, Any]:
+    """The commit's reply was lost: did it commit? The token-checked success was in the same
+    transaction, so the run's row tells: succeeded under this token (committed), still running
+    under it (rolled back: _AGAIN), or someone else's now (lost). Read once the database
+    answers (the loop leaves the attempt to this thread meanwhile: it is committing)."""
+    log.warning("run %s (%s): %s; reading the run back to learn whether it committed", ctx.run_id, ctx.task, exc)
+    for pause in _pauses():
+        try:
+            row = store.handler_outcome(int(ctx.run_id))  # waits for that transaction to end
+        except DatabaseError:
+            if stop.wait(pause):
+                return "cancelled", None
+            continue
+        if row == ("succeeded", ctx.token):
+            return COMMITTED, result
+        if row == ("running", ctx.token):
+            return _AGAIN, exc
+        return "lost", None
+    raise AssertionError("unreachable")  # _pauses() never ends
+
+
+def _pauses() -> Iterator[float]:
+    """Pauses between tries while the database is away: the first try again at once (a
+    pooled connection cut meanwhile), then doubling up to 2 s."""
+    yield 0.0
+    pause = 0.05
+    while True:
+        yield pause
+        pause = min(2.0, pause * 2)
 
 
 def _enter_commit(key: object) -> bool:

@@ -134,7 +134,10 @@ def retry_failed(ctx: click.Context, status: str, task: str | None, since: timed
         )
         return
     scope = (f" of task {task}" if task else "") + (f" finished in the last {duration(since)}" if since else "")
-    click.echo(f"{count} {status} run(s){scope} enqueued again")
+    damaged = (
+        " (runs set aside as damaged are passed over: repair each, then `rota retry ID`)" if status == "failed" else ""
+    )
+    click.echo(f"{count} {status} run(s){scope} enqueued again{damaged}")
 
 
 def unknown_task(app: App, task: str | None) -> str | None:

@@ -1,7 +1,12 @@
 """The stores' side of transactional handlers (rota.transactional): one transaction per
 attempt on a connection of the store's own database. The handler writes on the connection;
 `succeed` records the run's success, token-checked, in the same transaction; the context
-manager commits when the handler's block ends normally and rolls back when it raises."""
+manager commits when the handler's block ends normally and rolls back when it raises.
+
+Failures of rota's own statements: one that opens or begins the transaction (before the
+handler runs) or records its success is raised as the store's DatabaseError (DatabaseTransient
+for an outage); a transient one at the commit as CommitUnknown (the commit may or may not have happened: the
+run's row tells, rota.transactional reads it back)."""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError, DatabaseError
+from ..errors import ConfigurationError, DatabaseError, DatabaseTransient
 
 if TYPE_CHECKING:
     import psycopg
@@ -24,6 +29,17 @@ _ENDED = (
     "the handler ended ctx.connection's transaction itself (COMMIT or ROLLBACK): rota commits it "
     "together with the run's success, so a transactional handler must not; use SAVEPOINTs to undo part of it"
 )
+
+
+class CommitUnknown(DatabaseTransient):
+    """The commit of a transactional handler's transaction failed transiently (a connection
+    cut while committing): whether it committed is unknown until the run's row is read."""
+
+
+def _commit_error(error: DatabaseError) -> DatabaseError:
+    if isinstance(error, DatabaseTransient):
+        return CommitUnknown(f"committing a transactional handler's transaction (outcome unknown): {error}")
+    return DatabaseError(f"committing a transactional handler's transaction: {error}")
 
 
 class _HandlerConnection(sqlite3.Connection):
@@ -46,9 +62,14 @@ class SQLiteHandlerTx:
     def succeed(self, run_id: int, token: int, result: str | None) -> bool:
         if not self.connection.in_transaction:
             raise ConfigurationError(_ENDED)
+        from ._sqlite_conn import _translate
+
         sql = self.store.queries["finish_transactional"]
         params = {"id": run_id, "token": token, "result": result, "now": self.store._now()}
-        return bool(self.connection.execute(sql, params).fetchall())
+        try:
+            return bool(self.connection.execute(sql, params).fetchall())
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.store.path) from exc
 
 
 @contextmanager
@@ -70,7 +91,7 @@ def sqlite_handler_tx(store: SQLiteStore) -> Iterator[SQLiteHandlerTx]:
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise _translate(exc, store.path) from exc
+            raise _commit_error(_translate(exc, store.path)) from exc
     finally:
         if conn.in_transaction:
             with contextlib.suppress(sqlite3.Error):
@@ -90,11 +111,16 @@ class PostgresHandlerTx:
 
         if self.connection.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
             raise ConfigurationError(_ENDED)
+        from ._pg_session import _translate
+
         now = self.store.clock.now() if self.store.clock is not None else None
         params = {"id": run_id, "token": token, "result": result, "now": now}
-        with self.connection.cursor(row_factory=psycopg.rows.tuple_row) as cur:
-            cur.execute(self.store.queries["finish_transactional"], params)
-            return bool(cur.fetchall())
+        try:
+            with self.connection.cursor(row_factory=psycopg.rows.tuple_row) as cur:
+                cur.execute(self.store.queries["finish_transactional"], params)
+                return bool(cur.fetchall())
+        except psycopg.Error as exc:  # (a broken connection's transaction is not ended again)
+            raise _translate(exc, self.store.url) from exc
 
 
 # What DISCARD ALL does, but for the statements psycopg prepared itself (`from_sql` false):
@@ -186,18 +212,21 @@ def postgres_handler_tx(store: PostgresStore, conns: PostgresHandlerConnections)
         conn = conns.get()
     except psycopg.Error as exc:
         raise _translate(exc, store.url) from exc
-    committing = False
+    began = committing = False
     try:
         try:
-            with conn.transaction():
+            with conn.transaction():  # BEGIN (a pooled connection may have been cut meanwhile)
+                began = True
                 yield PostgresHandlerTx(store, conn)
                 committing = True
         except psycopg.Error as exc:
             if read_only(exc):  # never back to the pool: see _pg_failover
                 conn.close()
                 conns.drop_idle()
+            if not began:  # the handler did not run: the store's error, transient for an outage
+                raise _translate(exc, store.url) from exc
             if not committing:
                 raise  # the handler's own error, as it raised it (retry_on may name its type)
-            raise DatabaseError(f"PostgreSQL (committing a transactional handler): {exc}") from exc
+            raise _commit_error(_translate(exc, store.url)) from exc
     finally:
         conns.put(conn)

@@ -97,6 +97,10 @@ class SqlStore(SqlFlow):
         return results
 
     # -- inspection and control ----------------------------------------------------------
+    def handler_outcome(self, run_id: int) -> tuple[str, int | None] | None:
+        rows = self._one("handler_outcome", id=run_id)  # (PostgreSQL: waits for the row's lock)
+        return (str(rows[0][0]), rows[0][1]) if rows else None
+
     def get_run(self, run_id: int) -> Run | None:
         rows = self._select("run_columns", f" WHERE id = {self._p('id')}", id=run_id)
         return self._run_from_row(rows[0]) if rows else None

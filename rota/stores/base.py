@@ -326,6 +326,12 @@ class Store(FlowStore, abc.ABC):
     @abc.abstractmethod
     def get_run(self, run_id: int) -> Run | None: ...
 
+    def handler_outcome(self, run_id: int) -> tuple[str, int | None] | None:
+        """The run's (status, token), read back after a transactional handler's commit whose
+        reply was lost (rota.transactional): once that transaction has ended. None if no run."""
+        run = self.get_run(run_id)
+        return None if run is None else (run.status, run.token)
+
     @abc.abstractmethod
     def list_runs(self, flt: RunFilter) -> list[Run]:
         """Newest first."""

@@ -177,7 +177,7 @@ class TransactionalExecutor(ThreadExecutor):
             return "error", exc
         timeout = active.claim.timeout
         return call_transactional(
-            self.slots.store(), task, run_context(active), args, kwargs, timeout=timeout, key=active
+            self.slots.store(), task, run_context(active), args, kwargs, timeout=timeout, key=active, stop=active.cancel
         )
 
     def may_decide(self, active: Active) -> bool:

@@ -403,6 +403,11 @@ deps AS (
 )
 SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM deps)
 
+-- name: handler_outcome
+-- A transactional handler's commit whose reply was lost, read back: the run's status and
+-- token (FOR SHARE waits for that transaction while the server still runs it).
+SELECT status, token FROM rota_runs WHERE id = %(id)s FOR SHARE
+
 -- name: finish_transactional
 -- transition: finish
 -- a transactional handler's success, in the handler's own transaction (rota.transactional):
@@ -1362,18 +1367,22 @@ SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.rota_retry'))
 -- App.retry_many: the next batch of matching final runs after the cursor, and whether each
 -- belongs to an active exclusive schedule (retried through its overlap policy instead). A run
 -- retried before (by anyone) is passed over: calling retry_many twice retries nothing twice,
--- also at once (run after retry_lock).
+-- also at once (run after retry_lock). A run set aside as damaged (error type DamagedRow, or
+-- the older CorruptArguments) is passed over too: its copy would fail the same way (an explicit
+-- App.retry of it, after a repair, is allowed). The type is read from the error's text (it
+-- comes first, as rota writes it), not parsed: a damaged error must not fail the statement.
 -- Succeeded runs are in both tables (schema 17); the history only when they are asked for (a
 -- one-time filter: a generic plan cannot leave it out by its CHECK).
 SELECT r.id, s.name IS NOT NULL
-FROM (SELECT id, task, schedule, finished_at FROM rota_runs
+FROM (SELECT id, task, schedule, finished_at, error FROM rota_runs
       WHERE status = %(status)s AND id > %(after)s AND id <= %(upto)s
       UNION ALL
-      SELECT id, task, schedule, finished_at FROM rota_history
+      SELECT id, task, schedule, finished_at, error FROM rota_history
       WHERE %(status)s::text = 'succeeded' AND id > %(after)s AND id <= %(upto)s) AS r
 LEFT JOIN rota_schedules s ON s.name = r.schedule AND s.active AND s.overlap <> 'concurrent'
 WHERE (%(task)s::text IS NULL OR r.task = %(task)s::text)
   AND (%(since)s::timestamptz IS NULL OR r.finished_at >= %(since)s::timestamptz)
+  AND coalesce(substring(r.error FROM '^\{\s*"type"\s*:\s*"([A-Za-z]+)"'), '') NOT IN ('DamagedRow', 'CorruptArguments')
   AND NOT EXISTS (SELECT 1 FROM rota_runs_all x WHERE x.retry_of = r.id)
 ORDER BY r.id
 LIMIT %(limit)s

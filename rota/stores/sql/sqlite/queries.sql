@@ -228,6 +228,11 @@ SELECT id, token FROM rota_runs WHERE id IN (SELECT value FROM json_each(:ids)) 
 -- to claim at once (other processes see the write through data_version).
 SELECT 1 FROM rota_runs WHERE id IN (SELECT value FROM json_each(:ids)) AND has_dependents LIMIT 1
 
+-- name: handler_outcome
+-- A transactional handler's commit whose reply was lost, read back: the run's status and
+-- token.
+SELECT status, token FROM rota_runs WHERE id = :id
+
 -- name: finish_transactional
 -- transition: finish
 -- a transactional handler's success, in the handler's own transaction (rota.transactional)
@@ -896,13 +901,18 @@ SELECT NULL
 -- App.retry_many: the next batch of matching final runs after the cursor, and whether each
 -- belongs to an active exclusive schedule (retried through its overlap policy instead). A run
 -- retried before (by anyone) is passed over: calling retry_many twice retries nothing twice,
--- also at once (write transactions run one at a time).
+-- also at once (write transactions run one at a time). A run set aside as damaged (error type
+-- DamagedRow, or the older CorruptArguments) is passed over too: its copy would fail the same
+-- way (an explicit App.retry of it, after a repair, is allowed). An error that is not valid
+-- JSON is not read (json_extract would fail the statement).
 SELECT r.id, s.name IS NOT NULL
 FROM rota_runs r
 LEFT JOIN rota_schedules s ON s.name = r.schedule AND s.active AND s.overlap <> 'concurrent'
 WHERE r.status = :status AND r.id > :after AND r.id <= :upto
   AND (:task IS NULL OR r.task = :task)
   AND (:since IS NULL OR r.finished_at >= :since)
+  AND coalesce(CASE WHEN json_valid(r.error) THEN json_extract(r.error, '$.type') END, '')
+      NOT IN ('DamagedRow', 'CorruptArguments')
   AND NOT EXISTS (SELECT 1 FROM rota_runs x WHERE x.retry_of = r.id)
 ORDER BY r.id
 LIMIT :limit

@@ -42,8 +42,14 @@ def limits(ctx: click.Context, as_json: bool) -> None:
     if limit_rows:
         columns = [Column("limit", 100, True), Column("max", 90), Column("running", 90), Column("waiting", 90)]
         columns.append(Column("keys", 50))
-        table(columns, [(i.name, i.max, i.running, i.waiting, i.keys) for i in limit_rows])
+        table(columns, [(_named(i), i.max, i.running, i.waiting, i.keys) for i in limit_rows])
     if rate_rows:
         columns = [Column("rate", 100, True), Column("max", 90), Column("per", 90), Column("in window", 90)]
         columns += [Column("waiting", 90), Column("keys", 50)]
-        table(columns, [(r.name, r.max, f"{r.per:g}s", r.started, r.waiting, r.keys) for r in rate_rows])
+        table(columns, [(_named(r), r.max, f"{r.per:g}s", r.started, r.waiting, r.keys) for r in rate_rows])
+
+
+def _named(row: Any) -> str:
+    """A limit's or rate's name, and what is damaged in its stored row (its runs wait)."""
+    corrupt = getattr(row, "corrupt", ())
+    return f"{row.name} (corrupt: {', '.join(corrupt)}; its runs wait)" if corrupt else str(row.name)

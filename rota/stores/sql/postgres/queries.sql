@@ -1481,13 +1481,14 @@ room AS (
 )
 SELECT kind, name, key, free FROM room h CROSS JOIN LATERAL (
     SELECT CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
                         AND r.limit_name = h.name AND r.limit_key = h.key)
                 ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - make_interval(secs => t.per))
-                      FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
+                                        AND s.started_at > {now} - make_interval(secs => t.per)
+                                        AND s.started_at <= {now} + make_interval(secs => t.per))
+                      FROM rota_rates t WHERE t.name = h.name AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END AS free OFFSET 0) f
 WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
            THEN CASE WHEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
                      THEN set_config('rota.flow_keys', coalesce(current_setting('rota.flow_keys', true), '')
@@ -1576,13 +1577,14 @@ taken AS MATERIALIZED (
         OFFSET 0) h  -- keeps the filter above the sort: evaluated key by key, up to the LIMIT
     CROSS JOIN LATERAL (
     SELECT CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
                         AND r.limit_name = h.name AND r.limit_key = h.key)
                 ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - make_interval(secs => t.per))
-                      FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
+                                        AND s.started_at > {now} - make_interval(secs => t.per)
+                                        AND s.started_at <= {now} + make_interval(secs => t.per))
+                      FROM rota_rates t WHERE t.name = h.name AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END AS free OFFSET 0) f
     WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
           THEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
           ELSE false END
@@ -1597,13 +1599,14 @@ UNION ALL
      OFFSET 0) h
  CROSS JOIN LATERAL (
     SELECT CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
                         AND r.limit_name = h.name AND r.limit_key = h.key)
                 ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - make_interval(secs => t.per))
-                      FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
+                                        AND s.started_at > {now} - make_interval(secs => t.per)
+                                        AND s.started_at <= {now} + make_interval(secs => t.per))
+                      FROM rota_rates t WHERE t.name = h.name AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END AS free OFFSET 0) f
  WHERE (SELECT count(*) FROM walked) >= %(m)s AND (SELECT count(*) FROM taken) < %(n)s
    AND CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
           THEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
@@ -1667,13 +1670,14 @@ SELECT {now},
 -- so it sees every claim committed before the lock was granted).
 SELECT e->>0, e->>1, e->>2,
        CASE WHEN e->>0 = 'l'
-            THEN (SELECT l.max FROM rota_limits l WHERE l.name = e->>1)
+            THEN (SELECT l.max FROM rota_limits l WHERE l.name = e->>1 AND l.max BETWEEN 1 AND 1000000)
                  - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
                     AND r.limit_name = e->>1 AND r.limit_key = e->>2)
             ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
                                   WHERE s.name = e->>1 AND s.key = e->>2
-                                    AND s.started_at > {now} - make_interval(secs => t.per))
-                  FROM rota_rates t WHERE t.name = e->>1) END
+                                    AND s.started_at > {now} - make_interval(secs => t.per)
+                                        AND s.started_at <= {now} + make_interval(secs => t.per))
+                  FROM rota_rates t WHERE t.name = e->>1 AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END
 FROM json_array_elements(%(keys)s::json) AS e
 
 -- name: flow_waiting_limit
@@ -1727,7 +1731,7 @@ RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.
 -- Without %(keys)s (NULL), the limit keys flow_heads locked earlier in this transaction.
 WITH keys AS MATERIALIZED (
     SELECT k.ord, k.e->>1 AS name, k.e->>2 AS key,
-           (SELECT l.max FROM rota_limits l WHERE l.name = k.e->>1)
+           (SELECT l.max FROM rota_limits l WHERE l.name = k.e->>1 AND l.max BETWEEN 1 AND 1000000)
            - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
               AND r.limit_name = k.e->>1 AND r.limit_key = k.e->>2) AS free
     FROM json_array_elements(coalesce(%(keys)s::json,  -- none given: those flow_heads locked (its note)
@@ -1781,9 +1785,13 @@ WHERE id = ANY(ARRAY(SELECT e::bigint FROM json_array_elements_text(%(ids)s::jso
 -- transition: rate_wait
 -- A full rate key (locked by this transaction): its due waiting runs become due when the
 -- window opens, i.e. when the start that makes it full leaves it, so workers sleep till then.
-WITH t AS (SELECT max, make_interval(secs => per) AS per FROM rota_rates WHERE name = %(name)s),
+-- A rate whose stored max or per is out of range (damaged: rota/quarantine.py) bumps nothing;
+-- a start logged later than a window ahead of now (damaged) is not counted.
+WITH t AS (SELECT max, make_interval(secs => per) AS per FROM rota_rates
+           WHERE name = %(name)s AND max BETWEEN 1 AND 1000000 AND per BETWEEN 0.001 AND 31622400),
 w AS (SELECT s.started_at FROM rota_rate_starts s
-      WHERE s.name = %(name)s AND s.key = %(key)s AND s.started_at > {now} - (SELECT per FROM t)),
+      WHERE s.name = %(name)s AND s.key = %(key)s AND s.started_at > {now} - (SELECT per FROM t)
+        AND s.started_at <= {now} + (SELECT per FROM t)),
 o AS (SELECT started_at + (SELECT per FROM t) AS at FROM w ORDER BY started_at
       OFFSET greatest((SELECT count(*) FROM w) - (SELECT max FROM t), 0) LIMIT 1)
 UPDATE rota_runs r SET due_at = o.at, rate_waited = true FROM o
@@ -1792,10 +1800,14 @@ WHERE r.rate_name = %(name)s AND r.rate_key = %(key)s AND r.rate_name IS NOT NUL
   AND (SELECT count(*) FROM w) >= (SELECT max FROM t)
 
 -- name: flow_prune
--- a locked rate key's starts that left the window
-DELETE FROM rota_rate_starts s USING rota_rates t
-WHERE s.name = %(name)s AND s.key = %(key)s AND t.name = s.name
-  AND s.started_at <= {now} - make_interval(secs => t.per)
+-- a locked rate key's starts that left the window, and those logged later than a window ahead
+-- of now (damaged: no claim logs a start in the future); none while the rate's per is out of
+-- range (damaged: its window is unknown)
+DELETE FROM rota_rate_starts s USING (
+    SELECT make_interval(secs => per) AS per FROM rota_rates
+    WHERE name = %(name)s AND per BETWEEN 0.001 AND 31622400) t
+WHERE s.name = %(name)s AND s.key = %(key)s
+  AND (s.started_at <= {now} - t.per OR s.started_at > {now} + t.per)
 
 -- name: flow_any
 SELECT (SELECT count(*) FROM rota_limits) + (SELECT count(*) FROM rota_rates)
@@ -1828,12 +1840,24 @@ FROM rota_limits l ORDER BY l.name
 
 -- name: flow_rates
 -- each rate with its starts in the current window and its waiting (pending) runs
+-- (a damaged max or per, out of range, is listed as stored, with no starts counted)
 SELECT t.name, t.max, t.per,
        (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name
-          AND s.started_at > {now} - make_interval(secs => t.per)),
+          AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400
+          AND s.started_at > {now} - make_interval(secs => CASE WHEN t.per BETWEEN 0.001 AND 31622400 THEN t.per END)
+          AND s.started_at <= {now} + make_interval(secs => CASE WHEN t.per BETWEEN 0.001 AND 31622400 THEN t.per END)),
        (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
        (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
 FROM rota_rates t ORDER BY t.name
+
+-- name: flow_damaged
+-- Every stored limit, rate and task spec, for a worker's check for damaged ones (small tables:
+-- one row per pool or task; rota/stores/_flow_damage.py judges them)
+SELECT 'l', name, max, NULL::float8, NULL FROM rota_limits
+UNION ALL
+SELECT 'r', name, max, per, NULL FROM rota_rates
+UNION ALL
+SELECT 's', task, NULL, NULL::float8, spec FROM rota_task_flow
 
 -- ==== stored task declarations (migration 0011, rota/limit_specs.py) ======================
 

@@ -1006,14 +1006,15 @@ heads AS (
 rooms AS (
     SELECT h.kind, h.name, h.key,
            CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
                         WHERE x.status = 'running' AND x.limit_name IS NOT NULL
                           AND x.limit_name = h.name AND x.limit_key = h.key)
                 ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - t.per)
-                      FROM rota_rates t WHERE t.name = h.name) END AS free
+                                        AND s.started_at > {now} - t.per
+                                        AND s.started_at <= {now} + t.per)
+                      FROM rota_rates t WHERE t.name = h.name AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END AS free
     FROM (SELECT h.kind, h.name, h.key, r.priority, r.due_at, r.id
           FROM heads h JOIN rota_runs r ON r.id = h.head
           ORDER BY r.priority DESC, r.due_at, r.id
@@ -1047,14 +1048,15 @@ firsts AS (
 rooms AS (
     SELECT h.kind, h.name, h.key,
            CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
                         WHERE x.status = 'running' AND x.limit_name IS NOT NULL
                           AND x.limit_name = h.name AND x.limit_key = h.key)
                 ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - t.per)
-                      FROM rota_rates t WHERE t.name = h.name) END AS free
+                                        AND s.started_at > {now} - t.per
+                                        AND s.started_at <= {now} + t.per)
+                      FROM rota_rates t WHERE t.name = h.name AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END AS free
     FROM (SELECT kind, name, key, priority, due_at, id FROM firsts WHERE rn = 1
           ORDER BY priority DESC, due_at, id
           LIMIT -1) h
@@ -1101,14 +1103,15 @@ SELECT {now},
 -- name: flow_room
 SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2,
        CASE WHEN e.value ->> 0 = 'l'
-            THEN (SELECT l.max FROM rota_limits l WHERE l.name = e.value ->> 1)
+            THEN (SELECT l.max FROM rota_limits l WHERE l.name = e.value ->> 1 AND l.max BETWEEN 1 AND 1000000)
                  - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
                     WHERE x.status = 'running' AND x.limit_name IS NOT NULL
                       AND x.limit_name = e.value ->> 1 AND x.limit_key = e.value ->> 2)
             ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
                                   WHERE s.name = e.value ->> 1 AND s.key = e.value ->> 2
-                                    AND s.started_at > {now} - t.per)
-                  FROM rota_rates t WHERE t.name = e.value ->> 1) END
+                                    AND s.started_at > {now} - t.per
+                                        AND s.started_at <= {now} + t.per)
+                  FROM rota_rates t WHERE t.name = e.value ->> 1 AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END
 FROM json_each(:keys) AS e
 
 -- name: flow_waiting_limit
@@ -1152,9 +1155,12 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND rate_name IS NOT NULL
 
 -- name: flow_bump
 -- transition: rate_wait
-WITH t AS (SELECT max, per FROM rota_rates WHERE name = :name),
+-- (a damaged max or per bumps nothing; a damaged start, later than a window ahead, is not counted)
+WITH t AS (SELECT max, per FROM rota_rates
+           WHERE name = :name AND max BETWEEN 1 AND 1000000 AND per BETWEEN 0.001 AND 31622400),
 w AS (SELECT s.started_at FROM rota_rate_starts s
-      WHERE s.name = :name AND s.key = :key AND s.started_at > {now} - (SELECT per FROM t)),
+      WHERE s.name = :name AND s.key = :key AND s.started_at > {now} - (SELECT per FROM t)
+        AND s.started_at <= {now} + (SELECT per FROM t)),
 o AS (SELECT started_at + (SELECT per FROM t) AS at FROM w ORDER BY started_at
       LIMIT 1 OFFSET max((SELECT count(*) FROM w) - (SELECT max FROM t), 0))
 UPDATE rota_runs SET due_at = o.at, rate_waited = 1 FROM o
@@ -1164,9 +1170,11 @@ WHERE rota_runs.rate_name = :name AND rota_runs.rate_key = :key AND rota_runs.ra
   AND (SELECT count(*) FROM w) >= (SELECT max FROM t)
 
 -- name: flow_prune
+-- (also the damaged starts, later than a window ahead; none while the rate's per is damaged)
 DELETE FROM rota_rate_starts
 WHERE name = :name AND key = :key
-  AND started_at <= {now} - (SELECT per FROM rota_rates WHERE name = :name)
+  AND (started_at <= {now} - (SELECT per FROM rota_rates WHERE name = :name AND per BETWEEN 0.001 AND 31622400)
+       OR started_at > {now} + (SELECT per FROM rota_rates WHERE name = :name AND per BETWEEN 0.001 AND 31622400))
 
 -- name: flow_any
 SELECT (SELECT count(*) FROM rota_limits) + (SELECT count(*) FROM rota_rates)
@@ -1197,10 +1205,20 @@ FROM rota_limits l ORDER BY l.name
 
 -- name: flow_rates
 SELECT t.name, t.max, t.per,
-       (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name AND s.started_at > {now} - t.per),
+       (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name AND s.started_at > {now} - t.per
+          AND s.started_at <= {now} + t.per AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400),
        (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
        (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
 FROM rota_rates t ORDER BY t.name
+
+-- name: flow_damaged
+-- Every stored limit, rate and task spec, for a worker's check for damaged ones (small tables:
+-- one row per pool or task; rota/stores/_flow_damage.py judges them)
+SELECT 'l', name, max, NULL, NULL FROM rota_limits
+UNION ALL
+SELECT 'r', name, max, per, NULL FROM rota_rates
+UNION ALL
+SELECT 's', task, NULL, NULL, spec FROM rota_task_flow
 
 -- ==== stored task declarations (migration 0011, rota/limit_specs.py) ======================
 

@@ -221,7 +221,7 @@ def test_a_schedule_counter_at_its_maximum_never_fails_a_finish(app_factory: Cal
 
 
 def test_the_history_sweep_moves_the_rest_past_a_run_already_there(
-    app_factory: Callable[..., rota.App],
+    app_factory: Callable[..., rota.App], caplog: pytest.LogCaptureFixture
 ) -> None:
     app = app_factory()
     if not _pg(app):
@@ -241,3 +241,5 @@ def test_the_history_sweep_moves_the_rest_past_a_run_already_there(
     assert app.store.move_history(100) == 1  # type: ignore[attr-defined]  # before: a unique violation, forever
     assert _sql(app, "SELECT id FROM rota_runs WHERE status = 'succeeded'") == [(int(first.id),)]
     assert _status(app, stray.id) == "succeeded" and _status(app, first.id) == "succeeded"
+    assert app.store.move_history(100) == 0  # type: ignore[attr-defined]
+    assert len(_damage_named(caplog, str(first.id))) == 1  # named once, however many sweeps

@@ -552,6 +552,8 @@ LIMIT 1
 -- holding it ("held", with the claim's token: its handler may have started in the moments
 -- before its start would have been written, rota/lifecycle.py). A started one is retried if
 -- attempts remain, else failed. Either ends cancelled if its cancellation was requested.
+-- (One damaged member never fails the batch: an attempt at its column's maximum is counted
+-- in bigint; a time out of to_char's range reads as NULL.)
 WITH lost AS (
     SELECT id FROM rota_runs
     WHERE status = 'running' AND lease_until < {now}
@@ -601,7 +603,7 @@ SET status = d.status, due_at = CASE WHEN d.started_at IS NULL THEN greatest(r.d
                     THEN r.attempts  -- held, due only after its lease ran out: no start possible
                     WHEN d.started_at IS NULL
                     THEN r.attempts || jsonb_build_array(jsonb_build_object(
-                        'attempt', d.attempt + 1, 'worker', d.owner, 'token', d.token, 'started_at', NULL, 'held', true,
+                        'attempt', d.attempt::bigint + 1, 'worker', d.owner, 'token', d.token, 'started_at', NULL, 'held', true,
                         'finished_at', to_char({now} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'status', 'lost', 'error', d.error))
                     WHEN d.status = 'pending'
                     THEN r.attempts || jsonb_build_array(jsonb_build_object(
@@ -787,7 +789,9 @@ LIMIT %(limit)s
 
 -- name: advance_schedule
 UPDATE rota_schedules
-SET next_run_at = %(new)s, skip_count = skip_count + %(skipped_more)s
+SET next_run_at = %(new)s,  -- a count at its column's maximum stays there (damaged: never a failed tick)
+    skip_count = CASE WHEN skip_count <= 9223372036854775807 - %(skipped_more)s::bigint
+                      THEN skip_count + %(skipped_more)s::bigint ELSE skip_count END
 WHERE name = %(name)s AND next_run_at = %(old)s AND active AND NOT paused
 RETURNING name
 
@@ -1109,20 +1113,27 @@ CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs)
 -- The worker's history sweep (rota.worker.maintenance): succeeded runs of no schedule that a
 -- finish left in rota_runs (an earlier schema's, a transactional handler's commit), oldest
 -- first through rota_runs_stray, to rota_history, whose columns are rota_runs' in its order.
+-- A stray whose id is in rota_history already (damaged: a bad restore or copy) stays where it
+-- is, and comes back with `true` (the store names it): one such run never fails the batch.
 WITH stray AS (
-    SELECT id FROM rota_runs
-    WHERE status = 'succeeded' AND schedule IS NULL
-    ORDER BY id
+    SELECT r.id, EXISTS (SELECT 1 FROM rota_history h WHERE h.id = r.id) AS twin FROM rota_runs r
+    WHERE r.status = 'succeeded' AND r.schedule IS NULL
+    ORDER BY r.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF r SKIP LOCKED
 ),
 moved AS (
     DELETE FROM rota_runs r
-    WHERE r.id = ANY(ARRAY(SELECT id FROM stray)) AND r.status = 'succeeded' AND r.schedule IS NULL
+    WHERE r.id = ANY(ARRAY(SELECT id FROM stray WHERE NOT twin)) AND r.status = 'succeeded' AND r.schedule IS NULL
     RETURNING r.*
+),
+kept AS (
+    INSERT INTO rota_history SELECT * FROM moved
+    RETURNING id
 )
-INSERT INTO rota_history SELECT * FROM moved
-RETURNING id
+SELECT id, false FROM kept
+UNION ALL
+SELECT id, true FROM stray WHERE twin
 
 -- name: history_estimate
 -- The planner's estimate of the rows in rota_history (schema 17: succeeded runs only), as

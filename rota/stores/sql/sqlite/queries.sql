@@ -313,7 +313,9 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled'
     finished_at = CASE WHEN NOT cancel_requested AND (started_at IS NULL OR attempt < max_attempts) THEN NULL
                        ELSE {now} END,
     error = lost.err,
-    attempts = CASE WHEN started_at IS NULL AND due_at > lease_until
+    attempts = CASE WHEN NOT json_valid(attempts)
+        THEN attempts  -- damaged (not JSON): kept as it is, so the rest of the batch goes on
+        WHEN started_at IS NULL AND due_at > lease_until
         THEN attempts  -- held, due only after its lease ran out: no start possible
         WHEN started_at IS NULL
         THEN json_insert(attempts, '$[#]', json_object(
@@ -494,7 +496,9 @@ LIMIT :limit
 
 -- name: advance_schedule
 UPDATE rota_schedules
-SET next_run_at = :new, skip_count = skip_count + :skipped_more
+SET next_run_at = :new,  -- a count at its column's maximum stays there (damaged: never a failed tick)
+    skip_count = CASE WHEN skip_count <= 9223372036854775807 - :skipped_more THEN skip_count + :skipped_more
+                      ELSE skip_count END
 WHERE name = :name AND next_run_at = :old AND active AND NOT paused
 RETURNING name
 

@@ -243,3 +243,28 @@ def test_the_history_sweep_moves_the_rest_past_a_run_already_there(
     assert _status(app, stray.id) == "succeeded" and _status(app, first.id) == "succeeded"
     assert app.store.move_history(100) == 0  # type: ignore[attr-defined]
     assert len(_damage_named(caplog, str(first.id))) == 1  # named once, however many sweeps
+
+
+def test_a_run_waiting_on_a_parent_deleted_by_hand_is_set_aside(
+    app_factory: Callable[..., rota.App], caplog: pytest.LogCaptureFixture
+) -> None:
+    app = app_factory()
+
+    @app.task(name="t")
+    def t(n: int) -> None: ...
+
+    gone, later = t.enqueue(1), t.options(delay=3600).enqueue(2)
+    orphan = t.options(after=[gone]).enqueue(3)
+    grandchild = t.options(after=[orphan]).enqueue(4)
+    waiting = t.options(after=[later]).enqueue(5)  # its parent is pending: it goes on waiting
+    _sql(app, "DELETE FROM rota_runs WHERE id = :id", id=int(gone.id))  # by hand, while it was due
+    plain = t.enqueue(6)
+    _running(app)
+    wait_for(lambda: _status(app, plain.id) == "succeeded", what="the other runs to go on")
+    wait_for(lambda: _status(app, orphan.id) == "failed", what="the orphan to be set aside")
+    run = app.get_run(orphan.id)
+    assert run.error is not None and run.error["type"] == quarantine.ERROR_TYPE
+    assert "parents none of which is pending or running" in run.error["message"]
+    assert _status(app, grandchild.id) == "cancelled"  # as after any failed parent
+    assert _status(app, waiting.id) == "pending" and _status(app, later.id) == "pending"
+    assert len(_damage_named(caplog, str(orphan.id))) == 1

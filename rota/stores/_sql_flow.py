@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from .. import quarantine
 from ..errors import ScheduleNotFound
 from ..limit_specs import UNRESOLVED, Keys, resolved, warn_skipped
 from ..models import PENDING
@@ -133,6 +134,19 @@ class SqlFlow(SqlSchedules):
 
     def last_run_id(self) -> int:
         return int(self._select("last_run_id")[0][0])
+
+    def fail_orphaned(self, limit: int = 100) -> list[int]:
+        """Set aside (failed as damaged) the runs waiting on parents none of which is pending or
+        running any more: a parent deleted by hand, or a damaged count; each named once."""
+        error = json.dumps(quarantine.run_error(ORPHANED))
+        with self._tx() as s:
+            rows = s.q("deps_orphaned", error=error, limit=limit)
+        for run_id, _ in rows:
+            quarantine.report(quarantine.RUN, run_id, ORPHANED)
+        return [int(r[0]) for r in rows]
+
+
+ORPHANED = "it waits on parents none of which is pending or running (one deleted by hand, or its count damaged)"
 
 
 def _gates(r: NewRun | Keys) -> dict[str, Any]:

@@ -113,16 +113,18 @@ class Maintenance:
     async def watch_flow(self) -> None:
         """Now and then (soon after the start, then every FLOW_CHECK_SECONDS), name the
         stored limits, rates and task specs that are damaged, once each (rota.quarantine):
-        the flow claim's statements already set them aside, silently."""
-        check = getattr(self.store(), "damaged_flow", None)
-        if check is None:
+        the flow claim's statements already set them aside, silently; and set aside the runs
+        waiting on parents that are gone (transition `orphaned`)."""
+        store = self.store()
+        if not hasattr(store, "damaged_flow"):
             return
         delay = min(2.0, FLOW_CHECK_SECONDS)
         while True:
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))
             delay = FLOW_CHECK_SECONDS
             try:
-                await self.db(check)
+                await self.db(store.damaged_flow)  # type: ignore[attr-defined]
+                await self.db(store.fail_orphaned)  # type: ignore[attr-defined]
             except DatabaseError:
                 pass  # an outage, or an older schema: the next check tries again
             except Exception:  # a bug must not end the check for the worker's life

@@ -1303,6 +1303,22 @@ UPDATE rota_runs SET waiting_on = %(waiting)s, after_depth = %(depth)s,
     finished_at = CASE WHEN status = 'cancelled' THEN {now} ELSE finished_at END
 WHERE id = %(id)s
 
+-- name: deps_orphaned
+-- transition: orphaned
+-- Runs waiting on parents none of which is pending or running any more (rota_runs_held): a
+-- parent deleted by hand, or a damaged waiting_on. Each ended failed as damaged (rota/quarantine.py),
+-- a worker's check now and then; a failed run's dependents are cancelled by rota_run_settled.
+UPDATE rota_runs
+SET status = 'failed', held = false, waiting_on = 0, finished_at = {now}, error = %(error)s
+WHERE id IN (SELECT w.id FROM rota_runs w
+             WHERE w.held AND w.status = 'pending' AND w.waiting_on > 0
+               AND NOT EXISTS (SELECT 1 FROM rota_deps d JOIN rota_runs p ON p.id = d.parent
+                               WHERE d.child = w.id AND p.status IN ('pending', 'running'))
+             ORDER BY w.id LIMIT %(limit)s
+               FOR UPDATE SKIP LOCKED)
+  AND status = 'pending' AND held AND waiting_on > 0
+RETURNING id, task
+
 -- name: run_parents
 SELECT parent FROM rota_deps WHERE child = %(id)s ORDER BY parent
 

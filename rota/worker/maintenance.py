@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from ..errors import DatabaseError
 from ..stores.base import Store
@@ -115,7 +116,7 @@ class Maintenance:
         stored limits, rates and task specs that are damaged, once each (rota.quarantine):
         the flow claim's statements already set them aside, silently; and set aside the runs
         waiting on parents that are gone (transition `orphaned`)."""
-        store = self.store()
+        store: Any = self.store()  # a SQL store (the others have no flow-control rows)
         if not hasattr(store, "damaged_flow"):
             return
         delay = min(2.0, FLOW_CHECK_SECONDS)
@@ -123,8 +124,8 @@ class Maintenance:
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))
             delay = FLOW_CHECK_SECONDS
             try:
-                await self.db(store.damaged_flow)  # type: ignore[attr-defined]
-                await self.db(store.fail_orphaned)  # type: ignore[attr-defined]
+                await self.db(store.damaged_flow)
+                await self.db(store.fail_orphaned)
             except DatabaseError:
                 pass  # an outage, or an older schema: the next check tries again
             except Exception:  # a bug must not end the check for the worker's life

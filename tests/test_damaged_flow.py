@@ -268,3 +268,23 @@ def test_a_run_waiting_on_a_parent_deleted_by_hand_is_set_aside(
     assert _status(app, grandchild.id) == "cancelled"  # as after any failed parent
     assert _status(app, waiting.id) == "pending" and _status(app, later.id) == "pending"
     assert len(_damage_named(caplog, str(orphan.id))) == 1
+
+
+def test_pruning_survives_a_run_count_at_its_minimum(app_factory: Callable[..., rota.App]) -> None:
+    app = app_factory(retention={"failed": timedelta(seconds=0.2)}, prune_interval=0.2)
+    if _pg(app):
+        pytest.skip("PostgreSQL keeps no run counts (its statistics estimate them)")
+
+    @app.task(name="boom")
+    def boom(n: int) -> None:
+        raise RuntimeError("no")
+
+    runs = [boom.enqueue(n) for n in range(3)]
+    worker = _running(app)
+    wait_for(lambda: all(_status(app, r.id) == "failed" for r in runs), what="the runs to fail")
+    worker.stop(wait=True, timeout=10)
+    # the count of failed runs at INTEGER's minimum: each deletion's n - 1 was a REAL the STRICT
+    # table refused, and the prune statement failed with it, at every pass
+    _sql(app, "UPDATE rota_run_counts SET n = -9223372036854775807 - 1 WHERE status = 'failed'")
+    _running(app)
+    wait_for(lambda: app.list_runs(status="failed") == [], what="the failed runs to be pruned")

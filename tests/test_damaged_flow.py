@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -288,3 +289,21 @@ def test_pruning_survives_a_run_count_at_its_minimum(app_factory: Callable[..., 
     _sql(app, "UPDATE rota_run_counts SET n = -9223372036854775807 - 1 WHERE status = 'failed'")
     _running(app)
     wait_for(lambda: app.list_runs(status="failed") == [], what="the failed runs to be pruned")
+
+
+def test_a_uniqueness_record_made_in_the_future_frees_its_key(app_factory: Callable[..., rota.App]) -> None:
+    app = app_factory()
+
+    @app.task(name="t")
+    def t(n: int) -> None: ...
+
+    first = t.options(key="k", unique_for=0.2).enqueue(1)
+    other = t.options(key="other", unique_for=3600).enqueue(2)
+    _sql(app, "UPDATE rota_runs SET status = 'succeeded', finished_at = created_at")  # ended, as a worker would
+    # the key's record made "in year 3000": it held the key (returned the first run) forever
+    year_3000 = datetime(3000, 1, 1, tzinfo=UTC)
+    _sql(app, "UPDATE rota_unique SET created_at = :t WHERE key = 'k'", t=year_3000 if _pg(app) else 32503680000.0)
+    time.sleep(0.3)  # past the window
+    again = t.options(key="k", unique_for=0.2).enqueue(3)
+    assert again.id != first.id and _status(app, again.id) == "pending"
+    assert t.options(key="other", unique_for=3600).enqueue(4).id == other.id  # a sound record still holds its key

@@ -1246,14 +1246,18 @@ SELECT pg_postmaster_start_time()
 -- A keyed enqueue with unique_for: one atomic upsert of the key's row. It returns the run
 -- to hand back (created within `window` seconds and not cancelled), or NULL: then this
 -- enqueue creates the run and records it with unique_put in the same transaction. A
--- concurrent enqueue of the key waits here on the row lock until this one commits.
+-- concurrent enqueue of the key waits here on the row lock until this one commits. A record
+-- made more than a day after now (damaged: no enqueue writes one; a day is far beyond any
+-- transaction's skew) has no window: the key is free again.
 INSERT INTO rota_unique AS u (task, key, run_id, created_at)
 VALUES (%(task)s, %(key)s, NULL, {now})
 ON CONFLICT (task, key) DO UPDATE SET
     run_id = CASE WHEN u.created_at > EXCLUDED.created_at - make_interval(secs => %(window)s::float8)
+                       AND u.created_at <= EXCLUDED.created_at + interval '1 day'
                        AND EXISTS (SELECT 1 FROM rota_runs_all r WHERE r.id = u.run_id AND r.status <> 'cancelled')
                   THEN u.run_id END,
     created_at = CASE WHEN u.created_at > EXCLUDED.created_at - make_interval(secs => %(window)s::float8)
+                           AND u.created_at <= EXCLUDED.created_at + interval '1 day'
                            AND EXISTS (SELECT 1 FROM rota_runs_all r WHERE r.id = u.run_id AND r.status <> 'cancelled')
                       THEN u.created_at ELSE EXCLUDED.created_at END
 RETURNING run_id

@@ -801,14 +801,15 @@ SELECT NULL
 -- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0008) =======
 -- name: unique_take
 -- (rota_unique only: changes no run)
--- As in PostgreSQL (see there); SQLite's write lock makes it atomic.
+-- As in PostgreSQL (see there: a record made more than a day after now is damaged, the key
+-- free again); SQLite's write lock makes it atomic.
 INSERT INTO rota_unique AS u (task, key, run_id, created_at)
 VALUES (:task, :key, NULL, {now})
 ON CONFLICT (task, key) DO UPDATE SET
-    run_id = CASE WHEN u.created_at > excluded.created_at - :window
+    run_id = CASE WHEN u.created_at > excluded.created_at - :window AND u.created_at <= excluded.created_at + 86400
                        AND EXISTS (SELECT 1 FROM rota_runs r WHERE r.id = u.run_id AND r.status <> 'cancelled')
                   THEN u.run_id END,
-    created_at = CASE WHEN u.created_at > excluded.created_at - :window
+    created_at = CASE WHEN u.created_at > excluded.created_at - :window AND u.created_at <= excluded.created_at + 86400
                            AND EXISTS (SELECT 1 FROM rota_runs r WHERE r.id = u.run_id AND r.status <> 'cancelled')
                       THEN u.created_at ELSE excluded.created_at END
 RETURNING run_id

@@ -173,6 +173,8 @@ def test_a_task_spec_that_does_not_decode_leaves_runs_made_elsewhere_unresolved(
         (gate,) = s.q_text(f"SELECT limit_name FROM rota_runs WHERE id = {int(made.id)}")
     assert gate[0] == UNRESOLVED  # waits for a worker that declares the task: never unlimited
     assert len(_damage_named(caplog, "good")) == 1
+    (listed,) = _listed(app)["damaged_specs"]
+    assert listed["task"] == "good" and "its stored limit/rate spec cannot be used" in listed["reason"]
     _running(app)  # declares it: keys it from its code, and stores its spec again
     wait_for(lambda: _status(client, made.id) == "succeeded", what="the declaring worker to run it")
 

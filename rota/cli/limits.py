@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ..errors import ConfigurationError, DatabaseError
+from ..stores._flow_damage import damaged_specs
 from .base import database_app, database_line, handle_errors, json_option, main, print_json
 from .display import Column, line, table
 
@@ -22,15 +23,18 @@ def limits(ctx: click.Context, as_json: bool) -> None:
     store: Any = app.store
     try:
         limit_rows, rate_rows, unresolved = store.list_limits(), store.list_rates(), store.count_unresolved()
+        damaged = damaged_specs(store)
     except (AttributeError, DatabaseError) as exc:
         raise ConfigurationError(
             f"this database has no flow-control tables yet ({exc}); run `rota migrate` (a worker does at start)"
         ) from None
     if as_json:
         print_json({"limits": [i.to_json() for i in limit_rows], "rates": [r.to_json() for r in rate_rows],
-                    "unresolved": unresolved})  # fmt: skip
+                    "unresolved": unresolved, "damaged_specs": damaged})  # fmt: skip
         return
     line(database_line(app))
+    for spec in damaged:
+        click.echo(f"task {spec['task']!r}: {spec['reason']} (a worker that declares it stores it again)")
     if unresolved:
         click.echo(
             f"{unresolved} run(s) wait for a worker that declares their task to compute their limit key "

@@ -68,9 +68,9 @@ def _shown(value: Any) -> str:
     return repr(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
 
 
-def report_damaged(rows: Iterable[Sequence[Any]]) -> list[tuple[str, str, str]]:
+def report_damaged(rows: Iterable[Sequence[Any]], *, report: bool = True) -> list[tuple[str, str, str]]:
     """From flow_damaged's rows (kind, name, max, per, spec): the damaged ones, each named
-    once in the log."""
+    once in the log if `report`."""
     found: list[tuple[str, str, str]] = []
     for kind, name, max_, per, spec in rows:
         if kind == "l" and limit_damage(max_):
@@ -82,6 +82,16 @@ def report_damaged(rows: Iterable[Sequence[Any]]) -> list[tuple[str, str, str]]:
             what, reason = quarantine.TASK_SPEC, f"its stored limit/rate spec cannot be used: {why}"
         else:
             continue
-        quarantine.report(what, name, reason)
+        if report:
+            quarantine.report(what, name, reason)
         found.append((what, str(name), reason))
     return found
+
+
+def damaged_specs(store: Any) -> list[dict[str, str]]:
+    """The task specs `store` holds that are damaged, as `rota limits --json` lists them."""
+    return [
+        {"task": name, "reason": why}
+        for kind, name, why in store.damaged_flow(report=False)
+        if kind == quarantine.TASK_SPEC
+    ]

@@ -194,12 +194,13 @@ class FlowMixin:
             for r in rows
         ]
 
-    def damaged_flow(self) -> list[tuple[str, str, str]]:
+    def damaged_flow(self, *, report: bool = True) -> list[tuple[str, str, str]]:
         """The stored limits, rates and task specs that are damaged: (kind, name, reason),
-        each also named once in the log (rota.quarantine). A worker asks now and then."""
+        each also named once in the log (rota.quarantine) if `report`. A worker asks now and
+        then; `rota limits` and /api/limits list the task specs."""
         with self._read() as s:  # type: ignore[attr-defined]
             rows = s.q("flow_damaged")
-        return report_damaged(rows)
+        return report_damaged(rows, report=report)
 
     def claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None

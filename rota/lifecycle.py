@@ -128,6 +128,10 @@ TRANSITIONS: Final = (
        "its count of parents damaged): failed as damaged (DamagedRow, never retried); its own dependents are "
        "cancelled",
        "a waiting run whose parents are gone is set aside, not left waiting forever"),
+    _t("keyless", (DUE, DUE_LATER), (FAILED,), ANY_WORKER,
+       "a waiting run with the name of a stored limit or rate and no key (damaged: no claim can take it): "
+       "failed as damaged (DamagedRow, never retried)",
+       "a run no claim can take is set aside, not left waiting forever"),
     _t("backfill", (), (DUE, QUEUED), CLIENT,
        "one row per (schedule, tick) for ticks in [start, end) before the schedule's next planned tick and not "
        "in the future; a skipped tick's run gives its tick up; exclusive: queued, oldest first",

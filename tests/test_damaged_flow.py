@@ -309,3 +309,21 @@ def test_a_uniqueness_record_made_in_the_future_frees_its_key(app_factory: Calla
     again = t.options(key="k", unique_for=0.2).enqueue(3)
     assert again.id != first.id and _status(app, again.id) == "pending"
     assert t.options(key="other", unique_for=3600).enqueue(4).id == other.id  # a sound record still holds its key
+
+
+@pytest.mark.parametrize("column", ["limit_key", "rate_key"])
+def test_a_run_with_a_pool_and_no_key_is_set_aside_and_the_pool_goes_on(
+    app_factory: Callable[..., rota.App], caplog: pytest.LogCaptureFixture, column: str
+) -> None:
+    app = _flow_app(app_factory)
+    keyless = app.tasks["good"].enqueue(0)
+    _sql(app, f"UPDATE rota_runs SET {column} = NULL WHERE id = :id", id=int(keyless.id))  # by hand
+    others = [app.tasks["good"].enqueue(n) for n in range(1, 4)]
+    _running(app)
+    # SQLite's walk over a pool's keys started at the NULL key (NULLs sort first) and skipped
+    # every other key of the pool: none of them ran
+    wait_for(lambda: all(_status(app, h.id) == "succeeded" for h in others), what="the pool's other keys")
+    wait_for(lambda: _status(app, keyless.id) == "failed", what="the keyless run to be set aside")
+    run = app.get_run(keyless.id)
+    assert run.error is not None and run.error["type"] == quarantine.ERROR_TYPE
+    assert len(_damage_named(caplog, str(keyless.id))) == 1

@@ -145,7 +145,17 @@ class SqlFlow(SqlSchedules):
             quarantine.report(quarantine.RUN, run_id, ORPHANED)
         return [int(r[0]) for r in rows]
 
+    def fail_keyless(self, limit: int = 100) -> list[int]:
+        """Set aside (failed as damaged) the waiting runs with a stored limit's or rate's name
+        and no key, which no claim can take; each named once."""
+        with self._tx() as s:
+            rows = s.q("flow_keyless", error=json.dumps(quarantine.run_error(KEYLESS)), limit=limit)
+        for run_id, _ in rows:
+            quarantine.report(quarantine.RUN, run_id, KEYLESS)
+        return [int(r[0]) for r in rows]
 
+
+KEYLESS = "it has the name of a limit or a rate and no key: no claim can take it"
 ORPHANED = "it waits on parents none of which is pending or running (one deleted by hand, or its count damaged)"
 
 

@@ -115,7 +115,8 @@ class Maintenance:
         """Now and then (soon after the start, then every FLOW_CHECK_SECONDS), name the
         stored limits, rates and task specs that are damaged, once each (rota.quarantine):
         the flow claim's statements already set them aside, silently; and set aside the runs
-        waiting on parents that are gone (transition `orphaned`)."""
+        waiting on parents that are gone (transition `orphaned`) or with a pool and no key
+        (`keyless`)."""
         store: Any = self.store()  # a SQL store (the others have no flow-control rows)
         if not hasattr(store, "damaged_flow"):
             return
@@ -126,6 +127,7 @@ class Maintenance:
             try:
                 await self.db(store.damaged_flow)
                 await self.db(store.fail_orphaned)
+                await self.db(store.fail_keyless)
             except DatabaseError:
                 pass  # an outage, or an older schema: the next check tries again
             except Exception:  # a bug must not end the check for the worker's life

@@ -1840,6 +1840,23 @@ DELETE FROM rota_rate_starts s USING (
 WHERE s.name = %(name)s AND s.key = %(key)s
   AND (s.started_at <= {now} - t.per OR s.started_at > {now} + t.per)
 
+-- name: flow_keyless
+-- transition: keyless
+-- Waiting runs with the name of a stored limit or rate and no key (damaged: no claim can take
+-- one), each ended failed as damaged (rota/quarantine.py), a worker's check now and then.
+-- Found per pool through rota_runs_limit_waiting and rota_runs_rate_waiting (name, NULL key).
+UPDATE rota_runs
+SET status = 'failed', finished_at = {now}, error = %(error)s
+WHERE id IN (SELECT id FROM (
+        SELECT r.id FROM rota_limits l JOIN rota_runs r ON r.limit_name = l.name
+        WHERE r.limit_key IS NULL AND r.status = 'pending' AND NOT r.held AND r.limit_name IS NOT NULL
+        UNION ALL
+        SELECT r.id FROM rota_rates t JOIN rota_runs r ON r.rate_name = t.name
+        WHERE r.rate_key IS NULL AND r.status = 'pending' AND NOT r.held AND r.rate_name IS NOT NULL) AS k
+      LIMIT %(limit)s)
+  AND status = 'pending' AND NOT held
+RETURNING id, task
+
 -- name: flow_any
 SELECT (SELECT count(*) FROM rota_limits) + (SELECT count(*) FROM rota_rates)
 

@@ -975,10 +975,13 @@ RETURNING id
 -- name: flow_heads
 -- The keys with a due waiting run (a loose index scan: one or two probes per distinct key;
 -- SQLite ranges an index by the first column of a row value only, hence two), the key
--- whose first run comes first in the claim's order first
+-- whose first run comes first in the claim's order first. A run with a pool's name and no key
+-- (damaged) is left out: NULL sorts first, and the walk from it skipped every other key of
+-- its pool (the workers' check sets it aside: flow_keyless).
 WITH RECURSIVE lkeys(name, key) AS (
     SELECT * FROM (SELECT limit_name, limit_key FROM rota_runs INDEXED BY rota_runs_limit_waiting
                    WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
+                   AND limit_key IS NOT NULL  -- (a run with no key, damaged: set aside)
                    ORDER BY limit_name, limit_key LIMIT 1)
     UNION ALL
     SELECT r.limit_name, r.limit_key FROM lkeys JOIN rota_runs r ON r.id = coalesce(
@@ -989,11 +992,13 @@ WITH RECURSIVE lkeys(name, key) AS (
         (SELECT x.id FROM rota_runs x INDEXED BY rota_runs_limit_waiting
          WHERE x.status = 'pending' AND NOT x.held AND x.limit_name IS NOT NULL
            AND x.limit_name > lkeys.name
+         AND x.limit_key IS NOT NULL
          ORDER BY x.limit_name, x.limit_key LIMIT 1))
 ),
 rkeys(name, key) AS (
     SELECT * FROM (SELECT rate_name, rate_key FROM rota_runs INDEXED BY rota_runs_rate_waiting
                    WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
+                   AND rate_key IS NOT NULL
                    ORDER BY rate_name, rate_key LIMIT 1)
     UNION ALL
     SELECT r.rate_name, r.rate_key FROM rkeys JOIN rota_runs r ON r.id = coalesce(
@@ -1004,6 +1009,7 @@ rkeys(name, key) AS (
         (SELECT x.id FROM rota_runs x INDEXED BY rota_runs_rate_waiting
          WHERE x.status = 'pending' AND NOT x.held AND x.rate_name IS NOT NULL
            AND x.rate_name > rkeys.name
+         AND x.rate_key IS NOT NULL
          ORDER BY x.rate_name, x.rate_key LIMIT 1))
 ),
 heads AS (
@@ -1195,6 +1201,23 @@ DELETE FROM rota_rate_starts
 WHERE name = :name AND key = :key
   AND (started_at <= {now} - (SELECT per FROM rota_rates WHERE name = :name AND per BETWEEN 0.001 AND 31622400)
        OR started_at > {now} + (SELECT per FROM rota_rates WHERE name = :name AND per BETWEEN 0.001 AND 31622400))
+
+-- name: flow_keyless
+-- transition: keyless
+-- Waiting runs with the name of a stored limit or rate and no key (damaged: no claim can take
+-- one), each ended failed as damaged (rota/quarantine.py), a worker's check now and then.
+-- Found per pool through rota_runs_limit_waiting and rota_runs_rate_waiting (name, NULL key).
+UPDATE rota_runs
+SET status = 'failed', finished_at = {now}, error = :error
+WHERE id IN (SELECT id FROM (
+        SELECT r.id FROM rota_limits l JOIN rota_runs r ON r.limit_name = l.name
+        WHERE r.limit_key IS NULL AND r.status = 'pending' AND NOT r.held AND r.limit_name IS NOT NULL
+        UNION ALL
+        SELECT r.id FROM rota_rates t JOIN rota_runs r ON r.rate_name = t.name
+        WHERE r.rate_key IS NULL AND r.status = 'pending' AND NOT r.held AND r.rate_name IS NOT NULL) AS k
+      LIMIT :limit)
+  AND status = 'pending' AND NOT held
+RETURNING id, task
 
 -- name: flow_any
 SELECT (SELECT count(*) FROM rota_limits) + (SELECT count(*) FROM rota_rates)

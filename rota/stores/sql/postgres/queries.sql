@@ -1515,11 +1515,12 @@ SELECT kind, name, key, free FROM room h CROSS JOIN LATERAL (
                 THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
                         AND r.limit_name = h.name AND r.limit_key = h.key)
-                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
                                         AND s.started_at > {now} - make_interval(secs => t.per)
-                                        AND s.started_at <= {now} + make_interval(secs => t.per))
-                      FROM rota_rates t WHERE t.name = h.name AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END AS free OFFSET 0) f
+                                        AND s.started_at <= {now} + make_interval(secs => t.per)) ELSE 0 END
+                      FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
 WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
            THEN CASE WHEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
                      THEN set_config('rota.flow_keys', coalesce(current_setting('rota.flow_keys', true), '')
@@ -1611,11 +1612,12 @@ taken AS MATERIALIZED (
                 THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
                         AND r.limit_name = h.name AND r.limit_key = h.key)
-                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
                                         AND s.started_at > {now} - make_interval(secs => t.per)
-                                        AND s.started_at <= {now} + make_interval(secs => t.per))
-                      FROM rota_rates t WHERE t.name = h.name AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END AS free OFFSET 0) f
+                                        AND s.started_at <= {now} + make_interval(secs => t.per)) ELSE 0 END
+                      FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
     WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
           THEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
           ELSE false END
@@ -1633,11 +1635,12 @@ UNION ALL
                 THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
                         AND r.limit_name = h.name AND r.limit_key = h.key)
-                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
                                         AND s.started_at > {now} - make_interval(secs => t.per)
-                                        AND s.started_at <= {now} + make_interval(secs => t.per))
-                      FROM rota_rates t WHERE t.name = h.name AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END AS free OFFSET 0) f
+                                        AND s.started_at <= {now} + make_interval(secs => t.per)) ELSE 0 END
+                      FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
  WHERE (SELECT count(*) FROM walked) >= %(m)s AND (SELECT count(*) FROM taken) < %(n)s
    AND CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
           THEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
@@ -1704,11 +1707,12 @@ SELECT e->>0, e->>1, e->>2,
             THEN (SELECT l.max FROM rota_limits l WHERE l.name = e->>1 AND l.max BETWEEN 1 AND 1000000)
                  - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
                     AND r.limit_name = e->>1 AND r.limit_key = e->>2)
-            ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+            ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                               THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                   WHERE s.name = e->>1 AND s.key = e->>2
                                     AND s.started_at > {now} - make_interval(secs => t.per)
-                                        AND s.started_at <= {now} + make_interval(secs => t.per))
-                  FROM rota_rates t WHERE t.name = e->>1 AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END
+                                        AND s.started_at <= {now} + make_interval(secs => t.per)) ELSE 0 END
+                  FROM rota_rates t WHERE t.name = e->>1) END
 FROM json_array_elements(%(keys)s::json) AS e
 
 -- name: flow_waiting_limit

@@ -1036,11 +1036,12 @@ rooms AS (
                      - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
                         WHERE x.status = 'running' AND x.limit_name IS NOT NULL
                           AND x.limit_name = h.name AND x.limit_key = h.key)
-                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
                                         AND s.started_at > {now} - t.per
-                                        AND s.started_at <= {now} + t.per)
-                      FROM rota_rates t WHERE t.name = h.name AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END AS free
+                                        AND s.started_at <= {now} + t.per) ELSE 0 END
+                      FROM rota_rates t WHERE t.name = h.name) END AS free
     FROM (SELECT h.kind, h.name, h.key, r.priority, r.due_at, r.id
           FROM heads h JOIN rota_runs r ON r.id = h.head
           ORDER BY r.priority DESC, r.due_at, r.id
@@ -1078,11 +1079,12 @@ rooms AS (
                      - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
                         WHERE x.status = 'running' AND x.limit_name IS NOT NULL
                           AND x.limit_name = h.name AND x.limit_key = h.key)
-                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
                                         AND s.started_at > {now} - t.per
-                                        AND s.started_at <= {now} + t.per)
-                      FROM rota_rates t WHERE t.name = h.name AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END AS free
+                                        AND s.started_at <= {now} + t.per) ELSE 0 END
+                      FROM rota_rates t WHERE t.name = h.name) END AS free
     FROM (SELECT kind, name, key, priority, due_at, id FROM firsts WHERE rn = 1
           ORDER BY priority DESC, due_at, id
           LIMIT -1) h
@@ -1133,11 +1135,12 @@ SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2,
                  - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
                     WHERE x.status = 'running' AND x.limit_name IS NOT NULL
                       AND x.limit_name = e.value ->> 1 AND x.limit_key = e.value ->> 2)
-            ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+            ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                               THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                   WHERE s.name = e.value ->> 1 AND s.key = e.value ->> 2
                                     AND s.started_at > {now} - t.per
-                                        AND s.started_at <= {now} + t.per)
-                  FROM rota_rates t WHERE t.name = e.value ->> 1 AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) END
+                                        AND s.started_at <= {now} + t.per) ELSE 0 END
+                  FROM rota_rates t WHERE t.name = e.value ->> 1) END
 FROM json_each(:keys) AS e
 
 -- name: flow_waiting_limit
@@ -1188,7 +1191,7 @@ w AS (SELECT s.started_at FROM rota_rate_starts s
       WHERE s.name = :name AND s.key = :key AND s.started_at > {now} - (SELECT per FROM t)
         AND s.started_at <= {now} + (SELECT per FROM t)),
 o AS (SELECT started_at + (SELECT per FROM t) AS at FROM w ORDER BY started_at
-      LIMIT 1 OFFSET max((SELECT count(*) FROM w) - (SELECT max FROM t), 0))
+      LIMIT 1 OFFSET max(coalesce((SELECT count(*) FROM w) - (SELECT max FROM t), 0), 0))
 UPDATE rota_runs SET due_at = o.at, rate_waited = 1 FROM o
 WHERE rota_runs.rate_name = :name AND rota_runs.rate_key = :key AND rota_runs.rate_name IS NOT NULL
   AND rota_runs.status = 'pending' AND NOT rota_runs.held AND rota_runs.due_at <= {now}

@@ -123,6 +123,15 @@ TRANSITIONS: Final = (
        "a parent ended failed, cancelled or skipped (trigger rota_run_settled): the error names that parent; "
        "it cascades to the dependent's own dependents",
        "a flow whose parent failed is cancelled"),
+    _t("orphaned", (WAITING,), (FAILED,), ANY_WORKER,
+       "a run waiting on parents none of which is pending or running any more (a parent deleted by hand, or "
+       "its count of parents damaged): failed as damaged (DamagedRow, never retried); its own dependents are "
+       "cancelled",
+       "a waiting run whose parents are gone is set aside, not left waiting forever"),
+    _t("keyless", (DUE, DUE_LATER), (FAILED,), ANY_WORKER,
+       "a waiting run with the name of a stored limit or rate and no key (damaged: no claim can take it): "
+       "failed as damaged (DamagedRow, never retried)",
+       "a run no claim can take is set aside, not left waiting forever"),
     _t("backfill", (), (DUE, QUEUED), CLIENT,
        "one row per (schedule, tick) for ticks in [start, end) before the schedule's next planned tick and not "
        "in the future; a skipped tick's run gives its tick up; exclusive: queued, oldest first",

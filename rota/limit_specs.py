@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from . import quarantine
 from .limits import Limit, Rate, _text, declared, stamp
 from .models import PENDING, SKIPPED
 from .serialization import simple_error
@@ -110,17 +111,20 @@ def _by_entry(entry: object) -> bool:
 def stamp_spec(run: Any, spec: str) -> None:
     """Set a run's limit and rate from a stored spec and its stored (JSON) arguments; a key
     that cannot be computed here leaves the run UNRESOLVED (for a declaring worker). A
-    damaged spec raises ValueError (see parse_spec)."""
+    damaged spec raises ValueError (see parse_spec; the caller sets a tick aside unresolved
+    and refuses any other run in one line), so it never lets a run go unlimited."""
     parsed = parse_spec(spec)
     try:
         args, kwargs = json.loads(run.args or "[]"), json.loads(run.kwargs or "{}")
     except ValueError:
         args, kwargs = None, None
     keys: dict[str, tuple[str, str] | None] = {}
-    for what in ("limit", "rate"):
-        if what in parsed:
-            key = _key(parsed[what]["by"], args, kwargs)
-            keys[what] = None if key is None else (parsed[what]["name"], key)
+    try:
+        keys = _spec_keys(parsed, args, kwargs)
+    except quarantine.UNDECODABLE as exc:
+        why = quarantine.describe(exc)
+        quarantine.report(quarantine.TASK_SPEC, run.task, f"its stored limit/rate spec does not decode ({why})")
+        keys = {"limit": None}
     if any(v is None for v in keys.values()):
         run.limit_name, run.limit_key, run.rate_name, run.rate_key = UNRESOLVED, "", None, None
         return
@@ -128,6 +132,21 @@ def stamp_spec(run: Any, spec: str) -> None:
         run.limit_name, run.limit_key = lim
     if (rate := keys.get("rate")) is not None:
         run.rate_name, run.rate_key = rate
+
+
+def _spec_keys(parsed: Any, args: Any, kwargs: Any) -> dict[str, tuple[str, str] | None]:
+    """Each pool's (name, key) from a stored spec; None for a key only the declaring code has."""
+    keys: dict[str, tuple[str, str] | None] = {}
+    for what in ("limit", "rate"):
+        if what in parsed:
+            key = _key(parsed[what]["by"], args, kwargs)
+            name = parsed[what]["name"]
+            if not isinstance(name, str):
+                raise TypeError(f"the {what}'s name is {type(name).__name__}, not text")
+            keys[what] = None if key is None else (name, key)
+    if not keys:
+        raise TypeError(f"no limit or rate in the {type(parsed).__name__}")
+    return keys
 
 
 def _key(by: Any, args: Any, kwargs: Any) -> str | None:

@@ -36,7 +36,9 @@ WORKER: Final = "worker"
 LOCK: Final = "lock"
 TASK_SPEC: Final = "task spec"
 COUNTER: Final = "counter"
-KINDS: Final = (RUN, SCHEDULE, WORKER, LOCK, TASK_SPEC, COUNTER)
+LIMIT: Final = "limit"
+RATE: Final = "rate"
+KINDS: Final = (RUN, SCHEDULE, WORKER, LOCK, TASK_SPEC, COUNTER, LIMIT, RATE)
 
 # The error type a run set aside as damaged ends with (Run.error["type"]); `rota runs --damaged`
 # and the dashboard's filter look for it.

@@ -30,9 +30,17 @@ def test_rota_limits_shows_each_limit_and_rate_with_running_and_waiting(
     code, out = cli(db_url, "limits", "--json")
     assert code == 0, out
     data = json.loads(out)
-    assert data["limits"] == [{"name": "export", "max": 1, "running": 2, "waiting": 1, "keys": 2}]
+    assert data["limits"] == [{"name": "export", "max": 1, "running": 2, "waiting": 1, "keys": 2, "corrupt": []}]
     assert data["rates"] == [
-        {"name": "github", "max": 5, "per_seconds": 60.0, "started_in_window": 1, "waiting": 0, "keys": 0}
+        {
+            "name": "github",
+            "max": 5,
+            "per_seconds": 60.0,
+            "started_in_window": 1,
+            "waiting": 0,
+            "keys": 0,
+            "corrupt": [],
+        }
     ]
     code, out = cli(db_url, "limits")
     assert code == 0 and "export" in out and "github" in out and "60s" in out

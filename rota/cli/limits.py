@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ..errors import ConfigurationError, DatabaseError
+from ..stores._flow_damage import damaged_specs
 from .base import database_app, database_line, handle_errors, json_option, main, print_json
 from .display import Column, line, table
 
@@ -22,15 +23,18 @@ def limits(ctx: click.Context, as_json: bool) -> None:
     store: Any = app.store
     try:
         limit_rows, rate_rows, unresolved = store.list_limits(), store.list_rates(), store.count_unresolved()
+        damaged = damaged_specs(store)
     except (AttributeError, DatabaseError) as exc:
         raise ConfigurationError(
             f"this database has no flow-control tables yet ({exc}); run `rota migrate` (a worker does at start)"
         ) from None
     if as_json:
         print_json({"limits": [i.to_json() for i in limit_rows], "rates": [r.to_json() for r in rate_rows],
-                    "unresolved": unresolved})  # fmt: skip
+                    "unresolved": unresolved, "damaged_specs": damaged})  # fmt: skip
         return
     line(database_line(app))
+    for spec in damaged:
+        click.echo(f"task {spec['task']!r}: {spec['reason']} (a worker that declares it stores it again)")
     if unresolved:
         click.echo(
             f"{unresolved} run(s) wait for a worker that declares their task to compute their limit key "
@@ -42,8 +46,14 @@ def limits(ctx: click.Context, as_json: bool) -> None:
     if limit_rows:
         columns = [Column("limit", 100, True), Column("max", 90), Column("running", 90), Column("waiting", 90)]
         columns.append(Column("keys", 50))
-        table(columns, [(i.name, i.max, i.running, i.waiting, i.keys) for i in limit_rows])
+        table(columns, [(_named(i), i.max, i.running, i.waiting, i.keys) for i in limit_rows])
     if rate_rows:
         columns = [Column("rate", 100, True), Column("max", 90), Column("per", 90), Column("in window", 90)]
         columns += [Column("waiting", 90), Column("keys", 50)]
-        table(columns, [(r.name, r.max, f"{r.per:g}s", r.started, r.waiting, r.keys) for r in rate_rows])
+        table(columns, [(_named(r), r.max, f"{r.per:g}s", r.started, r.waiting, r.keys) for r in rate_rows])
+
+
+def _named(row: Any) -> str:
+    """A limit's or rate's name, and what is damaged in its stored row (its runs wait)."""
+    corrupt = getattr(row, "corrupt", ())
+    return f"{row.name} (corrupt: {', '.join(corrupt)}; its runs wait)" if corrupt else str(row.name)

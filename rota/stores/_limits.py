@@ -85,12 +85,14 @@ it (the tick pass is woken at once, as the deadline passes, and ends that).
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DatabaseError
+from ._flow_damage import limit_damage, rate_damage, report_damaged
 from .base import Claimed
 from .records import PollState
 
@@ -110,22 +112,26 @@ FLOW_HELD = 50
 
 @dataclass(frozen=True, slots=True)
 class LimitInfo:
-    """A limit as stored, with its running and waiting runs (all keys)."""
+    """A limit as stored, with its running and waiting runs (all keys). `corrupt` names a
+    stored field out of what a Limit can declare (rota.stores._flow_damage): its runs wait."""
 
     name: str
     max: int
     running: int
     waiting: int
     keys: int
+    corrupt: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The shape of `rota limits --json` and GET /api/limits."""
-        return {"name": self.name, "max": self.max, "running": self.running, "waiting": self.waiting, "keys": self.keys}
+        return {"name": self.name, "max": self.max, "running": self.running, "waiting": self.waiting, "keys": self.keys,
+                "corrupt": list(self.corrupt)}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class RateInfo:
-    """A rate as stored, with its starts in the current window and its waiting runs."""
+    """A rate as stored, with its starts in the current window and its waiting runs
+    (`corrupt`, as LimitInfo's: a damaged max or per; its runs wait)."""
 
     name: str
     max: int
@@ -133,11 +139,14 @@ class RateInfo:
     started: int
     waiting: int
     keys: int
+    corrupt: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The shape of `rota limits --json` and GET /api/limits."""
-        return {"name": self.name, "max": self.max, "per_seconds": self.per, "started_in_window": self.started,
-                "waiting": self.waiting, "keys": self.keys}  # fmt: skip
+        """The shape of `rota limits --json` and GET /api/limits (a per that is not a finite
+        number, damaged, is null)."""
+        per = self.per if math.isfinite(self.per) else None
+        return {"name": self.name, "max": self.max, "per_seconds": per, "started_in_window": self.started,
+                "waiting": self.waiting, "keys": self.keys, "corrupt": list(self.corrupt)}  # fmt: skip
 
 
 class FlowMixin:
@@ -174,12 +183,24 @@ class FlowMixin:
 
     def list_limits(self) -> list[LimitInfo]:
         with self._read() as s:  # type: ignore[attr-defined]
-            return [LimitInfo(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in s.q("flow_limits")]
+            rows = s.q("flow_limits")
+        return [LimitInfo(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), limit_damage(r[1])) for r in rows]
 
     def list_rates(self) -> list[RateInfo]:
         with self._read() as s:  # type: ignore[attr-defined]
             rows = s.q("flow_rates")
-        return [RateInfo(str(r[0]), int(r[1]), float(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows]
+        return [
+            RateInfo(str(r[0]), int(r[1]), float(r[2]), int(r[3]), int(r[4]), int(r[5]), rate_damage(r[1], r[2]))
+            for r in rows
+        ]
+
+    def damaged_flow(self, *, report: bool = True) -> list[tuple[str, str, str]]:
+        """The stored limits, rates and task specs that are damaged: (kind, name, reason),
+        each also named once in the log (rota.quarantine) if `report`. A worker asks now and
+        then; `rota limits` and /api/limits list the task specs."""
+        with self._read() as s:  # type: ignore[attr-defined]
+            rows = s.q("flow_damaged")
+        return report_damaged(rows, report=report)
 
     def claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from .. import quarantine
 from ..errors import ScheduleNotFound
 from ..limit_specs import UNRESOLVED, Keys, resolved, warn_skipped
 from ..models import PENDING
@@ -134,6 +135,29 @@ class SqlFlow(SqlSchedules):
 
     def last_run_id(self) -> int:
         return int(self._select("last_run_id")[0][0])
+
+    def fail_orphaned(self, limit: int = 100) -> list[int]:
+        """Set aside (failed as damaged) the runs waiting on parents none of which is pending or
+        running any more: a parent deleted by hand, or a damaged count; each named once."""
+        error = json.dumps(quarantine.run_error(ORPHANED))
+        with self._tx() as s:
+            rows = s.q("deps_orphaned", error=error, limit=limit)
+        for run_id, _ in rows:
+            quarantine.report(quarantine.RUN, run_id, ORPHANED)
+        return [int(r[0]) for r in rows]
+
+    def fail_keyless(self, limit: int = 100) -> list[int]:
+        """Set aside (failed as damaged) the waiting runs with a stored limit's or rate's name
+        and no key, which no claim can take; each named once."""
+        with self._tx() as s:
+            rows = s.q("flow_keyless", error=json.dumps(quarantine.run_error(KEYLESS)), limit=limit)
+        for run_id, _ in rows:
+            quarantine.report(quarantine.RUN, run_id, KEYLESS)
+        return [int(r[0]) for r in rows]
+
+
+KEYLESS = "it has the name of a limit or a rate and no key: no claim can take it"
+ORPHANED = "it waits on parents none of which is pending or running (one deleted by hand, or its count damaged)"
 
 
 def _gates(r: NewRun | Keys) -> dict[str, Any]:

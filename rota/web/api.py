@@ -36,6 +36,7 @@ from ..errors import (
 from ..models import FINAL_STATUSES, STATUSES, iso
 from ..quarantine import DamagedRowError
 from ..serialization import check_text
+from ..stores._flow_damage import damaged_specs
 from ..stores.base import RunFilter
 from . import records
 from .params import integer as _int  # every numeric query parameter is parsed there
@@ -238,9 +239,14 @@ def limit_records(app: App) -> dict[str, Any]:
     """A store without flow control (no `list_limits`) has none to show."""
     store: Any = app.store
     if not hasattr(store, "list_limits"):
-        return {"limits": [], "rates": [], "unresolved": 0}
+        return {"limits": [], "rates": [], "unresolved": 0, "damaged_specs": []}
     limits, rates = [i.to_json() for i in store.list_limits()], [r.to_json() for r in store.list_rates()]
-    return {"limits": limits, "rates": rates, "unresolved": store.count_unresolved()}
+    return {
+        "limits": limits,
+        "rates": rates,
+        "unresolved": store.count_unresolved(),
+        "damaged_specs": damaged_specs(store),
+    }
 
 
 async def timeline(request: Request) -> Response:

@@ -25,6 +25,8 @@ def _obj(required: dict[str, Any], optional: dict[str, Any] | None = None) -> di
 
 
 STR, INT, BOOL, NUM = {"type": "string"}, {"type": "integer"}, {"type": "boolean"}, {"type": "number"}
+# the damaged fields of a stored limit or rate (its runs wait; docs/concepts/flow-control.md)
+CORRUPT: dict[str, Any] = {"type": "array", "items": STR}
 TIME = {"type": "string", "format": "date-time"}
 ID = {"type": "string", "pattern": "^[1-9][0-9]*$"}
 STATUS = {"type": "string", "enum": list(STATUSES)}
@@ -158,16 +160,28 @@ SCHEMAS: dict[str, Any] = {
         {
             "limits": {
                 "type": "array",
-                "items": _obj({"name": STR, "max": INT, "running": INT, "waiting": INT, "keys": INT}),
+                "items": _obj(
+                    {"name": STR, "max": INT, "running": INT, "waiting": INT, "keys": INT, "corrupt": CORRUPT}
+                ),
             },
             "rates": {
                 "type": "array",
                 "items": _obj(
-                    {"name": STR, "max": INT, "per_seconds": NUM, "started_in_window": INT, "waiting": INT, "keys": INT}
+                    {
+                        "name": STR,
+                        "max": INT,
+                        "per_seconds": _null(NUM),  # null: a damaged per that is not a number
+                        "started_in_window": INT,
+                        "waiting": INT,
+                        "keys": INT,
+                        "corrupt": CORRUPT,
+                    }
                 ),
             },
             # runs made where their task is not declared, waiting for a declaring worker to key them
             "unresolved": INT,
+            # stored task declarations that do not decode (their runs made elsewhere wait unresolved)
+            "damaged_specs": {"type": "array", "items": _obj({"task": STR, "reason": STR})},
         }
     ),
     "Stats": _obj(

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from ..errors import DatabaseError
 from ..stores.base import Store
@@ -40,6 +41,7 @@ FIRST_BATCH, MIN_BATCH, MAX_BATCH = 20, 20, 5000
 MIN_PAUSE = 0.02
 LOCK_TTL, PASS_SECONDS = 60.0, 40.0
 SWEEP_SECONDS, SWEEP_BATCH = 20.0, 2000  # the history sweep (PostgreSQL, schema 17)
+FLOW_CHECK_SECONDS = 60.0  # how often a worker looks for damaged limits, rates and task specs
 
 
 def statement_target(store: Store) -> float:
@@ -92,19 +94,44 @@ class Maintenance:
         self._not_before = 0.0  # during a pass: the next prune statement waits until then
 
     async def run(self) -> None:
-        """The maintenance task: the history sweep, and pruning with a retention."""
-        if not self.retention:
-            return await self.sweep_forever()
-        sweeper = asyncio.create_task(self.sweep_forever())
+        """The maintenance task: the history sweep, the check for damaged flow-control rows,
+        and pruning with a retention."""
+        helpers = [asyncio.create_task(self.sweep_forever()), asyncio.create_task(self.watch_flow())]
         try:
+            if not self.retention:
+                await asyncio.gather(*helpers)
+                return
             while True:
                 await asyncio.sleep(self.interval * random.uniform(0.8, 1.2))
                 with contextlib.suppress(DatabaseError):
                     await self.prune(self.retention)
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for helper in helpers:
+                helper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await helper
+
+    async def watch_flow(self) -> None:
+        """Now and then (soon after the start, then every FLOW_CHECK_SECONDS), name the
+        stored limits, rates and task specs that are damaged, once each (rota.quarantine):
+        the flow claim's statements already set them aside, silently; and set aside the runs
+        waiting on parents that are gone (transition `orphaned`) or with a pool and no key
+        (`keyless`)."""
+        store: Any = self.store()  # a SQL store (the others have no flow-control rows)
+        if not hasattr(store, "damaged_flow"):
+            return
+        delay = min(2.0, FLOW_CHECK_SECONDS)
+        while True:
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            delay = FLOW_CHECK_SECONDS
+            try:
+                await self.db(store.damaged_flow)
+                await self.db(store.fail_orphaned)
+                await self.db(store.fail_keyless)
+            except DatabaseError:
+                pass  # an outage, or an older schema: the next check tries again
+            except Exception:  # a bug must not end the check for the worker's life
+                log.exception("the check for damaged limits and rates failed")
 
     async def sweep_forever(self) -> None:
         """`sweep` now and then (PostgreSQL; elsewhere it stops at once)."""

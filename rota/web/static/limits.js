@@ -15,16 +15,21 @@ function full(used, max, waiting) {
   return used >= max && waiting > 0 ? [" ", el("span", { class: "badge full", title: "every slot is taken: runs wait pending, costing no attempt" }, "full")] : null;
 }
 
+function damaged(item) {
+  const fields = item.corrupt || [];
+  return fields.length ? [" ", el("span", { class: "badge corrupt", title: "its stored row is damaged: its runs wait until it is repaired" }, "damaged: " + fields.join(", "))] : null;
+}
+
 function limitRows(items) {
   return items.map((l) => el("tr", { "data-limit": l.name },
-    el("td", {}, l.name, full(l.running, l.max, l.waiting)), el("td", { class: "num", "data-col": "max" }, l.max),
+    el("td", {}, l.name, full(l.running, l.max, l.waiting), damaged(l)), el("td", { class: "num", "data-col": "max" }, l.max),
     el("td", { class: "num", "data-col": "running" }, l.running), el("td", { class: "num", "data-col": "waiting" }, l.waiting),
     el("td", { class: "num", "data-col": "keys" }, l.keys)));
 }
 
 function rateRows(items) {
   return items.map((r) => el("tr", { "data-rate": r.name },
-    el("td", {}, r.name, full(r.started_in_window, r.max, r.waiting)),
+    el("td", {}, r.name, full(r.started_in_window, r.max, r.waiting), damaged(r)),
     el("td", { class: "num", "data-col": "max" }, r.max + " per " + seconds(r.per_seconds)),
     el("td", { class: "num", "data-col": "started" }, r.started_in_window), el("td", { class: "num", "data-col": "waiting" }, r.waiting),
     el("td", { class: "num", "data-col": "keys" }, r.keys)));

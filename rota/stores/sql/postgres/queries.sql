@@ -574,6 +574,8 @@ LIMIT 1
 -- holding it ("held", with the claim's token: its handler may have started in the moments
 -- before its start would have been written, rota/lifecycle.py). A started one is retried if
 -- attempts remain, else failed. Either ends cancelled if its cancellation was requested.
+-- (One damaged member never fails the batch: an attempt at its column's maximum is counted
+-- in bigint; a time out of to_char's range reads as NULL.)
 WITH lost AS (
     SELECT id FROM rota_runs
     WHERE status = 'running' AND lease_until < {now}
@@ -830,7 +832,9 @@ LIMIT %(limit)s
 
 -- name: advance_schedule
 UPDATE rota_schedules
-SET next_run_at = %(new)s, skip_count = skip_count + %(skipped_more)s
+SET next_run_at = %(new)s,  -- a count at its column's maximum stays there (damaged: never a failed tick)
+    skip_count = CASE WHEN skip_count <= 9223372036854775807 - %(skipped_more)s::bigint
+                      THEN skip_count + %(skipped_more)s::bigint ELSE skip_count END
 WHERE name = %(name)s AND next_run_at = %(old)s AND active AND NOT paused
 RETURNING name
 
@@ -1152,20 +1156,27 @@ CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs)
 -- The worker's history sweep (rota.worker.maintenance): succeeded runs of no schedule that a
 -- finish left in rota_runs (an earlier schema's, a transactional handler's commit), oldest
 -- first through rota_runs_stray, to rota_history, whose columns are rota_runs' in its order.
+-- A stray whose id is in rota_history already (damaged: a bad restore or copy) stays where it
+-- is, and comes back with `true` (the store names it): one such run never fails the batch.
 WITH stray AS (
-    SELECT id FROM rota_runs
-    WHERE status = 'succeeded' AND schedule IS NULL
-    ORDER BY id
+    SELECT r.id, EXISTS (SELECT 1 FROM rota_history h WHERE h.id = r.id) AS twin FROM rota_runs r
+    WHERE r.status = 'succeeded' AND r.schedule IS NULL
+    ORDER BY r.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF r SKIP LOCKED
 ),
 moved AS (
     DELETE FROM rota_runs r
-    WHERE r.id = ANY(ARRAY(SELECT id FROM stray)) AND r.status = 'succeeded' AND r.schedule IS NULL
+    WHERE r.id = ANY(ARRAY(SELECT id FROM stray WHERE NOT twin)) AND r.status = 'succeeded' AND r.schedule IS NULL
     RETURNING r.*
+),
+kept AS (
+    INSERT INTO rota_history SELECT * FROM moved
+    RETURNING id
 )
-INSERT INTO rota_history SELECT * FROM moved
-RETURNING id
+SELECT id, false FROM kept
+UNION ALL
+SELECT id, true FROM stray WHERE twin
 
 -- name: history_estimate
 -- The planner's estimate of the rows in rota_history (schema 17: succeeded runs only), as
@@ -1278,14 +1289,18 @@ SELECT pg_postmaster_start_time()
 -- A keyed enqueue with unique_for: one atomic upsert of the key's row. It returns the run
 -- to hand back (created within `window` seconds and not cancelled), or NULL: then this
 -- enqueue creates the run and records it with unique_put in the same transaction. A
--- concurrent enqueue of the key waits here on the row lock until this one commits.
+-- concurrent enqueue of the key waits here on the row lock until this one commits. A record
+-- made more than a day after now (damaged: no enqueue writes one; a day is far beyond any
+-- transaction's skew) has no window: the key is free again.
 INSERT INTO rota_unique AS u (task, key, run_id, created_at)
 VALUES (%(task)s, %(key)s, NULL, {now})
 ON CONFLICT (task, key) DO UPDATE SET
     run_id = CASE WHEN u.created_at > EXCLUDED.created_at - make_interval(secs => %(window)s::float8)
+                       AND u.created_at <= EXCLUDED.created_at + interval '1 day'
                        AND EXISTS (SELECT 1 FROM rota_runs_all r WHERE r.id = u.run_id AND r.status <> 'cancelled')
                   THEN u.run_id END,
     created_at = CASE WHEN u.created_at > EXCLUDED.created_at - make_interval(secs => %(window)s::float8)
+                           AND u.created_at <= EXCLUDED.created_at + interval '1 day'
                            AND EXISTS (SELECT 1 FROM rota_runs_all r WHERE r.id = u.run_id AND r.status <> 'cancelled')
                       THEN u.created_at ELSE EXCLUDED.created_at END
 RETURNING run_id
@@ -1334,6 +1349,22 @@ ON CONFLICT DO NOTHING
 UPDATE rota_runs SET waiting_on = %(waiting)s, after_depth = %(depth)s,
     finished_at = CASE WHEN status = 'cancelled' THEN {now} ELSE finished_at END
 WHERE id = %(id)s
+
+-- name: deps_orphaned
+-- transition: orphaned
+-- Runs waiting on parents none of which is pending or running any more (rota_runs_held): a
+-- parent deleted by hand, or a damaged waiting_on. Each ended failed as damaged (rota/quarantine.py),
+-- a worker's check now and then; a failed run's dependents are cancelled by rota_run_settled.
+UPDATE rota_runs
+SET status = 'failed', held = false, waiting_on = 0, finished_at = {now}, error = %(error)s
+WHERE id IN (SELECT w.id FROM rota_runs w
+             WHERE w.held AND w.status = 'pending' AND w.waiting_on > 0
+               AND NOT EXISTS (SELECT 1 FROM rota_deps d JOIN rota_runs p ON p.id = d.parent
+                               WHERE d.child = w.id AND p.status IN ('pending', 'running'))
+             ORDER BY w.id LIMIT %(limit)s
+               FOR UPDATE SKIP LOCKED)
+  AND status = 'pending' AND held AND waiting_on > 0
+RETURNING id, task
 
 -- name: run_parents
 SELECT parent FROM rota_deps WHERE child = %(id)s ORDER BY parent
@@ -1543,12 +1574,14 @@ room AS (
 )
 SELECT kind, name, key, free FROM room h CROSS JOIN LATERAL (
     SELECT CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
                         AND r.limit_name = h.name AND r.limit_key = h.key)
-                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - make_interval(secs => t.per))
+                                        AND s.started_at > {now} - make_interval(secs => t.per)
+                                        AND s.started_at <= {now} + make_interval(secs => t.per)) ELSE 0 END
                       FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
 WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
            THEN CASE WHEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
@@ -1638,12 +1671,14 @@ taken AS MATERIALIZED (
         OFFSET 0) h  -- keeps the filter above the sort: evaluated key by key, up to the LIMIT
     CROSS JOIN LATERAL (
     SELECT CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
                         AND r.limit_name = h.name AND r.limit_key = h.key)
-                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - make_interval(secs => t.per))
+                                        AND s.started_at > {now} - make_interval(secs => t.per)
+                                        AND s.started_at <= {now} + make_interval(secs => t.per)) ELSE 0 END
                       FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
     WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
           THEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
@@ -1659,12 +1694,14 @@ UNION ALL
      OFFSET 0) h
  CROSS JOIN LATERAL (
     SELECT CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
                         AND r.limit_name = h.name AND r.limit_key = h.key)
-                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - make_interval(secs => t.per))
+                                        AND s.started_at > {now} - make_interval(secs => t.per)
+                                        AND s.started_at <= {now} + make_interval(secs => t.per)) ELSE 0 END
                       FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
  WHERE (SELECT count(*) FROM walked) >= %(m)s AND (SELECT count(*) FROM taken) < %(n)s
    AND CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
@@ -1729,12 +1766,14 @@ SELECT {now},
 -- so it sees every claim committed before the lock was granted).
 SELECT e->>0, e->>1, e->>2,
        CASE WHEN e->>0 = 'l'
-            THEN (SELECT l.max FROM rota_limits l WHERE l.name = e->>1)
+            THEN (SELECT l.max FROM rota_limits l WHERE l.name = e->>1 AND l.max BETWEEN 1 AND 1000000)
                  - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
                     AND r.limit_name = e->>1 AND r.limit_key = e->>2)
-            ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+            ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                               THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                   WHERE s.name = e->>1 AND s.key = e->>2
-                                    AND s.started_at > {now} - make_interval(secs => t.per))
+                                    AND s.started_at > {now} - make_interval(secs => t.per)
+                                        AND s.started_at <= {now} + make_interval(secs => t.per)) ELSE 0 END
                   FROM rota_rates t WHERE t.name = e->>1) END
 FROM json_array_elements(%(keys)s::json) AS e
 
@@ -1790,7 +1829,7 @@ RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.
 -- Without %(keys)s (NULL), the limit keys flow_heads locked earlier in this transaction.
 WITH keys AS MATERIALIZED (
     SELECT k.ord, k.e->>1 AS name, k.e->>2 AS key,
-           (SELECT l.max FROM rota_limits l WHERE l.name = k.e->>1)
+           (SELECT l.max FROM rota_limits l WHERE l.name = k.e->>1 AND l.max BETWEEN 1 AND 1000000)
            - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
               AND r.limit_name = k.e->>1 AND r.limit_key = k.e->>2) AS free
     FROM json_array_elements(coalesce(%(keys)s::json,  -- none given: those flow_heads locked (its note)
@@ -1845,9 +1884,13 @@ WHERE id = ANY(ARRAY(SELECT e::bigint FROM json_array_elements_text(%(ids)s::jso
 -- transition: rate_wait
 -- A full rate key (locked by this transaction): its due waiting runs become due when the
 -- window opens, i.e. when the start that makes it full leaves it, so workers sleep till then.
-WITH t AS (SELECT max, make_interval(secs => per) AS per FROM rota_rates WHERE name = %(name)s),
+-- A rate whose stored max or per is out of range (damaged: rota/quarantine.py) bumps nothing;
+-- a start logged later than a window ahead of now (damaged) is not counted.
+WITH t AS (SELECT max, make_interval(secs => per) AS per FROM rota_rates
+           WHERE name = %(name)s AND max BETWEEN 1 AND 1000000 AND per BETWEEN 0.001 AND 31622400),
 w AS (SELECT s.started_at FROM rota_rate_starts s
-      WHERE s.name = %(name)s AND s.key = %(key)s AND s.started_at > {now} - (SELECT per FROM t)),
+      WHERE s.name = %(name)s AND s.key = %(key)s AND s.started_at > {now} - (SELECT per FROM t)
+        AND s.started_at <= {now} + (SELECT per FROM t)),
 o AS (SELECT started_at + (SELECT per FROM t) AS at FROM w ORDER BY started_at
       OFFSET greatest((SELECT count(*) FROM w) - (SELECT max FROM t), 0) LIMIT 1)
 UPDATE rota_runs r SET due_at = o.at, rate_waited = true FROM o
@@ -1856,10 +1899,31 @@ WHERE r.rate_name = %(name)s AND r.rate_key = %(key)s AND r.rate_name IS NOT NUL
   AND (SELECT count(*) FROM w) >= (SELECT max FROM t)
 
 -- name: flow_prune
--- a locked rate key's starts that left the window
-DELETE FROM rota_rate_starts s USING rota_rates t
-WHERE s.name = %(name)s AND s.key = %(key)s AND t.name = s.name
-  AND s.started_at <= {now} - make_interval(secs => t.per)
+-- a locked rate key's starts that left the window, and those logged later than a window ahead
+-- of now (damaged: no claim logs a start in the future); none while the rate's per is out of
+-- range (damaged: its window is unknown)
+DELETE FROM rota_rate_starts s USING (
+    SELECT make_interval(secs => per) AS per FROM rota_rates
+    WHERE name = %(name)s AND per BETWEEN 0.001 AND 31622400) t
+WHERE s.name = %(name)s AND s.key = %(key)s
+  AND (s.started_at <= {now} - t.per OR s.started_at > {now} + t.per)
+
+-- name: flow_keyless
+-- transition: keyless
+-- Waiting runs with the name of a stored limit or rate and no key (damaged: no claim can take
+-- one), each ended failed as damaged (rota/quarantine.py), a worker's check now and then.
+-- Found per pool through rota_runs_limit_waiting and rota_runs_rate_waiting (name, NULL key).
+UPDATE rota_runs
+SET status = 'failed', finished_at = {now}, error = %(error)s
+WHERE id IN (SELECT id FROM (
+        SELECT r.id FROM rota_limits l JOIN rota_runs r ON r.limit_name = l.name
+        WHERE r.limit_key IS NULL AND r.status = 'pending' AND NOT r.held AND r.limit_name IS NOT NULL
+        UNION ALL
+        SELECT r.id FROM rota_rates t JOIN rota_runs r ON r.rate_name = t.name
+        WHERE r.rate_key IS NULL AND r.status = 'pending' AND NOT r.held AND r.rate_name IS NOT NULL) AS k
+      LIMIT %(limit)s)
+  AND status = 'pending' AND NOT held
+RETURNING id, task
 
 -- name: flow_any
 SELECT (SELECT count(*) FROM rota_limits) + (SELECT count(*) FROM rota_rates)
@@ -1892,12 +1956,24 @@ FROM rota_limits l ORDER BY l.name
 
 -- name: flow_rates
 -- each rate with its starts in the current window and its waiting (pending) runs
+-- (a damaged max or per, out of range, is listed as stored, with no starts counted)
 SELECT t.name, t.max, t.per,
        (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name
-          AND s.started_at > {now} - make_interval(secs => t.per)),
+          AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400
+          AND s.started_at > {now} - make_interval(secs => CASE WHEN t.per BETWEEN 0.001 AND 31622400 THEN t.per END)
+          AND s.started_at <= {now} + make_interval(secs => CASE WHEN t.per BETWEEN 0.001 AND 31622400 THEN t.per END)),
        (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
        (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
 FROM rota_rates t ORDER BY t.name
+
+-- name: flow_damaged
+-- Every stored limit, rate and task spec, for a worker's check for damaged ones (small tables:
+-- one row per pool or task; rota/stores/_flow_damage.py judges them)
+SELECT 'l', name, max, NULL::float8, NULL FROM rota_limits
+UNION ALL
+SELECT 'r', name, max, per, NULL FROM rota_rates
+UNION ALL
+SELECT 's', task, NULL, NULL::float8, spec FROM rota_task_flow
 
 -- ==== stored task declarations (migration 0011, rota/limit_specs.py) ======================
 

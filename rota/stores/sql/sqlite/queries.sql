@@ -332,9 +332,10 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled'
     finished_at = CASE WHEN NOT cancel_requested AND (started_at IS NULL OR attempt < max_attempts) THEN NULL
                        ELSE {now} END,
     error = lost.err,
-    attempts = CASE WHEN started_at IS NULL AND due_at > lease_until
+    attempts = CASE WHEN NOT json_valid(attempts)
+        THEN attempts  -- damaged (not JSON): kept as it is, so the rest of the batch goes on
+        WHEN started_at IS NULL AND due_at > lease_until
         THEN attempts  -- held, due only after its lease ran out: no start possible
-        WHEN NOT json_valid(attempts) THEN attempts  -- not JSON: left as found (see finish)
         WHEN started_at IS NULL
         THEN json_insert(attempts, '$[#]', json_object(
             'attempt', attempt + 1, 'worker', owner, 'token', token, 'started_at', NULL, 'held', json('true'),
@@ -533,7 +534,9 @@ LIMIT :limit
 
 -- name: advance_schedule
 UPDATE rota_schedules
-SET next_run_at = :new, skip_count = skip_count + :skipped_more
+SET next_run_at = :new,  -- a count at its column's maximum stays there (damaged: never a failed tick)
+    skip_count = CASE WHEN skip_count <= 9223372036854775807 - :skipped_more THEN skip_count + :skipped_more
+                      ELSE skip_count END
 WHERE name = :name AND round(next_run_at * 1000000) = round(:old * 1000000) AND active AND NOT paused
 RETURNING name
 
@@ -836,14 +839,15 @@ SELECT NULL
 -- ===== issue 20: uniqueness windows and runs after others (branch flow-deps, 0008) =======
 -- name: unique_take
 -- (rota_unique only: changes no run)
--- As in PostgreSQL (see there); SQLite's write lock makes it atomic.
+-- As in PostgreSQL (see there: a record made more than a day after now is damaged, the key
+-- free again); SQLite's write lock makes it atomic.
 INSERT INTO rota_unique AS u (task, key, run_id, created_at)
 VALUES (:task, :key, NULL, {now})
 ON CONFLICT (task, key) DO UPDATE SET
-    run_id = CASE WHEN u.created_at > excluded.created_at - :window
+    run_id = CASE WHEN u.created_at > excluded.created_at - :window AND u.created_at <= excluded.created_at + 86400
                        AND EXISTS (SELECT 1 FROM rota_runs r WHERE r.id = u.run_id AND r.status <> 'cancelled')
                   THEN u.run_id END,
-    created_at = CASE WHEN u.created_at > excluded.created_at - :window
+    created_at = CASE WHEN u.created_at > excluded.created_at - :window AND u.created_at <= excluded.created_at + 86400
                            AND EXISTS (SELECT 1 FROM rota_runs r WHERE r.id = u.run_id AND r.status <> 'cancelled')
                       THEN u.created_at ELSE excluded.created_at END
 RETURNING run_id
@@ -872,6 +876,21 @@ ON CONFLICT DO NOTHING
 UPDATE rota_runs SET waiting_on = :waiting, after_depth = :depth,
     finished_at = CASE WHEN status = 'cancelled' THEN {now} ELSE finished_at END
 WHERE id = :id
+
+-- name: deps_orphaned
+-- transition: orphaned
+-- Runs waiting on parents none of which is pending or running any more (rota_runs_held): a
+-- parent deleted by hand, or a damaged waiting_on. Each ended failed as damaged (rota/quarantine.py),
+-- a worker's check now and then; a failed run's dependents are cancelled by rota_run_settled.
+UPDATE rota_runs
+SET status = 'failed', held = false, waiting_on = 0, finished_at = {now}, error = :error
+WHERE id IN (SELECT w.id FROM rota_runs w
+             WHERE w.held AND w.status = 'pending' AND w.waiting_on > 0
+               AND NOT EXISTS (SELECT 1 FROM rota_deps d JOIN rota_runs p ON p.id = d.parent
+                               WHERE d.child = w.id AND p.status IN ('pending', 'running'))
+             ORDER BY w.id LIMIT :limit)
+  AND status = 'pending' AND held AND waiting_on > 0
+RETURNING id, task
 
 -- name: run_parents
 SELECT parent FROM rota_deps WHERE child = :id ORDER BY parent
@@ -1010,10 +1029,13 @@ RETURNING id
 -- name: flow_heads
 -- The keys with a due waiting run (a loose index scan: one or two probes per distinct key;
 -- SQLite ranges an index by the first column of a row value only, hence two), the key
--- whose first run comes first in the claim's order first
+-- whose first run comes first in the claim's order first. A run with a pool's name and no key
+-- (damaged) is left out: NULL sorts first, and the walk from it skipped every other key of
+-- its pool (the workers' check sets it aside: flow_keyless).
 WITH RECURSIVE lkeys(name, key) AS (
     SELECT * FROM (SELECT limit_name, limit_key FROM rota_runs INDEXED BY rota_runs_limit_waiting
                    WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
+                   AND limit_key IS NOT NULL  -- (a run with no key, damaged: set aside)
                    ORDER BY limit_name, limit_key LIMIT 1)
     UNION ALL
     SELECT r.limit_name, r.limit_key FROM lkeys JOIN rota_runs r ON r.id = coalesce(
@@ -1024,11 +1046,13 @@ WITH RECURSIVE lkeys(name, key) AS (
         (SELECT x.id FROM rota_runs x INDEXED BY rota_runs_limit_waiting
          WHERE x.status = 'pending' AND NOT x.held AND x.limit_name IS NOT NULL
            AND x.limit_name > lkeys.name
+         AND x.limit_key IS NOT NULL
          ORDER BY x.limit_name, x.limit_key LIMIT 1))
 ),
 rkeys(name, key) AS (
     SELECT * FROM (SELECT rate_name, rate_key FROM rota_runs INDEXED BY rota_runs_rate_waiting
                    WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
+                   AND rate_key IS NOT NULL
                    ORDER BY rate_name, rate_key LIMIT 1)
     UNION ALL
     SELECT r.rate_name, r.rate_key FROM rkeys JOIN rota_runs r ON r.id = coalesce(
@@ -1039,6 +1063,7 @@ rkeys(name, key) AS (
         (SELECT x.id FROM rota_runs x INDEXED BY rota_runs_rate_waiting
          WHERE x.status = 'pending' AND NOT x.held AND x.rate_name IS NOT NULL
            AND x.rate_name > rkeys.name
+         AND x.rate_key IS NOT NULL
          ORDER BY x.rate_name, x.rate_key LIMIT 1))
 ),
 heads AS (
@@ -1061,13 +1086,15 @@ heads AS (
 rooms AS (
     SELECT h.kind, h.name, h.key,
            CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
                         WHERE x.status = 'running' AND x.limit_name IS NOT NULL
                           AND x.limit_name = h.name AND x.limit_key = h.key)
-                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - t.per)
+                                        AND s.started_at > {now} - t.per
+                                        AND s.started_at <= {now} + t.per) ELSE 0 END
                       FROM rota_rates t WHERE t.name = h.name) END AS free
     FROM (SELECT h.kind, h.name, h.key, r.priority, r.due_at, r.id
           FROM heads h JOIN rota_runs r ON r.id = h.head
@@ -1102,13 +1129,15 @@ firsts AS (
 rooms AS (
     SELECT h.kind, h.name, h.key,
            CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name)
+                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
                      - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
                         WHERE x.status = 'running' AND x.limit_name IS NOT NULL
                           AND x.limit_name = h.name AND x.limit_key = h.key)
-                ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                       WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - t.per)
+                                        AND s.started_at > {now} - t.per
+                                        AND s.started_at <= {now} + t.per) ELSE 0 END
                       FROM rota_rates t WHERE t.name = h.name) END AS free
     FROM (SELECT kind, name, key, priority, due_at, id FROM firsts WHERE rn = 1
           ORDER BY priority DESC, due_at, id
@@ -1156,13 +1185,15 @@ SELECT {now},
 -- name: flow_room
 SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2,
        CASE WHEN e.value ->> 0 = 'l'
-            THEN (SELECT l.max FROM rota_limits l WHERE l.name = e.value ->> 1)
+            THEN (SELECT l.max FROM rota_limits l WHERE l.name = e.value ->> 1 AND l.max BETWEEN 1 AND 1000000)
                  - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
                     WHERE x.status = 'running' AND x.limit_name IS NOT NULL
                       AND x.limit_name = e.value ->> 1 AND x.limit_key = e.value ->> 2)
-            ELSE (SELECT t.max - (SELECT count(*) FROM rota_rate_starts s
+            ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                               THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                                   WHERE s.name = e.value ->> 1 AND s.key = e.value ->> 2
-                                    AND s.started_at > {now} - t.per)
+                                    AND s.started_at > {now} - t.per
+                                        AND s.started_at <= {now} + t.per) ELSE 0 END
                   FROM rota_rates t WHERE t.name = e.value ->> 1) END
 FROM json_each(:keys) AS e
 
@@ -1207,11 +1238,14 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND rate_name IS NOT NULL
 
 -- name: flow_bump
 -- transition: rate_wait
-WITH t AS (SELECT max, per FROM rota_rates WHERE name = :name),
+-- (a damaged max or per bumps nothing; a damaged start, later than a window ahead, is not counted)
+WITH t AS (SELECT max, per FROM rota_rates
+           WHERE name = :name AND max BETWEEN 1 AND 1000000 AND per BETWEEN 0.001 AND 31622400),
 w AS (SELECT s.started_at FROM rota_rate_starts s
-      WHERE s.name = :name AND s.key = :key AND s.started_at > {now} - (SELECT per FROM t)),
+      WHERE s.name = :name AND s.key = :key AND s.started_at > {now} - (SELECT per FROM t)
+        AND s.started_at <= {now} + (SELECT per FROM t)),
 o AS (SELECT started_at + (SELECT per FROM t) AS at FROM w ORDER BY started_at
-      LIMIT 1 OFFSET max((SELECT count(*) FROM w) - (SELECT max FROM t), 0))
+      LIMIT 1 OFFSET max(coalesce((SELECT count(*) FROM w) - (SELECT max FROM t), 0), 0))
 UPDATE rota_runs SET due_at = o.at, rate_waited = 1 FROM o
 WHERE rota_runs.rate_name = :name AND rota_runs.rate_key = :key AND rota_runs.rate_name IS NOT NULL
   AND rota_runs.status = 'pending' AND NOT rota_runs.held AND rota_runs.due_at <= {now}
@@ -1219,9 +1253,28 @@ WHERE rota_runs.rate_name = :name AND rota_runs.rate_key = :key AND rota_runs.ra
   AND (SELECT count(*) FROM w) >= (SELECT max FROM t)
 
 -- name: flow_prune
+-- (also the damaged starts, later than a window ahead; none while the rate's per is damaged)
 DELETE FROM rota_rate_starts
 WHERE name = :name AND key = :key
-  AND started_at <= {now} - (SELECT per FROM rota_rates WHERE name = :name)
+  AND (started_at <= {now} - (SELECT per FROM rota_rates WHERE name = :name AND per BETWEEN 0.001 AND 31622400)
+       OR started_at > {now} + (SELECT per FROM rota_rates WHERE name = :name AND per BETWEEN 0.001 AND 31622400))
+
+-- name: flow_keyless
+-- transition: keyless
+-- Waiting runs with the name of a stored limit or rate and no key (damaged: no claim can take
+-- one), each ended failed as damaged (rota/quarantine.py), a worker's check now and then.
+-- Found per pool through rota_runs_limit_waiting and rota_runs_rate_waiting (name, NULL key).
+UPDATE rota_runs
+SET status = 'failed', finished_at = {now}, error = :error
+WHERE id IN (SELECT id FROM (
+        SELECT r.id FROM rota_limits l JOIN rota_runs r ON r.limit_name = l.name
+        WHERE r.limit_key IS NULL AND r.status = 'pending' AND NOT r.held AND r.limit_name IS NOT NULL
+        UNION ALL
+        SELECT r.id FROM rota_rates t JOIN rota_runs r ON r.rate_name = t.name
+        WHERE r.rate_key IS NULL AND r.status = 'pending' AND NOT r.held AND r.rate_name IS NOT NULL) AS k
+      LIMIT :limit)
+  AND status = 'pending' AND NOT held
+RETURNING id, task
 
 -- name: flow_any
 SELECT (SELECT count(*) FROM rota_limits) + (SELECT count(*) FROM rota_rates)
@@ -1252,10 +1305,20 @@ FROM rota_limits l ORDER BY l.name
 
 -- name: flow_rates
 SELECT t.name, t.max, t.per,
-       (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name AND s.started_at > {now} - t.per),
+       (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name AND s.started_at > {now} - t.per
+          AND s.started_at <= {now} + t.per AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400),
        (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
        (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
 FROM rota_rates t ORDER BY t.name
+
+-- name: flow_damaged
+-- Every stored limit, rate and task spec, for a worker's check for damaged ones (small tables:
+-- one row per pool or task; rota/stores/_flow_damage.py judges them)
+SELECT 'l', name, max, NULL, NULL FROM rota_limits
+UNION ALL
+SELECT 'r', name, max, per, NULL FROM rota_rates
+UNION ALL
+SELECT 's', task, NULL, NULL, spec FROM rota_task_flow
 
 -- ==== stored task declarations (migration 0011, rota/limit_specs.py) ======================
 

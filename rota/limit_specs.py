@@ -88,7 +88,7 @@ def parse_spec(spec: object) -> dict[str, Any]:
         parsed = json.loads(spec) if isinstance(spec, str) else spec
     except (ValueError, RecursionError):
         raise ValueError("the spec is not valid JSON") from None
-    if not isinstance(parsed, dict) or not set(parsed) <= {"limit", "rate"}:
+    if not isinstance(parsed, dict) or not parsed or not set(parsed) <= {"limit", "rate"}:
         raise ValueError('the spec is not a JSON object with "limit" and/or "rate"')
     for what, part in parsed.items():
         if not isinstance(part, dict) or not isinstance(part.get("name"), str):
@@ -99,6 +99,11 @@ def parse_spec(spec: object) -> dict[str, Any]:
         if not isinstance(by, list) or not by or not all(_by_entry(e) for e in by):
             raise ValueError(f'its {what}\'s "by" is not null, "callable" or a list of {{"name", "pos"}}')
     return parsed
+
+
+def spec_reason(why: str) -> str:
+    """The one wording of a damaged task spec's reason (rota.quarantine names it once)."""
+    return f"its stored limit/rate spec cannot be used: {why}"
 
 
 def _by_entry(entry: object) -> bool:
@@ -123,7 +128,7 @@ def stamp_spec(run: Any, spec: str) -> None:
         keys = _spec_keys(parsed, args, kwargs)
     except quarantine.UNDECODABLE as exc:
         why = quarantine.describe(exc)
-        quarantine.report(quarantine.TASK_SPEC, run.task, f"its stored limit/rate spec does not decode ({why})")
+        quarantine.report(quarantine.TASK_SPEC, run.task, spec_reason(why))
         keys = {"limit": None}
     if any(v is None for v in keys.values()):
         run.limit_name, run.limit_key, run.rate_name, run.rate_key = UNRESOLVED, "", None, None

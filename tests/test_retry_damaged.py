@@ -24,7 +24,7 @@ def _sql(app: rota.App, text: str, **params: Any) -> None:
 
 def _failed_runs(app: rota.App) -> tuple[rota.Task[..., Any], dict[str, str]]:
     """Four failed runs: a plain failure, one whose arguments are not JSON (failed by the worker
-    with CorruptArguments), one marked DamagedRow as rota writes it, one marked CorruptArguments
+    as DamagedRow), one marked DamagedRow as rota writes it, one marked CorruptArguments
     as an older release wrote it (with spaces)."""
 
     @app.task(name="add", retries=0)
@@ -44,7 +44,7 @@ def _failed_runs(app: rota.App) -> tuple[rota.Task[..., Any], dict[str, str]]:
     _sql(app, "UPDATE rota_runs SET error = {e} WHERE id = {id}", e=damaged, id=int(runs["damaged"]))
     _sql(app, "UPDATE rota_runs SET error = {e} WHERE id = {id}", e=older, id=int(runs["older"]))
     assert [app.get_run(i).status for i in runs.values()] == ["failed"] * 4
-    assert (app.get_run(runs["corrupt"]).error or {})["type"] == "CorruptArguments"
+    assert (app.get_run(runs["corrupt"]).error or {})["type"] == quarantine.ERROR_TYPE
     return add, runs
 
 

@@ -11,9 +11,8 @@ from typing import Any
 
 from .. import quarantine
 from ..errors import ConfigurationError
-from ..limit_specs import UNRESOLVED, stamp_spec
+from ..limit_specs import UNRESOLVED, spec_reason, stamp_spec
 from ..models import PENDING, RUNNING, SUCCEEDED
-from ..quarantine import DamagedRowError
 from ..serialization import simple_error
 from .base import NewRun
 
@@ -51,18 +50,12 @@ def gate_steps(stamp: Callable[[NewRun], None] | None, runs: Sequence[NewRun]) -
 
 
 def damaged_spec(r: NewRun, reason: str) -> None:
-    """A task's stored spec (rota_task_flow) that does not decode (rota.quarantine). A
-    schedule's tick (named once) waits unresolved, as one whose keys only a worker declaring the
-    task can compute (it never runs unlimited; that worker rewrites the spec when it
-    starts, and keys the tick); any other run is refused with one line."""
-    if r.tick is not None:
-        quarantine.report(quarantine.TASK_SPEC, r.task, reason)
-        r.limit_name, r.limit_key, r.rate_name, r.rate_key = UNRESOLVED, "", None, None
-        return
-    raise DamagedRowError(
-        f"task {r.task!r}: its stored limit and rate spec (table rota_task_flow) is damaged: {reason}; "
-        "a worker that declares the task rewrites it when it starts (or delete that row)"
-    )
+    """A task's stored spec (rota_task_flow) that does not decode (rota.quarantine), named once:
+    the run waits unresolved, as one whose keys only a worker declaring the task can compute
+    (it never runs unlimited, and the enqueue, trigger or retry is never lost to another's
+    damaged row); that worker rewrites the spec when it starts, and keys the run."""
+    quarantine.report(quarantine.TASK_SPEC, r.task, spec_reason(reason))
+    r.limit_name, r.limit_key, r.rate_name, r.rate_key = UNRESOLVED, "", None, None
 
 
 def insert_one(params: Params, r: NewRun) -> Steps:

@@ -18,12 +18,12 @@ rows of what it declares. `rota limits` and /api/limits list a damaged limit or 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import quarantine
+from ..limit_specs import parse_spec, spec_reason
 from ..limits import MAX
 
 MAX_PER = 366 * 86400.0  # as rota.Rate checks per= (and the statements, in seconds: 31622400)
@@ -46,22 +46,12 @@ def rate_damage(max_: Any, per: Any) -> tuple[str, ...]:
 
 
 def spec_damage(spec: Any) -> str | None:
-    """Why a stored task spec cannot be used (None if it can)."""
+    """Why a stored task spec cannot be used (None if it can): rota.limit_specs.parse_spec."""
     try:
-        parsed = json.loads(spec)
-        if not isinstance(parsed, dict) or not parsed or set(parsed) - {"limit", "rate"}:
-            return "it is not an object with a limit or a rate"
-        for part in parsed.values():
-            by = part["by"]
-            if not isinstance(part["name"], str) or not (by is None or by == "callable" or _by_list(by)):
-                return "its name or by= is not what rota stores"
-    except (*quarantine.UNDECODABLE, json.JSONDecodeError) as exc:
-        return f"it does not decode ({quarantine.describe(exc)})"
+        parse_spec(spec)
+    except ValueError as exc:
+        return str(exc)
     return None
-
-
-def _by_list(by: Any) -> bool:
-    return isinstance(by, list) and all(isinstance(e, dict) and isinstance(e["name"], str) for e in by)
 
 
 def _shown(value: Any) -> str:
@@ -79,7 +69,7 @@ def report_damaged(rows: Iterable[Sequence[Any]], *, report: bool = True) -> lis
             stored = ", ".join(f"{f} {_shown(max_ if f == 'max' else per)}" for f in fields)
             what, reason = quarantine.RATE, f"its stored {stored} out of range: its runs wait"
         elif kind == "s" and (why := spec_damage(spec)) is not None:
-            what, reason = quarantine.TASK_SPEC, f"its stored limit/rate spec cannot be used: {why}"
+            what, reason = quarantine.TASK_SPEC, spec_reason(why)
         else:
             continue
         if report:

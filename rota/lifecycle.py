@@ -210,6 +210,12 @@ TRANSITIONS: Final = (
        "own due time; refused for longer than UNKNOWN_TASK_GRACE since then: failed; cancellation requested: "
        "cancelled",
        "a worker of an older release gives a new task's run back for a worker that registers it"),
+    _t("disown", (HELD, STARTED, CANCEL_REQUESTED), (DUE, DUE_LATER, AHEAD, HANDED_BACK, CANCELLED), WORKER,
+       "the owner (its worker id) and status running, a token the worker does not hold, the lease not run out; "
+       "after a claim whose outcome the worker could not learn (an error), at its next reach of the database: "
+       "as before that claim (no handler ran: a started one's attempt given back, its start cleared, a rated "
+       "run's start leaves its rate's window; due time and history kept); cancellation requested: cancelled",
+       "a worker gives back the runs of a claim whose reply it never got (the connection cut after the commit)"),
     _t("rescue", (HELD, STARTED, CANCEL_REQUESTED), (DUE, DUE_LATER, FAILED, CANCELLED), ANY_WORKER,
        "lease expired on the database clock; the rescue rule (not during this worker's outage); held: pending "
        "without an attempt (due at its due time if that is still to come: claimed ahead), a 'lost' history "

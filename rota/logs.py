@@ -26,6 +26,9 @@ Event names (stable; operators alert on them):
   longer than UNKNOWN_TASK_GRACE (600 s) since its first refusal, the database fails it
   instead (run_failed, TaskNotFound).
 - lease_lost: a worker lost a run's lease (run_id, worker).
+- claim_reply_lost: warning, a claim of this worker committed but its reply was lost (the
+  connection failed just then): the runs it took were given back as they were, no attempt
+  counted, when the worker reached the database again (runs, worker).
 - run_handed_back: a run a stopping worker gave back for another worker to take at once, the
   attempt not counted (run_id, worker): warning if its handler had started, info if it was
   only claimed ahead; hand_back_failed: error, the hand-back could not be written, the runs
@@ -77,6 +80,7 @@ EVENTS = (
     "run_refused",
     "runs_succeeded",
     "lease_lost",
+    "claim_reply_lost",
     "run_handed_back",
     "hand_back_failed",
     "run_still_running",

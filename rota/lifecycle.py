@@ -60,6 +60,14 @@ not start); the window in which a started handler is not yet counted is that wri
 twice, as at-least-once delivery after a crash always allows; it is never failed for a crash
 before its start.
 
+A claim whose reply never reached its worker (the connection cut after the commit) leaves runs
+that worker owns but does not know. Before its next claim (on reconnecting, after its own
+leases are renewed and its outcomes written) the worker gives back every run it owns under a
+token it does not hold and whose lease still runs (`disown`): as it was before the claim, the
+attempt the claim counted given back (no handler ran). Claims are made by the worker's poll
+loop alone, one at a time, so none is in flight meanwhile. This relies on worker ids being
+unique among live workers (host:pid), as the registry does.
+
 Ticks made ahead (`make_ahead`) are pending runs due later; they meet the misfire and overlap
 policies exactly as ticks made at their time (rota/worker/ticks.py, rota/stores/_sql_schedules.py).
 """

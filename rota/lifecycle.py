@@ -60,6 +60,14 @@ not start); the window in which a started handler is not yet counted is that wri
 twice, as at-least-once delivery after a crash always allows; it is never failed for a crash
 before its start.
 
+A claim whose reply never reached its worker (the connection cut after the commit) leaves runs
+that worker owns but does not know. Before its next claim (on reconnecting, after its own
+leases are renewed and its outcomes written) the worker gives back every run it owns under a
+token it does not hold and whose lease still runs (`disown`): as it was before the claim, the
+attempt the claim counted given back (no handler ran). Claims are made by the worker's poll
+loop alone, one at a time, so none is in flight meanwhile. This relies on worker ids being
+unique among live workers (host:pid), as the registry does.
+
 Ticks made ahead (`make_ahead`) are pending runs due later; they meet the misfire and overlap
 policies exactly as ticks made at their time (rota/worker/ticks.py, rota/stores/_sql_schedules.py).
 """
@@ -219,6 +227,12 @@ TRANSITIONS: Final = (
        "own due time; refused for longer than UNKNOWN_TASK_GRACE since then: failed; cancellation requested: "
        "cancelled",
        "a worker of an older release gives a new task's run back for a worker that registers it"),
+    _t("disown", (HELD, STARTED, CANCEL_REQUESTED), (DUE, DUE_LATER, AHEAD, HANDED_BACK, CANCELLED), WORKER,
+       "the owner (its worker id) and status running, a token the worker does not hold, the lease not run out; "
+       "after a claim whose outcome the worker could not learn (an error), at its next reach of the database: "
+       "as before that claim (no handler ran: a started one's attempt given back, its start cleared, a rated "
+       "run's start leaves its rate's window; due time and history kept); cancellation requested: cancelled",
+       "a worker gives back the runs of a claim whose reply it never got (the connection cut after the commit)"),
     _t("rescue", (HELD, STARTED, CANCEL_REQUESTED), (DUE, DUE_LATER, FAILED, CANCELLED), ANY_WORKER,
        "lease expired on the database clock; the rescue rule (not during this worker's outage); held: pending "
        "without an attempt (due at its due time if that is still to come: claimed ahead), a 'lost' history "

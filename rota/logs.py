@@ -29,6 +29,9 @@ Event names (stable; operators alert on them):
 - run_missing: warning, as lease_lost, when the database has no row for the run at all
   (deleted, or a write lost in a failover to an asynchronous replica): stopped, result
   discarded, the worker goes on (run_id, worker).
+- claim_reply_lost: warning, a claim of this worker committed but its reply was lost (the
+  connection failed just then): the runs it took were given back as they were, no attempt
+  counted, when the worker reached the database again (runs, worker).
 - run_handed_back: a run a stopping worker gave back for another worker to take at once, the
   attempt not counted (run_id, worker): warning if its handler had started, info if it was
   only claimed ahead; hand_back_failed: error, the hand-back could not be written, the runs
@@ -81,6 +84,7 @@ EVENTS = (
     "runs_succeeded",
     "lease_lost",
     "run_missing",
+    "claim_reply_lost",
     "run_handed_back",
     "hand_back_failed",
     "run_still_running",

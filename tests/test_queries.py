@@ -8,8 +8,9 @@ from rota.stores.queries import load_migrations, load_queries
 # Its finish runs one prepared UPDATE per outcome (executemany: no RETURNING), so it reads the
 # runs its outcomes still hold first (finish_holding); PostgreSQL's finish returns them. Its
 # refuse (one UPDATE per run: no DELETE inside) takes a refused rated run's start out of the
-# rate's log in a statement before it (refuse_unlog); PostgreSQL's refuse does it in a CTE.
-SQLITE_ONLY = {"next_token", "take_token", "finish_holding", "refuse_unlog"}
+# rate's log in a statement before it (refuse_unlog; disown_unlog for disown); PostgreSQL's refuse
+# and disown do it in a CTE.
+SQLITE_ONLY = {"next_token", "take_token", "finish_holding", "refuse_unlog", "disown_unlog"}
 # PostgreSQL only: the flow claim's planner setting (no bitmap scans while walking the keys
 # near the head) and its one-statement take of limit keys after the advisory locks (SQLite,
 # one writer with nothing changing meanwhile, takes them step by step).

@@ -42,8 +42,9 @@ their data_version watch.
 
 Rates are a sliding window over a log, `rota_rate_starts` (name, key, started_at on the
 database clock): at most `max` starts in any `per` seconds; every claim of a rated run is a
-start (retries count), taken back only when the run is refused (`refuse`: its handler never
-started; the log has no run id, so one row of its key and start time goes). When a rate key
+start (retries count), taken back only when no handler started: the run is refused
+(`refuse`), or its claim's reply was lost and its worker gives it back (`disown`); the log has
+no run id, so one row of its key and start time goes. When a rate key
 is full its due waiting runs get `due_at` = the time the window opens again (when the start
 that fills it leaves the window), so every worker's ordinary "next run due at" sleep wakes
 it then: no polling while runs wait on a rate. Old starts are pruned whenever the key is

@@ -165,6 +165,17 @@ class PostgresFlow(FlowMixin):
 
         return claimed(rows)
 
+    def disown(self, owner: str, tokens: Sequence[int]) -> list[tuple[int, str]]:
+        """One statement (its rated runs' starts leave their logs in a CTE): see Store.disown."""
+        return self._again(self._disown, owner, json.dumps(sorted(tokens)))  # type: ignore[attr-defined, no-any-return]
+
+    def _disown(self, owner: str, tokens: str) -> list[tuple[int, str]]:
+        with self._tx() as s:  # type: ignore[attr-defined]
+            rows = s.q("disown", owner=owner, tokens=tokens)
+            if rows:
+                self._notify(s, "run")  # type: ignore[attr-defined]
+        return [(int(r[0]), str(r[1])) for r in rows]
+
 
 class SQLiteFlow(FlowMixin):
     """SQLite: tokens from the counter row, as in `claim` (the store turns rows into Claimed)."""
@@ -220,6 +231,16 @@ class SQLiteFlow(FlowMixin):
         if rows:
             s.q("take_token", token=token + len(rows) - 1)
         return rows
+
+    def disown(self, owner: str, tokens: Sequence[int]) -> list[tuple[int, str]]:
+        """See Store.disown: the rated runs' logged starts go first (disown_unlog)."""
+        known = json.dumps(sorted(tokens))
+        with self._tx() as s:  # type: ignore[attr-defined]
+            s.q("disown_unlog", owner=owner, tokens=known)
+            rows = s.q("disown", owner=owner, tokens=known)
+            if rows:
+                self._notify(s, "run")  # type: ignore[attr-defined]
+        return [(int(r[0]), str(r[1])) for r in rows]
 
     def _refuse(self, s: Any, refused: Sequence[Outcome]) -> None:
         """In the finish's transaction, the runs refused by a worker that does not register

@@ -195,6 +195,13 @@ class Store(FlowStore, abc.ABC):
         a run whose cancellation was requested ends cancelled instead."""
 
     @abc.abstractmethod
+    def disown(self, owner: str, tokens: Sequence[int]) -> list[tuple[int, str]]:
+        """After a claim whose outcome `owner` could not learn (its reply lost): the runs it
+        owns with a token not in `tokens` (every token it holds) and a lease that still runs,
+        as they were before that claim (no handler ran: no attempt counted, no rate start
+        logged); cancellation requested: cancelled. Returns (id, status) of each."""
+
+    @abc.abstractmethod
     def fence(self, held: Sequence[tuple[int, int]], lease: float, worker: str) -> set[int]:
         """A stopping worker's last write for runs whose handlers still run: their leases
         end `lease` seconds from now (the database's clock), marked so that the rescue, which

@@ -82,11 +82,15 @@ class Claimer:
         self._ahead_timer: asyncio.Handle | None = None  # the next run claimed ahead is due
         self.superseded: Callable[[Active], None] = lambda active: None  # Leases.lost (the worker sets it)
         self._superseding = False  # dispatch is retiring an older attempt: start_held waits
+        self.holding: Callable[[], list[tuple[int, int]]] = list  # Leases.holding (the worker sets it)
+        self.unsure = False  # a claim raised: it may have committed, its reply lost (reconcile)
 
     async def claim_some(self) -> tuple[int, int]:
         """Claim up to the free slots, plus the prefetch room, if a run is due; start what
         fits in the free slots and hold the rest. Returns (claimed, asked)."""
         self.start_held()
+        if self.unsure:
+            await self.reconcile()
         want = self.wanted()
         if want <= 0:
             return 0, 0
@@ -97,10 +101,12 @@ class Claimer:
         # of their due time); the rest are held
         start = max(0, self.executors.free_slots - len(self.prefetch.not_before))
         self.reserved = start
+        self.unsure = True  # (until its reply came: see reconcile)
         try:
             claimed = await self._claim(want, start)
         finally:
             self.reserved = 0
+        self.unsure = False
         self.counters.claimed += len(claimed)
         if claimed:
             self.due.claimed_at = time.monotonic()
@@ -135,7 +141,9 @@ class Claimer:
             return 0, 0
         sent = time.monotonic()
         due.ahead_upto = sent + due.claim_ahead  # (the database's window ends a little later)
+        self.unsure = True
         claimed = await self.db(self.store().claim_ahead, self.worker, free, self.queues, self.lease, due.claim_ahead)
+        self.unsure = False
         if not claimed:
             return 0, 0
         self.counters.claimed += len(claimed)
@@ -145,6 +153,27 @@ class Claimer:
         self.prefetch.hold_ahead(claimed, sent + self.lease, {c.id: self._start_time(c, sent) for c in claimed})
         self._ahead_due()
         return (asked, free) if asked < free else (0, 0)
+
+    async def reconcile(self) -> None:
+        """After a claim that raised, before anything else is claimed: its transaction may
+        have committed with its reply lost (the connection cut just then), leaving runs
+        claimed for this worker that it does not know of. They are given back as they were
+        before that claim (Store.disown: the runs this worker owns under a token it does not
+        hold; no handler ran, so no attempt and no rate start stay counted), rather than
+        left to the rescue a lease later as a lost worker's. Claims are made by the poll loop
+        alone, one at a time, so no claim is in flight meanwhile. Raises DatabaseError (the
+        next pass tries again)."""
+        if not self.unsure:
+            return
+        tokens = [token for _, token in self.holding()]
+        back = await self.db(self.store().disown, self.worker, tokens)
+        self.unsure = False
+        if back:
+            ids = sorted(run_id for run_id, _ in back)
+            message = (
+                f"a claim's reply was lost (its connection failed after the commit): {len(ids)} run(s) given back {ids}"
+            )
+            log_event(log, logging.WARNING, "claim_reply_lost", message, worker=self.worker, runs=ids)
 
     def set_aside(self, claimed: list[Claimed]) -> list[Claimed]:
         """The claimed runs but the damaged ones (rota.quarantine), which fail at once as

@@ -98,11 +98,7 @@ class Leases:
         """Renew the lease of every run this worker holds (running, or its outcome queued or
         being written), token-checked and whether or not the lease has expired meanwhile;
         stop the runs that were lost, pass on cancellation requests. Raises DatabaseError."""
-        inflight = self.executors.inflight
-        held = [(run_id, a.claim.token) for run_id, a in inflight.items()] + self.completer.held()
-        held += self.prefetch.tokens()
-        if self.kept:
-            held += [(a.claim.id, a.claim.token) for a in self.kept]
+        held = self.holding()
         deadline = time.monotonic() + self.lease
         alive, cancel = await self.db(self.store().heartbeat, held, self.lease)
         self.prefetch.renewed(alive, deadline)
@@ -121,6 +117,16 @@ class Leases:
                 log.debug("could not look up run %s: %s", run_id, exc)
                 return set()
         return gone
+
+    def holding(self) -> list[tuple[int, int]]:
+        """(run id, token) of every run this worker holds: running, held, its outcome queued
+        or being written, or kept by a stopping worker (what renew renews, and what a claim
+        whose reply was lost is reconciled against: Claimer.reconcile)."""
+        held = [(run_id, a.claim.token) for run_id, a in self.executors.inflight.items()] + self.completer.held()
+        held += self.prefetch.tokens()
+        if self.kept:
+            held += [(a.claim.id, a.claim.token) for a in self.kept]
+        return held
 
     def check_soon(self, runs: list[tuple[int, int]]) -> None:
         """The store refused the start of these runs (started here): renew them at once, so a

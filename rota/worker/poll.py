@@ -128,14 +128,15 @@ class Poller:
 
     async def reconnect(self) -> None:
         """After a database error: before any rescue or claim, renew our own leases (raises
-        while the database is still away), then end the outage and write the outcomes
-        computed meanwhile."""
+        while the database is still away), then end the outage, write the outcomes computed
+        meanwhile, and give back the runs of a claim whose reply was lost."""
         self.store_recover()
         await self.leases.renew()
         await self.db(self.store().poll_state, self.queues)  # reachable, even if we hold nothing
         if self.outage.ok():
             await self.rescuer.learn_db_started()
         await self.flush()
+        await self.claimer.reconcile()  # a claim whose reply was lost: its runs given back
 
     async def after_outage(self) -> None:
         """Another task found the database back: renew leases, write results, look again."""

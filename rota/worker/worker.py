@@ -135,6 +135,7 @@ class Worker(Lifecycle):
         self._claimer.prefetch = self._prefetch
         self._leases.prefetch = self._prefetch
         self._leases.start_held = self._claimer.start_held
+        self._claimer.holding = self._leases.holding
         self._prefetch.claiming = lambda: self._claiming
         self._prefetch.running = self._executors.inflight
         self._ticker.queues, self._ticker.poll_interval = self.queues, self.poll_interval

@@ -7,6 +7,11 @@
     proxy.hold_after(b"x")  forward until a client packet contains b"x", then hold
     proxy.freeze(b"x")      hold, for good, the open connections whose client sent b"x" (a
                             server gone silent under them); new connections forward
+    proxy.hold_after(b"x", b"y")  ... until one connection sent b"x", then b"y" (the same
+                            packet or a later one), then hold
+    proxy.hold_replies_after(b"x", ...)  as hold_after, but only the server's answers stop:
+                            what the clients send still flows (a statement split over
+                            packets runs to its end, and commits): a reply lost in a cut
     proxy.restore()         forward normally again (held bytes flow on; blackholed sockets close)
 
 One thread accepts, one thread per connection pumps both directions with select(), so a held
@@ -29,7 +34,9 @@ class FaultProxy:
         self.upstream = upstream
         self.mode = FORWARD
         self.held = threading.Event()
-        self.trigger: bytes | None = None
+        self.replies_held = threading.Event()  # the server's answers wait; the clients' bytes flow
+        self._hold: threading.Event = self.held  # what the trigger sets
+        self.trigger: tuple[bytes, ...] | None = None
         self.triggered = threading.Event()
         self.accepted = 0
         self._lock = threading.Lock()
@@ -68,9 +75,15 @@ class FaultProxy:
     def hold(self) -> None:
         self.held.set()
 
-    def hold_after(self, pattern: bytes) -> None:
+    def hold_after(self, *patterns: bytes) -> None:
         self.triggered.clear()
-        self.trigger = pattern
+        self._hold = self.held
+        self.trigger = patterns
+
+    def hold_replies_after(self, *patterns: bytes) -> None:
+        self.triggered.clear()
+        self._hold = self.replies_held
+        self.trigger = patterns
 
     def freeze(self, pattern: bytes) -> int:
         """Stop forwarding, without closing anything and until the proxy closes, on every
@@ -85,6 +98,7 @@ class FaultProxy:
         self.trigger = None
         self.mode = FORWARD
         self.held.clear()
+        self.replies_held.clear()
         with self._lock:
             dead = [(c, u) for c, u in self._pairs if u is None]
         for client, _ in dead:
@@ -158,6 +172,8 @@ class FaultProxy:
     def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
         peer = {client: upstream, upstream: client}
         sent = self._sent.setdefault(client, bytearray())
+        following: tuple[bytes, ...] | None = None  # the trigger this connection's progress is for
+        matched = 0  # how many of its patterns this connection sent so far, in order
         while not self._stopping.is_set():
             if client in self._frozen:
                 self._stopping.wait(0.05)
@@ -167,11 +183,13 @@ class FaultProxy:
                 if self.held.is_set():
                     continue
             try:
-                ready, _, _ = select.select([client, upstream], [], [], 0.05)
+                ready, _, _ = select.select(
+                    [client] if self.replies_held.is_set() else [client, upstream], [], [], 0.05
+                )
             except (OSError, ValueError):
                 return
             for sock in ready:
-                if self.held.is_set() or client in self._frozen:
+                if self.held.is_set() or client in self._frozen or (sock is upstream and self.replies_held.is_set()):
                     break
                 try:
                     data = sock.recv(65536)
@@ -182,7 +200,13 @@ class FaultProxy:
                     return
                 if sock is client and len(sent) < 65536:
                     sent += data
-                if sock is client and self.trigger is not None and self.trigger in data:
-                    self.trigger = None
-                    self.held.set()
-                    self.triggered.set()
+                trigger = self.trigger
+                if sock is client and trigger is not None:
+                    if trigger is not following:  # (a new trigger: this connection starts over)
+                        following, matched = trigger, 0
+                    while matched < len(trigger) and trigger[matched] in data:
+                        matched += 1
+                    if matched == len(trigger):
+                        self.trigger = None
+                        self._hold.set()
+                        self.triggered.set()

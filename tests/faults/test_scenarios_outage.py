@@ -16,7 +16,7 @@ import rota
 
 from ..procs import WorkerProcs, wait_until
 from .conftest import APP, all_final, enqueue_rec, starts, terminate_backends
-from .invariants import check_invariants
+from .invariants import check_invariants, read_log
 from .proxy import FaultProxy
 
 pytestmark = pytest.mark.postgres
@@ -73,3 +73,38 @@ def test_database_restart_loses_no_run_to_missed_heartbeats(
     runs = check_invariants(pg_client, exec_log, enqueued=ids, leases_lost=False)
     assert {runs[i].status for i in ids} == {"succeeded"}
     assert all(p.poll() is None for p in procs.procs)
+
+
+def test_a_claim_whose_reply_is_lost_gives_its_runs_back_and_none_is_rescued_as_lost(
+    pg_url: str,
+    pg_client: rota.App,
+    proxies: Callable[..., FaultProxy],
+    workers: Callable[[str], WorkerProcs],
+    exec_log: Path,
+) -> None:
+    """The worker's connection is cut after its claim committed, before the reply reached it
+    (the proxy forwards the claim, holds its answer, then cuts). Back online, the worker gives
+    that claim's runs back as they were: none is rescued a lease later as lost from this live
+    worker, each ends succeeded with as many attempts as its handler started."""
+    proxy = proxies()
+    procs = workers(proxy.url(pg_url))
+    procs.env["ROTA_TEST_LEASE"] = "5"  # the worker is back well within it (the rescue's case is a longer outage)
+    procs.start(APP, concurrency=4, lease=5.0, poll=0.1)
+    warm = enqueue_rec(pg_client, 1, start=100)  # the worker's first claims are behind it: idle now
+    wait_until(all_final(pg_client, warm), 30, "the first run to end")
+    time.sleep(0.5)
+    # the claim and its transaction's COMMIT (the faults app has limits: the flow claim's
+    # pipelined transaction) reach the server; from then on its answers wait
+    proxy.hold_replies_after(b"rota_token_seq", b"COMMIT")
+    ids = enqueue_rec(pg_client, 6, seconds=0.2)
+    assert proxy.triggered.wait(15), "the worker never sent a claim"
+    wait_until(lambda: any(r.status == "running" for r in pg_client.list_runs()), 10, "the claim to commit")
+    proxy.cut()  # its reply never reaches the worker
+    time.sleep(0.5)
+    proxy.restore()
+    wait_until(all_final(pg_client, ids), 30, "every run to end")
+    runs = check_invariants(pg_client, exec_log, enqueued=warm + ids, leases_lost=False)
+    started = read_log(exec_log).starts
+    assert {i: (runs[i].status, runs[i].attempt) for i in ids} == {i: ("succeeded", len(started[i])) for i in ids}
+    assert "a claim's reply was lost" in procs.output(0)
+    assert procs.procs[0].poll() is None

@@ -34,7 +34,7 @@ LEASE = 0.6
 class Cut:
     """Make every store call of one App fail as if its network were cut (until `restore`)."""
 
-    CALLS = ("claim", "heartbeat", "finish", "rescue", "poll_state", "worker_seen", "due_schedules")
+    CALLS = ("claim", "heartbeat", "finish", "rescue", "poll_state", "worker_seen", "due_schedules", "disown")
     # The combined write+claim of one transaction is down while either half is.
     COMBINED: ClassVar[dict[str, tuple[str, str]]] = {"finish_and_claim": ("finish", "claim")}
 

@@ -562,6 +562,66 @@ WHERE r.id = ANY(ARRAY(SELECT id FROM v))
   AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
 RETURNING r.id, r.status
 
+-- name: disown
+-- transition: disown
+-- A claim whose reply this worker never got (the connection cut after the commit): the runs
+-- it owns (%(owner)s) with a token it does not hold (%(tokens)s: every token it holds, held,
+-- running or with an outcome to write) are given back as they were before that claim, at the
+-- worker's next reach of the database. No handler ran: a run the claim started gives its
+-- attempt back and its start is cleared (a rated run's start leaves its window's log, as in
+-- refuse); its due time and history are kept (it keeps its place). Only runs whose lease still
+-- runs: one whose lease ran out is the rescue's. A run whose cancellation was requested ends
+-- cancelled; the ending runs lock their schedules and dependents as hand_back does.
+WITH v AS MATERIALIZED (
+    SELECT id, token FROM rota_runs
+    WHERE status = 'running' AND owner = %(owner)s AND lease_until > {now}
+      AND NOT token = ANY(ARRAY(SELECT e::bigint FROM json_array_elements_text(%(tokens)s::json) AS e))
+),
+unlogged AS (
+    -- one logged start per rated run the claim started (see refuse)
+    DELETE FROM rota_rate_starts s
+    WHERE s.ctid = ANY(ARRAY(
+        SELECT x.ctid FROM (
+            SELECT r.rate_name, r.rate_key, r.started_at, count(*) AS n FROM rota_runs r
+            WHERE r.id = ANY(ARRAY(SELECT id FROM v)) AND (r.id, r.token) IN (SELECT id, token FROM v)
+              AND r.status = 'running' AND r.rate_name IS NOT NULL AND r.started_at IS NOT NULL
+            GROUP BY r.rate_name, r.rate_key, r.started_at) g
+        CROSS JOIN LATERAL (
+            SELECT l.ctid FROM rota_rate_starts l
+            WHERE l.name = g.rate_name AND l.key = g.rate_key AND l.started_at = g.started_at
+            LIMIT g.n) x))
+),
+ending AS (
+    SELECT id, schedule FROM rota_runs
+    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND status = 'running' AND cancel_requested
+),
+locked AS (
+    SELECT s.name FROM rota_schedules s
+    WHERE s.name IN (SELECT schedule FROM ending WHERE schedule IS NOT NULL)
+    ORDER BY s.name
+    FOR UPDATE OF s
+),
+deps AS (
+    SELECT c.id FROM rota_runs c
+    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM ending))))
+      AND c.status = 'pending'
+    ORDER BY c.id
+    FOR UPDATE OF c
+)
+UPDATE rota_runs r
+SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    attempt = CASE WHEN r.started_at IS NULL OR r.attempt <= 0 THEN r.attempt ELSE r.attempt - 1 END,
+    started_at = NULL, lease_until = NULL,
+    finished_at = CASE WHEN r.cancel_requested THEN {now} END,
+    error = CASE WHEN r.cancel_requested
+                 THEN jsonb_build_object('type', 'Cancelled', 'message', 'cancelled on request', 'traceback', NULL)::text
+                 ELSE r.error END
+FROM v
+WHERE r.id = ANY(ARRAY(SELECT id FROM v))
+  AND r.id = v.id AND r.token = v.token AND r.status = 'running' AND r.owner = %(owner)s
+  AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
+RETURNING r.id, r.status
+
 -- name: any_expired
 SELECT 1 FROM rota_runs
 WHERE status = 'running' AND lease_until < {now}

@@ -312,6 +312,42 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled'
 WHERE id = :id AND token = :token AND status = 'running'
 RETURNING id, status
 
+-- name: disown_unlog
+-- Before disown, in its transaction: one logged start per rated run that a claim whose reply
+-- was lost started (see refuse_unlog: no handler ran, so it uses no room of its rate).
+WITH v AS (
+    SELECT rate_name, rate_key, started_at, count(*) AS n FROM rota_runs
+    WHERE status = 'running' AND owner = :owner AND lease_until > {now}
+      AND token NOT IN (SELECT value FROM json_each(:tokens))
+      AND rate_name IS NOT NULL AND started_at IS NOT NULL
+    GROUP BY rate_name, rate_key, started_at
+),
+l AS (
+    SELECT s.rowid AS rid, v.n,
+           row_number() OVER (PARTITION BY s.name, s.key, s.started_at ORDER BY s.rowid) AS k
+    FROM v JOIN rota_rate_starts s INDEXED BY rota_rate_starts_window
+        ON s.name = v.rate_name AND s.key = v.rate_key AND s.started_at = v.started_at
+)
+DELETE FROM rota_rate_starts WHERE rowid IN (SELECT rid FROM l WHERE k <= n)
+
+-- name: disown
+-- transition: disown
+-- A claim whose reply this worker never got (see the PostgreSQL file): the runs it owns with
+-- a token it does not hold, whose lease still runs, given back as they were before that
+-- claim (a started one's attempt given back, its start cleared; due time and history kept);
+-- cancellation requested: cancelled.
+UPDATE rota_runs
+SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    attempt = CASE WHEN started_at IS NULL OR attempt <= 0 THEN attempt ELSE attempt - 1 END,
+    started_at = NULL, lease_until = NULL,
+    finished_at = CASE WHEN cancel_requested THEN {now} END,
+    error = CASE WHEN cancel_requested
+                 THEN json_object('type', 'Cancelled', 'message', 'cancelled on request', 'traceback', NULL)
+                 ELSE error END
+WHERE status = 'running' AND owner = :owner AND lease_until > {now}
+  AND token NOT IN (SELECT value FROM json_each(:tokens))
+RETURNING id, status
+
 -- name: any_expired
 SELECT 1 FROM rota_runs INDEXED BY rota_runs_lease
 WHERE status = 'running' AND lease_until < {now}

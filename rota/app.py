@@ -39,6 +39,17 @@ DEFAULT_DATABASE_URL = "sqlite:///rota.db"
 DEFAULT_RETENTION: dict[str, timedelta] = dict(config.DEFAULT_RETENTION)  # a sentinel too: "not given"
 
 
+def _pooling(cfg: dict[str, Any], url: str, pooler: str | None, listen_url: str | None) -> dict[str, Any]:
+    """The store options naming a transaction pooler and the direct URL for LISTEN (see the
+    deploy guide): PostgreSQL only; from ROTA_POOLER/ROTA_LISTEN_URL they are ignored on SQLite."""
+    given = pooler is not None or listen_url is not None
+    if url.startswith("sqlite") and not given:
+        return {}
+    options = {"pooler": cfg["pooler"], "listen_url": cfg["listen_url"]}
+    config.remember_secrets(options["listen_url"])
+    return {k: v for k, v in options.items() if v is not None}
+
+
 class App(FlowClient, Client, AsyncClient):
     """A rota application: tasks, schedules, and the database they live in.
 
@@ -63,6 +74,8 @@ class App(FlowClient, Client, AsyncClient):
         prune_interval: float | None = None,
         high_frequency: float | None = None,
         pool_size: int | None = None,
+        pooler: str | None = None,
+        listen_url: str | None = None,
         store_options: Mapping[str, Any] | None = None,
         notifiers: Sequence[Notifier] | None = None,
     ) -> None:
@@ -78,6 +91,8 @@ class App(FlowClient, Client, AsyncClient):
             prune_interval=prune_interval,
             high_frequency=high_frequency,
             pool_size=pool_size,
+            pooler=pooler,
+            listen_url=listen_url,
             retention=None if retention is DEFAULT_RETENTION else (retention or {}),
         )
         self._take_settings(cfg, name, clock)
@@ -85,6 +100,7 @@ class App(FlowClient, Client, AsyncClient):
         self.schedules: dict[str, ScheduleSpec] = {}
         pool = cfg["pool_size"] if pool_size is not None or not self.database_url.startswith("sqlite") else None
         self._store_options: dict[str, Any] = {"pool_size": pool} if pool is not None else {}
+        self._store_options.update(_pooling(cfg, self.database_url, pooler, listen_url))
         self._store_options.update(store_options or {})  # e.g. PostgreSQL lock_timeout=...
         # Construct now so that a bad URL fails here, naming itself; connect on first use.
         self._store: Store = open_store(self.database_url, clock, **self._store_options)

@@ -49,11 +49,14 @@ from ._pg_session import (
     _TimeOutOfRange,
     _translate,
     _WakeupLimiter,
+    begun,
     check_conninfo,
+    check_pooler,
     claim_call,
     claimed,
     finish_batches,
     finished_schedules_lock,
+    local_settings,
     pipelined,
     refused,
     settle_refused,
@@ -96,6 +99,8 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
         idle_in_transaction_timeout: float | None = 60.0,
         tick_lock_timeout: float = 0.5,
         tick_idle_timeout: float = 1.0,
+        pooler: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
         super().__init__(url, clock)
         check_conninfo(url)
@@ -107,6 +112,13 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
             idle_in_transaction_session_timeout=idle_in_transaction_timeout,
         )
         self._tick_bounds = tick_bounds(tick_lock_timeout, tick_idle_timeout)
+        # Behind a transaction pooler: no session state (see POOLERS in _pg_session).
+        self.pooled = check_pooler(pooler)
+        self._local = local_settings(self._settings) if self.pooled else None
+        self._begin = "BEGIN" if self._local is None else f"BEGIN; {self._local}"
+        if listen_url is not None:
+            check_conninfo(listen_url)
+        self.listen_url = listen_url
         self.queries = load_queries("postgres", _NOW)
         self.connect_timeout = connect_timeout
         self.pool_size = pool_size
@@ -129,7 +141,7 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
                 self.url,
                 min_size=1,
                 max_size=self.pool_size,
-                kwargs=_connect_kwargs(self.url, self.connect_timeout),
+                kwargs=_connect_kwargs(self.url, self.connect_timeout, self.pooled),
                 configure=self._configure,
                 open=False,
                 name="rota",
@@ -150,6 +162,8 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute("SET TIME ZONE 'UTC'")
         conn.adapters.register_loader("timestamptz", _TimeLoader)
+        if self.pooled:  # the timeouts are set in each transaction; TimeZone PgBouncer keeps
+            return
         for name, value in self._settings.items():
             conn.execute(f"SET {name} = {value}")
 
@@ -165,12 +179,12 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
             with pool.connection() as conn:
                 used = conn
                 if pipeline:
-                    with pipelined(conn) as cur:
+                    with pipelined(conn, self._local) as cur:
                         session = _Session(cur, self.queries, now)
                         yield session
                     session.receive()
                 elif transaction:
-                    with conn.transaction(), conn.cursor() as cur:
+                    with begun(conn, self._begin) if self.pooled else conn.transaction(), conn.cursor() as cur:
                         session = _Session(cur, self.queries, now)
                         yield session
                     if session.deferred_wake:
@@ -479,8 +493,15 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
     # -- wake-ups ------------------------------------------------------------------------
     async def listen(self, on_payload: Callable[[str], None]) -> None:
         """LISTEN on the channel of the app's schema until cancelled (see _pg_listen)."""
-        kwargs = _connect_kwargs(self.url, self.connect_timeout)
-        connect = functools.partial(listener_class().connect, self.url, **kwargs)
+        url = self.listen_url or self.url
+        if self.listen_url is None and self.pooled:
+            log.info(
+                "no wake-ups: LISTEN needs a direct connection (set ROTA_LISTEN_URL); "
+                "behind the transaction pooler the workers poll"
+            )
+            return
+        kwargs = _connect_kwargs(url, self.connect_timeout)
+        connect = functools.partial(listener_class().connect, url, **kwargs)
         await listen_on_channel(connect, self.queries["notify_channel"], on_payload)
 
 

@@ -33,8 +33,6 @@ from ..models import FINAL_STATUSES, PENDING, RUNNING, SUCCEEDED
 from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
 from ._limits_sql import PostgresFlow
 from ._pg_foreign import PgForeignSessions
-from ._pg_listen import listen as listen_on_channel
-from ._pg_listen import listener_class
 from ._pg_lists import runs_where, status_terms, web_rows
 from ._pg_session import (
     _check_can_migrate,
@@ -62,6 +60,7 @@ from ._pg_session import (
     settle_refused,
     tick_bounds,
 )
+from ._pg_wake import listen_where_possible
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
 from .queries import latest_version, load_migrations, load_queries
@@ -493,16 +492,7 @@ class PostgresStore(PostgresFlow, PgForeignSessions, SqlStore):
     # -- wake-ups ------------------------------------------------------------------------
     async def listen(self, on_payload: Callable[[str], None]) -> None:
         """LISTEN on the channel of the app's schema until cancelled (see _pg_listen)."""
-        url = self.listen_url or self.url
-        if self.listen_url is None and self.pooled:
-            log.info(
-                "no wake-ups: LISTEN needs a direct connection (set ROTA_LISTEN_URL); "
-                "behind the transaction pooler the workers poll"
-            )
-            return
-        kwargs = _connect_kwargs(url, self.connect_timeout)
-        connect = functools.partial(listener_class().connect, url, **kwargs)
-        await listen_on_channel(connect, self.queries["notify_channel"], on_payload)
+        await listen_where_possible(self, on_payload)  # or return: see _pg_wake
 
 
 __all__ = ["PostgresStore", "redact"]

@@ -39,14 +39,14 @@ DEFAULT_DATABASE_URL = "sqlite:///rota.db"
 DEFAULT_RETENTION: dict[str, timedelta] = dict(config.DEFAULT_RETENTION)  # a sentinel too: "not given"
 
 
-def _pooling(cfg: dict[str, Any], url: str, pooler: str | None, listen_url: str | None) -> dict[str, Any]:
-    """The store options naming a transaction pooler and the direct URL for LISTEN (see the
-    deploy guide): PostgreSQL only; from ROTA_POOLER/ROTA_LISTEN_URL they are ignored on SQLite."""
-    given = pooler is not None or listen_url is not None
-    if url.startswith("sqlite") and not given:
+def _pg_options(cfg: dict[str, Any], url: str, *given: Any) -> dict[str, Any]:
+    """The store options of the PostgreSQL-only settings: the pool size, a transaction pooler
+    and the direct URL for LISTEN (see the deploy guide). From ROTA_* variables they are
+    ignored on SQLite; given in code there, open_store refuses them."""
+    if url.startswith("sqlite") and all(value is None for value in given):
         return {}
-    options = {"pooler": cfg["pooler"], "listen_url": cfg["listen_url"]}
-    config.remember_secrets(options["listen_url"])
+    config.remember_secrets(cfg["listen_url"])
+    options = {"pool_size": cfg["pool_size"], "pooler": cfg["pooler"], "listen_url": cfg["listen_url"]}
     return {k: v for k, v in options.items() if v is not None}
 
 
@@ -98,9 +98,7 @@ class App(FlowClient, Client, AsyncClient):
         self._take_settings(cfg, name, clock)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, ScheduleSpec] = {}
-        pool = cfg["pool_size"] if pool_size is not None or not self.database_url.startswith("sqlite") else None
-        self._store_options: dict[str, Any] = {"pool_size": pool} if pool is not None else {}
-        self._store_options.update(_pooling(cfg, self.database_url, pooler, listen_url))
+        self._store_options: dict[str, Any] = _pg_options(cfg, self.database_url, pool_size, pooler, listen_url)
         self._store_options.update(store_options or {})  # e.g. PostgreSQL lock_timeout=...
         # Construct now so that a bad URL fails here, naming itself; connect on first use.
         self._store: Store = open_store(self.database_url, clock, **self._store_options)

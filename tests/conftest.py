@@ -124,9 +124,12 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
     yield from _through_bouncer(request)
 
 
-def _through_bouncer(request: pytest.FixtureRequest) -> Iterator[str]:
+def _through_bouncer(request: pytest.FixtureRequest, settings: bool = True) -> Iterator[str]:
+    """A fresh schema through a PgBouncer of its own (see store_url); `settings`: with
+    ROTA_POOLER and ROTA_LISTEN_URL set while it lasts."""
     from . import pgbouncer
 
+    require("postgres")
     marker = request.node.get_closest_marker("not_through_pooler")
     if marker is not None:
         pytest.skip(f"not through a transaction pooler: {marker.args[0]}")
@@ -138,8 +141,9 @@ def _through_bouncer(request: pytest.FixtureRequest) -> Iterator[str]:
     monkeypatch = pytest.MonkeyPatch()
     try:
         with postgres_schema() as direct, pgbouncer.start_bouncer(PG_URL, direct.rsplit("search_path%3D", 1)[1]) as url:
-            monkeypatch.setenv("ROTA_POOLER", "transaction")
-            monkeypatch.setenv("ROTA_LISTEN_URL", direct)
+            if settings:
+                monkeypatch.setenv("ROTA_POOLER", "transaction")
+                monkeypatch.setenv("ROTA_LISTEN_URL", direct)
             yield url
     finally:
         monkeypatch.undo()

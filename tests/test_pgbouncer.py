@@ -15,19 +15,16 @@ import pytest
 import rota
 from rota.errors import ConfigurationError, DatabaseError
 
-from .conftest import THROUGH_BOUNCER, make_app, start_worker, store_url, wait_for
+from .conftest import _through_bouncer, make_app, start_worker, wait_for
 
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture(params=[p for p in THROUGH_BOUNCER if getattr(p, "values", (p,))[0] == "postgres-bouncer"])
-def bouncer_url(request: pytest.FixtureRequest, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A fresh schema through a PgBouncer of its own; ROTA_POOLER and ROTA_LISTEN_URL unset
+@pytest.fixture
+def bouncer_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh schema through a PgBouncer of its own, without ROTA_POOLER or ROTA_LISTEN_URL
     (each test says what it gives)."""
-    for url in store_url(request, tmp_path):
-        monkeypatch.delenv("ROTA_POOLER")
-        monkeypatch.delenv("ROTA_LISTEN_URL")
-        yield url
+    yield from _through_bouncer(request, settings=False)
 
 
 @pytest.fixture

@@ -59,39 +59,64 @@ admin_users = {user}
 """
 
 
+class Bouncer:
+    """A PgBouncer process for `schema` of the database at `direct_url` (see the module);
+    `restart()` stops it hard and starts it again on the same port."""
+
+    def __init__(self, direct_url: str, schema: str, pool: int = 4) -> None:
+        exe = binary()
+        assert exe is not None, missing()
+        parts = urlsplit(direct_url)
+        user, dbname = parts.username or "postgres", parts.path.lstrip("/")
+        self.folder = Path(tempfile.mkdtemp(prefix="rota-bouncer-"))
+        self.folder.chmod(0o777)  # the postgres user writes its log and pid file here
+        values = {"name": dbname, "host": parts.hostname or "127.0.0.1", "port": parts.port or 5432,
+                  "dbname": dbname, "user": user, "schema": schema, "listen": free_port(), "dir": self.folder,
+                  "pool": pool}  # fmt: skip
+        (self.folder / "users.txt").write_text(f'"{user}" ""\n')
+        (self.folder / "pgbouncer.ini").write_text(_INI.format(**values))
+        for f in self.folder.iterdir():
+            f.chmod(0o644)
+        self.command = [exe, "-q", str(self.folder / "pgbouncer.ini")]
+        self.url = f"postgresql://{user}@127.0.0.1:{values['listen']}/{dbname}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        # As root: as the postgres user, its own process (runuser would wait 2 s at SIGTERM).
+        as_postgres = {"user": "postgres", "group": "postgres", "extra_groups": []} if os.geteuid() == 0 else {}
+        self.proc = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **as_postgres)  # type: ignore[call-overload]
+        _wait_ready(self.url, self.proc, self.folder)
+
+    def stop(self) -> None:
+        """SIGTERM: PgBouncer 1.18 shuts down at once, cutting every client connection."""
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def start_bouncer(direct_url: str, schema: str, pool: int = 4) -> Iterator[str]:
     """Run a PgBouncer for `schema` of the database at `direct_url`; yield its URL."""
-    exe = binary()
-    assert exe is not None, missing()
-    parts = urlsplit(direct_url)
-    user, dbname = parts.username or "postgres", parts.path.lstrip("/")
-    listen = free_port()
-    folder = Path(tempfile.mkdtemp(prefix="rota-bouncer-"))
-    folder.chmod(0o777)  # the postgres user writes its log and pid file here
-    values = {"name": dbname, "host": parts.hostname or "127.0.0.1", "port": parts.port or 5432,
-              "dbname": dbname, "user": user, "schema": schema, "listen": listen, "dir": folder,
-              "pool": pool}  # fmt: skip
-    (folder / "users.txt").write_text(f'"{user}" ""\n')
-    (folder / "pgbouncer.ini").write_text(_INI.format(**values))
-    for f in folder.iterdir():
-        f.chmod(0o644)
-    # As root: as the postgres user, its own process (runuser would wait 2 s at SIGTERM).
-    as_postgres = {"user": "postgres", "group": "postgres", "extra_groups": []} if os.geteuid() == 0 else {}
-    command = [exe, "-q", str(folder / "pgbouncer.ini")]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **as_postgres)  # type: ignore[call-overload]
-    url = f"postgresql://{user}@127.0.0.1:{listen}/{dbname}"
+    bouncer = Bouncer(direct_url, schema, pool)
     try:
-        _wait_ready(url, proc, folder)
-        yield url
+        bouncer.start()
+        yield bouncer.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        shutil.rmtree(folder, ignore_errors=True)
+        bouncer.remove()
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], folder: Path) -> None:

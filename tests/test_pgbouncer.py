@@ -60,15 +60,22 @@ def test_single_enqueues_and_a_worker_drain_through_the_pooler(apps: Callable[..
 
 
 def test_without_pooler_the_symptom_names_the_setting(apps: Callable[..., rota.App], bouncer_url: str) -> None:
-    app = apps(bouncer_url)
+    """Two processes' connections share the pooler's server connections: psycopg prepares
+    the same statement as "_pg3_0" on each, and the second meets the first's."""
+    first, second = apps(bouncer_url), apps(bouncer_url)
+    tasks = []
+    for app in (first, second):
 
-    @app.task(name="noop")
-    def noop() -> None:
-        return None
+        @app.task(name="noop")
+        def noop() -> None:
+            return None
+
+        tasks.append(noop)
 
     with pytest.raises(DatabaseError, match=r"_pg3_.*set ROTA_POOLER=transaction"):
         for _ in range(40):
-            noop.enqueue()
+            for task in tasks:
+                task.enqueue()
 
 
 def test_timeouts_hold_in_each_transaction_and_leave_no_session_state(
@@ -140,3 +147,42 @@ def test_bad_pooler_settings_are_refused_in_one_line(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("ROTA_POOLER")
     with pytest.raises(ConfigurationError, match="do not apply to SQLite"):
         rota.App("sqlite:///x.db", listen_url="postgresql://rota@db/rota")
+
+
+def test_a_worker_rides_out_a_pgbouncer_restart(pg_url: str) -> None:
+    """PgBouncer stopped hard (every client connection cut) mid-drain and started again on
+    the same port: the worker reconnects and every run succeeds. As after any cut connection,
+    a claim or finish the server committed but whose answer was cut is settled by the lease:
+    the run is rescued when its lease ends (pending again, or retried if its start was
+    recorded), so the task has retries."""
+    from . import pgbouncer
+
+    if pgbouncer.missing():
+        pytest.skip(pgbouncer.missing() or "")
+    schema = pg_url.rsplit("search_path%3D", 1)[1]
+    bouncer = pgbouncer.Bouncer(pg_url.split("?", 1)[0], schema)
+    bouncer.start()
+    app = make_app(bouncer.url, pooler="transaction", listen_url=pg_url, lease=3.0)
+    ran: list[int] = []
+
+    @app.task(name="nap", retries=2, backoff=0)
+    def nap(i: int) -> int:
+        time.sleep(0.02)
+        ran.append(i)
+        return i
+
+    try:
+        nap.enqueue_many([((i,), {}) for i in range(300)])
+        start_worker(app, concurrency=8)
+        wait_for(lambda: len(ran) >= 50, timeout=30, what="the drain under way")
+        bouncer.restart()
+        done = lambda: app.store.count_by_status().get("succeeded", 0) == 300  # noqa: E731
+        wait_for(done, timeout=60, what="every run succeeded", step=0.2)
+        runs = app.list_runs(limit=300)
+        assert sorted(r.result for r in runs) == list(range(300))
+
+    finally:
+        for w in list(app._workers):
+            w.stop(wait=True, timeout=10)
+        app.close()
+        bouncer.remove()

@@ -124,6 +124,17 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
     yield from _through_bouncer(request)
 
 
+def require_pgbouncer() -> None:
+    """Skip in one line without pgbouncer; under CI=true, fail instead."""
+    from . import pgbouncer
+
+    problem = pgbouncer.missing()
+    if problem is not None:
+        if IN_CI:
+            pytest.fail(f"CI=true but {problem}", pytrace=False)
+        pytest.skip(problem)
+
+
 def _through_bouncer(request: pytest.FixtureRequest, settings: bool = True) -> Iterator[str]:
     """A fresh schema through a PgBouncer of its own (see store_url); `settings`: with
     ROTA_POOLER and ROTA_LISTEN_URL set while it lasts."""
@@ -133,11 +144,7 @@ def _through_bouncer(request: pytest.FixtureRequest, settings: bool = True) -> I
     marker = request.node.get_closest_marker("not_through_pooler")
     if marker is not None:
         pytest.skip(f"not through a transaction pooler: {marker.args[0]}")
-    problem = pgbouncer.missing()
-    if problem is not None:
-        if IN_CI:
-            pytest.fail(f"CI=true but {problem}", pytrace=False)
-        pytest.skip(problem)
+    require_pgbouncer()
     monkeypatch = pytest.MonkeyPatch()
     try:
         with postgres_schema() as direct, pgbouncer.start_bouncer(PG_URL, direct.rsplit("search_path%3D", 1)[1]) as url:

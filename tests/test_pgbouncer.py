@@ -15,7 +15,7 @@ import pytest
 import rota
 from rota.errors import ConfigurationError, DatabaseError
 
-from .conftest import _through_bouncer, make_app, start_worker, wait_for
+from .conftest import _through_bouncer, make_app, require_pgbouncer, start_worker, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -157,8 +157,7 @@ def test_a_worker_rides_out_a_pgbouncer_restart(pg_url: str) -> None:
     recorded), so the task has retries."""
     from . import pgbouncer
 
-    if pgbouncer.missing():
-        pytest.skip(pgbouncer.missing() or "")
+    require_pgbouncer()
     schema = pg_url.rsplit("search_path%3D", 1)[1]
     bouncer = pgbouncer.Bouncer(pg_url.split("?", 1)[0], schema)
     bouncer.start()
@@ -186,3 +185,15 @@ def test_a_worker_rides_out_a_pgbouncer_restart(pg_url: str) -> None:
             w.stop(wait=True, timeout=10)
         app.close()
         bouncer.remove()
+
+
+def test_a_missing_pgbouncer_skips_in_one_line_and_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    from . import conftest, pgbouncer
+
+    monkeypatch.setattr(pgbouncer, "BINARIES", ("no-such-pgbouncer",))
+    monkeypatch.setattr(conftest, "IN_CI", False)
+    with pytest.raises(pytest.skip.Exception, match=r"^pgbouncer is not installed \(apt-get install pgbouncer\)"):
+        conftest.require_pgbouncer()
+    monkeypatch.setattr(conftest, "IN_CI", True)
+    with pytest.raises(pytest.fail.Exception, match="^CI=true but pgbouncer is not installed"):
+        conftest.require_pgbouncer()

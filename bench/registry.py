@@ -314,11 +314,12 @@ PEERS: tuple[System, ...] = (
 
 
 def all_systems() -> tuple[System, ...]:
+    from bench.bouncer import BOUNCER_SYSTEMS
     from bench.rota_flow import ROTA_FLOW_SYSTEMS
     from bench.rota_issue12 import ROTA_ISSUE12_SYSTEMS
     from bench.rota_workloads import ROTA_SYSTEMS
 
-    return PEERS + ROTA_SYSTEMS + ROTA_ISSUE12_SYSTEMS + ROTA_FLOW_SYSTEMS
+    return PEERS + ROTA_SYSTEMS + BOUNCER_SYSTEMS + ROTA_ISSUE12_SYSTEMS + ROTA_FLOW_SYSTEMS
 
 
 def table(key: str) -> Table:

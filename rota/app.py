@@ -39,6 +39,17 @@ DEFAULT_DATABASE_URL = "sqlite:///rota.db"
 DEFAULT_RETENTION: dict[str, timedelta] = dict(config.DEFAULT_RETENTION)  # a sentinel too: "not given"
 
 
+def _pg_options(cfg: dict[str, Any], url: str, *given: Any) -> dict[str, Any]:
+    """The store options of the PostgreSQL-only settings: the pool size, a transaction pooler
+    and the direct URL for LISTEN (see the deploy guide). From ROTA_* variables they are
+    ignored on SQLite; given in code there, open_store refuses them."""
+    if url.startswith("sqlite") and all(value is None for value in given):
+        return {}
+    config.remember_secrets(cfg["listen_url"])
+    options = {"pool_size": cfg["pool_size"], "pooler": cfg["pooler"], "listen_url": cfg["listen_url"]}
+    return {k: v for k, v in options.items() if v is not None}
+
+
 class App(FlowClient, Client, AsyncClient):
     """A rota application: tasks, schedules, and the database they live in.
 
@@ -63,6 +74,8 @@ class App(FlowClient, Client, AsyncClient):
         prune_interval: float | None = None,
         high_frequency: float | None = None,
         pool_size: int | None = None,
+        pooler: str | None = None,
+        listen_url: str | None = None,
         store_options: Mapping[str, Any] | None = None,
         notifiers: Sequence[Notifier] | None = None,
     ) -> None:
@@ -78,13 +91,14 @@ class App(FlowClient, Client, AsyncClient):
             prune_interval=prune_interval,
             high_frequency=high_frequency,
             pool_size=pool_size,
+            pooler=pooler,
+            listen_url=listen_url,
             retention=None if retention is DEFAULT_RETENTION else (retention or {}),
         )
         self._take_settings(cfg, name, clock)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, ScheduleSpec] = {}
-        pool = cfg["pool_size"] if pool_size is not None or not self.database_url.startswith("sqlite") else None
-        self._store_options: dict[str, Any] = {"pool_size": pool} if pool is not None else {}
+        self._store_options: dict[str, Any] = _pg_options(cfg, self.database_url, pool_size, pooler, listen_url)
         self._store_options.update(store_options or {})  # e.g. PostgreSQL lock_timeout=...
         # Construct now so that a bad URL fails here, naming itself; connect on first use.
         self._store: Store = open_store(self.database_url, clock, **self._store_options)

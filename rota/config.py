@@ -244,6 +244,20 @@ SETTINGS: dict[str, Setting] = {
         ),
         _s("pool_size", _int(1, 1000), None, "PostgreSQL connections per process (PostgreSQL only)", "10"),
         _s(
+            "pooler",
+            _choice(("none", "transaction")),
+            None,
+            "PostgreSQL through a pooler: transaction (PgBouncer pool_mode=transaction), or none",
+            "none",
+        ),
+        _s(
+            "listen_url",
+            _url("postgresql://rota@db:5432/rota"),
+            None,
+            "Direct PostgreSQL URL for LISTEN wake-ups when database_url goes through a transaction pooler",
+            "database_url",
+        ),
+        _s(
             "prefetch",
             _int(0, 100000),
             None,

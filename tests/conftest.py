@@ -101,15 +101,65 @@ def postgres_schema() -> Iterator[str]:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
-    """The URL of an empty database, once per store."""
+STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+# The contract and crash suites run a third time through a PgBouncer of their own in
+# transaction mode (tests/pgbouncer.py): their modules override db_url with these params.
+THROUGH_BOUNCER = [*STORES, pytest.param("postgres-bouncer", marks=pytest.mark.postgres)]
+
+
+def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """The URL of an empty database of the store `request.param` names. For
+    `postgres-bouncer`: a fresh schema reached through a transaction-mode PgBouncer, with
+    ROTA_POOLER=transaction and ROTA_LISTEN_URL (the direct URL, for wake-ups) set for the
+    test and the worker processes it starts. A test marked `not_through_pooler(reason)`
+    skips there, saying why; without pgbouncer the test skips in one line (fails in CI)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/rota.db"
         return
     require("postgres")
-    with postgres_schema() as url:
-        yield url
+    if request.param == "postgres":
+        with postgres_schema() as url:
+            yield url
+        return
+    yield from _through_bouncer(request)
+
+
+def require_pgbouncer() -> None:
+    """Skip in one line without pgbouncer; under CI=true, fail instead."""
+    from . import pgbouncer
+
+    problem = pgbouncer.missing()
+    if problem is not None:
+        if IN_CI:
+            pytest.fail(f"CI=true but {problem}", pytrace=False)
+        pytest.skip(problem)
+
+
+def _through_bouncer(request: pytest.FixtureRequest, settings: bool = True) -> Iterator[str]:
+    """A fresh schema through a PgBouncer of its own (see store_url); `settings`: with
+    ROTA_POOLER and ROTA_LISTEN_URL set while it lasts."""
+    from . import pgbouncer
+
+    require("postgres")
+    marker = request.node.get_closest_marker("not_through_pooler")
+    if marker is not None:
+        pytest.skip(f"not through a transaction pooler: {marker.args[0]}")
+    require_pgbouncer()
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        with postgres_schema() as direct, pgbouncer.start_bouncer(PG_URL, direct.rsplit("search_path%3D", 1)[1]) as url:
+            if settings:
+                monkeypatch.setenv("ROTA_POOLER", "transaction")
+                monkeypatch.setenv("ROTA_LISTEN_URL", direct)
+            yield url
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.fixture(params=STORES)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """The URL of an empty database, once per store."""
+    yield from store_url(request, tmp_path)
 
 
 @pytest.fixture

@@ -26,6 +26,8 @@ BAD = {
     "prune_interval": "0",
     "high_frequency": "-1",
     "pool_size": "many",
+    "pooler": "session",
+    "listen_url": "db.example:5432",
     "metrics_port": "99999",
     "prefetch": "-1",
     "log_level": "loud",

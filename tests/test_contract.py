@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,13 @@ import rota
 from rota.stores.base import Outcome
 from rota.stores.queries import latest_version, load_migrations
 
-from .conftest import make_app
+from .conftest import THROUGH_BOUNCER, make_app, store_url
+
+
+@pytest.fixture(params=THROUGH_BOUNCER)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Each test here once per store, and once more through a transaction-mode PgBouncer."""
+    yield from store_url(request, tmp_path)
 
 
 def test_enqueue_records_a_pending_run(app: rota.App) -> None:

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,16 @@ import pytest
 import rota
 from rota.stores.base import NewRun
 
-from .conftest import IN_CI, make_app, start_worker
+from .conftest import IN_CI, THROUGH_BOUNCER, make_app, start_worker, store_url
 from .procs import WorkerProcs, wait_until
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=THROUGH_BOUNCER)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Each test here once per store, and once more through a transaction-mode PgBouncer."""
+    yield from store_url(request, tmp_path)
 
 
 def log_lines(tmp_path: Path) -> list[list[str]]:

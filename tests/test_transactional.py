@@ -18,7 +18,13 @@ import rota
 from rota import transactional
 from rota.stores.sqlite import sqlite_path
 
-from .conftest import start_worker, wait_for
+from .conftest import THROUGH_BOUNCER, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=THROUGH_BOUNCER)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """Each test here once per store, and once more through a transaction-mode PgBouncer."""
+    yield from store_url(request, tmp_path)
 
 
 @contextlib.contextmanager

@@ -39,6 +39,8 @@ CODE_PARAMS: dict[str, list[tuple[str, str]]] = {
     "retention": [("App", "retention")],
     "prune_interval": [("App", "prune_interval")],
     "pool_size": [("App", "pool_size")],
+    "pooler": [("App", "pooler")],
+    "listen_url": [("App", "listen_url")],
     "prefetch": [("app.worker", "prefetch")],
     "metrics_port": [("app.worker", "metrics_port")],
     "dashboard_token": [("create_app", "token")],

@@ -157,7 +157,11 @@ class PostgresHandlerConnections:
         from ._pg_session import _connect_kwargs
 
         store = self.store
-        kwargs = _connect_kwargs(store.url, store.connect_timeout)
+        kwargs = _connect_kwargs(store.url, store.connect_timeout, store.pooled)
+        if store.pooled:  # no startup options through PgBouncer (it keeps TimeZone; the rest per transaction)
+            conn = psycopg.connect(store.url, **kwargs)
+            conn.execute("SET TIME ZONE 'UTC'")
+            return conn
         given = psycopg.conninfo.conninfo_to_dict(store.url).get("options") or ""
         settings = {"TimeZone": "UTC", **{k: v.strip("'") for k, v in store._settings.items()}}
         kwargs["options"] = " ".join([str(given), *(f"-c {k}={v}" for k, v in settings.items())]).strip()
@@ -171,12 +175,17 @@ class PostgresHandlerConnections:
             if conn.broken or conn.closed or conn.info.transaction_status != idle:
                 raise psycopg.InterfaceError("not reusable")
             conn.row_factory = psycopg.rows.tuple_row
+            if self.store.pooled:  # its session state is the pooler's, never the same twice
+                return self._keep(conn)
             mine = conn.execute(_RESET, prepare=False).fetchall()  # one round trip
             for (name,) in mine:  # the handler's own PREPAREs (rare)
                 conn.execute(psycopg.sql.SQL("DEALLOCATE {}").format(psycopg.sql.Identifier(name)), prepare=False)
         except psycopg.Error:
             conn.close()
             return
+        self._keep(conn)
+
+    def _keep(self, conn: psycopg.Connection[Any]) -> None:
         with self._lock:
             if not self._closed and len(self._idle) < self.store.pool_size:
                 self._idle.append(conn)
@@ -217,6 +226,8 @@ def postgres_handler_tx(store: PostgresStore, conns: PostgresHandlerConnections)
         try:
             with conn.transaction():  # BEGIN (a pooled connection may have been cut meanwhile)
                 began = True
+                if store.pooled and store._local is not None:  # the store's timeouts, for this one
+                    conn.execute(store._local)
                 yield PostgresHandlerTx(store, conn)
                 committing = True
         except psycopg.Error as exc:

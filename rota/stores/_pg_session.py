@@ -104,15 +104,33 @@ class _Session:
 
 
 @contextmanager
-def pipelined(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:
+def pipelined(conn: psycopg.Connection[Any], local: str | None = None) -> Iterator[psycopg.Cursor[Any]]:
     """One transaction in pipeline mode: BEGIN, the statements queued in the block and
     COMMIT travel together and are synced once, at the end (psycopg's own transaction
-    block would sync at its start and end). After any error, roll back what is left."""
+    block would sync at its start and end). After any error, roll back what is left.
+    `local`: a statement run first (behind a pooler: the session settings, see POOLERS)."""
     try:
         with conn.pipeline(), conn.cursor() as cur:
             cur.execute("BEGIN")
+            if local is not None:
+                cur.execute(local)
             yield cur
             cur.execute("COMMIT")
+    except BaseException:
+        if not conn.broken and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+        raise
+
+
+@contextmanager
+def begun(conn: psycopg.Connection[Any], begin: str) -> Iterator[None]:
+    """One transaction opened by `begin` (behind a transaction pooler: BEGIN and the
+    session's settings for this transaction, in one round trip), committed at the block's
+    end, rolled back after any error."""
+    try:
+        conn.execute(begin)
+        yield
+        conn.execute("COMMIT")
     except BaseException:
         if not conn.broken and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.rollback()
@@ -281,8 +299,19 @@ _RETRY_AT_ONCE = ("40P01", "40001")  # deadlock, serialization failure: retried 
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3}
 
 
+# A statement psycopg prepared on one server connection and used on another: the symptom
+# of a transaction pooler rota was not told about (26000: does not exist, 42P05: exists).
+_POOLER_SYMPTOMS = ("26000", "42P05")
+_POOLER_HINT = (
+    "; rota's connections seem to go through a transaction-mode pooler (PgBouncer): "
+    "set ROTA_POOLER=transaction (App(pooler='transaction')), see the deploy guide"
+)
+
+
 def _translate(exc: psycopg.Error, url: str) -> DatabaseError:
     where = f"PostgreSQL at {redact(url)}: {_reason(exc)}"
+    if exc.sqlstate in _POOLER_SYMPTOMS and '"_pg3_' in str(exc):
+        return DatabaseError(where + _POOLER_HINT)
     kind = _TRANSIENT.get(exc.sqlstate or "")
     if kind is not None:
         return DatabaseTransient(f"{where} ({kind}; transient, try again)")
@@ -311,13 +340,42 @@ def check_conninfo(url: str) -> None:
         raise ConfigurationError(f"invalid PostgreSQL URL {redact(url)} ({reason})") from None
 
 
-def _connect_kwargs(url: str, connect_timeout: float) -> dict[str, Any]:
+def _connect_kwargs(url: str, connect_timeout: float, pooled: bool = False) -> dict[str, Any]:
     """Autocommit, a connect timeout, and TCP keepalives unless the URL sets its own: notice
-    a vanished server, host or network within about 20 s, not the kernel's two hours."""
+    a vanished server, host or network within about 20 s, not the kernel's two hours.
+    `pooled` (a transaction pooler): no prepared statements."""
     given = psycopg.conninfo.conninfo_to_dict(url)
     kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, round(connect_timeout))}
+    if pooled:
+        kwargs["prepare_threshold"] = None
     kwargs.update({k: v for k, v in _KEEPALIVES.items() if k not in given})
     return kwargs
+
+
+# How the store reaches PostgreSQL: directly (or through a session pooler), or through a
+# transaction pooler (PgBouncer's pool_mode=transaction), which hands each transaction to
+# any server connection: then nothing may outlive a transaction. psycopg prepares no
+# statement (prepare_threshold=None), the timeouts are set per transaction (set_config(...,
+# true), with BEGIN: no round trip more; single statements outside a transaction keep the
+# server's defaults), and LISTEN goes to listen_url or not at all (the workers poll).
+POOLERS = ("none", "transaction")
+
+
+def check_pooler(pooler: str | None) -> bool:
+    """Whether `pooler` names a transaction pooler; ConfigurationError for an unknown value."""
+    if pooler is None or pooler == "none":
+        return False
+    if pooler == "transaction":
+        return True
+    raise ConfigurationError(f"pooler must be one of {', '.join(POOLERS)}, got {pooler!r}")
+
+
+def local_settings(settings: dict[str, str]) -> str | None:
+    """The statement setting `settings` for one transaction only (None: nothing to set)."""
+    if not settings:
+        return None
+    terms = ", ".join(f"set_config('{name}', {value}, true)" for name, value in settings.items())
+    return f"SELECT {terms}"
 
 
 def _session_settings(**seconds: float | None) -> dict[str, str]:

@@ -28,18 +28,16 @@ from ..errors import (
     DatabaseRefused,
     DatabaseTransient,
     DatabaseUnavailable,
-    SchemaVersionError,
 )
 from ..models import FINAL_STATUSES, PENDING, RUNNING, SUCCEEDED
 from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
 from ._limits_sql import PostgresFlow
 from ._pg_failover import check_interval, read_only
 from ._pg_foreign import PgForeignSessions
-from ._pg_listen import CHECK_EVERY, listener_class
-from ._pg_listen import listen as listen_on_channel
+from ._pg_listen import CHECK_EVERY
 from ._pg_lists import runs_where, status_terms, web_rows
+from ._pg_migrate import PgMigrations
 from ._pg_session import (
-    _check_can_migrate,
     _connect_kwargs,
     _is_retry_at_once,
     _json,
@@ -51,20 +49,24 @@ from ._pg_session import (
     _TimeOutOfRange,
     _translate,
     _WakeupLimiter,
+    begun,
     check_conninfo,
+    check_pooler,
     claim_call,
     claimed,
     finish_batches,
     finished_schedules_lock,
+    local_settings,
     pipelined,
     refused,
     settle_refused,
     tick_bounds,
 )
 from ._pg_vacuum import PgVacuum
+from ._pg_wake import listen_where_possible
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
-from .queries import latest_version, load_migrations, load_queries
+from .queries import load_queries
 
 try:
     import psycopg
@@ -84,7 +86,7 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 EXACT_COUNT_LIMIT = 100_000
 
 
-class PostgresStore(PostgresFlow, PgForeignSessions, PgVacuum, SqlStore):
+class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, SqlStore):
     dialect = "postgresql"
 
     def __init__(
@@ -100,6 +102,8 @@ class PostgresStore(PostgresFlow, PgForeignSessions, PgVacuum, SqlStore):
         tick_lock_timeout: float = 0.5,
         tick_idle_timeout: float = 1.0,
         listen_check_interval: float = CHECK_EVERY,
+        pooler: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
         super().__init__(url, clock)
         check_conninfo(url)
@@ -112,6 +116,13 @@ class PostgresStore(PostgresFlow, PgForeignSessions, PgVacuum, SqlStore):
         )
         self._tick_bounds = tick_bounds(tick_lock_timeout, tick_idle_timeout)
         self.listen_check_interval = check_interval(listen_check_interval)
+        # Behind a transaction pooler: no session state (see POOLERS in _pg_session).
+        self.pooled = check_pooler(pooler)
+        self._local = local_settings(self._settings) if self.pooled else None
+        self._begin = "BEGIN" if self._local is None else f"BEGIN; {self._local}"
+        if listen_url is not None:
+            check_conninfo(listen_url)
+        self.listen_url = listen_url
         self.queries = load_queries("postgres", _NOW)
         self.connect_timeout = connect_timeout
         self.pool_size = pool_size
@@ -134,7 +145,7 @@ class PostgresStore(PostgresFlow, PgForeignSessions, PgVacuum, SqlStore):
                 self.url,
                 min_size=1,
                 max_size=self.pool_size,
-                kwargs=_connect_kwargs(self.url, self.connect_timeout),
+                kwargs=_connect_kwargs(self.url, self.connect_timeout, self.pooled),
                 configure=self._configure,
                 open=False,
                 name="rota",
@@ -155,6 +166,8 @@ class PostgresStore(PostgresFlow, PgForeignSessions, PgVacuum, SqlStore):
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute("SET TIME ZONE 'UTC'")
         conn.adapters.register_loader("timestamptz", _TimeLoader)
+        if self.pooled:  # the timeouts are set in each transaction; TimeZone PgBouncer keeps
+            return
         for name, value in self._settings.items():
             conn.execute(f"SET {name} = {value}")
 
@@ -170,12 +183,12 @@ class PostgresStore(PostgresFlow, PgForeignSessions, PgVacuum, SqlStore):
             with pool.connection() as conn:
                 used = conn
                 if pipeline:
-                    with pipelined(conn) as cur:
+                    with pipelined(conn, self._local) as cur:
                         session = _Session(cur, self.queries, now)
                         yield session
                     session.receive()
                 elif transaction:
-                    with conn.transaction(), conn.cursor() as cur:
+                    with begun(conn, self._begin) if self.pooled else conn.transaction(), conn.cursor() as cur:
                         session = _Session(cur, self.queries, now)
                         yield session
                     if session.deferred_wake:
@@ -272,50 +285,6 @@ class PostgresStore(PostgresFlow, PgForeignSessions, PgVacuum, SqlStore):
     def _send_wakeup(self) -> None:
         with contextlib.suppress(DatabaseError), self._read() as s:
             s.q("notify", channel=NOTIFY_CHANNEL, payload="run")
-
-    # -- migrations ----------------------------------------------------------------------
-    def schema_version(self) -> tuple[int, int]:
-        latest = latest_version(load_migrations("postgres"))
-        with self._read() as s:
-            if not s.q_text("SELECT to_regclass('rota_migrations')")[0][0]:
-                return 0, latest
-            return int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0]), latest
-
-    def migrate(self, *, dry_run: bool = False) -> list[str]:
-        migrations = load_migrations("postgres")
-        with self._tx() as s:
-            # Another process may be migrating (or a migration may take long): wait for it.
-            s.q_text("SET LOCAL lock_timeout = 0")
-            s.q_text("SET LOCAL statement_timeout = 0")
-            s.q_text("SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.rota_migrate'))")
-            if not s.q_text("SELECT to_regclass('rota_migrations')")[0][0]:
-                if not dry_run:
-                    _check_can_migrate(s, migrations)  # a clear message before the first CREATE
-                s.q_text(
-                    "CREATE TABLE IF NOT EXISTS rota_migrations (version integer PRIMARY KEY, "
-                    "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-                )
-            current = int(s.q_text("SELECT coalesce(max(version), 0) FROM rota_migrations")[0][0])
-            if current > latest_version(migrations):
-                raise SchemaVersionError(
-                    f"the database at {redact(self.url)} has rota schema version {current}, newer "
-                    f"than the {latest_version(migrations)} this version of rota knows: upgrade rota on this "
-                    "host (never run older code against a migrated database)"
-                )
-            pending = [m for m in migrations if m.version > current]
-            if pending and not dry_run:
-                _check_can_migrate(s, pending)
-            applied = []
-            for m in pending:
-                applied.append(f"{m.version:04d}_{m.name}")
-                if not dry_run:
-                    s.cur.execute(m.sql.encode())
-                    s.q_text(
-                        "INSERT INTO rota_migrations (version, name) VALUES (%(v)s, %(n)s)",
-                        v=m.version,
-                        n=m.name,
-                    )
-            return applied
 
     # -- enqueue -------------------------------------------------------------------------
     def _insert_plain(self, s: Any, runs: Sequence[NewRun]) -> list[int]:
@@ -488,9 +457,7 @@ class PostgresStore(PostgresFlow, PgForeignSessions, PgVacuum, SqlStore):
     # -- wake-ups ------------------------------------------------------------------------
     async def listen(self, on_payload: Callable[[str], None]) -> None:
         """LISTEN on the channel of the app's schema until cancelled (see _pg_listen)."""
-        kwargs = _connect_kwargs(self.url, self.connect_timeout)
-        connect = functools.partial(listener_class().connect, self.url, **kwargs)
-        await listen_on_channel(connect, self.queries["notify_channel"], on_payload, self.listen_check_interval)
+        await listen_where_possible(self, on_payload)  # or return: see _pg_wake
 
 
 __all__ = ["PostgresStore", "redact"]

@@ -57,6 +57,8 @@ def _body(raw: bytes) -> dict[str, Any]:
     if not isinstance(body.get("dry_run", False), bool):
         raise ConfigurationError(f"dry_run must be true or false, got {body['dry_run']!r}")
     expect = body.get("expect")
+    if isinstance(expect, float) and expect.is_integer():  # JSON's 3.0 is the integer 3
+        expect = body["expect"] = int(expect)
     if expect is not None and (isinstance(expect, bool) or not isinstance(expect, int) or expect < 0):
         raise ConfigurationError(f"expect must be a count of runs (an integer from 0), got {expect!r}")
     return body

@@ -1952,7 +1952,8 @@ SELECT count(*) FROM rota_runs
 WHERE limit_name = %(unresolved)s AND status = 'pending' AND NOT held
 
 -- name: set_traceparent
--- transition: none (observability: the trace context a new run was enqueued in, rota.tracing)
+-- transition: enqueue
+-- (part of the enqueue, in its transaction: the trace context the run was enqueued in, rota.tracing)
 UPDATE rota_runs SET traceparent = %(traceparent)s WHERE id = %(id)s
 
 -- name: run_traceparent

@@ -178,6 +178,7 @@ def test_bulk_retry_asks_with_the_count_then_acts(ops: dict[str, Any], page: Any
     served = serve(create_app(app))
     page.goto(served.url + "#/runs?status=failed")
     expect(page.locator("tr[data-run]")).to_have_count(3)
+    expect(page.locator("#role")).to_be_hidden()  # the full role: no read-only mark
     asked: list[str] = []
 
     def answer(dialog: Any) -> None:
@@ -205,6 +206,7 @@ def test_the_read_only_token_sees_no_action_and_cannot_act(ops: dict[str, Any], 
     page.goto(f"{served.url}?token={VIEWER}")
     page.wait_for_url(served.url)
     assert page.locator("body").get_attribute("data-role") == "readonly"
+    expect(page.locator("#role")).to_be_visible()
     page.goto(served.url + "#/runs?status=failed")
     expect(page.locator("tr[data-run]")).to_have_count(3)
     expect(page.locator("#bulk-retry")).to_be_hidden()

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from . import timing
+from . import timing, tracing
 from .declare import Declarations, _filter, _stored_backoff, _task_options, build_schedule
 from .errors import (
     ConfigurationError,
@@ -327,6 +327,7 @@ class Client(Declarations):
             key=key,
             schedule=run.schedule,
             retry_of=int(run.id),
+            traceparent=None if tracing.API is None else tracing.current_traceparent(),
         )
         task = getattr(self, "tasks", {}).get(run.task)  # declared here: its limit and rate hold
         if task is not None:

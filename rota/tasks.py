@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from . import tracing
 from .errors import ConfigurationError
 from .limits import Limit, Rate, gate, stamp
 from .runs import RunContext as RunContext
@@ -278,6 +279,7 @@ class TaskCall(Generic[P, R]):
             backoff=_backoff_json(self.opts, self.task.opts),
             unique_for=self.unique_for,
             after=self.after,
+            traceparent=None if tracing.API is None else tracing.current_traceparent(),
         )
         stamp(run, task, args, kwargs)  # its limit and rate keys (rota.flow)
         return run

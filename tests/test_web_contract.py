@@ -51,7 +51,7 @@ def test_the_api_keeps_its_description(web_schema: Any) -> None:
     their schema. (The schemathesis pytest plugin fails on our pytest; the strategies are
     driven directly.)"""
     operations = [result.ok() for result in web_schema.get_all_operations()]
-    assert len(operations) == 19
+    assert len(operations) == 20
     for operation in operations:
 
         @given(case=operation.as_strategy())

@@ -48,10 +48,23 @@ class SqlStore(SqlFlow):
                 results = [(run_id, True) for run_id in self._insert_plain(s, runs)]
             else:
                 results = drive(s, self._insert_steps(runs))
+            self._store_traces(s, runs, results)
             due = self._wake_due(runs, results) if notify else None
             if due is not None:
                 self._notify_run(s, *due)
             return results
+
+    def _store_traces(self, s: Session, runs: Sequence[NewRun], results: list[tuple[int, bool]]) -> None:
+        """The enqueue's trace context (rota.tracing), for the runs made here: one UPDATE
+        per traced run, none for a run enqueued outside a span."""
+        for r, (run_id, created) in zip(runs, results, strict=True):
+            if r.traceparent is not None and created:
+                s.q("set_traceparent", id=run_id, traceparent=r.traceparent)
+
+    def run_traceparent(self, run_id: int) -> str | None:
+        with self._read() as s:
+            rows = s.q("run_traceparent", id=run_id)
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
     # Whether `_insert_plain` may run in a caller's transaction (it must not where it reads
     # the next ids before inserting without holding the write lock: SQLite).
@@ -67,6 +80,7 @@ class SqlStore(SqlFlow):
             results = [(run_id, True) for run_id in self._insert_plain(s, runs)]
         else:
             results = drive(s, self._insert_steps(runs))
+        self._store_traces(s, runs, results)
         due = self._wake_due(runs, results)
         if due is not None:
             query, params = self._notice(due)
@@ -81,6 +95,9 @@ class SqlStore(SqlFlow):
         ):
             await drive_async(s, gate_steps(self.flow_stamp, runs))
         results = await drive_async(s, self._insert_steps(runs))
+        for r, (run_id, created) in zip(runs, results, strict=True):  # as _store_traces
+            if r.traceparent is not None and created:
+                await s.q("set_traceparent", id=run_id, traceparent=r.traceparent)
         due = self._wake_due(runs, results)
         if due is not None:
             query, params = self._notice(due)

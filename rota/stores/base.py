@@ -365,6 +365,10 @@ class Store(FlowStore, abc.ABC):
         """The stored (JSON) results of a run's parents, by parent id."""
         return {}
 
+    def run_traceparent(self, run_id: int) -> str | None:
+        """The trace context stored when the run was enqueued (rota.tracing), if any."""
+        return None
+
     def web_rows(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
         """The rows of the `web_*` named query `query` once per parameter set, all in one read
         transaction (the dashboard's charts: one bounded, indexed query per bucket)."""

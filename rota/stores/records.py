@@ -51,6 +51,8 @@ class NewRun:
     # A schedule's tick: if its task's code cannot key it (a `by=` callable raising on the
     # stored arguments), it is recorded skipped with the error instead of taking the empty key.
     skip_unkeyed: bool = False
+    # The W3C traceparent of the span current at enqueue (rota.tracing), stored with the run.
+    traceparent: str | None = None
 
 
 @dataclass(slots=True)

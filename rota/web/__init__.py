@@ -19,8 +19,10 @@ Routes (JSON unless said otherwise; records shaped as the CLI's `--json`):
     GET  /static/NAME           the page's scripts and style sheet (rota.web.static)
     POST /api/schedules/{name}/pause|resume|trigger
     POST /api/runs/{id}/cancel|retry
+    POST /api/runs/bulk         retry or cancel every run a filter matches (rota.web.bulk)
 
-Auth (token argument, else ROTA_DASHBOARD_TOKEN), allowed hosts and the body limit are
+Auth (token argument, else ROTA_DASHBOARD_TOKEN; a read-only second token, else
+ROTA_DASHBOARD_READONLY_TOKEN), allowed hosts and the body limit are
 described in rota.web.auth; sessions and the sign-in throttle in rota.web.sessions.
 """
 
@@ -43,8 +45,8 @@ except ImportError as exc:  # pragma: no cover - depends on extras
 
 from ..app import App
 from ..errors import ConfigurationError, RotaError
-from . import api, charts, openapi, pages
-from .auth import LOGIN_BODY_LIMIT, MAX_BODY, TOKEN_ENV, Guard, resolve_token
+from . import api, bulk, charts, openapi, pages
+from .auth import LOGIN_BODY_LIMIT, MAX_BODY, ROLE_KEY, TOKEN_ENV, Guard, resolve_readonly, resolve_token
 from .metrics import make_registry, metrics
 from .sessions import SESSION_TTL, LoginThrottle, Sessions
 from .static import static_file
@@ -61,14 +63,17 @@ def create_app(
     allowed_hosts: Sequence[str] | None = None,
     max_body: int = MAX_BODY,
     session_ttl: float = SESSION_TTL,
+    readonly_token: str | None = None,
 ) -> Starlette:
     """An ASGI app serving the dashboard for `app`.
 
     `token` (else ROTA_DASHBOARD_TOKEN) guards every route but /healthz; a browser signs in
     for `session_ttl` seconds. `allowed_hosts` are the Host names answered: by default the
     loopback names without a token and any name with one; `["*"]` answers any name.
-    Request bodies over `max_body` bytes are refused (413)."""
+    Request bodies over `max_body` bytes are refused (413). `readonly_token` (else
+    ROTA_DASHBOARD_READONLY_TOKEN) signs in a role that can look but not act."""
     token = resolve_token(token)
+    readonly = resolve_readonly(readonly_token, token)
     hosts = _allowed_hosts(token, allowed_hosts)
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < LOGIN_BODY_LIMIT:
         raise ConfigurationError(f"max_body must be an integer of at least {LOGIN_BODY_LIMIT} bytes, got {max_body!r}")
@@ -79,8 +84,10 @@ def create_app(
     ):
         raise ConfigurationError(f"session_ttl must be from 60 to {366 * 86400} seconds, got {session_ttl!r}")
     sessions = Sessions(token, ttl=session_ttl, store=lambda: app.store) if token is not None else None
+    viewers = Sessions(readonly, ttl=session_ttl, store=lambda: app.store) if readonly is not None else None
     throttle = LoginThrottle()
-    guard = Middleware(Guard, token=token, allowed_hosts=hosts, max_body=max_body, sessions=sessions, throttle=throttle)
+    guard = Middleware(Guard, token=token, allowed_hosts=hosts, max_body=max_body, sessions=sessions, throttle=throttle,
+                       readonly=viewers)  # fmt: skip
     web = Starlette(
         routes=_routes(),
         middleware=[guard],
@@ -110,6 +117,7 @@ def _routes() -> list[BaseRoute]:
         Route("/static/{name}", static_file),
         *charts.routes(),
         *pages.routes(),
+        *bulk.routes(),
         *api.routes(),
     ]
 
@@ -144,7 +152,8 @@ async def page(request: Request) -> Response:
     """The page has no server-side data and no inline code in it: its scripts and style sheet
     are the package's own files under /static/ (rota.web.static), the only ones the CSP admits."""
     signed = request.app.state.sessions is not None
-    html = _page_source().replace("__SIGNOUT__", SIGNOUT if signed else "")
+    role = request.scope.get(ROLE_KEY, "admin")  # set by the Guard; no token: the open dashboard acts
+    html = _page_source().replace("__SIGNOUT__", SIGNOUT if signed else "").replace("__ROLE__", role)
     csp = PAGE_CSP
     return HTMLResponse(html, headers={"content-security-policy": csp})
 

@@ -13,6 +13,10 @@ allowed hosts, a limit on request bodies.
 - Actions (any method but GET/HEAD/OPTIONS) from another site are refused (403) whatever the
   credentials: browsers say where a request comes from (Sec-Fetch-Site, else Origin); a
   request that says nothing (curl, scripts) is not from a browser page and passes.
+- A second, read-only token (`readonly_token`, else ROTA_DASHBOARD_READONLY_TOKEN) signs in
+  the same ways but can only look: every action (any method but GET/HEAD/OPTIONS, sign-in
+  and sign-out aside) is refused with 403, and the page hides its buttons. Its sessions are
+  signed with a key derived from it, so they never pass as full sessions.
 - `allowed_hosts` refuses other Host headers (403). Without a token the default is the
   loopback names, so a web page cannot reach an open dashboard through DNS rebinding.
 - A request body larger than `max_body` bytes is refused with 413 before it is read (from
@@ -42,6 +46,8 @@ from .api import error_response
 from .sessions import LoginThrottle, Sessions
 
 TOKEN_ENV = "ROTA_DASHBOARD_TOKEN"
+READONLY_ENV = "ROTA_DASHBOARD_READONLY_TOKEN"
+ROLE_KEY = "rota.role"  # in the ASGI scope: "admin" or "readonly" (absent: no token configured)
 COOKIE = "rota_dashboard"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 MAX_BODY = 64 * 1024  # bytes; the API's actions take no body, the sign-in form a few bytes
@@ -64,35 +70,76 @@ def resolve_token(token: str | None) -> str | None:
     return token
 
 
+def resolve_readonly(readonly: str | None, token: str | None) -> str | None:
+    """The read-only token argument, else ROTA_DASHBOARD_READONLY_TOKEN, else None. It needs a
+    (different) full token: without one the dashboard is open and a read-only role means nothing."""
+    if readonly is None:
+        readonly = os.environ.get(READONLY_ENV) or None
+    if readonly is None:
+        return None
+    if not readonly.strip():
+        raise ConfigurationError(f"the read-only token must not be empty; unset {READONLY_ENV} to have none")
+    if token is None:
+        raise ConfigurationError(f"a read-only token ({READONLY_ENV}) needs a full token too: set {TOKEN_ENV}")
+    if hmac.compare_digest(readonly.encode(), token.encode()):
+        raise ConfigurationError(f"the read-only token must differ from the full token ({TOKEN_ENV})")
+    return readonly
+
+
 class BodyTooLarge(Exception):
     pass
 
 
 class Credentials:
-    def __init__(self, token: str, sessions: Sessions) -> None:
-        self._token = token.encode()
+    def __init__(self, token: str, sessions: Sessions, readonly: Sessions | None = None) -> None:
+        self._tokens = {"admin": token.encode()}
         self.sessions = sessions
+        self.by_role = {"admin": sessions}
+        if readonly is not None:
+            self._tokens["readonly"] = readonly.token.encode()
+            self.by_role["readonly"] = readonly
+
+    def role_of_token(self, given: str | None) -> str | None:
+        """ "admin", "readonly" or None; every token is compared (constant time each)."""
+        if given is None:
+            return None
+        raw = given.encode(errors="replace")
+        matched = [role for role, token in self._tokens.items() if hmac.compare_digest(raw, token)]
+        return matched[0] if matched else None
 
     def token_ok(self, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(given.encode(errors="replace"), self._token)
+        return self.role_of_token(given) is not None
+
+    def bearer_role(self, request: Request) -> str | None:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return self.role_of_token(given.strip()) if scheme.lower() == "bearer" else None
 
     def bearer_ok(self, request: Request) -> bool:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and self.token_ok(given.strip())
+        return self.bearer_role(request) is not None
+
+    async def request_role(self, request: Request) -> str | None:
+        """The bearer token's role, else a session's (checked in a worker thread: it asks the
+        database), else None."""
+        role = self.bearer_role(request)
+        if role is not None:
+            return role
+        cookie = request.cookies.get(COOKIE)
+        if cookie is None:
+            return None
+        for role, sessions in self.by_role.items():
+            if await run_in_threadpool(sessions.valid, cookie):
+                return role
+        return None
 
     async def request_ok(self, request: Request) -> bool:
-        """The bearer token, else a session (checked in a worker thread: it asks the database)."""
-        if self.bearer_ok(request):
-            return True
-        cookie = request.cookies.get(COOKIE)
-        return cookie is not None and await run_in_threadpool(self.sessions.valid, cookie)
+        return await self.request_role(request) is not None
 
-    def signed_in(self, request: Request) -> Response:
+    def signed_in(self, request: Request, role: str = "admin") -> Response:
         """Redirect to the page (relative: works under a mount) with a new session cookie."""
         response = RedirectResponse("./", status_code=303)
         response.set_cookie(
             COOKIE,
-            self.sessions.issue(),
+            self.by_role[role].issue(),
             max_age=int(self.sessions.ttl),
             path=_cookie_path(request),
             httponly=True,
@@ -106,7 +153,8 @@ class Credentials:
         database cannot record it, say so (503): other dashboards may still accept it."""
         response: Response = RedirectResponse("./", status_code=303)
         try:
-            await run_in_threadpool(self.sessions.revoke, request.cookies.get(COOKIE))
+            for sessions in self.by_role.values():  # a cookie is signed by one of them at most
+                await run_in_threadpool(sessions.revoke, request.cookies.get(COOKIE))
         except RotaError as exc:
             log.error("dashboard sign-out not recorded in the database: %s", redact_text(str(exc)))
             response = error_response(
@@ -175,9 +223,10 @@ class Guard:
         max_body: int = MAX_BODY,
         sessions: Sessions | None = None,
         throttle: LoginThrottle | None = None,
+        readonly: Sessions | None = None,
     ) -> None:
         self.app = app
-        self.credentials = Credentials(token, sessions or Sessions(token)) if token is not None else None
+        self.credentials = Credentials(token, sessions or Sessions(token), readonly) if token is not None else None
         self.allowed_hosts = normalize_hosts(allowed_hosts) if allowed_hosts is not None else None
         self.max_body = max_body
         self.throttle = throttle or LoginThrottle()
@@ -255,13 +304,16 @@ class Guard:
                 f"too many wrong tokens: try again in {seconds} s", 429, {"retry-after": str(seconds)}
             )
         try:
-            ok = await self.credentials.request_ok(request)
+            role = await self.credentials.request_role(request)
         except RotaError as exc:
             log.warning("dashboard session not checked: %s", redact_text(str(exc)))
             return error_response("database unavailable: cannot check the session", 503)
-        if ok:
+        if role is not None:
             if bearer:
                 self.throttle.succeeded(client_of(request))
+            request.scope[ROLE_KEY] = role
+            if role == "readonly" and request.method not in SAFE_METHODS:
+                return error_response("read-only token: this dashboard session can look but not act", 403)
             return None
         if bearer:
             self.failed(request)
@@ -293,10 +345,11 @@ class Guard:
         if wait > 0:
             seconds = math.ceil(wait)
             return login_page(f"Too many wrong tokens. Try again in {seconds} s.", 429, {"retry-after": str(seconds)})
-        if self.credentials.token_ok(given):
+        role = self.credentials.role_of_token(given)
+        if role is not None:
             self.throttle.succeeded(client)
-            log.info("dashboard sign-in from %s", client)
-            return self.credentials.signed_in(request)
+            log.info("dashboard sign-in from %s (%s)", client, role)
+            return self.credentials.signed_in(request, role)
         self.failed(request)
         return login_page("That token is not right.")
 

@@ -300,7 +300,7 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 ERRORS = {
     "400": _json(_ref("Error"), "Bad input; the message names the value and what is valid"),
     "401": _json(_ref("Error"), "A token is needed"),
-    "403": _json(_ref("Error"), "Host not allowed, or a cross-site action"),
+    "403": _json(_ref("Error"), "Host not allowed, a cross-site action, or an action with the read-only token"),
     "503": _json(_ref("Error"), "The database is unreachable"),
 }
 
@@ -431,6 +431,7 @@ def _run_paths() -> dict[str, Any]:
         "/api/runs/{id}": {
             "get": _op("A run with every attempt", _json(_ref("Run"), "The run"), params=[RUN_ID], errors=("404",))
         },
+        "/api/runs/bulk": {"post": _bulk()},
         "/api/runs/{id}/cancel": {
             "post": _op("Cancel a run", _json(_ref("Run"), "The run"), params=[RUN_ID], errors=("404", "409"))
         },
@@ -456,6 +457,38 @@ def _run_paths() -> dict[str, Any]:
             )
         },
     }
+
+
+BULK_FILTER = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"status": _null(STATUS), "task": _null(TEXT), "schedule": _null(TEXT), "queue": _null(TEXT)},
+}
+BULK_REQUEST = {"type": "object", "required": ["action"], "additionalProperties": False,
+                "properties": {"action": {"type": "string", "enum": ["retry", "cancel"]}, "filter": BULK_FILTER,
+                               "dry_run": BOOL, "expect": {"type": "integer", "minimum": 0}}}  # fmt: skip
+BULK_RESULT = _obj(
+    {
+        "action": STR,
+        "filter": {"type": "object", "additionalProperties": STR},
+        "matched": INT,
+        "limit": INT,
+        "dry_run": BOOL,
+        "done": INT,
+        "skipped": INT,
+        "ids": {"type": "array", "items": ID},
+    }
+)
+
+
+def _bulk() -> dict[str, Any]:
+    op = _op(
+        "Retry (finished runs) or cancel (pending and running ones) every run a filter matches",
+        _json(BULK_RESULT, "How many matched, were acted on and were skipped (or only counted: dry_run)"),
+        errors=("409",),
+    )  # 409: more runs match than one bulk action takes, or not as many as `expect`
+    op["requestBody"] = {"required": True, "content": {"application/json": {"schema": BULK_REQUEST}}}
+    return op
 
 
 def document() -> dict[str, Any]:

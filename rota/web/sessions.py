@@ -54,6 +54,7 @@ class Sessions:
         if not ttl > 0:
             raise ValueError(f"the session lifetime must be a positive number of seconds, got {ttl!r}")
         self._key = hmac.new(token.encode(), b"rota dashboard session key v1", hashlib.sha256).digest()
+        self.token = token  # kept for the read-only role's token check (rota.web.auth)
         self.ttl = ttl
         self.clock = clock
         self._store = store  # where sign-outs are kept (None: this process's memory only)

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..stores.base import Claimed
 from ..tasks import RunContext, Task
+from ..tracing import AttemptSpan
 
 
 class Active:
@@ -28,6 +29,7 @@ class Active:
         "task",
         "timed_out",
         "timer",
+        "trace",
     )
 
     def __init__(self, claim: Claimed, task: Task[Any, Any] | None) -> None:
@@ -45,6 +47,7 @@ class Active:
         self.returned = False  # its pool call (a thread's handler, a child's watcher) has returned
         self.async_task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.trace: AttemptSpan | None = None  # its span, when the worker traces (rota.tracing)
 
     @property
     def cancel(self) -> threading.Event:

@@ -14,6 +14,7 @@ from ..errors import DatabaseError
 from ..logs import log_event
 from ..stores.base import Claimed, Store, finishes_with_claims
 from ..tasks import Task
+from ..tracing import end_attempt
 from ..transactional import COMMITTED
 from .active import Active
 from .completer import Completer
@@ -388,6 +389,9 @@ class Finisher:
         if self.claimer.store().limits_wait():  # its outcome frees a slot of a full limit:
             self.claimer.limit_slot_freed()  # claim again now (taking it along), not at a poll
         if kind == "lost":
+            if active.trace is not None:
+                end_attempt(active.trace, "lost")
+                active.trace = None
             self.completer.forget(active.claim.id, active.claim.token)
             return
         record = self.decider.decide(active, kind, value)

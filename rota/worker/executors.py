@@ -22,6 +22,7 @@ from ..executor import handler_path
 from ..serialization import encode_result
 from ..stores.base import Claimed, Store
 from ..tasks import Task
+from ..tracing import attempt_span
 from ..transactional import AFTER_SYNC_CALL, after_sync_call, call_transactional, committing
 from .active import Active, child_context, decode_arguments, parent_results, run_context
 from .child import run_in_child
@@ -63,6 +64,9 @@ class CoroutineExecutor(_Decidable):
     async def _outcome(self, active: Active, task: Task[Any, Any]) -> Result:
         c = active.claim
         outcome: Result
+        if self.slots.traced is not None:  # the read in a thread, the span current in this task
+            stored = await asyncio.to_thread(self.slots.traceparent, active)
+            active.trace = attempt_span(c, stored, self.slots.traced)
         try:
             args, kwargs = decode_arguments(c)
             if task.opts.pass_context:
@@ -78,6 +82,9 @@ class CoroutineExecutor(_Decidable):
             outcome = ("timeout", None) if scope.expired() else ("error", exc)
         except Exception as exc:
             outcome = "error", exc
+        finally:
+            if active.trace is not None:
+                active.trace.leave()
         return outcome
 
     def stop(self, active: Active, lost: bool) -> None:
@@ -113,6 +120,8 @@ class ThreadExecutor(_Decidable):
 
     def _call(self, active: Active, task: Task[Any, Any]) -> Result:
         """On a pool thread: decode arguments, call the handler, encode its result."""
+        if self.slots.traced is not None:
+            self.slots.enter_trace(active)
         try:
             args, kwargs = decode_arguments(active.claim)
             if task.opts.pass_context:
@@ -123,6 +132,8 @@ class ThreadExecutor(_Decidable):
         except BaseException as exc:
             return "error", exc
         finally:
+            if active.trace is not None:
+                active.trace.leave()
             if AFTER_SYNC_CALL:
                 after_sync_call()
 
@@ -176,9 +187,22 @@ class TransactionalExecutor(ThreadExecutor):
         except BaseException as exc:
             return "error", exc
         timeout = active.claim.timeout
-        return call_transactional(
-            self.slots.store(), task, run_context(active), args, kwargs, timeout=timeout, key=active, stop=active.cancel
-        )
+        if self.slots.traced is not None:
+            self.slots.enter_trace(active)
+        try:
+            return call_transactional(
+                self.slots.store(),
+                task,
+                run_context(active),
+                args,
+                kwargs,
+                timeout=timeout,
+                key=active,
+                stop=active.cancel,
+            )
+        finally:
+            if active.trace is not None:
+                active.trace.leave()
 
     def may_decide(self, active: Active) -> bool:
         return not committing(active)
@@ -202,6 +226,10 @@ class ProcessExecutor(_Decidable):
         except ValueError as exc:
             return "error", exc
         context = child_context(c, parent_results(task, c.id)) if task.opts.pass_context else None
+        if self.slots.traced is not None:  # (the child process does not continue the trace)
+            self.slots.enter_trace(active)
+            if active.trace is not None:
+                active.trace.leave()
         kind, value = run_in_child(module, qualname, task.name, c.args, c.kwargs, context, c.timeout, active.cancel)
         if kind == "error":
             return "child_error", value
@@ -253,6 +281,21 @@ class Executors:
         self.stuck = 0  # decided runs whose handler still runs, of every kind (they keep their slots)
         self.stuck_changed: Callable[[], None] = lambda: None  # on the loop: the registry shows it at once
         self.watch: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext  # LoopWatch.watching
+        self.traced: str | None = None  # the worker's id when it traces attempts (rota.tracing)
+
+    def enter_trace(self, active: Active) -> None:
+        """On the handler's thread: start its attempt's span, linked to the context stored at
+        enqueue (a read of the run's row; a failed read only loses the link)."""
+        assert self.traced is not None
+        active.trace = attempt_span(active.claim, self.traceparent(active), self.traced)
+
+    def traceparent(self, active: Active) -> str | None:
+        """The run's stored trace context (blocking: a read of its row)."""
+        try:
+            return self.store().run_traceparent(active.claim.id)
+        except Exception as exc:
+            log.debug("trace context of run %d not read: %s", active.claim.id, exc)
+            return None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.handoff.loop = loop

@@ -18,6 +18,7 @@ from ..serialization import encode, encode_error, error_payload, simple_error, s
 from ..stores.base import Claimed, Outcome
 from ..stores.records import REFUSED, UNKNOWN_TASK_GRACE
 from ..tasks import Backoff
+from ..tracing import end_attempt
 from ..transactional import COMMITTED
 from .active import Active, CorruptArguments
 from .counters import WorkerCounters
@@ -62,6 +63,13 @@ class Decider:
             self.sampler.flush()
 
     def decide(self, active: Active, kind: str, value: Any) -> Outcome:
+        outcome = self._decide(active, kind, value)
+        if active.trace is not None:  # its span ends with the outcome (rota.tracing)
+            end_attempt(active.trace, outcome.status, outcome.error)
+            active.trace = None
+        return outcome
+
+    def _decide(self, active: Active, kind: str, value: Any) -> Outcome:
         c = active.claim
         if kind in ("ok", COMMITTED):  # even if cancellation was requested: the handler says it is done
             self.counters.succeeded += 1

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from .. import tracing
 from ..errors import DatabaseError, DatabaseRefused, DatabaseTransient, SchemaVersionError
 from ..executor import DaemonPool
 from ..logs import log_event
@@ -103,6 +104,7 @@ class Worker(Lifecycle):
         self._completer = Completer(store, self._db, self._outage, c, self._emit)
         self._decider = Decider(self.id, c, self.app.tasks, lambda: self._due.db_offset)
         self._executors = Executors(self.concurrency, self._deliver, self._store)
+        self._executors.traced = self.id if tracing.enabled() else None  # a span per attempt
         self._leases = Leases(self.id, store, self._db, self._executors, self._completer, self._outage, c)
         self._rescuer = Rescuer(self.id, store, self._db, self._outage, c, self._emit)
         self._claimer = Claimer(

@@ -38,34 +38,43 @@ function xLabels(node, starts, x, bucketMs, width) {
   }
 }
 
-// Stacked bars: one per bucket, segments by `keys`; a legend with each key's total.
-export function stackedBars(container, data, keys, title) {
+// Stacked bars: one per bucket, segments by `keys` (each run counted once, by its outcome);
+// `apart` keys (retried attempts) are drawn as a narrow bar of their own beside it, from the
+// axis, never stacked on the runs. A legend with each key's total.
+export function stackedBars(container, data, keys, title, apart = []) {
   const width = widthOf(container), height = 190, inner = width - PAD.left - PAD.right;
   const buckets = data.buckets, n = buckets.length;
-  const max = Math.max(1, ...buckets.map((b) => keys.reduce((s, k) => s + b[k], 0)));
+  const max = Math.max(1, ...buckets.map((b) => Math.max(keys.reduce((s, k) => s + b[k], 0), ...apart.map((k) => b[k]))));
   const top = niceStep(max, 3) * Math.ceil(max / niceStep(max, 3));
   const chart = frame(width, height, title);
   yAxis(chart, top, height, width, (v) => String(Math.round(v)));
-  const bw = inner / n, ih = height - PAD.top - PAD.bottom;
+  const bw = inner / n, ih = height - PAD.top - PAD.bottom, side = apart.length ? Math.max(1, bw * 0.3) : 0;
   const x = (i) => PAD.left + i * bw;
   const starts = buckets.map((b) => Date.parse(b.start));
+  const mark = (b, i, k, left, w, y, h) => chart.append(svg("rect", {
+    x: left, y, width: Math.max(1, w), height: Math.max(h, 0.5),
+    class: "mark s-" + k + (apart.includes(k) ? " apart" : ""), "data-start": b.start, "data-key": k, "data-count": b[k],
+  }, svg("title", {}, `${clock(starts[i], data.bucket_seconds >= 3600)} · ${k} ${b.estimated ? "≈" : ""}${b[k]}`)));
   buckets.forEach((b, i) => {
+    const pad = Math.min(1, bw * 0.1), full = bw - Math.min(2, bw * 0.2) - side;
     let y = PAD.top + ih;
     for (const k of keys) {
       if (!b[k]) continue;
       const h = (b[k] / top) * ih;
       y -= h;
-      chart.append(svg("rect", {
-        x: x(i) + Math.min(1, bw * 0.1), y, width: Math.max(1, bw - Math.min(2, bw * 0.2)), height: Math.max(h, 0.5),
-        class: "mark s-" + k, "data-start": b.start, "data-key": k, "data-count": b[k],
-      }, svg("title", {}, `${clock(starts[i], data.bucket_seconds >= 3600)} · ${k} ${b.estimated ? "≈" : ""}${b[k]}`)));
+      mark(b, i, k, x(i) + pad, full, y, h);
     }
+    apart.forEach((k, j) => {
+      if (!b[k]) return;
+      const h = (b[k] / top) * ih;
+      mark(b, i, k, x(i) + pad + full + (j * side) / apart.length, side / apart.length, PAD.top + ih - h, h);
+    });
   });
   const labels = svg("g", { transform: `translate(0 ${height - 6})` });
   xLabels(labels, starts, x, data.bucket_seconds * 1000, width);
   chart.append(labels);
-  const legend = el("div", { class: "legend" }, keys.map((k) => el("span", { class: "key", "data-key": k, "data-total": data.totals[k] },
-    el("i", { class: "swatch s-" + k }), k + " ", el("b", {}, String(data.totals[k])))),
+  const legend = el("div", { class: "legend" }, [...keys, ...apart].map((k) => el("span", { class: "key", "data-key": k, "data-total": data.totals[k] },
+    el("i", { class: "swatch s-" + k }), (apart.includes(k) ? k + " attempts (beside, not stacked) " : k + " "), el("b", {}, String(data.totals[k])))),
   data.estimated ? el("span", { class: "muted" }, "≈ busy buckets estimated from a sample") : null);
   return [chart, legend];
 }

@@ -102,6 +102,26 @@ export async function act(path, done, after) {
   if (after) after();
 }
 
+// A bulk action on every run `filter` matches (POST api/runs/bulk): counts first, asks for a
+// confirmation that says how many, then acts on exactly that many (the server refuses if the
+// count changed meanwhile). `after` runs either way.
+export async function bulkAct(action, filter, after) {
+  const post = (body) => api("api/runs/bulk", { method: "POST", headers: { Accept: "application/json", "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  try {
+    const counted = await post({ action, filter, dry_run: true });
+    const what = Object.entries(filter).filter(([, v]) => v).map(([k, v]) => k + " " + v).join(", ") || "no filter";
+    if (!counted.matched) { toast("No runs match (" + what + ")."); return; }
+    const verb = action === "retry" ? "Retry" : "Cancel";
+    if (!confirm(`${verb} ${counted.matched} run${counted.matched === 1 ? "" : "s"} matching ${what}? (${action === "retry" ? "finished runs only" : "pending and running runs only"})`)) return;
+    const done = await post({ action, filter, expect: counted.matched });
+    toast(`${action === "retry" ? "retried" : "cancelled"} ${done.done} of ${done.matched} runs` + (done.skipped ? ` (${done.skipped} skipped)` : ""));
+  } catch (e) {
+    toast(e.message);
+  } finally {
+    if (after) after();
+  }
+}
+
 // -- routes: #/view/arg?params (every view, filter, page and selected item is in the URL) --
 export function parseHash(hash) {
   let h = (hash || "").replace(/^#/, "");

@@ -52,7 +52,7 @@ function attemptRows(run) {
       el("td", { class: "num" }, a.started_at && a.finished_at ? span((Date.parse(a.finished_at) - Date.parse(a.started_at)) / 1000) : ""),
       el("td", { class: "num" }, gap), el("td", { class: "wrap" }, a.error ? [fault(a.error), " — ", a.error.message || ""] : ""));
   });
-  return table(["try", "ended as", "worker", "started", "ended", "took", "backoff after", "fault"], rows, "Not started yet.");
+  return table(["try", "ended as", "worker", "started", "ended", "took", "backoff after", "fault"], rows, "Not started yet.", true);
 }
 
 // Runs after others (after=): a run's parents and dependents, each with its status badge
@@ -97,8 +97,8 @@ function flowSection(r, known) {
 
 function renderRun(root, r, refresh, known) {
   const actions = el("span", { class: "actions" },
-    FINAL.has(r.status) ? null : el("button", { class: "danger", onclick: () => { if (confirm("Cancel run " + r.id + "?")) act("api/runs/" + enc(r.id) + "/cancel", (x) => "run " + x.id + " " + x.status, refresh); } }, "cancel"),
-    FINAL.has(r.status) ? el("button", { onclick: () => act("api/runs/" + enc(r.id) + "/retry", (x) => { go(href("run", x.id)); return "retry enqueued as run " + x.id; }) }, "retry") : null);
+    FINAL.has(r.status) ? null : el("button", { class: "danger act", onclick: () => { if (confirm("Cancel run " + r.id + "?")) act("api/runs/" + enc(r.id) + "/cancel", (x) => "run " + x.id + " " + x.status, refresh); } }, "cancel"),
+    FINAL.has(r.status) ? el("button", { class: "act", onclick: () => act("api/runs/" + enc(r.id) + "/retry", (x) => { go(href("run", x.id)); return "retry enqueued as run " + x.id; }) }, "retry") : null);
   const ended = FINAL.has(r.status) && r.status !== "succeeded" ? fault(r.error) : null;
   fill(root,
     el("section", { id: "detail", "data-run": r.id },
@@ -189,7 +189,7 @@ const schedule = {
           el("section", {}, el("h2", {}, "Last " + ticks.recent.length + " ticks", el("span", { class: "muted" }, "oldest first, skipped ones included")),
             tickStrip(ticks.recent, (id) => go(href("run", id)))),
           el("section", {}, el("h2", {}, "Next ticks", el("span", { class: "muted" }, "with daylight-saving notes, as rota explain prints them")), nextTicks(ticks, 8)),
-          el("section", {}, el("h2", {}, "History", link("all runs of this schedule", "runs", null, { schedule: s.name })), table(RUN_HEAD, runRows(history), "No runs yet.")));
+          el("section", {}, el("h2", {}, "History", link("all runs of this schedule", "runs", null, { schedule: s.name })), table(RUN_HEAD, runRows(history), "No runs yet.", true)));
       },
     };
   },

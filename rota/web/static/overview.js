@@ -7,7 +7,8 @@ import { recentTimeline } from "./timeline.js";
 
 const WINDOWS = ["15m", "1h", "24h", "7d"];
 const MINUTES = { "15m": 15, "1h": 60, "24h": 1440, "7d": 1440 };
-export const OUTCOMES = ["succeeded", "failed", "retried", "skipped"];
+export const OUTCOMES = ["succeeded", "failed", "skipped"];  // runs, each counted once
+export const APART = ["retried"];  // attempts retried before their run ended: drawn beside
 
 function pct(stats) { return stats.p50 === null ? "–" : "p50 " + span(stats.p50) + " · p95 " + span(stats.p95); }
 
@@ -55,7 +56,7 @@ const overview = {
           el("div", { class: "card" }, el("b", {}, stats.capacity), el("span", {}, "capacity")));
         const per = tp.bucket_seconds === 60 ? "per minute" : "per " + span(tp.bucket_seconds);
         parts.title.textContent = "Throughput " + per + " by outcome" + (p.task ? " · task " + p.task : "") + (p.queue ? " · queue " + p.queue : "");
-        fill(parts.throughput, stackedBars(parts.throughput, tp, OUTCOMES, "throughput"));
+        fill(parts.throughput, stackedBars(parts.throughput, tp, OUTCOMES, "throughput", APART));
         fill(parts.lateness, lines(parts.lateness, late, [{ name: "p50", key: "p50", values: late.buckets.map((b) => b.lateness.p50) },
           { name: "p95", key: "p95", values: late.buckets.map((b) => b.lateness.p95) }], "start lateness"),
         el("div", { class: "legend", id: "lateness-summary" }, el("span", { class: "key" }, el("i", { class: "swatch s-p50" }), "p50"), el("span", { class: "key" }, el("i", { class: "swatch s-p95" }), "p95"),

@@ -2,14 +2,17 @@
 // A view is { title, mount(root, route) -> { update(route, alive) } }: mount builds what
 // stays (forms), update fetches and redraws; `alive()` is false once the route has moved on.
 "use strict";
-import { api, act, badge, el, empty, enc, every, fill, go, href, link, paramsOf, runLink, short, took, when } from "./core.js";
+import { api, act, badge, bulkAct, el, empty, enc, every, fill, go, href, link, paramsOf, runLink, short, took, when } from "./core.js";
 import { backlogBars } from "./charts.js";
 
 const STATUSES = ["pending", "running", "succeeded", "failed", "skipped", "cancelled"];
 const RUN_FILTERS = ["status", "task", "schedule", "queue", "limit", "before", "damaged"];  // damaged=1: a link only (no form field)
 
-function table(head, rows, none) {
-  return el("div", { class: "scroll" }, el("table", {}, el("thead", {}, el("tr", {}, head.map((h) => el("th", {}, h)))),
+// `stack`: on a narrow screen each row becomes a card whose cells wrap, labelled by their
+// column (style.css), so that status and error stay on screen at 390 px.
+function table(head, rows, none, stack) {
+  if (stack) for (const row of rows) [...row.children].forEach((td, i) => { if (head[i]) td.setAttribute("data-label", head[i]); });
+  return el("div", { class: "scroll" }, el("table", { class: stack ? "stack" : null }, el("thead", {}, el("tr", {}, head.map((h) => el("th", {}, h)))),
     el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: head.length, class: "empty" }, none)))));
 }
 
@@ -45,11 +48,15 @@ const runs = {
       el("select", { name: "limit", "aria-label": "limit" }, ["25", "50", "100", "500"].map((n) => el("option", { value: n }, n))),
       el("a", { id: "clear", href: href("runs") }, "clear"),
       el("span", { class: "spacer" }),
+      el("span", { class: "bulk actions", id: "bulk" },
+        el("button", { type: "button", id: "bulk-retry", onclick: () => bulkAct("retry", filterOf(), refresh) }, "retry all matching"),
+        el("button", { type: "button", id: "bulk-cancel", class: "danger", onclick: () => bulkAct("cancel", filterOf(), refresh) }, "cancel all matching")),
       el("a", { id: "newest", class: "button", hidden: true }, "← newest"),
       el("a", { id: "older", class: "button", hidden: true }, "older →"));
     const body = el("div", {});
     fill(root, el("section", {}, el("h2", {}, "Runs", el("span", { id: "runs-note", class: "muted" })), form, body));
-    let typing = null;
+    let typing = null, shown = {}, refresh = null;
+    const filterOf = () => ({ status: shown.status || null, task: shown.task || null, schedule: shown.schedule || null, queue: shown.queue || null });
     const apply = () => {
       const p = {};
       for (const k of ["status", "task", "schedule", "queue", "limit"]) p[k] = form.elements[k].value.trim();
@@ -68,6 +75,8 @@ const runs = {
     return {
       async update(route, alive) {
         const p = paramsOf(route, RUN_FILTERS);
+        shown = p;  // bulk actions take the filter of the list on screen
+        refresh = () => this.update(route, alive);
         if (typing === null) {
           for (const k of ["status", "task", "schedule", "queue"]) if (document.activeElement !== form.elements[k]) form.elements[k].value = p[k];
           form.elements.limit.value = p.limit || "50";
@@ -76,7 +85,7 @@ const runs = {
         for (const k of RUN_FILTERS) if (p[k]) q.set(k, p[k]);
         const items = await api("api/runs?" + q.toString());
         if (!alive()) return;
-        fill(body, table(RUN_HEAD, runRows(items), "No runs match."));
+        fill(body, table(RUN_HEAD, runRows(items), "No runs match.", true));
         const limit = Number(p.limit || "50"), older = $q(form, "#older"), newest = $q(form, "#newest");
         older.hidden = items.length < limit;
         if (items.length) older.setAttribute("href", href("runs", null, { ...p, before: items[items.length - 1].id }));
@@ -159,9 +168,10 @@ const workers = {
     fill(root, el("section", {}, el("h2", {}, "Workers"), body));
     return {
       async update(route, alive) {
-        const items = await api("api/workers");
+        const items = (await api("api/workers")).map((w, i) => [w, i]);
+        items.sort(([a, i], [b, j]) => (b.alive ? 1 : 0) - (a.alive ? 1 : 0) || i - j);  // live first, else as listed
         if (!alive()) return;
-        fill(body, table(["worker", "state", "alive", "concurrency", "queues", "started", "last seen", "stuck"], items.map((w) => el("tr", { "data-worker": w.id },
+        fill(body, table(["worker", "state", "alive", "concurrency", "queues", "started", "last seen", "stuck"], items.map(([w]) => el("tr", { "data-worker": w.id },
           el("td", {}, link(w.id, "worker", w.id)), el("td", {}, w.state), el("td", {}, w.alive ? "yes" : "no"), el("td", { class: "num" }, w.concurrency),
           el("td", {}, (w.queues || ["all"]).join(", ")), el("td", {}, when(w.started_at)), el("td", {}, when(w.last_seen)),
           el("td", {}, stuck(w.stuck)))), "No workers seen recently."));

@@ -298,7 +298,7 @@ kept AS (
         exclusive, held, scheduled_for, due_at, attempt, max_attempts, timeout, backoff, owner, token,
         lease_until, cancel_requested, created_at, started_at, finished_at, result, error, attempts,
         retry_of, misfire_at, waiting_on, has_dependents, after_depth, backfill, limit_name,
-        limit_key, rate_name, rate_key, rate_waited, refused_at)
+        limit_key, rate_name, rate_key, rate_waited, refused_at, traceparent)
     SELECT id, task, queue, priority, 'succeeded', args, kwargs, key, schedule, tick,
         exclusive, held, scheduled_for, due_at,
         -- a held run started (v_started seconds ago) and ended before its start was written
@@ -307,7 +307,7 @@ kept AS (
         NULL, cancel_requested, created_at,
         coalesce(started_at, {now} - make_interval(secs => v_started)), {now}, v_result, NULL, attempts,
         retry_of, misfire_at, waiting_on, has_dependents, after_depth, backfill, limit_name,
-        limit_key, rate_name, rate_key, rate_waited, refused_at
+        limit_key, rate_name, rate_key, rate_waited, refused_at, traceparent
     FROM moved
     RETURNING id
 ),
@@ -2095,3 +2095,13 @@ SELECT to_regclass('rota_task_flow') IS NOT NULL
 -- runs waiting for a worker that declares their task to compute their keys (rota limits)
 SELECT count(*) FROM rota_runs
 WHERE limit_name = %(unresolved)s AND status = 'pending' AND NOT held
+
+-- name: set_traceparent
+-- transition: enqueue
+-- (part of the enqueue, in its transaction: the trace context the run was enqueued in, rota.tracing)
+UPDATE rota_runs SET traceparent = %(traceparent)s WHERE id = %(id)s
+
+-- name: run_traceparent
+-- The trace context stored at enqueue (a running run is in rota_runs: schema 17 moves only
+-- finished ones).
+SELECT traceparent FROM rota_runs WHERE id = %(id)s

@@ -1404,3 +1404,12 @@ SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'rota_task_fl
 -- name: flow_unresolved_count
 SELECT count(*) FROM rota_runs
 WHERE limit_name = :unresolved AND status = 'pending' AND NOT held
+
+-- name: set_traceparent
+-- transition: enqueue
+-- (part of the enqueue, in its transaction: the trace context the run was enqueued in, rota.tracing)
+UPDATE rota_runs SET traceparent = :traceparent WHERE id = :id
+
+-- name: run_traceparent
+-- The trace context stored at enqueue.
+SELECT traceparent FROM rota_runs WHERE id = :id

@@ -14,14 +14,14 @@ from rota.stores.base import NewRun, Outcome
 from rota.stores.queries import load_migrations
 
 from .conftest import make_app
-from .test_hot_path import before_flow_control
+from .test_hot_path import before_flow_control, migrations_of
 
 
 def _at_version_4(monkeypatch: pytest.MonkeyPatch, url: str) -> tuple[rota.App, str]:
     module: Any = pg_module if url.startswith("postgresql") else sqlite_module
     dialect = "postgres" if module is pg_module else "sqlite"
     with monkeypatch.context() as patch:
-        patch.setattr(module, "load_migrations", lambda _d: load_migrations(dialect)[:4])
+        patch.setattr(migrations_of(module), "load_migrations", lambda _d: load_migrations(dialect)[:4])
         patch.setattr(module, "load_queries", before_flow_control(module.load_queries))
         old = make_app(url)
         assert old.migrate()[-1] == "0004_hot_path"

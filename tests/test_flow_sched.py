@@ -286,12 +286,12 @@ def test_a_populated_version_4_database_migrates_to_the_latest_version_in_place(
     from rota.stores.queries import load_migrations
 
     from .conftest import make_app
-    from .test_hot_path import before_flow_control
+    from .test_hot_path import before_flow_control, migrations_of
 
     module: Any = pg_module if db_url.startswith("postgresql") else sqlite_module
     dialect = "postgres" if module is pg_module else "sqlite"
     with monkeypatch.context() as patch:
-        patch.setattr(module, "load_migrations", lambda _d: load_migrations(dialect)[:4])
+        patch.setattr(migrations_of(module), "load_migrations", lambda _d: load_migrations(dialect)[:4])
         patch.setattr(module, "load_queries", before_flow_control(module.load_queries))
         old = make_app(db_url)
         old.migrate()

@@ -257,11 +257,11 @@ def _populate_version_16(store: Any) -> dict[str, int]:
 def test_a_populated_version_16_database_migrates_and_its_runs_move_in_batches(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rota.stores import postgres as pg_module
+    from rota.stores import _pg_migrate
     from rota.stores.queries import load_migrations
 
     with monkeypatch.context() as patch:
-        patch.setattr(pg_module, "load_migrations", lambda _d: load_migrations("postgres")[:16])
+        patch.setattr(_pg_migrate, "load_migrations", lambda _d: load_migrations("postgres")[:16])
         old = make_app(pg_url)
         assert old.migrate()[-1] == "0016_limit_told"
         ids = _populate_version_16(old.store)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import rota
+from rota.stores import _pg_migrate
 from rota.stores import postgres as pg_module
 from rota.stores import sqlite as sqlite_module
 from rota.stores.base import NewRun, Outcome
@@ -25,12 +26,17 @@ def _at_version_3(monkeypatch: pytest.MonkeyPatch, url: str) -> rota.App:
     module: Any = pg_module if url.startswith("postgresql") else sqlite_module
     dialect = "postgres" if module is pg_module else "sqlite"
     with monkeypatch.context() as patch:
-        patch.setattr(module, "load_migrations", lambda _d: load_migrations(dialect)[:3])
+        patch.setattr(migrations_of(module), "load_migrations", lambda _d: load_migrations(dialect)[:3])
         patch.setattr(module, "load_queries", before_flow_control(module.load_queries))
         old = make_app(url)
         assert old.migrate() == ["0001_initial", "0002_worker_faults", "0003_operate"]
     # That rota's claim did not know misfire_at (schema version 6): strip it from ours.
     return old
+
+
+def migrations_of(module: Any) -> Any:
+    """The module whose load_migrations a store's migrate() calls (PostgreSQL's: _pg_migrate)."""
+    return _pg_migrate if module is pg_module else module
 
 
 def before_misfire_deadlines(claim: str) -> str:

@@ -14,7 +14,7 @@ from rota.stores.base import NewRun, Outcome
 from rota.stores.queries import load_migrations
 
 from .conftest import make_app
-from .test_hot_path import before_flow_control
+from .test_hot_path import before_flow_control, migrations_of
 
 
 def test_a_populated_version_4_database_migrates_and_limits_hold_on_it(
@@ -23,7 +23,7 @@ def test_a_populated_version_4_database_migrates_and_limits_hold_on_it(
     module: Any = pg_module if db_url.startswith("postgresql") else sqlite_module
     dialect = "postgres" if module is pg_module else "sqlite"
     with monkeypatch.context() as patch:
-        patch.setattr(module, "load_migrations", lambda _d: load_migrations(dialect)[:4])
+        patch.setattr(migrations_of(module), "load_migrations", lambda _d: load_migrations(dialect)[:4])
         patch.setattr(module, "load_queries", before_flow_control(module.load_queries))
         old = make_app(db_url)
         assert old.migrate()[-1] == "0004_hot_path"

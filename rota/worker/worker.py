@@ -55,6 +55,7 @@ class Worker(Lifecycle):
         poll_interval: float | None = None,
         shutdown_timeout: float | None = None,
         heartbeat_interval: float | None = None,
+        default_timeout: float | None = None,
         flush_interval: float = 0.002,
         install_signal_handlers: bool = True,
         metrics_port: int | None = None,
@@ -74,6 +75,7 @@ class Worker(Lifecycle):
             shutdown_timeout=shutdown_timeout,
             heartbeat_interval=heartbeat_interval,
             flush_interval=flush_interval,
+            default_timeout=default_timeout,
         )
         self.settings = s
         self.concurrency, self.queues, self.lease = s.concurrency, s.queues, s.lease
@@ -103,6 +105,7 @@ class Worker(Lifecycle):
         self._completer = Completer(store, self._db, self._outage, c, self._emit)
         self._decider = Decider(self.id, c, self.app.tasks, lambda: self._due.db_offset)
         self._executors = Executors(self.concurrency, self._deliver, self._store)
+        self._executors.default_timeout = self.settings.default_timeout or None
         self._leases = Leases(self.id, store, self._db, self._executors, self._completer, self._outage, c)
         self._rescuer = Rescuer(self.id, store, self._db, self._outage, c, self._emit)
         self._claimer = Claimer(

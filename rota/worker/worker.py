@@ -144,6 +144,8 @@ class Worker(Lifecycle):
         self._ticker.claiming = self._ticker_claiming
         self._ticker.sleep_or_stop = self._sleep_or_stop
         self._wakeups.cancel = self._leases.request_cancel
+        self._wakeups.owner = self.id
+        self._wakeups.holding = lambda: bool(self._executors.inflight or self._prefetch.held)
         self._wakeups.refresh = self._poller.refresh_due
         self._poller.queues, self._poller.poll_interval = self.queues, self.poll_interval
         self._poller.batch = max(1, self.concurrency // 2)

@@ -848,6 +848,10 @@ UPDATE rota_runs SET cancel_requested = true
 WHERE id = %(id)s AND status = 'running'
 RETURNING id, owner
 
+-- name: cancel_requests
+-- (SQLite's wake-ups read it; PostgreSQL delivers a cancellation by NOTIFY.)
+SELECT id FROM rota_runs WHERE status = 'running' AND cancel_requested AND owner = %(owner)s
+
 -- name: cancel_held
 -- transition: overlap
 -- Locks as cancel_schedule_pending does: the schedule's row, then the queued runs in id order

@@ -551,6 +551,12 @@ UPDATE rota_runs SET cancel_requested = 1
 WHERE id = :id AND status = 'running'
 RETURNING id, owner
 
+-- name: cancel_requests
+-- The runs of one worker whose cancellation was requested (another process's request reaches
+-- its worker through the data_version watch: rota/worker/wakeups.py). Reads the running runs
+-- only (rota_runs_status).
+SELECT id FROM rota_runs WHERE status = 'running' AND cancel_requested AND owner = :owner
+
 -- name: cancel_held
 -- transition: overlap
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error

@@ -139,6 +139,12 @@ class SqlStore(SqlFlow):
             rows = s.q("run_status", id=run_id)
             return str(rows[0][0]) if rows else None
 
+    def cancel_requests(self, owner: str) -> set[int]:
+        """The runs `owner` holds whose cancellation was requested, by any process (SQLite's
+        wake-ups read them: it has no NOTIFY)."""
+        with self._read() as s:
+            return {int(r[0]) for r in s.q("cancel_requests", owner=owner)}
+
     def fence(self, held: Sequence[tuple[int, int]], lease: float, worker: str) -> set[int]:
         """A stopping worker's last write (see Store.fence): shorten these runs' leases to
         `lease` seconds and note why, for the rescue's history entry."""

@@ -169,11 +169,6 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         except sqlite3.Error as exc:
             raise _translate(exc, self.path) from exc
 
-    def cancel_requests(self, owner: str) -> set[int]:
-        """The runs `owner` holds whose cancellation was requested (by any process)."""
-        with self._read() as s:
-            return {int(r[0]) for r in s.q("cancel_requests", owner=owner)}
-
     def release_thread(self) -> None:
         """Close the calling thread's connection (a thread that is about to end)."""
         with self._all_lock:

@@ -268,7 +268,7 @@ def test_a_populated_version_16_database_migrates_and_its_runs_move_in_batches(
         old.close()
     app = make_app(pg_url)
     try:
-        assert app.migrate() == ["0017_history"]
+        assert app.migrate() == ["0017_history", "0018_worker_lease"]
         before = [(r.id, r.status) for r in app.list_runs(task="t")]
         assert len(before) == 8 and app.store.count_by_status()["succeeded"] == 3
         assert [app.store.move_history(1) for _ in range(3)] == [1, 1, 0]  # one batch, one transaction

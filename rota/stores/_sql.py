@@ -173,6 +173,11 @@ class SqlStore(SqlFlow):
             queues=json.dumps(list(queues)) if queues is not None else None,
         )
 
+    def worker_lease(self, worker_id: str, lease: float) -> None:
+        """Record the worker's own lease, which the listings judge its liveness by (schema 18;
+        a separate statement, so a worker registers on an older schema during an upgrade)."""
+        self._one("worker_lease", id=worker_id, lease=lease)
+
     def worker_seen(self, worker_id: str, state: str, stuck: int = 0) -> None:
         self._one("worker_seen_stuck", id=worker_id, state=state, stuck=stuck)
 

@@ -68,6 +68,7 @@ class App(FlowClient, Client, AsyncClient):
         lease: float | None = None,
         poll_interval: float | None = None,
         shutdown_timeout: float | None = None,
+        default_timeout: float | None = None,
         clock: Clock | None = None,
         locks_url: str | None = None,
         retention: Mapping[str, timedelta] | None = DEFAULT_RETENTION,
@@ -87,6 +88,7 @@ class App(FlowClient, Client, AsyncClient):
             lease=lease,
             poll_interval=poll_interval,
             shutdown_timeout=shutdown_timeout,
+            default_timeout=default_timeout,
             locks_url=locks_url,
             prune_interval=prune_interval,
             high_frequency=high_frequency,
@@ -119,6 +121,8 @@ class App(FlowClient, Client, AsyncClient):
             "poll_interval", cfg["poll_interval"], config.MIN_POLL_INTERVAL
         )
         self.shutdown_timeout: float = cfg["shutdown_timeout"]
+        # The timeout of a run whose task sets none (seconds; 0: none): a hung handler ends.
+        self.default_timeout: float = config.check_seconds("default_timeout", cfg["default_timeout"], 0.0)
         self.clock = clock
         self.locks_url: str | None = cfg["locks_url"]
         config.remember_secrets(self.database_url, self.locks_url)  # log lines and errors redact them

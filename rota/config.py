@@ -228,6 +228,13 @@ SETTINGS: dict[str, Setting] = {
         ),
         _s("shutdown_timeout", _seconds(0, inclusive=True), 30.0, "Seconds to drain on SIGTERM", "30"),
         _s(
+            "default_timeout",
+            _seconds(0, inclusive=True),
+            3600.0,
+            "Timeout in seconds of a run whose task sets no timeout= (0: none)",
+            "3600",
+        ),
+        _s(
             "retention",
             _retention,
             DEFAULT_RETENTION,

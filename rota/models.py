@@ -276,6 +276,9 @@ class WorkerInfo:
     # The stored fields that could not be read (a damaged row): they read as None / 0, and a
     # worker whose last_seen cannot be read is not alive.
     corrupt: tuple[str, ...] = ()
+    # its own lease (seconds): alive while its last heartbeat is younger than this; None for a
+    # worker of an older release (judged by the viewer's lease)
+    lease: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -289,6 +292,7 @@ class WorkerInfo:
             "last_seen": _iso(self.last_seen),
             "alive": self.alive,
             "stuck": self.stuck,
+            "lease": self.lease,
             "corrupt": list(self.corrupt),
         }
 

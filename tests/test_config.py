@@ -22,6 +22,7 @@ BAD = {
     "lease": "-1",
     "poll_interval": "nan",
     "shutdown_timeout": "-2",
+    "default_timeout": "an hour",
     "retention": "forever",
     "prune_interval": "0",
     "high_frequency": "-1",

@@ -284,6 +284,9 @@ def _damage_registry(app: rota.App) -> tuple[list[str], list[str]]:
         "w-pid": {"pid": "-7"},
         "w-concurrency": {"concurrency": "-3"},
         "w-stuck": {"stuck": "-1"},
+        "w-lease": {"lease": "-5"},  # issue 44: each worker's own lease, judged in SQL too
+        "w-lease-far": {"lease": far},
+        "w-lease-nan": {"lease": "'NaN'" if pg else "1e30"},
     }
     for key, bad in workers.items():
         row = {"id": f"'{key}'", "host": "'h'", "pid": "1", "concurrency": "4", "queues": "NULL",
@@ -307,6 +310,8 @@ def test_damaged_worker_and_lock_rows_are_listed_and_never_break_status_api_or_m
         assert listed[key].corrupt, listed[key]
     assert not listed["w-seen"].alive and not listed["w-seen-late"].alive
     assert listed["w-queues"].corrupt == ("queues",) and listed["w-queues"].queues is None
+    for key in ("w-lease", "w-lease-far", "w-lease-nan"):  # judged by the viewer's lease instead
+        assert listed[key].corrupt == ("lease",) and listed[key].lease is None and listed[key].alive, listed[key]
     held = {lk.name: lk for lk in app.list_locks()}
     assert all(held[key].corrupt for key in locks), held
     stats = app.stats()

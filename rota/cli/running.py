@@ -93,6 +93,7 @@ def _flag_or_app(app: App, name: str, flag: Any) -> Any:
 @click.option("--lease", type=Seconds("lease"), help=config.help_line("lease"))
 @click.option("--poll-interval", type=Seconds("poll_interval"), help=config.help_line("poll_interval"))
 @click.option("--shutdown-timeout", type=Seconds("shutdown_timeout"), help=config.help_line("shutdown_timeout"))
+@click.option("--default-timeout", type=Seconds("default_timeout"), help=config.help_line("default_timeout"))
 @click.option("--metrics-port", type=PORT, help=config.help_line("metrics_port"))
 @click.option("--prefetch", type=click.IntRange(0, 100000), help=config.help_line("prefetch"))
 @log_options("worker")
@@ -114,6 +115,7 @@ def worker(ctx: click.Context, /, app_path: str, **flags: Any) -> None:
         shutdown_timeout=_flag_or_app(app, "shutdown_timeout", flags["shutdown_timeout"]),
         lease=_flag_or_app(app, "lease", flags["lease"]),
         poll_interval=_flag_or_app(app, "poll_interval", flags["poll_interval"]),
+        default_timeout=_flag_or_app(app, "default_timeout", flags["default_timeout"]),
         metrics_port=metrics_port,
         prefetch=config.value("prefetch", flags["prefetch"]),
         exit_after_stop=True,  # a handler still running at the end: fenced, and the process ends

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import quarantine
+from ..config import MAX_SECONDS
 from ..models import LockInfo, WorkerInfo
 
 Row = Sequence[Any]
@@ -38,6 +39,16 @@ class _Fields:
         self.corrupt.append(field)
         return 0
 
+    def seconds(self, value: Any, field: str) -> float | None:
+        """A lease: None if not stored (an older release), else a number of seconds in
+        (0, a year]; anything else (NaN, infinite, negative) is damaged and reads as None."""
+        if value is None:
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_SECONDS:
+            return float(value)
+        self.corrupt.append(field)
+        return None
+
     def names(self, value: Any, field: str) -> list[str] | None:
         if value is None or value == "":
             return None
@@ -59,11 +70,13 @@ class _Fields:
 
 def worker_from_row(dt: Decode, r: Row, stuck: Any) -> WorkerInfo:
     """A `list_workers` row (id, host, pid, concurrency, queues, state, started_at, last_seen,
-    alive) and its `stuck` count."""
+    alive, lease) and its `stuck` count. `alive` and `state` were judged in SQL by the worker's
+    own lease, or by the viewer's where it has none or a damaged one."""
     f = _Fields(dt)
     started, seen = f.time(r[6], "started_at"), f.time(r[7], "last_seen")
     pid, concurrency, queues = f.integer(r[2], "pid"), f.integer(r[3], "concurrency"), f.names(r[4], "queues")
     threads = f.integer(stuck or 0, "stuck")
+    lease = f.seconds(r[9] if len(r) > 9 else None, "lease")
     return WorkerInfo(
         id=str(r[0]),
         host=str(r[1]),
@@ -76,6 +89,7 @@ def worker_from_row(dt: Decode, r: Row, stuck: Any) -> WorkerInfo:
         alive=bool(r[8]) and seen is not None,
         stuck=threads,
         corrupt=f.report(quarantine.WORKER, r[0]),
+        lease=lease,
     )
 
 

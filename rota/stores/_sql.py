@@ -160,6 +160,12 @@ class SqlStore(SqlFlow):
             rows = s.q("run_status", id=run_id)
             return str(rows[0][0]) if rows else None
 
+    def cancel_requests(self, owner: str) -> set[int]:
+        """The runs `owner` holds whose cancellation was requested, by any process (SQLite's
+        wake-ups read them: it has no NOTIFY)."""
+        with self._read() as s:
+            return {int(r[0]) for r in s.q("cancel_requests", owner=owner)}
+
     def fence(self, held: Sequence[tuple[int, int]], lease: float, worker: str) -> set[int]:
         """A stopping worker's last write (see Store.fence): shorten these runs' leases to
         `lease` seconds and note why, for the rescue's history entry."""
@@ -187,6 +193,11 @@ class SqlStore(SqlFlow):
             concurrency=concurrency,
             queues=json.dumps(list(queues)) if queues is not None else None,
         )
+
+    def worker_lease(self, worker_id: str, lease: float) -> None:
+        """Record the worker's own lease, which the listings judge its liveness by (schema 20;
+        a separate statement, so a worker registers on an older schema during an upgrade)."""
+        self._one("worker_lease", id=worker_id, lease=lease)
 
     def worker_seen(self, worker_id: str, state: str, stuck: int = 0) -> None:
         self._one("worker_seen_stuck", id=worker_id, state=state, stuck=stuck)

@@ -77,6 +77,7 @@ class Claimed:
     # why the stored row cannot be worked (rota.quarantine): the worker fails it at once,
     # without running it; its other fields are then placeholders
     damaged: str | None = None
+    default_timeout: bool = False  # `timeout` is the worker's default (the run set none)
 
     @property
     def held(self) -> bool:

@@ -278,6 +278,7 @@ class Executors:
         self.slot_freed = asyncio.Event()
         self.handoff = Handoff(concurrency * 2 + 4, deliver)
         self.by_kind: dict[str, Executor] = {name: make(self) for name, make in EXECUTORS.items()}
+        self.default_timeout: float | None = None  # a run's timeout when its task sets none
         self.stuck = 0  # decided runs whose handler still runs, of every kind (they keep their slots)
         self.stuck_changed: Callable[[], None] = lambda: None  # on the loop: the registry shows it at once
         self.watch: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext  # LoopWatch.watching
@@ -314,6 +315,9 @@ class Executors:
 
     def submit(self, claim: Claimed, task: Task[Any, Any] | None) -> Active:
         """Start a claimed run (its end comes back through `deliver`)."""
+        if claim.timeout is None and self.default_timeout is not None:
+            claim.timeout = self.default_timeout  # its own timeout= always wins
+            claim.default_timeout = True
         active = Active(claim, task)
         self.inflight[claim.id] = active
         if task is None:

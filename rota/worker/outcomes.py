@@ -122,6 +122,9 @@ class Decider:
         c = active.claim
         if kind == "timeout":
             self.counters.timed_out += 1
+            if c.default_timeout:
+                why = f"the default timeout of {c.timeout:g} s (its task sets no timeout=; ROTA_DEFAULT_TIMEOUT)"
+                return simple_error("Timeout", f"run {c.id} exceeded {why}"), True
             return simple_error("Timeout", f"run {c.id} exceeded its timeout of {c.timeout:g} s"), True
         if kind == "crashed":
             return simple_error("ChildCrashed", f"the isolated process of run {c.id} died with exit code {value}"), True
@@ -153,7 +156,13 @@ class Decider:
         if record.error is not None:
             fields["error"] = _error_text(record.error)
         if kind == "timeout":
-            log_event(log, logging.WARNING, "run_timed_out", f"run {c.id} {c.task} timed out", **fields)
+            said = (
+                f" after the default timeout of {c.timeout:g} s (its task sets no timeout=)"
+                if c.default_timeout
+                else ""
+            )
+            log_event(log, logging.WARNING, "run_timed_out", f"run {c.id} {c.task} timed out{said}", **fields,
+                      timeout=c.timeout, default_timeout=c.default_timeout)  # fmt: skip
         status = record.status
         attempt = f"(attempt {c.attempt}/{c.max_attempts})"
         if status == REFUSED:

@@ -22,6 +22,7 @@ class WorkerSettings:
     shutdown_timeout: float
     heartbeat_interval: float
     flush_interval: float
+    default_timeout: float = 0.0  # 0: none (a run's own timeout= always wins)
 
     @classmethod
     def build(
@@ -35,6 +36,7 @@ class WorkerSettings:
         shutdown_timeout: float | None,
         heartbeat_interval: float | None,
         flush_interval: float,
+        default_timeout: float | None = None,
     ) -> WorkerSettings:
         config.check_environment()  # a bad ROTA_* variable stops the start, even if overridden
         lease_s = positive("lease", _or(lease, view.lease), MIN_LEASE)
@@ -49,6 +51,7 @@ class WorkerSettings:
             shutdown_timeout=non_negative("shutdown_timeout", _or(shutdown_timeout, view.shutdown_timeout)),
             heartbeat_interval=heartbeat,
             flush_interval=flush_interval,
+            default_timeout=check_seconds("default_timeout", _or(default_timeout, view.default_timeout), 0.0),
         )
 
 

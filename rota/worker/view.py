@@ -36,6 +36,7 @@ class WorkerView(Protocol):
     lease: float
     poll_interval: float
     shutdown_timeout: float
+    default_timeout: float
     prune_interval: float
     high_frequency: float
     retention: dict[str, timedelta]

@@ -124,6 +124,9 @@ class Wakeups:
         self.due = due
         self.free_slots = free_slots
         self.cancel: Callable[[int], None] = lambda run_id: None
+        self.owner = ""  # this worker's id: the owner of the runs it holds
+        self.holding: Callable[[], bool] = lambda: False  # it holds runs (a cancel may concern them)
+        self._told: set[int] = set()  # cancel requests passed on (the watch thread's)
         self.refresh: Callable[[], Awaitable[None]] | None = None  # learn due times (poll_state)
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -192,7 +195,7 @@ class Wakeups:
     def _look(self, store: Any, loop: asyncio.AbstractEventLoop, changed: asyncio.Event, stop: threading.Event) -> None:
         """On the watch thread: look at `data_version` every `_every()` seconds. A change
         seen while no slot is free is kept for when one frees (`seen` stays behind)."""
-        seen = None
+        seen = looked = None
         try:
             while not stop.wait(self._every()) and not loop.is_closed():
                 try:
@@ -200,6 +203,8 @@ class Wakeups:
                 except Exception as exc:  # the database away, or closing: look again later
                     log.debug("data_version: %s", exc)
                     continue
+                if version == looked or self._cancels(store, loop):  # the first look reads them too
+                    looked = version  # else (the read failed) read again at the next look
                 if seen is not None and version != seen:
                     if not self.free_slots():
                         continue
@@ -210,6 +215,24 @@ class Wakeups:
             release = getattr(store, "release_thread", None)
             if release is not None:
                 release()
+
+    def _cancels(self, store: Any, loop: asyncio.AbstractEventLoop) -> bool:
+        """On the watch thread, after a change: another process may have asked to cancel a
+        run this worker holds (PostgreSQL says so by NOTIFY; SQLite cannot). One read of the
+        running runs, only while this worker holds some; each request passed on once."""
+        if not self.holding():
+            self._told = set()
+            return True
+        try:
+            requested = store.cancel_requests(self.owner)
+        except Exception as exc:  # the database away, or closing: read again at the next look
+            log.debug("cancel requests: %s", exc)
+            return False
+        for run_id in requested - self._told:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the worker stopped
+                loop.call_soon_threadsafe(self.on_wakeup, f"cancel:{run_id}")
+        self._told = requested
+        return True
 
     def _every(self) -> float:
         """Every 20 ms while runs keep coming, every 50 ms once none was claimed for 5 s

@@ -917,6 +917,10 @@ UPDATE rota_runs SET cancel_requested = true
 WHERE id = %(id)s AND status = 'running'
 RETURNING id, owner
 
+-- name: cancel_requests
+-- (SQLite's wake-ups read it; PostgreSQL delivers a cancellation by NOTIFY.)
+SELECT id FROM rota_runs WHERE status = 'running' AND cancel_requested AND owner = %(owner)s
+
 -- name: cancel_held
 -- transition: overlap
 -- Locks as cancel_schedule_pending does: the schedule's row, then the queued runs in id order
@@ -988,19 +992,26 @@ INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at,
 VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, 'running', {now}, {now})
 ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}
 
+-- name: worker_lease
+UPDATE rota_workers SET lease = %(lease)s WHERE id = %(id)s
+
 -- name: worker_seen
 UPDATE rota_workers SET last_seen = {now}, state = %(state)s WHERE id = %(id)s
 
 -- name: list_workers
--- A worker whose heartbeat is older than stale_after (a lease) reads lost, not alive.
+-- A worker whose heartbeat is older than its own lease reads lost, not alive; a worker without
+-- one (an older release) or with a lease no release writes (NaN, infinite, negative: a damaged
+-- row; NaN > 0 holds in PostgreSQL, the upper bound excludes it) is judged by stale_after.
 SELECT id, host, pid, concurrency, queues,
-       CASE WHEN state NOT IN ('stopped', 'lost')
-                 AND last_seen < {now} - make_interval(secs => %(stale_after)s)
+       CASE WHEN state NOT IN ('stopped', 'lost') AND last_seen < {now} - make_interval(secs => stale)
             THEN 'lost' ELSE state END,
        started_at, last_seen,
-       last_seen >= {now} - make_interval(secs => %(stale_after)s) AND state NOT IN ('stopped', 'lost')
-FROM rota_workers
-WHERE last_seen >= {now} - make_interval(secs => %(stale_after)s * 10)
+       last_seen >= {now} - make_interval(secs => stale) AND state NOT IN ('stopped', 'lost'),
+       lease
+FROM (SELECT *, CASE WHEN lease > 0 AND lease <= 31536000 THEN lease
+                     ELSE %(stale_after)s::double precision END AS stale
+      FROM rota_workers) AS w
+WHERE last_seen >= {now} - make_interval(secs => stale * 10)
    OR state NOT IN ('stopped', 'lost')
 ORDER BY started_at
 
@@ -1098,7 +1109,9 @@ SELECT key, backoff FROM rota_runs_all WHERE id = %(id)s
 
 -- name: mark_lost_workers
 UPDATE rota_workers SET state = 'lost'
-WHERE state NOT IN ('stopped', 'lost') AND last_seen < {now} - make_interval(secs => %(lost_after)s)
+WHERE state NOT IN ('stopped', 'lost')
+  AND last_seen < {now} - make_interval(secs => greatest(%(lost_after)s::double precision,
+                                        CASE WHEN lease > 0 AND lease <= 31536000 THEN lease * 3 ELSE 0 END))
 RETURNING id
 
 -- name: prune_workers

@@ -595,6 +595,12 @@ UPDATE rota_runs SET cancel_requested = 1
 WHERE id = :id AND status = 'running'
 RETURNING id, owner
 
+-- name: cancel_requests
+-- The runs of one worker whose cancellation was requested (another process's request reaches
+-- its worker through the data_version watch: rota/worker/wakeups.py). Reads the running runs
+-- only (rota_runs_status).
+SELECT id FROM rota_runs WHERE status = 'running' AND cancel_requested AND owner = :owner
+
 -- name: cancel_held
 -- transition: overlap
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
@@ -647,18 +653,25 @@ INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at,
 VALUES (:id, :host, :pid, :concurrency, :queues, 'running', {now}, {now})
 ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}
 
+-- name: worker_lease
+UPDATE rota_workers SET lease = :lease WHERE id = :id
+
 -- name: worker_seen
 UPDATE rota_workers SET last_seen = {now}, state = :state WHERE id = :id
 
 -- name: list_workers
--- A worker whose heartbeat is older than stale_after (a lease) reads lost, not alive.
+-- A worker whose heartbeat is older than its own lease reads lost, not alive; a worker without
+-- one (an older release) or with a lease no release writes (a damaged row) is judged by
+-- stale_after (the viewer's lease).
 SELECT id, host, pid, concurrency, queues,
-       CASE WHEN state NOT IN ('stopped', 'lost') AND last_seen < {now} - :stale_after
+       CASE WHEN state NOT IN ('stopped', 'lost') AND last_seen < {now} - stale
             THEN 'lost' ELSE state END,
        started_at, last_seen,
-       last_seen >= {now} - :stale_after AND state NOT IN ('stopped', 'lost')
-FROM rota_workers
-WHERE last_seen >= {now} - :stale_after * 10 OR state NOT IN ('stopped', 'lost')
+       last_seen >= {now} - stale AND state NOT IN ('stopped', 'lost'),
+       lease
+FROM (SELECT *, CASE WHEN lease > 0 AND lease <= 31536000 THEN lease ELSE :stale_after END AS stale
+      FROM rota_workers) AS w
+WHERE last_seen >= {now} - stale * 10 OR state NOT IN ('stopped', 'lost')
 ORDER BY started_at
 
 -- name: lock_acquire
@@ -714,7 +727,8 @@ SELECT key, backoff FROM rota_runs WHERE id = :id
 
 -- name: mark_lost_workers
 UPDATE rota_workers SET state = 'lost'
-WHERE state NOT IN ('stopped', 'lost') AND last_seen < {now} - :lost_after
+WHERE state NOT IN ('stopped', 'lost')
+  AND last_seen < {now} - max(:lost_after, CASE WHEN lease > 0 AND lease <= 31536000 THEN lease * 3 ELSE 0 END)
 RETURNING id
 
 -- name: prune_workers

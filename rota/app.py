@@ -104,6 +104,9 @@ class App(FlowClient, Client, AsyncClient):
         self._store_options.update(store_options or {})  # e.g. PostgreSQL lock_timeout=...
         # Construct now so that a bad URL fails here, naming itself; connect on first use.
         self._store: Store = open_store(self.database_url, clock, **self._store_options)
+        self._init_state(notifiers)
+
+    def _init_state(self, notifiers: Sequence[Notifier] | None) -> None:
         self._ready = False
         self._lock = threading.Lock()
         self._workers: list[Worker] = []

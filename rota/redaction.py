@@ -79,6 +79,11 @@ def remember_secrets(*urls: str | None) -> None:
     _KNOWN.update(pw for url in urls if url for pw in _passwords(url))
 
 
+def forget_secrets() -> None:
+    """Forget what remember_secrets() was told (tests; a process never needs it)."""
+    _KNOWN.clear()
+
+
 def redact_text(text: str, *urls: str | None) -> str:
     """`text` without passwords: every URL userinfo password, every password=... pair, and the
     literal passwords of `urls` and of remember_secrets() wherever they appear (drivers echo
@@ -89,10 +94,26 @@ def redact_text(text: str, *urls: str | None) -> str:
             text = f"{text[:start]}***{text[end:]}"
     if "=" in text or "%3" in text:
         text = _PARAM.sub(lambda m: f"{m['key']}***", text)
-    for secret in sorted(set(secrets), key=len, reverse=True):
+    for secret in sorted(set(secrets), key=_longest_whole_first):
         if len(secret) >= 3:
-            text = text.replace(secret, "***")
+            text = _replace(text, secret)
     return text
+
+
+def _longest_whole_first(secret: str) -> tuple[int, bool]:
+    """Whole passwords go before their pieces, longer ones before shorter ones."""
+    return -len(secret.removeprefix(_PIECE)), secret.startswith(_PIECE)
+
+
+def _replace(text: str, secret: str) -> str:
+    """A whole password goes wherever it appears; a piece of one (see _pieces) only as a
+    word of its own, so that the piece "end" of "x/end" leaves "pending" whole."""
+    if secret.startswith(_PIECE):
+        piece = secret[len(_PIECE) :]
+        if piece not in text:
+            return text
+        return re.sub(rf"(?<![A-Za-z0-9]){re.escape(piece)}(?![A-Za-z0-9])", "***", text)
+    return text.replace(secret, "***")
 
 
 def _passwords(url: str) -> list[str]:
@@ -101,7 +122,7 @@ def _passwords(url: str) -> list[str]:
     found = [url[start:end] for start, end in _userinfo(url)] if "@" in url else []
     found += [m["pw"].strip("'").replace("\\'", "'") for m in _PARAM.finditer(url)]
     whole = {p for q in found if q for p in (q, unquote(q))}
-    return sorted(whole | {piece for pw in whole for piece in _pieces(pw)})
+    return sorted(whole | {_PIECE + piece for pw in whole for piece in _pieces(pw)})
 
 
 def _pieces(password: str) -> set[str]:
@@ -118,3 +139,4 @@ def _pieces(password: str) -> set[str]:
 
 
 _DELIMITER = re.compile(r"[/@:#?&=%\s]")
+_PIECE = "\x00piece:"  # marks a piece among the secrets (no password holds a NUL)

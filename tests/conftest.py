@@ -21,6 +21,7 @@ from urllib.parse import quote
 import pytest
 
 import rota
+from rota.redaction import forget_secrets
 
 from .procs import WorkerProcs
 
@@ -154,6 +155,13 @@ def _through_bouncer(request: pytest.FixtureRequest, settings: bool = True) -> I
             yield url
     finally:
         monkeypatch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _forget_secrets() -> Iterator[None]:
+    """The passwords an App remembered for redaction stay with its test (rota.redaction)."""
+    yield
+    forget_secrets()
 
 
 @pytest.fixture(params=STORES)

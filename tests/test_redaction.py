@@ -14,7 +14,7 @@ import pytest
 
 import rota
 from rota import config
-from rota.redaction import _passwords
+from rota.redaction import _passwords, redact_text
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORDS = [
@@ -150,3 +150,12 @@ def test_log_lines_never_show_an_unencoded_password(fmt: str, password: str) -> 
     out = stream.getvalue()
     assert "postgresql://u:***@db/x; retrying" in out.replace("\\\\", "\\") and "redis://:***@r:6379/0" in out, out
     assert not leaks(out, password), out
+
+
+def test_a_piece_of_a_password_goes_only_as_a_word_of_its_own() -> None:
+    """A password split at a delimiter ("x/end") has pieces a driver may show ("end"): they are
+    redacted where they stand alone, never inside other words ("pending", "networks")."""
+    url = "postgresql://u:hunter/two end@db.example/rota"
+    assert redact_text('host "two end" is pending on networks', url) == 'host "***" is pending on networks'
+    assert redact_text("could not translate host name end: two", url) == "could not translate host name ***: ***"
+    assert redact_text("the password is hunter/two end, not pending", url) == "the password is ***, not pending"

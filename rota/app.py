@@ -23,6 +23,7 @@ from .errors import (
 from .events import Event, Events, Notifier
 from .flow_ops import FlowClient
 from .models import FINAL_STATUSES, LockInfo
+from .operate import OperatorClient
 from .stores import open_store
 from .stores.base import Store
 from .tasks import RunContext, Task, check_int, check_queue
@@ -39,7 +40,7 @@ DEFAULT_DATABASE_URL = "sqlite:///rota.db"
 DEFAULT_RETENTION: dict[str, timedelta] = dict(config.DEFAULT_RETENTION)  # a sentinel too: "not given"
 
 
-class App(FlowClient, Client, AsyncClient):
+class App(FlowClient, Client, OperatorClient, AsyncClient):
     """A rota application: tasks, schedules, and the database they live in.
 
     ```python
@@ -165,6 +166,7 @@ class App(FlowClient, Client, AsyncClient):
         first = {spec.name: spec.trigger.next_after(now) for spec in self.schedules.values()}
         store.sync_schedules(self.name, defs, first)
         limit_specs.sync(store, self.tasks)  # limits and rates: this deploy's values win
+        store.declare_tasks(list(self.tasks))  # every task name: a process without the code checks them
 
     def close(self) -> None:
         """Deliver queued hook events (briefly), release held locks, close every connection."""

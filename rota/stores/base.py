@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from ..clock import Clock
 from ..errors import ConfigurationError
-from ..models import LockInfo, Run, ScheduleInfo, WorkerInfo
+from ..models import LockInfo, QueueInfo, Run, ScheduleInfo, WorkerInfo
 from .flow import FlowStore
 from .records import Claimed as Claimed
 from .records import NewRun as NewRun
@@ -396,6 +396,23 @@ class Store(FlowStore, abc.ABC):
 
     @abc.abstractmethod
     def list_locks(self) -> list[LockInfo]: ...
+
+    # -- paused queues and declared tasks (schema 18) ---------------------------------------
+    def set_queue_paused(self, queue: str, paused: bool, by: str | None = None) -> None:
+        """Pause (every claim skips its runs) or resume a queue, fleet-wide."""
+        raise NotImplementedError
+
+    def list_queues(self) -> list[QueueInfo]:
+        """The queues with active runs or paused, by name."""
+        raise NotImplementedError
+
+    def declare_tasks(self, tasks: Sequence[str]) -> None:
+        """Record the names of the tasks a worker declares (at its start)."""
+        raise NotImplementedError
+
+    def declared_tasks(self) -> list[str]:
+        """Every task name a worker has declared."""
+        raise NotImplementedError
 
     # -- dashboard sign-outs (rota.web.sessions) ------------------------------------------
     @abc.abstractmethod

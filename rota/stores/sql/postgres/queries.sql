@@ -107,6 +107,7 @@ WITH picked AS MATERIALIZED (
           AND (misfire_at IS NULL OR misfire_at >= {now})
           AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
           AND NOT cancel_requested
+          AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)  -- paused queues (0018)
         ORDER BY priority DESC, due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
@@ -140,6 +141,7 @@ WITH picked AS MATERIALIZED (
           AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
           AND queue = ANY(%(queues)s::text[])
           AND NOT cancel_requested
+          AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)  -- paused queues (0018)
         ORDER BY priority DESC, due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
@@ -176,6 +178,7 @@ WITH picked AS MATERIALIZED (
           AND (misfire_at IS NULL OR misfire_at >= {now})
           AND limit_name IS NULL AND rate_name IS NULL
           AND NOT cancel_requested
+          AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)  -- paused queues (0018)
         ORDER BY priority DESC, due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
@@ -199,6 +202,7 @@ WITH picked AS MATERIALIZED (
           AND limit_name IS NULL AND rate_name IS NULL
           AND queue = ANY(%(queues)s::text[])
           AND NOT cancel_requested
+          AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)  -- paused queues (0018)
         ORDER BY priority DESC, due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
@@ -648,7 +652,8 @@ RETURNING r.id, r.task, r.status, d.owner, d.error::text
 -- tick, or at once if a run made ahead passed its misfire deadline unclaimed)
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs
-        WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})),
+        WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})
+          AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)),
        least((SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused),
              (SELECT min(misfire_at) FROM rota_runs
               WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
@@ -657,7 +662,8 @@ SELECT {now},
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs
         WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND queue = ANY(%(queues)s::text[])),
+          AND queue = ANY(%(queues)s::text[])
+          AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)),
        least((SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused),
              (SELECT min(misfire_at) FROM rota_runs
               WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
@@ -1183,11 +1189,11 @@ FROM (VALUES ('rota_runs'), ('rota_schedules'), ('rota_workers'), ('rota_locks')
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE NOT has_table_privilege(x.obj, x.priv)
 UNION ALL
--- the tables of 0008 (flow-deps), 0010 (limits and rates), 0011 (task declarations) and
--- 0017 (history), once they exist
+-- the tables of 0008 (flow-deps), 0010 (limits and rates), 0011 (task declarations), 0018
+-- (paused queues, declared tasks) and 0017 (history), once they exist
 SELECT current_user, current_schema(), x.obj, x.priv
 FROM (VALUES ('rota_deps'), ('rota_unique'), ('rota_limits'), ('rota_rates'), ('rota_rate_starts'),
-             ('rota_task_flow'), ('rota_history')) AS t(obj)
+             ('rota_task_flow'), ('rota_history'), ('rota_queue_pauses'), ('rota_tasks')) AS t(obj)
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE CASE WHEN to_regclass(x.obj) IS NULL THEN false ELSE NOT has_table_privilege(x.obj, x.priv) END
 UNION ALL
@@ -1517,14 +1523,14 @@ heads AS MATERIALIZED (
     JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
                   WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
                     AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = r.queue)
                   ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
     UNION ALL
     SELECT 'r' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM rkeys k
     JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
                   WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
                     AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = r.queue)
                   ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
 ),
 room AS (
@@ -1573,7 +1579,7 @@ SELECT set_config('enable_bitmapscan', 'off', true)
 WITH RECURSIVE walked AS MATERIALIZED (  -- (due or not: the index gives the order, no sort)
     SELECT r.limit_name, r.limit_key, r.rate_name, r.rate_key, r.priority, r.due_at, r.id FROM rota_runs r
     WHERE r.status = 'pending' AND NOT r.held AND (r.limit_name IS NOT NULL OR r.rate_name IS NOT NULL)
-      AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+      AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = r.queue)
     ORDER BY r.priority DESC, r.due_at, r.id
     LIMIT %(m)s
 ),
@@ -1613,14 +1619,14 @@ far AS MATERIALIZED (
     JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
                   WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
                     AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = r.queue)
                   ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
     UNION ALL
     SELECT 'r' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM rkeys k
     JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
                   WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
                     AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = r.queue)
                   ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
 ),
 taken AS MATERIALIZED (
@@ -1676,6 +1682,7 @@ SELECT EXISTS (SELECT 1 FROM (
     SELECT 1 FROM rota_runs
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
     ORDER BY due_at
     LIMIT 1) AS first)
 
@@ -1685,6 +1692,7 @@ SELECT EXISTS (SELECT 1 FROM (
     SELECT 1 FROM rota_runs
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
       AND queue = ANY(%(queues)s::text[])
     ORDER BY due_at
     LIMIT 1) AS first)
@@ -1699,7 +1707,7 @@ SELECT EXISTS (SELECT 1 FROM (
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND (misfire_at IS NULL OR misfire_at >= {now})
       AND limit_name IS NULL AND rate_name IS NULL AND NOT cancel_requested
-      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
     ORDER BY priority DESC, due_at, id
     LIMIT 1) AS first)
 
@@ -1710,7 +1718,7 @@ SELECT EXISTS (SELECT 1 FROM (
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs
         WHERE status = 'pending' AND NOT held AND due_at > {now} AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))),
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)),
        least((SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused),
              (SELECT min(misfire_at) FROM rota_runs
               WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
@@ -1737,7 +1745,7 @@ SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs
 WHERE limit_name = %(name)s AND limit_key = %(key)s AND limit_name IS NOT NULL
   AND status = 'pending' AND NOT held AND due_at <= {now}
   AND (misfire_at IS NULL OR misfire_at >= {now})
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
 ORDER BY priority DESC, due_at, id
 LIMIT %(n)s
 
@@ -1748,7 +1756,7 @@ SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs
 WHERE rate_name = %(name)s AND rate_key = %(key)s AND rate_name IS NOT NULL
   AND status = 'pending' AND NOT held AND due_at <= {now}
   AND (misfire_at IS NULL OR misfire_at >= {now})
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
 ORDER BY priority DESC, due_at, id
 LIMIT %(n)s
 
@@ -1796,7 +1804,7 @@ picked AS MATERIALIZED (
             WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
               AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
               AND (r.misfire_at IS NULL OR r.misfire_at >= {now})  -- as flow_waiting_limit
-              AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+              AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = r.queue)
             ORDER BY r.priority DESC, r.due_at, r.id
             LIMIT greatest(coalesce(k.free, 0), 0)) r) w
     WHERE w.rate_name IS NULL
@@ -1950,3 +1958,29 @@ SELECT to_regclass('rota_task_flow') IS NOT NULL
 -- runs waiting for a worker that declares their task to compute their keys (rota limits)
 SELECT count(*) FROM rota_runs
 WHERE limit_name = %(unresolved)s AND status = 'pending' AND NOT held
+
+-- ==== paused queues and declared tasks (migration 0018, issue 44) ==========================
+
+-- name: queue_pause
+-- a queue paused fleet-wide: every claim skips its runs (the NOT EXISTS in claim and flow_*)
+INSERT INTO rota_queue_pauses (queue, paused_at, paused_by) VALUES (%(queue)s, {now}, %(by)s)
+ON CONFLICT (queue) DO NOTHING
+
+-- name: queue_resume
+DELETE FROM rota_queue_pauses WHERE queue = %(queue)s
+
+-- name: queue_pauses
+SELECT queue, paused_at, paused_by FROM rota_queue_pauses ORDER BY queue
+
+-- name: queue_counts
+-- the active runs of each queue (through rota_runs_active: the few active runs)
+SELECT queue, sum(CASE WHEN status = 'pending' THEN 1 ELSE 0 END),
+       sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END)
+FROM rota_runs WHERE status IN ('pending', 'running') GROUP BY queue
+
+-- name: tasks_declare
+INSERT INTO rota_tasks (task, declared_at) VALUES (%(task)s, {now})
+ON CONFLICT (task) DO UPDATE SET declared_at = excluded.declared_at
+
+-- name: tasks_declared
+SELECT task FROM rota_tasks ORDER BY task

@@ -1,8 +1,8 @@
 -- rota schema, version 18 (PostgreSQL): queues paused fleet-wide, and every declared task's
 -- name (issue 44).
 --
--- A paused queue is a row here: every claim skips the runs of a queue named here (a NOT EXISTS
--- on this small table, in the claim's own statement: no extra round trip, and the claim index
+-- A paused queue is a row here: every claim skips the runs of a queue named here (a filter
+-- on this small table read once by the claim's own statement: no extra round trip, and the claim index
 -- stays in use). Runs already running finish; runs claimed ahead (held) start at their time.
 CREATE TABLE rota_queue_pauses (
     queue     text        PRIMARY KEY,

@@ -1,0 +1,118 @@
+"""Operators without the App's code (issue 44): queues paused fleet-wide, schedules and runs
+changed from the CLI as data, the declared task names workers store."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import rota
+from rota.cli import main
+
+from .conftest import make_app
+from .procs import WorkerProcs, wait_until
+
+
+def cli(url: str, *args: str) -> tuple[int, str]:
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(main, ["--database-url", url, *args])
+    return result.exit_code, result.output
+
+
+def _status(app: rota.App, ids: list[str]) -> list[str]:
+    return [app.get_run(i).status for i in ids]
+
+
+def _insert(app: rota.App, call: Any, n: int) -> list[str]:
+    """Runs of a test app's task, inserted through `app` (the test's database)."""
+    return [str(i) for i, _ in app.store.insert_runs([call._new_run((i,), {}) for i in range(n)])]
+
+
+@pytest.mark.slow
+def test_a_paused_queue_is_skipped_by_every_worker_until_resumed(db_url: str, procs: WorkerProcs, tmp_path: Path) -> None:
+    """Two worker processes, paused through the database only: neither claims the paused
+    queue's runs (other queues go on), a run already running finishes, and after the resume
+    both drain it at their next poll."""
+    from .apps.basic import noop, sleep
+
+    app = make_app(db_url)
+    procs.start(concurrency=2)
+    procs.start(concurrency=2)
+    wait_until(lambda: sum(w.alive for w in app.list_workers()) == 2, 60, "both workers to start")
+    ((first, _),) = app.store.insert_runs([sleep.options(queue="mail")._new_run((1.0,), {})])
+    running = str(first)
+    wait_until(lambda: app.get_run(running).status == "running", 30, "the long run to start")
+    assert cli(db_url, "queues", "pause", "mail")[0] == 0
+    mail = _insert(app, noop.options(queue="mail"), 6)
+    other = _insert(app, noop.options(), 6)
+    wait_until(lambda: _status(app, other) == ["succeeded"] * 6, 60, "the other queue to drain")
+    wait_until(lambda: app.get_run(running).status == "succeeded", 30, "the running run to finish")
+    time.sleep(1.0)  # twenty polls of each worker
+    assert _status(app, mail) == ["pending"] * 6
+    code, out = cli(db_url, "queues", "--json")
+    listed = {q["name"]: q for q in json.loads(out)}
+    assert code == 0 and listed["mail"]["paused"] and listed["mail"]["pending"] == 6, out
+    code, out = cli(db_url, "status", "--json")
+    assert json.loads(out)["paused_queues"] == ["mail"]
+    assert "paused:   queues mail" in cli(db_url, "status")[1]
+    assert cli(db_url, "queues", "resume", "mail")[0] == 0
+    wait_until(lambda: _status(app, mail) == ["succeeded"] * 6, 60, "the resumed queue to drain")
+    assert cli(db_url, "status", "--json")[1].count('"paused_queues": []') == 1
+    app.close()
+
+
+def test_a_paused_queue_holds_limited_runs_too(app_factory: Any) -> None:
+    """The flow claim (runs of a limit) skips a paused queue as the plain claim does."""
+    app = app_factory()
+    task = app.task(name="limited", limit=2, queue="mail")(lambda: None)
+    plain = app.task(name="plain", queue="mail")(lambda: None)
+    app.prepare()
+    app.pause_queue("mail", by="test")
+    runs = [task.enqueue().id, plain.enqueue().id]
+    worker = app.worker(install_signal_handlers=False)
+    worker.start()
+    try:
+        time.sleep(0.6)
+        assert _status(app, runs) == ["pending", "pending"]
+        app.resume_queue("mail")
+        wait_until(lambda: _status(app, runs) == ["succeeded"] * 2, 30, "the runs after the resume")
+    finally:
+        worker.stop(wait=True, timeout=10)
+
+
+def test_queue_names_are_checked(app_factory: Any) -> None:
+    app = app_factory()
+    app.migrate()
+    with pytest.raises(rota.ConfigurationError, match="invalid queue name 'a b'"):
+        app.pause_queue("a b")
+    code, out = cli(app.database_url, "queues", "pause", "a b")
+    assert code == 1 and "invalid queue name" in out
+
+
+@pytest.mark.postgres
+def test_the_claim_keeps_its_index_with_the_paused_queues_guard(pg_url: str) -> None:
+    """The claim's NOT EXISTS on rota_queue_pauses is an anti-join on a tiny table: the
+    candidates still come from rota_runs_claim in order (no sort, no sequential scan)."""
+    import psycopg
+
+    app = rota.App(pg_url)
+    task = app.task(name="t")(lambda: None)
+    app.migrate()
+    app.prepare()
+    task.enqueue_many([((), {}) for _ in range(3000)])
+    app.pause_queue("mail")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("ANALYZE rota_runs")
+        conn.execute("ANALYZE rota_queue_pauses")
+    store: Any = app.store
+    params = {"owner": "w", "limit": 10, "start": 10, "lease": 30.0, "now": None, "queues": ["default"]}
+    with store._tx() as s:
+        for query in ("claim", "claim_in_queues"):
+            plan = "\n".join(str(r[0]) for r in s.q_text("EXPLAIN " + store.queries[query], **params))
+            assert "rota_runs_claim" in plan and "Seq Scan on rota_runs " not in plan, plan
+            assert "rota_queue_pauses" in plan, plan
+    app.close()

@@ -260,15 +260,19 @@ def test_a_populated_version_16_database_migrates_and_its_runs_move_in_batches(
     from rota.stores import postgres as pg_module
     from rota.stores.queries import load_migrations
 
+    from .test_hot_path import before_paused_queues
+
     with monkeypatch.context() as patch:
         patch.setattr(pg_module, "load_migrations", lambda _d: load_migrations("postgres")[:16])
+        load = pg_module.load_queries
+        patch.setattr(pg_module, "load_queries", lambda *a: {k: before_paused_queues(v) for k, v in load(*a).items()})
         old = make_app(pg_url)
         assert old.migrate()[-1] == "0016_limit_told"
         ids = _populate_version_16(old.store)
         old.close()
     app = make_app(pg_url)
     try:
-        assert app.migrate() == ["0017_history"]
+        assert app.migrate()[:1] == ["0017_history"]  # and any later ones
         before = [(r.id, r.status) for r in app.list_runs(task="t")]
         assert len(before) == 8 and app.store.count_by_status()["succeeded"] == 3
         assert [app.store.move_history(1) for _ in range(3)] == [1, 1, 0]  # one batch, one transaction

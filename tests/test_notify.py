@@ -80,7 +80,9 @@ def test_webhook_posts_the_event_and_retries_on_500(db_url: str, http_server: Ho
     assert body["status"] == "failed" and body["attempt"] == 1 and body["schedule"] is None
     assert body["error"]["type"] == "RuntimeError" and body["error"]["message"] == "disk full"
     assert body["worker"] and body["time"].endswith("Z")
-    assert body["run_url"] == f"http://ops.example/rota/api/runs/{handle.id}"
+    # the run's page in the dashboard (it pointed at the JSON API), and the API's record apart
+    assert body["run_url"] == f"http://ops.example/rota/#/run/{handle.id}"
+    assert body["run_api_url"] == f"http://ops.example/rota/api/runs/{handle.id}"
     app.close()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,72 @@ def test_the_claim_keeps_its_index_with_the_paused_queues_guard(pg_url: str) -> 
             assert "rota_runs_claim" in plan and "Seq Scan on rota_runs " not in plan, plan
             assert "rota_queue_pauses" in plan, plan
     app.close()
+
+
+# -- item 10: --json, async twins, worker.concurrency -------------------------------------------
+def test_pause_resume_and_migrate_print_json(db_url: str) -> None:
+    app = make_app(db_url)
+    app.add_schedule("nightly", "t", cron="0 3 * * *")
+    code, out = cli(db_url, "migrate", "--json")
+    assert code == 0 and json.loads(out)["applied"] == [] and json.loads(out)["version"] == json.loads(out)["latest"]
+    code, out = cli(db_url, "pause", "nightly", "--json")
+    assert code == 0 and json.loads(out)["paused"] is True and json.loads(out)["name"] == "nightly"
+    code, out = cli(db_url, "resume", "nightly", "--json")
+    assert code == 0 and json.loads(out)["paused"] is False and json.loads(out)["next_run_at"]
+    app.close()
+
+
+def test_every_client_operation_has_its_async_twin() -> None:
+    """The client's public operations (rota.client.Client, the queue operations) and the
+    locks' and migrate: each has `<name>_async` with the same parameters."""
+    import inspect
+
+    from rota.aio import CLIENT_OPERATIONS
+    from rota.client import Client
+    from rota.operate import OperatorClient
+
+    public = {n for cls in (Client, OperatorClient) for n, v in vars(cls).items() if callable(v) and not n.startswith("_")}
+    wanted = (public - {"check_declared"}) | {"list_locks", "try_lock", "migrate"}
+    assert wanted <= set(CLIENT_OPERATIONS), sorted(wanted - set(CLIENT_OPERATIONS))
+    for name in wanted:
+        sync, asynchronous = getattr(rota.App, name), getattr(rota.App, f"{name}_async")
+        assert inspect.iscoroutinefunction(asynchronous), name
+        assert inspect.signature(sync).parameters.keys() == inspect.signature(asynchronous).parameters.keys(), name
+
+
+def test_async_twins_of_schedules_locks_and_migrate(app_factory: Any) -> None:
+    import asyncio
+
+    app = app_factory()
+    app.task(name="t")(lambda: None)
+
+    async def scenario() -> None:
+        assert await app.migrate_async(dry_run=True) is not None
+        await app.migrate_async()
+        info = await app.add_schedule_async("s", "t", every=60)
+        assert info.every == timedelta(seconds=60)
+        assert (await app.update_schedule_async("s", every=120)).every == timedelta(seconds=120)
+        lease = await app.try_lock_async("job", ttl=30)
+        assert lease is not None and [lk.name for lk in await app.list_locks_async()] == ["job"]
+        lease.release()
+        await app.remove_schedule_async("s")
+        assert not (await app.get_schedule_async("s")).active
+        assert (await app.pause_queue_async("mail")).paused
+        assert [q.name for q in await app.list_queues_async()] == ["mail"]
+        assert not (await app.resume_queue_async("mail")).paused
+
+    asyncio.run(scenario())
+
+
+def test_setting_concurrency_on_a_worker_is_refused_not_ignored(app_factory: Any) -> None:
+    app = app_factory()
+    app.task(name="t")(lambda: None)
+    worker = app.worker(concurrency=2, install_signal_handlers=False)
+    worker.start()
+    try:
+        with pytest.raises(rota.ConfigurationError, match="cannot set concurrency=8 on worker .*: it has 2 slots"):
+            worker.concurrency = 8
+        assert worker.concurrency == 2
+        worker.concurrency = 2  # the same value: nothing to change
+    finally:
+        worker.stop(wait=True, timeout=10)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from ..errors import DatabaseRefused, DatabaseTransient, SchemaVersionError
+from ..errors import ConfigurationError, DatabaseRefused, DatabaseTransient, SchemaVersionError
 from ..executor import DaemonPool
 from ..logs import log_event
 from ..stores.base import Claimed, Outcome, Store
@@ -76,7 +76,7 @@ class Worker(Lifecycle):
             flush_interval=flush_interval,
         )
         self.settings = s
-        self.concurrency, self.queues, self.lease = s.concurrency, s.queues, s.lease
+        self._concurrency, self.queues, self.lease = s.concurrency, s.queues, s.lease
         self.poll_interval, self.shutdown_timeout = s.poll_interval, s.shutdown_timeout
         self.heartbeat_interval, self.flush_interval = s.heartbeat_interval, s.flush_interval
         limit = default_limit(s.concurrency) if prefetch is None else prefetch_limit(prefetch)
@@ -92,6 +92,21 @@ class Worker(Lifecycle):
         self._force = False
         self._stopped = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def concurrency(self) -> int:
+        """The worker's slots: how many runs it works at once (fixed when it is made)."""
+        return self._concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        """Refused: the slots, the prefetch and the registry's capacity are sized when the
+        worker is made (an assignment used to be silently ignored)."""
+        if value != self._concurrency:
+            raise ConfigurationError(
+                f"cannot set concurrency={value!r} on worker {self.id}: it has {self._concurrency} slots, fixed when "
+                "it is made; stop it and start one with app.worker(concurrency=N) (rota worker -c N)"
+            )
 
     def _build_roles(self) -> None:
         """Make each role with the few others it talks to (see the package docstring)."""

@@ -34,7 +34,9 @@ def _insert(app: rota.App, call: Any, n: int) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_paused_queue_is_skipped_by_every_worker_until_resumed(db_url: str, procs: WorkerProcs, tmp_path: Path) -> None:
+def test_a_paused_queue_is_skipped_by_every_worker_until_resumed(
+    db_url: str, procs: WorkerProcs, tmp_path: Path
+) -> None:
     """Two worker processes, paused through the database only: neither claims the paused
     queue's runs (other queues go on), a run already running finishes, and after the resume
     both drain it at their next poll."""
@@ -141,7 +143,9 @@ def test_every_client_operation_has_its_async_twin() -> None:
     from rota.client import Client
     from rota.operate import OperatorClient
 
-    public = {n for cls in (Client, OperatorClient) for n, v in vars(cls).items() if callable(v) and not n.startswith("_")}
+    public = {
+        n for cls in (Client, OperatorClient) for n, v in vars(cls).items() if callable(v) and not n.startswith("_")
+    }
     wanted = (public - {"check_declared"}) | {"list_locks", "try_lock", "migrate"}
     assert wanted <= set(CLIENT_OPERATIONS), sorted(wanted - set(CLIENT_OPERATIONS))
     for name in wanted:
@@ -186,3 +190,70 @@ def test_setting_concurrency_on_a_worker_is_refused_not_ignored(app_factory: Any
         worker.concurrency = 2  # the same value: nothing to change
     finally:
         worker.stop(wait=True, timeout=10)
+
+
+# -- item 5: schedules and runs without a deploy --------------------------------------------------
+def _declared(db_url: str) -> rota.App:
+    """An app whose worker declared `report` (rota_tasks): another process may name it."""
+    app = make_app(db_url)
+
+    @app.task(name="report")
+    def report(day: str = "today") -> str:
+        return day
+
+    app.prepare()
+    return app
+
+
+def test_schedules_are_added_updated_and_removed_from_the_cli(db_url: str) -> None:
+    app = _declared(db_url)
+    code, out = cli(db_url, "schedules", "add", "daily", "report", "--cron", "0 6 * * *", "--tz", "Europe/Paris",
+                    "--kwargs", '{"day": "yesterday"}', "--queue", "reports", "--retries", "2", "--json")  # fmt: skip
+    info = json.loads(out)
+    assert code == 0 and info["cron"] == "0 6 * * *" and info["tz"] == "Europe/Paris", out
+    assert info["kwargs"] == {"day": "yesterday"} and info["next_run_at"]
+    code, out = cli(db_url, "schedules", "update", "daily", "--every", "15m", "--json")
+    assert code == 0 and json.loads(out)["every"] == 900 and json.loads(out)["cron"] is None, out
+    assert cli(db_url, "pause", "daily")[0] == 0 and app.get_schedule("daily").paused
+    assert cli(db_url, "resume", "daily")[0] == 0
+    code, out = cli(db_url, "trigger", "daily", "--json")
+    assert code == 0 and json.loads(out)["task"] == "report" and json.loads(out)["queue"] == "reports"
+    code, out = cli(db_url, "schedules", "remove", "daily", "--log-level", "info", "--log-format", "json")
+    assert code == 0 and not app.get_schedule("daily").active
+    audit = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [(a["event"], a["action"], a["target"]) for a in audit] == [("operator_change", "schedule_remove", "daily")]
+    assert audit[0]["by"].startswith("cli:") and audit[0]["message"].startswith("schedule_remove daily by cli:")
+    app.close()
+
+
+def test_an_unknown_task_is_refused_not_stored(db_url: str) -> None:
+    app = _declared(db_url)
+    code, out = cli(db_url, "schedules", "add", "daily", "reprot", "--every", "60")
+    assert code == 1 and "unknown task 'reprot' (did you mean 'report'?)" in out, out
+    assert app.list_schedules(include_inactive=True) == []
+    code, out = cli(db_url, "enqueue", "reprot")
+    assert code == 1 and "unknown task 'reprot'" in out, out
+    code, out = cli(db_url, "schedules", "add", "daily", "report", "--every", "60", "--overlap", "sometimes")
+    assert code == 1 and "overlap" in out and "sometimes" in out, out  # the Python API's own check
+    assert app.list_schedules(include_inactive=True) == []
+    app.close()
+
+
+def test_a_declared_task_is_enqueued_without_its_app(db_url: str) -> None:
+    app = _declared(db_url)
+    code, out = cli(
+        db_url, "enqueue", "report", "--kwargs", '{"day": "monday"}', "--queue", "q1", "--priority", "3", "--json"
+    )
+    assert code == 0, out
+    run = app.get_run(json.loads(out)["id"])
+    assert (run.task, run.kwargs, run.queue, run.priority, run.status) == (
+        "report",
+        {"day": "monday"},
+        "q1",
+        3,
+        "pending",
+    )
+    code, out = cli(db_url, "enqueue", "report", "--key", "k")
+    code2, out2 = cli(db_url, "enqueue", "report", "--key", "k")
+    assert code == code2 == 0 and out2.startswith(out.strip()) and "already pending" in out2
+    app.close()

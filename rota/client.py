@@ -18,6 +18,7 @@ from .errors import (
     ScheduleNotFound,
     did_you_mean,
 )
+from .events import check_notify_on
 from .limit_specs import stamp_lenient
 from .models import FINAL_STATUSES, STATUSES, Run, ScheduleInfo, WorkerInfo
 from .quarantine import DamagedRowError
@@ -65,12 +66,9 @@ class Client(Declarations):
         jitter: timedelta | float | None = None,
         **task_options: Any,
     ) -> ScheduleInfo:
-        """Create a schedule stored in the database; every running worker picks it up."""
-        if "notify_on" in task_options:
-            raise ConfigurationError(
-                "notify_on is for schedules declared in code (@app.schedule); for a stored schedule, "
-                f"give a notifier schedules=[{name!r}] and the events= to send"
-            )
+        """Create a schedule stored in the database; every running worker picks it up (its
+        notify_on= within NOTIFY_ON_REFRESH seconds: rota.operate)."""
+        notify_on = check_notify_on(task_options.pop("notify_on", None))
         task_name, base = self._task_ref(task)
         known = self._declared(task, name)
         spec = build_schedule(
@@ -91,7 +89,13 @@ class Client(Declarations):
         check_schedule_call(name, known, spec.args, spec.kwargs)
         store = self.store
         store.add_schedule(spec.to_def(source="api", app=None), spec.trigger.next_after(store.now()))
+        self._store_notify_on(name, notify_on)
         return self.get_schedule(name)
+
+    def _store_notify_on(self, name: str, words: tuple[str, ...] | None) -> None:
+        """A stored schedule's notify_on=, in the database (for every worker) and here."""
+        self.store.set_schedule_notify_on(name, json.dumps(list(words)) if words is not None else None)
+        cast("App", self).events.set_notify_on(name, words)
 
     def _declared(self, task: Task[..., Any] | str, schedule: str) -> Task[..., Any] | None:
         """The task object if this process declares it (to check a schedule's arguments);
@@ -117,7 +121,9 @@ class Client(Declarations):
                 f"schedule {name!r} is declared in code (@app.schedule); change it there, it is re-synced when workers start"
             )
         allowed = {"cron", "every", "tz", "args", "kwargs", "overlap", "misfire", "misfire_grace", "run_immediately", "task",
-                   "queue", "priority", "retries", "timeout", "backoff", "jitter"}  # fmt: skip
+                   "queue", "priority", "retries", "timeout", "backoff", "jitter", "notify_on"}  # fmt: skip
+        changes = dict(changes)
+        notify = ("notify_on" in changes, check_notify_on(changes.pop("notify_on", None)))
         unknown = sorted(set(changes) - allowed)
         if unknown:
             raise ConfigurationError(f"cannot update {unknown} of a schedule; changeable: {', '.join(sorted(allowed))}")
@@ -154,6 +160,8 @@ class Client(Declarations):
         replan = timing_changed or info.plan_error is not None or "next_run_at" in info.corrupt
         next_run_at = spec.trigger.next_after(store.now()) if replan else None
         store.update_schedule(spec.to_def(source="api", app=None), next_run_at)
+        if notify[0]:
+            self._store_notify_on(name, notify[1])
         return self.get_schedule(name)
 
     def remove_schedule(self, name: str) -> None:

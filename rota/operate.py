@@ -9,14 +9,18 @@ Runs already running finish; runs a worker claimed ahead of their time (held) st
 
 from __future__ import annotations
 
+import asyncio
 import getpass
+import json
 import logging
 import os
 import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigurationError, did_you_mean
+from . import quarantine
+from .errors import ConfigurationError, DatabaseError, did_you_mean
+from .events import check_notify_on
 from .logs import log_event
 from .models import QueueInfo, ScheduleInfo
 from .serialization import encode_arguments
@@ -79,7 +83,7 @@ SCHEDULE_FIELDS = frozenset({
     "name", "task", "cron", "every", "tz", "args", "kwargs", "overlap", "misfire", "misfire_grace",
     "run_immediately", "jitter", "queue", "priority", "retries", "timeout", "backoff", "notify_on",
 })  # fmt: skip
-UPDATE_FIELDS = SCHEDULE_FIELDS - {"name", "notify_on"}
+UPDATE_FIELDS = SCHEDULE_FIELDS - {"name"}
 
 
 def audit(by: str, action: str, target: str, **fields: Any) -> None:
@@ -165,3 +169,44 @@ def cli_user() -> str:
     except (KeyError, OSError):
         user = str(os.getuid())
     return f"cli:{user}@{socket.gethostname()}"
+
+
+# -- notify_on of stored schedules ---------------------------------------------------------------
+NOTIFY_ON_REFRESH = 5.0  # seconds between a worker's reads of the stored notify_on words
+
+
+def refresh_notify_on(app: Any, loaded: set[str]) -> set[str]:
+    """Give this process's notifiers the notify_on= of the stored schedules (a schedule declared
+    in code keeps its own); forget those of schedules no longer stored with one. `loaded`: the
+    names set by the previous refresh; returns this one's. A damaged value is reported once
+    (rota.quarantine) and ignored."""
+    found: dict[str, tuple[str, ...]] = {}
+    for name, raw in app.store.stored_notify_on():
+        if name in app.schedules:
+            continue
+        try:
+            words = check_notify_on(tuple(json.loads(raw)))
+        except (*quarantine.UNDECODABLE, TypeError, ConfigurationError) as exc:
+            quarantine.report("schedule", name, f"its stored notify_on {raw!r} cannot be read: {exc}")
+            continue
+        if words is not None:
+            found[name] = words
+    for name in loaded - found.keys():
+        app.events.set_notify_on(name, None)
+    for name, words in found.items():
+        if app.events.notify_on.get(name) != words:
+            app.events.set_notify_on(name, words)
+    return set(found)
+
+
+async def notify_on_forever(app: Any, db: Any) -> None:
+    """A worker's task: refresh_notify_on every NOTIFY_ON_REFRESH seconds while its App has a
+    notifier (without one there is nothing to do: no query)."""
+    loaded: set[str] = set()
+    while True:
+        if any(hook.notifier is not None for hook in getattr(app.events, "hooks", ())):
+            try:
+                loaded = await db(refresh_notify_on, app, loaded)
+            except DatabaseError:
+                pass  # an outage: the next pass reads again
+        await asyncio.sleep(NOTIFY_ON_REFRESH)

@@ -257,3 +257,81 @@ def test_a_declared_task_is_enqueued_without_its_app(db_url: str) -> None:
     code2, out2 = cli(db_url, "enqueue", "report", "--key", "k")
     assert code == code2 == 0 and out2.startswith(out.strip()) and "already pending" in out2
     app.close()
+
+
+def test_the_api_changes_schedules_queues_and_runs_as_data(db_url: str, caplog: Any) -> None:
+    """Behind the token and the cross-site check like every POST; each change logged once
+    with who made it; an unknown task refused, not stored."""
+    from starlette.testclient import TestClient
+
+    from rota.web import create_app
+
+    app = _declared(db_url)
+    web = TestClient(create_app(app, token="s3cret-token"), base_url="http://localhost")
+    auth = {"authorization": "Bearer s3cret-token"}
+    new = {"name": "daily", "task": "report", "cron": "0 6 * * *", "kwargs": {"day": "x"}, "notify_on": ["failure"]}
+    assert web.post("/api/schedules", json=new).status_code == 401
+    refused = web.post("/api/schedules", json=new, headers={**auth, "origin": "https://evil.example"})
+    assert refused.status_code == 403 and refused.json() == {"error": "cross-site request refused"}
+    caplog.set_level("INFO", logger="rota")
+    typo = web.post("/api/schedules", json={**new, "task": "reprot"}, headers=auth)
+    assert typo.status_code == 400 and "unknown task 'reprot'" in typo.json()["error"]
+    bad = web.post("/api/schedules", json={**new, "every": "often"}, headers=auth)
+    assert bad.status_code == 400 and bad.json() == {"error": "every must be a number, got 'often'"}
+    assert app.list_schedules(include_inactive=True) == []
+    added = web.post("/api/schedules", json=new, headers=auth)
+    assert added.status_code == 201 and added.json()["cron"] == "0 6 * * *", added.text
+    changed = web.post("/api/schedules/daily/update", json={"every": 600}, headers=auth)
+    assert changed.status_code == 200 and changed.json()["every"] == 600
+    assert web.get("/api/tasks", headers=auth).json() == ["report"]
+    run = web.post("/api/tasks/report/enqueue", json={"kwargs": {"day": "y"}, "queue": "mail"}, headers=auth)
+    assert run.status_code == 201 and app.get_run(run.json()["id"]).queue == "mail"
+    paused = web.post("/api/queues/mail/pause", headers=auth)
+    assert (
+        paused.status_code == 200 and paused.json()["paused"] and paused.json()["paused_by"] == "dashboard:testclient"
+    )
+    assert [q["name"] for q in web.get("/api/queues", headers=auth).json() if q["paused"]] == ["mail"]
+    assert not web.post("/api/queues/mail/resume", headers=auth).json()["paused"]
+    removed = web.post("/api/schedules/daily/remove", headers=auth)
+    assert removed.status_code == 200 and removed.json()["active"] is False
+    audit = [(r.fields["action"], r.fields["target"], r.fields["by"]) for r in caplog.records  # type: ignore[attr-defined]
+             if getattr(r, "event", None) == "operator_change"]  # fmt: skip
+    assert audit == [
+        ("schedule_add", "daily", "dashboard:testclient"),
+        ("schedule_update", "daily", "dashboard:testclient"),
+        ("enqueue", "report", "dashboard:testclient"),
+        ("queue_pause", "mail", "dashboard:testclient"),
+        ("queue_resume", "mail", "dashboard:testclient"),
+        ("schedule_remove", "daily", "dashboard:testclient"),
+    ]
+    app.close()
+
+
+def test_notify_on_works_for_a_schedule_added_as_data(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A running worker's notifier sends the events a stored schedule's notify_on selects (it
+    sent only its own events=; add_schedule refused notify_on)."""
+    from rota import operate
+    from rota.notify import Notifier
+
+    monkeypatch.setattr(operate, "NOTIFY_ON_REFRESH", 0.1)
+    sent: list[tuple[str, str | None]] = []
+
+    class Collect(Notifier):
+        def send(self, event: Any) -> None:
+            sent.append((event.name, event.schedule_name))
+
+    app = _declared(db_url)
+    app.add_notifier(Collect())  # its own events: run_failed only
+    worker = app.worker(install_signal_handlers=False)
+    worker.start()
+    try:
+        code, out = cli(db_url, "schedules", "add", "daily", "report", "--cron", "0 6 * * *", "--notify-on", "success")
+        assert code == 0, out
+        time.sleep(0.6)  # the worker reads the stored notify_on
+        assert cli(db_url, "trigger", "daily")[0] == 0
+        wait_until(lambda: ("run_succeeded", "daily") in sent, 30, "the success notification")
+        code, out = cli(db_url, "schedules", "add", "bad", "report", "--every", "60", "--notify-on", "sometimes")
+        assert code == 1 and "unknown notify_on value 'sometimes'" in out, out
+    finally:
+        worker.stop(wait=True, timeout=10)
+        app.close()

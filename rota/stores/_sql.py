@@ -218,6 +218,14 @@ class SqlStore(SqlFlow):
             for name in sorted(counts.keys() | pauses.keys())
         ]
 
+    def set_schedule_notify_on(self, name: str, notify_on: str | None) -> None:
+        with self._tx() as s:
+            s.q("schedule_set_notify_on", name=name, notify_on=notify_on)
+
+    def stored_notify_on(self) -> list[tuple[str, Any]]:
+        with self._read() as s:
+            return [(str(r[0]), r[1]) for r in s.q("schedules_notify_on")]
+
     def declare_tasks(self, tasks: Sequence[str]) -> None:
         with self._tx() as s:
             for task in sorted(tasks):

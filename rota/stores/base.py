@@ -406,6 +406,14 @@ class Store(FlowStore, abc.ABC):
         """The queues with active runs or paused, by name."""
         raise NotImplementedError
 
+    def set_schedule_notify_on(self, name: str, notify_on: str | None) -> None:
+        """Store a schedule's notify_on words (JSON text), or None."""
+        raise NotImplementedError
+
+    def stored_notify_on(self) -> list[tuple[str, Any]]:
+        """(name, JSON text) of the active schedules with a stored notify_on."""
+        raise NotImplementedError
+
     def declare_tasks(self, tasks: Sequence[str]) -> None:
         """Record the names of the tasks a worker declares (at its start)."""
         raise NotImplementedError

@@ -19,6 +19,9 @@ Routes (JSON unless said otherwise; records shaped as the CLI's `--json`):
     GET  /static/NAME           the page's scripts and style sheet (rota.web.static)
     POST /api/schedules/{name}/pause|resume|trigger
     POST /api/runs/{id}/cancel|retry
+    GET  /api/queues, /api/tasks
+    POST /api/queues/{name}/pause|resume, /api/schedules (add), /api/schedules/{name}/update|remove,
+         /api/tasks/{name}/enqueue
 
 Auth (token argument, else ROTA_DASHBOARD_TOKEN), allowed hosts and the body limit are
 described in rota.web.auth; sessions and the sign-in throttle in rota.web.sessions.
@@ -43,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - depends on extras
 
 from ..app import App
 from ..errors import ConfigurationError, RotaError
-from . import api, charts, openapi, pages
+from . import api, charts, openapi, operate, pages
 from .auth import LOGIN_BODY_LIMIT, MAX_BODY, TOKEN_ENV, Guard, resolve_token
 from .metrics import make_registry, metrics
 from .sessions import SESSION_TTL, LoginThrottle, Sessions
@@ -110,6 +113,7 @@ def _routes() -> list[BaseRoute]:
         Route("/static/{name}", static_file),
         *charts.routes(),
         *pages.routes(),
+        *operate.routes(),
         *api.routes(),
     ]
 

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..models import STATUSES
+from .openapi_ops import operator_paths, operator_schemas
 
 
 def _null(kind: str | dict[str, Any]) -> dict[str, Any]:
@@ -336,14 +337,15 @@ def _paths() -> dict[str, Any]:
     schedule_action = _op(
         "", _json(_ref("Schedule"), "The schedule after the action"), params=[SCHEDULE], errors=("404", "409")
     )  # 409: a damaged schedule that a resume cannot plan (see the Concepts page "Damaged rows")
-    return {
+    ops = operator_paths()
+    paths = {
         "/api/stats": {"get": _op("Counts by status, live workers and capacity", _json(_ref("Stats"), "Stats"))},
         "/api/schedules": {
             "get": _op(
                 "Active schedules (all with all=1)",
                 _json(_array("Schedule"), "Schedules"),
                 params=[_query("all", {"type": "boolean"}, "include removed schedules")],
-            )
+            ),
         },
         "/api/schedules/{name}": {
             "get": _op("One schedule", _json(_ref("Schedule"), "The schedule"), params=[SCHEDULE], errors=("404",))
@@ -373,7 +375,10 @@ def _paths() -> dict[str, Any]:
         },
         **_run_paths(),
         **_chart_paths(),
+        **{k: v for k, v in ops.items() if k != "/api/schedules"},
     }
+    paths["/api/schedules"] |= ops["/api/schedules"]  # POST: add
+    return paths
 
 
 CHART_QUERY = [
@@ -450,7 +455,10 @@ def document() -> dict[str, Any]:
         "info": {"title": "rota dashboard API", "version": "1"},
         "servers": [{"url": "/"}],
         "security": [{}, {"bearer": []}],
-        "components": {"schemas": SCHEMAS, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {
+            "schemas": {**SCHEMAS, **operator_schemas()},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
         "paths": _paths(),
     }
 

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import ConfigurationError, DatabaseRefused, DatabaseTransient, SchemaVersionError
 from ..executor import DaemonPool
 from ..logs import log_event
+from ..operate import notify_on_forever
 from ..stores.base import Claimed, Outcome, Store
 from .active import Active
 from .claims import Claimer, Finisher, wait_all
@@ -227,6 +228,7 @@ class Worker(Lifecycle):
             spawn("rota-loopwatch", lambda: self._loop_watch.run(self._executors.describe)),
             spawn("rota-listen", self._wakeups.run),
             spawn("rota-maintenance", self._maintenance.run),
+            spawn("rota-notify-on", lambda: notify_on_forever(self.app, self._db)),  # stored schedules'
         ]
 
     def _buffer(self) -> float:

@@ -18,3 +18,8 @@ CREATE TABLE rota_tasks (
     task        text        PRIMARY KEY,
     declared_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- A stored schedule's notify_on= (a JSON array of words: rota.notify), NULL for none. Workers
+-- read it every few seconds (rota/operate.py): a notifier sends those events of its runs, as it
+-- does for a schedule declared in code with notify_on=.
+ALTER TABLE rota_schedules ADD COLUMN notify_on text;

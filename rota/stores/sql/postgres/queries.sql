@@ -1990,3 +1990,10 @@ ON CONFLICT (task) DO UPDATE SET declared_at = excluded.declared_at
 
 -- name: tasks_declared
 SELECT task FROM rota_tasks ORDER BY task
+
+-- name: schedule_set_notify_on
+-- a stored schedule's notify_on words (JSON), or NULL
+UPDATE rota_schedules SET notify_on = %(notify_on)s WHERE name = %(name)s
+
+-- name: schedules_notify_on
+SELECT name, notify_on FROM rota_schedules WHERE active AND notify_on IS NOT NULL

@@ -10,3 +10,5 @@ CREATE TABLE rota_tasks (
     task        TEXT NOT NULL PRIMARY KEY,
     declared_at REAL NOT NULL
 ) STRICT, WITHOUT ROWID;
+
+ALTER TABLE rota_schedules ADD COLUMN notify_on TEXT;

@@ -1327,3 +1327,9 @@ ON CONFLICT (task) DO UPDATE SET declared_at = excluded.declared_at
 
 -- name: tasks_declared
 SELECT task FROM rota_tasks ORDER BY task
+
+-- name: schedule_set_notify_on
+UPDATE rota_schedules SET notify_on = :notify_on WHERE name = :name
+
+-- name: schedules_notify_on
+SELECT name, notify_on FROM rota_schedules WHERE active AND notify_on IS NOT NULL

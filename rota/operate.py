@@ -10,6 +10,7 @@ Runs already running finish; runs a worker claimed ahead of their time (held) st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import json
 import logging
@@ -205,8 +206,6 @@ async def notify_on_forever(app: Any, db: Any) -> None:
     loaded: set[str] = set()
     while True:
         if any(hook.notifier is not None for hook in getattr(app.events, "hooks", ())):
-            try:
+            with contextlib.suppress(DatabaseError):  # an outage: the next pass reads again
                 loaded = await db(refresh_notify_on, app, loaded)
-            except DatabaseError:
-                pass  # an outage: the next pass reads again
         await asyncio.sleep(NOTIFY_ON_REFRESH)

@@ -61,7 +61,7 @@ def test_the_api_keeps_its_description(web_schema: Any) -> None:
 
         @given(case=operation.as_strategy())
         @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-        def check(case: Any) -> None:
+        def check(case: Any, excluded: list[Any] = excluded) -> None:
             case.call_and_validate(excluded_checks=excluded)
 
         check()

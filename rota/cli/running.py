@@ -203,15 +203,20 @@ def enqueue(
         delay=opts["delay"], priority=opts["priority"], queue=opts["queue"], key=key, **extra
     )
     handle = call.enqueue(*args, **kwargs)
+    return _enqueued(handle.id, handle.created, opts)
+
+
+def _enqueued(run_id: str, created: bool, opts: dict[str, Any]) -> None:
+    """What `rota enqueue` prints: the run's id, and why when it was not created."""
+    key, unique_for = opts["key"], opts["unique_for"]
     if opts["as_json"]:
-        print_json({"id": handle.id, "created": handle.created})
-    elif handle.created:
-        click.echo(handle.id)
+        print_json({"id": run_id, "created": created})
+    elif created:
+        click.echo(run_id)
     elif unique_for is not None:
-        click.echo(f"{handle.id} (created with key {key!r} within the last {duration(unique_for)}: not enqueued again)")
+        click.echo(f"{run_id} (created with key {key!r} within the last {duration(unique_for)}: not enqueued again)")
     else:
-        click.echo(f"{handle.id} (already pending with key {key!r})")
-    return None
+        click.echo(f"{run_id} (already pending with key {key!r})")
 
 
 def enqueue_declared(
@@ -224,10 +229,7 @@ def enqueue_declared(
               "delay": opts["delay"].total_seconds() if opts["delay"] is not None else None}  # fmt: skip
     fields = {k: v for k, v in fields.items() if v is not None}
     run_id, created = operate.enqueue(database_app(ctx), task, fields, operate.cli_user())
-    if opts["as_json"]:
-        print_json({"id": run_id, "created": created})
-    else:
-        click.echo(run_id if created else f"{run_id} (already pending with key {opts['key']!r})")
+    _enqueued(run_id, created, opts)
 
 
 @main.command()

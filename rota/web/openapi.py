@@ -12,27 +12,29 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..models import STATUSES
+from .openapi_base import (
+    ANY,
+    BOOL,
+    ERROR,
+    FIELDS,
+    ID,
+    INT,
+    NUM,
+    SCHEDULE,
+    STR,
+    TIME,
+    _array,
+    _json,
+    _null,
+    _obj,
+    _op,
+    _path,
+    _query,
+    _ref,
+)
 from .openapi_ops import operator_paths, operator_schemas
 
-
-def _null(kind: str | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(kind, dict):
-        return {"anyOf": [kind, {"type": "null"}]}
-    return {"type": [kind, "null"]}
-
-
-def _obj(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"type": "object", "required": sorted(required), "properties": {**required, **(optional or {})}}
-
-
-STR, INT, BOOL, NUM = {"type": "string"}, {"type": "integer"}, {"type": "boolean"}, {"type": "number"}
-TIME = {"type": "string", "format": "date-time"}
-ID = {"type": "string", "pattern": "^[1-9][0-9]*$"}
 STATUS = {"type": "string", "enum": list(STATUSES)}
-ANY: dict[str, Any] = {}
-FIELDS = {"type": "array", "items": STR}
-
-ERROR = _obj({"error": STR})
 STORED_ERROR = _null(_obj({"type": STR, "message": STR}, {"traceback": _null("string")}))
 RUN_COMMON = {
     "id": ID,
@@ -276,46 +278,7 @@ SCHEMAS.update(
 )
 
 
-def _ref(name: str) -> dict[str, Any]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-ERRORS = {
-    "400": _json(_ref("Error"), "Bad input; the message names the value and what is valid"),
-    "401": _json(_ref("Error"), "A token is needed"),
-    "403": _json(_ref("Error"), "Host not allowed, or a cross-site action"),
-    "503": _json(_ref("Error"), "The database is unreachable"),
-}
-
-
-def _op(
-    summary: str,
-    ok: dict[str, Any],
-    *,
-    status: str = "200",
-    params: list[dict[str, Any]] | None = None,
-    errors: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    responses = {status: ok, **ERRORS}
-    for code in errors:
-        responses[code] = _json(_ref("Error"), {"404": "Not found", "409": "The state refuses the action"}[code])
-    return {"summary": summary, "parameters": params or [], "responses": responses}
-
-
-def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
-
-
-def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "schema": schema}
-
-
 RUN_ID = _path("id", {"type": "string"})
-SCHEDULE = _path("name", {"type": "string", "minLength": 1})
 TEXT = {"type": "string", "pattern": "^[^\\u0000]*$"}  # a NUL is refused (400), as the library does
 RUN_QUERY = [
     _query("status", STATUS, "only runs in this status"),
@@ -326,10 +289,6 @@ RUN_QUERY = [
     _query("before", {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}, "only runs with a smaller id (paging)"),
     _query("damaged", {"type": "boolean"}, "only runs set aside as damaged (failed, error type DamagedRow)"),
 ]
-
-
-def _array(name: str) -> dict[str, Any]:
-    return {"type": "array", "items": _ref(name)}
 
 
 def _paths() -> dict[str, Any]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .openapi_base import BOOL, FIELDS, ID, INT, SCHEDULE, STR, TIME, _array, _json, _null, _obj, _op, _path, _ref
+
 
 def operator_schemas() -> dict[str, Any]:
-    from .openapi import BOOL, INT, STR, TIME, _null, _obj
-
     return {
         "Queue": _obj(
             {
@@ -29,8 +29,6 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
 
 def operator_paths() -> dict[str, Any]:
     """Changes made as data (rota.web.operate): queues, schedules, runs of a declared task."""
-    from .openapi import BOOL, FIELDS, ID, INT, SCHEDULE, STR, _array, _json, _obj, _op, _path, _ref
-
     num = {"type": "number", "minimum": 0}
     schedule_fields: dict[str, Any] = {
         "cron": STR, "every": num, "tz": STR, "args": {"type": "array"}, "kwargs": {"type": "object"},
@@ -46,10 +44,9 @@ def operator_paths() -> dict[str, Any]:
     queue = _path("name", {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}$"})  # rota.tasks.check_queue
     queue_action = _op("", _json(_ref("Queue"), "The queue after the action"), params=[queue])
     changed = _json(_ref("Schedule"), "The schedule after the change")
-    run = _json(_obj({"id": ID, "created": BOOL}), "The run")
     enqueued = _op(
         "Enqueue a run of a declared task",
-        run,
+        _json(_obj({"id": ID, "created": BOOL}), "The run"),
         status="201",
         params=[_path("name", {"type": "string", "minLength": 1})],
     )

@@ -57,14 +57,16 @@ def test_the_api_keeps_its_description(web_schema: Any) -> None:
     for operation in operations:
         # A body of changes made as data (a cron expression, a task name) is checked by the
         # library as the Python API checks it: a schema-valid one may still be refused, 400.
-        excluded = [positive_data_acceptance] if operation.body else []
+        _check(operation, [positive_data_acceptance] if operation.body else [])
 
-        @given(case=operation.as_strategy())
-        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-        def check(case: Any, excluded: list[Any] = excluded) -> None:
-            case.call_and_validate(excluded_checks=excluded)
 
-        check()
+def _check(operation: Any, excluded: list[Any]) -> None:
+    @given(case=operation.as_strategy())
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    def check(case: Any) -> None:
+        case.call_and_validate(excluded_checks=excluded)
+
+    check()
 
 
 @pytest.mark.parametrize(

@@ -166,7 +166,8 @@ class App(FlowClient, Client, OperatorClient, AsyncClient):
         first = {spec.name: spec.trigger.next_after(now) for spec in self.schedules.values()}
         store.sync_schedules(self.name, defs, first)
         limit_specs.sync(store, self.tasks)  # limits and rates: this deploy's values win
-        store.declare_tasks(list(self.tasks))  # every task name: a process without the code checks them
+        if store.schema_version()[0] >= 18:  # every task name: a process without the code checks them
+            store.declare_tasks(list(self.tasks))
 
     def close(self) -> None:
         """Deliver queued hook events (briefly), release held locks, close every connection."""

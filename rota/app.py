@@ -23,6 +23,7 @@ from .errors import (
 from .events import Event, Events, Notifier
 from .flow_ops import FlowClient
 from .models import FINAL_STATUSES, LockInfo
+from .operate import OperatorClient
 from .stores import open_store
 from .stores.base import Store
 from .tasks import RunContext, Task, check_int, check_queue
@@ -50,7 +51,7 @@ def _pg_options(cfg: dict[str, Any], url: str, *given: Any) -> dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
 
 
-class App(FlowClient, Client, AsyncClient):
+class App(FlowClient, Client, OperatorClient, AsyncClient):
     """A rota application: tasks, schedules, and the database they live in.
 
     ```python
@@ -186,6 +187,8 @@ class App(FlowClient, Client, AsyncClient):
         first = {spec.name: spec.trigger.next_after(now) for spec in self.schedules.values()}
         store.sync_schedules(self.name, defs, first)
         limit_specs.sync(store, self.tasks)  # limits and rates: this deploy's values win
+        if store.schema_version()[0] >= 21:  # every task name: a process without the code checks them
+            store.declare_tasks(list(self.tasks))
 
     def close(self) -> None:
         """Deliver queued hook events (briefly), release held locks, close every connection."""

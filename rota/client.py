@@ -18,6 +18,7 @@ from .errors import (
     ScheduleNotFound,
     did_you_mean,
 )
+from .events import check_notify_on
 from .limit_specs import stamp_lenient
 from .models import FINAL_STATUSES, STATUSES, Run, ScheduleInfo, WorkerInfo
 from .quarantine import DamagedRowError
@@ -65,12 +66,9 @@ class Client(Declarations):
         jitter: timedelta | float | None = None,
         **task_options: Any,
     ) -> ScheduleInfo:
-        """Create a schedule stored in the database; every running worker picks it up."""
-        if "notify_on" in task_options:
-            raise ConfigurationError(
-                "notify_on is for schedules declared in code (@app.schedule); for a stored schedule, "
-                f"give a notifier schedules=[{name!r}] and the events= to send"
-            )
+        """Create a schedule stored in the database; every running worker picks it up (its
+        notify_on= within NOTIFY_ON_REFRESH seconds: rota.operate)."""
+        notify_on = check_notify_on(task_options.pop("notify_on", None))
         task_name, base = self._task_ref(task)
         known = self._declared(task, name)
         spec = build_schedule(
@@ -91,7 +89,13 @@ class Client(Declarations):
         check_schedule_call(name, known, spec.args, spec.kwargs)
         store = self.store
         store.add_schedule(spec.to_def(source="api", app=None), spec.trigger.next_after(store.now()))
+        self._store_notify_on(name, notify_on)
         return self.get_schedule(name)
+
+    def _store_notify_on(self, name: str, words: tuple[str, ...] | None) -> None:
+        """A stored schedule's notify_on=, in the database (for every worker) and here."""
+        self.store.set_schedule_notify_on(name, json.dumps(list(words)) if words is not None else None)
+        cast("App", self).events.set_notify_on(name, words)
 
     def _declared(self, task: Task[..., Any] | str, schedule: str) -> Task[..., Any] | None:
         """The task object if this process declares it (to check a schedule's arguments);
@@ -107,17 +111,10 @@ class Client(Declarations):
 
     def update_schedule(self, name: str, **changes: Any) -> ScheduleInfo:
         """Change a stored schedule; a new cron/every/tz recomputes its next fire time."""
-        _filter("schedule name", name)
         store = self.store
-        current = store.get_schedule_def(name)
-        if current is None or (info := store.get_schedule(name)) is None or not info.active:
-            raise ScheduleNotFound(f"no active schedule named {name!r}")
-        if current.source == "code":
-            raise ConfigurationError(
-                f"schedule {name!r} is declared in code (@app.schedule); change it there, it is re-synced when workers start"
-            )
-        allowed = {"cron", "every", "tz", "args", "kwargs", "overlap", "misfire", "misfire_grace", "run_immediately", "task",
-                   "queue", "priority", "retries", "timeout", "backoff", "jitter"}  # fmt: skip
+        current, info = self._stored_schedule(name)
+        allowed = CHANGEABLE
+        changes, notify = _notify_change(changes)
         unknown = sorted(set(changes) - allowed)
         if unknown:
             raise ConfigurationError(f"cannot update {unknown} of a schedule; changeable: {', '.join(sorted(allowed))}")
@@ -152,9 +149,24 @@ class Client(Declarations):
         check_schedule_call(name, known, spec.args, spec.kwargs)
         # An error left it without a next time, or its stored next time cannot be read: plan it again.
         replan = timing_changed or info.plan_error is not None or "next_run_at" in info.corrupt
-        next_run_at = spec.trigger.next_after(store.now()) if replan else None
-        store.update_schedule(spec.to_def(source="api", app=None), next_run_at)
+        store.update_schedule(
+            spec.to_def(source="api", app=None), spec.trigger.next_after(store.now()) if replan else None
+        )
+        if notify[0]:
+            self._store_notify_on(name, notify[1])
         return self.get_schedule(name)
+
+    def _stored_schedule(self, name: str) -> tuple[ScheduleDef, ScheduleInfo]:
+        """An active schedule stored as data (one declared in code is changed in the code)."""
+        _filter("schedule name", name)
+        current = self.store.get_schedule_def(name)
+        if current is None or (info := self.store.get_schedule(name)) is None or not info.active:
+            raise ScheduleNotFound(f"no active schedule named {name!r}")
+        if current.source == "code":
+            raise ConfigurationError(
+                f"schedule {name!r} is declared in code (@app.schedule); change it there, it is re-synced when workers start"
+            )
+        return current, info
 
     def remove_schedule(self, name: str) -> None:
         """Deactivate a schedule: it stops firing, its pending runs are cancelled, history stays."""
@@ -334,6 +346,17 @@ class Client(Declarations):
             stamp_lenient(new, task, run.args, run.kwargs)
         ((new_id, _),) = self.store.insert_runs([new])
         return RunHandle(cast("App", self), str(new_id))
+
+
+# What update_schedule() changes.
+CHANGEABLE = frozenset({"cron", "every", "tz", "args", "kwargs", "overlap", "misfire", "misfire_grace", "run_immediately",
+                        "task", "queue", "priority", "retries", "timeout", "backoff", "jitter", "notify_on"})  # fmt: skip
+
+
+def _notify_change(changes: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[bool, tuple[str, ...] | None]]:
+    """update_schedule's changes without notify_on, and (whether it is given, its words)."""
+    rest = dict(changes)
+    return rest, ("notify_on" in rest, check_notify_on(rest.pop("notify_on", None)))
 
 
 def _run_id(run_id: object) -> int:

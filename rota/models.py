@@ -262,6 +262,28 @@ class LockInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue with active runs or paused fleet-wide (App.pause_queue)."""
+
+    name: str
+    paused: bool
+    pending: int = 0
+    running: int = 0
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "paused": self.paused,
+            "pending": self.pending,
+            "running": self.running,
+            "paused_at": _iso(self.paused_at),
+            "paused_by": self.paused_by,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerInfo:
     id: str
     host: str

@@ -98,7 +98,8 @@ class Notifier:
         if self.dashboard_url is not None:
             data["dashboard_url"] = self.dashboard_url
             if event.run_id is not None:
-                data["run_url"] = f"{self.dashboard_url}/api/runs/{event.run_id}"
+                data["run_url"] = f"{self.dashboard_url}/#/run/{event.run_id}"  # the run's page
+                data["run_api_url"] = f"{self.dashboard_url}/api/runs/{event.run_id}"
         return data
 
     def summary(self, event: Event) -> str:

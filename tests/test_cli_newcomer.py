@@ -81,8 +81,8 @@ def test_an_option_of_some_commands_given_elsewhere_says_where_it_goes() -> None
     code, out = cli("--json", "runs")
     assert code == 2 and out.count("\n") == 1, out
     assert "--json here: it goes after the command" in out and "(e.g. rota runs --json)" in out, out
-    code, out = cli("pause", "nightly", "--json")
-    assert code == 2 and "`rota pause` does not take it" in out and "runs" in out, out
+    code, out = cli("demo", "--json")
+    assert code == 2 and "`rota demo` does not take it" in out and "runs" in out, out
     code, out = cli("runs", "--bogus")
     assert code == 2 and "No such option '--bogus'" in out, out
 

@@ -133,14 +133,16 @@ def check_command(words: list[str]) -> str | None:
         return None
     if rest[0] not in main.commands:
         return f"rota has no command {rest[0]!r}"
-    command = main.commands[rest[0]]
+    command, path = main.commands[rest[0]], [rest[0]]
+    if isinstance(command, click.Group) and len(rest) > 1 and rest[1] in command.commands:  # rota queues pause
+        command, path, rest = command.commands[rest[1]], [*path, rest[1]], rest[1:]
     known = {**group, **_options(command)}
     for word in rest[1:]:
         if word.startswith("-") and len(word) > 1 and not re.fullmatch(r"-\d+(\.\d+)?", word):
             for name in word.split("=")[0].split("/"):
                 if name not in known:
-                    return f"rota {rest[0]} has no option {name}"
-    help_run = CliRunner().invoke(main, [rest[0], "--help"])
+                    return f"rota {' '.join(path)} has no option {name}"
+    help_run = CliRunner().invoke(main, [*path, "--help"])
     if help_run.exit_code != 0:
         return f"rota {rest[0]} --help failed: {help_run.output}"
     return None

@@ -258,10 +258,15 @@ def test_a_populated_version_16_database_migrates_and_its_runs_move_in_batches(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rota.stores import _pg_migrate
+    from rota.stores import postgres as pg_module
     from rota.stores.queries import load_migrations
+
+    from .test_hot_path import before_paused_queues
 
     with monkeypatch.context() as patch:
         patch.setattr(_pg_migrate, "load_migrations", lambda _d: load_migrations("postgres")[:16])
+        load = pg_module.load_queries
+        patch.setattr(pg_module, "load_queries", lambda *a: {k: before_paused_queues(v) for k, v in load(*a).items()})
         old = make_app(pg_url)
         assert old.migrate()[-1] == "0016_limit_told"
         ids = _populate_version_16(old.store)

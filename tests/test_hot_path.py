@@ -45,16 +45,24 @@ def before_misfire_deadlines(claim: str) -> str:
     return "\n".join(line for line in claim.splitlines() if "misfire_at >=" not in line)
 
 
+def before_paused_queues(sql: str) -> str:
+    """A statement without the paused-queues guard (schema version 21)."""
+    sql = re.sub(r"AND coalesce\(\w+\.queue <> ALL \(ARRAY\(SELECT queue FROM rota_queue_pauses\)\), true\)", "", sql)
+    return re.sub(r"AND NOT EXISTS \(SELECT 1 FROM rota_queue_pauses qp WHERE qp\.queue = \w+\.queue\)", "", sql)
+
+
 def before_flow_control(load: Any) -> Any:
     """The queries of a rota at schema version 4 (what these tests migrate from): the claims
     had no misfire deadline (version 5) and no filter for limited and rated runs (version 10);
     those columns do not exist yet; and it read its runs from one table (the view of both
-    tables is version 17's)."""
+    tables is version 17's, the paused queues version 21's)."""
 
     def queries(*args: Any) -> dict[str, str]:
         flow = "AND limit_name IS NULL AND rate_name IS NULL"
         old = {
-            name: "\n".join(ln for ln in sql.splitlines() if flow not in ln).replace("rota_runs_all", "rota_runs")
+            name: before_paused_queues("\n".join(ln for ln in sql.splitlines() if flow not in ln)).replace(
+                "rota_runs_all", "rota_runs"
+            )
             for name, sql in load(*args).items()
         }
         for claim in ("claim", "claim_in_queues"):

@@ -77,8 +77,14 @@ def test_a_populated_version_12_database_migrates_in_place_and_keeps_refusing_ba
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"sqlite:///{tmp_path}/rota.db"
+    from .test_hot_path import before_paused_queues
+
     with monkeypatch.context() as patch:
         patch.setattr(sqlite_module, "load_migrations", lambda _d: load_migrations("sqlite")[:12])
+        load = sqlite_module.load_queries
+        patch.setattr(
+            sqlite_module, "load_queries", lambda *a: {k: before_paused_queues(v) for k, v in load(*a).items()}
+        )
         old = make_app(url)
         assert old.migrate()[-1] == "0012_history_listings"
 
@@ -100,7 +106,7 @@ def test_a_populated_version_12_database_migrates_in_place_and_keeps_refusing_ba
     try:
         assert app.migrate() == [
             "0013_cheap_status_tests", "0014_rate_waited", "0015_refused_at", "0016_limit_told", "0017_history",
-            "0018_saturated_counters", "0019_traceparent", "0020_worker_lease",
+            "0018_saturated_counters", "0019_traceparent", "0020_worker_lease", "0021_operators",
         ]  # fmt: skip
         assert {r.id: r.status for r in app.list_runs()} == before
         assert [name for name, sql in _definitions(tmp_path / "rota.db") if LONG_IN.search(sql)] == []
@@ -137,6 +143,9 @@ WORKER_AT_12 = textwrap.dedent(
     from rota.stores.queries import load_migrations
 
     sqlite_module.load_migrations = lambda _d: load_migrations("sqlite")[:12]  # the previous release
+    from tests.test_hot_path import before_paused_queues  # its statements had no paused-queues guard
+    load = sqlite_module.load_queries
+    sqlite_module.load_queries = lambda *a: {k: before_paused_queues(v) for k, v in load(*a).items()}
     app = rota.App(sys.argv[1], poll_interval=0.02, lease=5.0, retention=None)
 
     @app.task(name="t", retries=1, backoff=0.01)
@@ -176,6 +185,7 @@ def test_a_worker_of_the_previous_schema_works_on_through_the_migration(tmp_path
             "0018_saturated_counters",
             "0019_traceparent",
             "0020_worker_lease",
+            "0021_operators",
         ]  # while the worker claims and finishes
         assert _finished(tmp_path / "rota.db") < 400
         t.enqueue_many([((i,), {}) for i in range(400, 800)])

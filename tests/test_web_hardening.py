@@ -328,12 +328,12 @@ def test_the_throttle_forgets_quiet_clients_and_stays_bounded() -> None:
 
 # -- the description --------------------------------------------------------------------------
 def test_openapi_describes_every_api_route(filled: rota.App) -> None:
-    from rota.web import api, bulk, charts, pages
+    from rota.web import api, bulk, charts, operate, pages
 
     client = TestClient(create_app(filled), base_url=LOCAL)
     served = client.get("/api/openapi.json").json()
     assert served == document() and served["openapi"] == "3.1.0"
-    every = [*api.routes(), *bulk.routes(), *charts.routes(), *pages.routes()]
+    every = [*api.routes(), *charts.routes(), *pages.routes(), *bulk.routes(), *operate.routes()]
     routes = {route.path.replace(":path", "") for route in every}  # type: ignore[attr-defined]
     assert routes == set(served["paths"])
 

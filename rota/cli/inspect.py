@@ -14,6 +14,7 @@ from .. import config, timing
 from ..app import App
 from ..models import STATUSES, Run, ScheduleInfo, WorkerInfo, iso
 from .base import (
+    RotaGroup,
     RunIdCommand,
     check_database,
     check_queue,
@@ -36,13 +37,17 @@ MAX_LIMIT = 10000
 
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Only list what would be applied.")
+@json_option
 @click.pass_context
 @handle_errors
-def migrate(ctx: click.Context, dry_run: bool) -> None:
+def migrate(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     """Apply pending schema migrations."""
     app = database_app(ctx, check=False)
     applied = app.migrate(dry_run=dry_run)
     current, latest = app._store.schema_version()
+    if as_json:
+        print_json({"applied": applied, "dry_run": dry_run, "version": current, "latest": latest})
+        return
     verb = "would apply" if dry_run else "applied"
     click.echo(f"{verb}: {', '.join(applied)}" if applied else f"schema is up to date (version {current} of {latest})")
 
@@ -99,14 +104,16 @@ def _schedule_row(s: ScheduleInfo, now: datetime, utc: bool) -> tuple[Any, ...]:
     return (*row, s.plan_error or (f"damaged: {s.damage}" if s.damage else None))
 
 
-@main.command()
+@main.group(cls=RotaGroup, invoke_without_command=True)
 @json_option
 @utc_option
 @click.option("--all", "include_inactive", is_flag=True, help="Include removed (inactive) schedules.")
 @click.pass_context
 @handle_errors
 def schedules(ctx: click.Context, as_json: bool, utc: bool, include_inactive: bool) -> None:
-    """List schedules with next/last run and counters."""
+    """List schedules with next/last run and counters (add, update, remove: change them)."""
+    if ctx.invoked_subcommand is not None:
+        return
     app = database_app(ctx)
     items = app.list_schedules(include_inactive=include_inactive)
     if as_json:
@@ -327,6 +334,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     health = vacuum() if vacuum is not None else None
     if health is not None:
         stats["vacuum"] = health.as_dict()
+    # (paused queues came with schema 21: an older database, not yet migrated, has none)
+    stats["paused_queues"] = [q.name for q in app.list_queues() if q.paused] if current >= 21 else []
     if as_json:
         print_json(stats)
         return
@@ -335,6 +344,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     click.echo("runs:     " + runs_line(stats))
     if health is not None:
         click.echo("vacuum:   " + health.line())
+    if stats["paused_queues"]:
+        click.echo("paused:   queues " + ", ".join(stats["paused_queues"]) + " (rota queues resume NAME)")
 
 
 def runs_line(stats: dict[str, Any]) -> str:

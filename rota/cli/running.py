@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .. import config
+from .. import config, operate
 from ..app import App
 from ..errors import DatabaseError, DatabaseRefused
 from ..logs import log_event
@@ -18,6 +18,7 @@ from ..serialization import MAX_DEPTH, too_long
 from .base import (
     apply_database_flag,
     check_queue,
+    database_app,
     handle_errors,
     json_option,
     load_app,
@@ -161,8 +162,8 @@ def parse_arguments(args_json: str, kwargs_json: str) -> tuple[list[Any], dict[s
 
 
 @main.command()
-@click.argument("app_path", metavar="APP")
-@click.argument("task")
+@click.argument("app_path", metavar="[APP]")
+@click.argument("task", required=False)
 @click.option("--args", "args_json", default="[]", help="Positional arguments as a JSON array.")
 @click.option("--kwargs", "kwargs_json", default="{}", help="Keyword arguments as a JSON object.")
 @click.option("--delay", type=Duration(zero=True), default=None,
@@ -184,10 +185,15 @@ def parse_arguments(args_json: str, kwargs_json: str) -> tuple[list[Any], dict[s
 @json_option
 @click.pass_context
 @handle_errors
-def enqueue(ctx: click.Context, /, app_path: str, task: str, args_json: str, kwargs_json: str, **opts: Any) -> None:
-    """Enqueue one run of TASK (a registered task name of APP)."""
+def enqueue(
+    ctx: click.Context, /, app_path: str, task: str | None, args_json: str, kwargs_json: str, **opts: Any
+) -> None:
+    """Enqueue one run of TASK (a registered task name of APP). Without APP: of a task some
+    worker declares, with the default options unless given (its code's are not known here)."""
     args, kwargs = parse_arguments(args_json, kwargs_json)
     check_queue(opts["queue"])
+    if task is None:
+        return enqueue_declared(ctx, app_path, args, kwargs, opts)
     app = load_app(app_path)
     apply_database_flag(ctx, app)
     key, unique_for = opts["key"], opts["unique_for"]
@@ -199,14 +205,33 @@ def enqueue(ctx: click.Context, /, app_path: str, task: str, args_json: str, kwa
         delay=opts["delay"], priority=opts["priority"], queue=opts["queue"], key=key, **extra
     )
     handle = call.enqueue(*args, **kwargs)
+    return _enqueued(handle.id, handle.created, opts)
+
+
+def _enqueued(run_id: str, created: bool, opts: dict[str, Any]) -> None:
+    """What `rota enqueue` prints: the run's id, and why when it was not created."""
+    key, unique_for = opts["key"], opts["unique_for"]
     if opts["as_json"]:
-        print_json({"id": handle.id, "created": handle.created})
-    elif handle.created:
-        click.echo(handle.id)
+        print_json({"id": run_id, "created": created})
+    elif created:
+        click.echo(run_id)
     elif unique_for is not None:
-        click.echo(f"{handle.id} (created with key {key!r} within the last {duration(unique_for)}: not enqueued again)")
+        click.echo(f"{run_id} (created with key {key!r} within the last {duration(unique_for)}: not enqueued again)")
     else:
-        click.echo(f"{handle.id} (already pending with key {key!r})")
+        click.echo(f"{run_id} (already pending with key {key!r})")
+
+
+def enqueue_declared(
+    ctx: click.Context, task: str, args: list[Any], kwargs: dict[str, Any], opts: dict[str, Any]
+) -> None:
+    """`rota enqueue TASK` without APP: by name, checked against the declared tasks."""
+    if opts["unique_for"] is not None or opts["after"]:
+        raise click.UsageError("--unique-for and --after need APP (rota enqueue APP TASK ...)")
+    fields = {"args": args, "kwargs": kwargs, "queue": opts["queue"], "priority": opts["priority"], "key": opts["key"],
+              "delay": opts["delay"].total_seconds() if opts["delay"] is not None else None}  # fmt: skip
+    fields = {k: v for k, v in fields.items() if v is not None}
+    run_id, created = operate.enqueue(database_app(ctx), task, fields, operate.cli_user())
+    _enqueued(run_id, created, opts)
 
 
 @main.command()

@@ -52,22 +52,30 @@ def steer_schedule(app: App, action: str, name: str) -> ScheduleInfo:
 
 @main.command()
 @click.argument("name")
+@json_option
 @click.pass_context
 @handle_errors
-def pause(ctx: click.Context, name: str) -> None:
+def pause(ctx: click.Context, name: str, as_json: bool) -> None:
     """Pause schedule NAME (no new ticks until resumed)."""
-    steer_schedule(database_app(ctx), "pause", name)
-    click.echo(f"paused {name}")
+    info = steer_schedule(database_app(ctx), "pause", name)
+    if as_json:
+        print_json(info.to_json())
+    else:
+        click.echo(f"paused {name}")
 
 
 @main.command()
 @click.argument("name")
+@json_option
 @click.pass_context
 @handle_errors
-def resume(ctx: click.Context, name: str) -> None:
+def resume(ctx: click.Context, name: str, as_json: bool) -> None:
     """Resume schedule NAME from its next tick (missed ticks do not run)."""
     info = steer_schedule(database_app(ctx), "resume", name)
-    click.echo(f"resumed {name}; next run {when(info.next_run_at, datetime.now(UTC)) or '-'}")
+    if as_json:
+        print_json(info.to_json())
+    else:
+        click.echo(f"resumed {name}; next run {when(info.next_run_at, datetime.now(UTC)) or '-'}")
 
 
 @main.command(cls=RunIdCommand)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..models import RUNNING, LockInfo, Run, WorkerInfo
+from ..models import RUNNING, LockInfo, QueueInfo, Run, WorkerInfo
 from ..serialization import simple_error
 from ._flow import gate_steps, insert_one
 from ._registry_rows import lock_from_row, worker_from_row
@@ -232,6 +232,40 @@ class SqlStore(SqlFlow):
         with self._read() as s:
             rows = s.q("list_locks")
         return [lock_from_row(self._dt, r) for r in rows]
+
+    # -- paused queues and declared tasks (0021) ---------------------------------------------
+    def set_queue_paused(self, queue: str, paused: bool, by: str | None = None) -> None:
+        with self._tx() as s:
+            if paused:
+                s.q("queue_pause", queue=queue, by=by)
+            else:
+                s.q("queue_resume", queue=queue)
+
+    def list_queues(self) -> list[QueueInfo]:
+        with self._read() as s:
+            counts = {str(r[0]): (int(r[1] or 0), int(r[2] or 0)) for r in s.q("queue_counts")}
+            pauses = {str(r[0]): (self._dt(r[1]), r[2]) for r in s.q("queue_pauses")}
+        return [
+            QueueInfo(name, name in pauses, *counts.get(name, (0, 0)), *pauses.get(name, (None, None)))
+            for name in sorted(counts.keys() | pauses.keys())
+        ]
+
+    def set_schedule_notify_on(self, name: str, notify_on: str | None) -> None:
+        with self._tx() as s:
+            s.q("schedule_set_notify_on", name=name, notify_on=notify_on)
+
+    def stored_notify_on(self) -> list[tuple[str, Any]]:
+        with self._read() as s:
+            return [(str(r[0]), r[1]) for r in s.q("schedules_notify_on")]
+
+    def declare_tasks(self, tasks: Sequence[str]) -> None:
+        with self._tx() as s:
+            for task in sorted(tasks):
+                s.q("tasks_declare", task=task)
+
+    def declared_tasks(self) -> list[str]:
+        with self._read() as s:
+            return [str(r[0]) for r in s.q("tasks_declared")]
 
     # -- dashboard sign-outs -------------------------------------------------------------
     def signout_add(self, nonce: str, expires_at: int, at: float) -> None:

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from ..clock import Clock
 from ..errors import ConfigurationError
-from ..models import LockInfo, Run, ScheduleInfo, WorkerInfo
+from ..models import LockInfo, QueueInfo, Run, ScheduleInfo, WorkerInfo
 from .flow import FlowStore
 from .records import Claimed as Claimed
 from .records import NewRun as NewRun
@@ -413,6 +413,31 @@ class Store(FlowStore, abc.ABC):
 
     @abc.abstractmethod
     def list_locks(self) -> list[LockInfo]: ...
+
+    # -- paused queues and declared tasks (schema 21) ---------------------------------------
+    def set_queue_paused(self, queue: str, paused: bool, by: str | None = None) -> None:
+        """Pause (every claim skips its runs) or resume a queue, fleet-wide."""
+        raise NotImplementedError
+
+    def list_queues(self) -> list[QueueInfo]:
+        """The queues with active runs or paused, by name."""
+        raise NotImplementedError
+
+    def set_schedule_notify_on(self, name: str, notify_on: str | None) -> None:
+        """Store a schedule's notify_on words (JSON text), or None."""
+        raise NotImplementedError
+
+    def stored_notify_on(self) -> list[tuple[str, Any]]:
+        """(name, JSON text) of the active schedules with a stored notify_on."""
+        raise NotImplementedError
+
+    def declare_tasks(self, tasks: Sequence[str]) -> None:
+        """Record the names of the tasks a worker declares (at its start)."""
+        raise NotImplementedError
+
+    def declared_tasks(self) -> list[str]:
+        """Every task name a worker has declared."""
+        raise NotImplementedError
 
     # -- dashboard sign-outs (rota.web.sessions) ------------------------------------------
     @abc.abstractmethod

@@ -20,6 +20,9 @@ Routes (JSON unless said otherwise; records shaped as the CLI's `--json`):
     POST /api/schedules/{name}/pause|resume|trigger
     POST /api/runs/{id}/cancel|retry
     POST /api/runs/bulk         retry or cancel every run a filter matches (rota.web.bulk)
+    GET  /api/queues, /api/tasks
+    POST /api/queues/{name}/pause|resume, /api/schedules (add), /api/schedules/{name}/update|remove,
+         /api/tasks/{name}/enqueue
 
 Auth (token argument, else ROTA_DASHBOARD_TOKEN; a read-only second token, else
 ROTA_DASHBOARD_READONLY_TOKEN), allowed hosts and the body limit are
@@ -45,7 +48,7 @@ except ImportError as exc:  # pragma: no cover - depends on extras
 
 from ..app import App
 from ..errors import ConfigurationError, RotaError
-from . import api, bulk, charts, openapi, pages
+from . import api, bulk, charts, openapi, operate, pages
 from .auth import LOGIN_BODY_LIMIT, MAX_BODY, ROLE_KEY, TOKEN_ENV, Guard, resolve_readonly, resolve_token
 from .metrics import make_registry, metrics
 from .sessions import SESSION_TTL, LoginThrottle, Sessions
@@ -118,6 +121,7 @@ def _routes() -> list[BaseRoute]:
         *charts.routes(),
         *pages.routes(),
         *bulk.routes(),
+        *operate.routes(),
         *api.routes(),
     ]
 

@@ -11,6 +11,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .openapi_ops import operator_paths, operator_schemas
 from .schema_kit import (
     ANY,
     BOOL,
@@ -20,10 +21,12 @@ from .schema_kit import (
     ID,
     INT,
     NUM,
+    SCHEDULE,
     STATUS,
     STORED_ERROR,
     STR,
     TIME,
+    _array,
     _json,
     _null,
     _obj,
@@ -288,7 +291,6 @@ SCHEMAS.update(
 
 
 RUN_ID = _path("id", {"type": "string"})
-SCHEDULE = _path("name", {"type": "string", "minLength": 1})
 TEXT = {"type": "string", "pattern": "^[^\\u0000]*$"}  # a NUL is refused (400), as the library does
 RUN_QUERY = [
     _query("status", STATUS, "only runs in this status"),
@@ -301,23 +303,20 @@ RUN_QUERY = [
 ]
 
 
-def _array(name: str) -> dict[str, Any]:
-    return {"type": "array", "items": _ref(name)}
-
-
 def _paths() -> dict[str, Any]:
     """Every API route (a test checks the list against the router)."""
     schedule_action = _op(
         "", _json(_ref("Schedule"), "The schedule after the action"), params=[SCHEDULE], errors=("404", "409")
     )  # 409: a damaged schedule that a resume cannot plan (see the Concepts page "Damaged rows")
-    return {
+    ops = operator_paths()
+    paths = {
         "/api/stats": {"get": _op("Counts by status, live workers and capacity", _json(_ref("Stats"), "Stats"))},
         "/api/schedules": {
             "get": _op(
                 "Active schedules (all with all=1)",
                 _json(_array("Schedule"), "Schedules"),
                 params=[_query("all", {"type": "boolean"}, "include removed schedules")],
-            )
+            ),
         },
         "/api/schedules/{name}": {
             "get": _op("One schedule", _json(_ref("Schedule"), "The schedule"), params=[SCHEDULE], errors=("404",))
@@ -347,7 +346,10 @@ def _paths() -> dict[str, Any]:
         },
         **_run_paths(),
         **_chart_paths(),
+        **{k: v for k, v in ops.items() if k != "/api/schedules"},
     }
+    paths["/api/schedules"] |= ops["/api/schedules"]  # POST: add
+    return paths
 
 
 CHART_QUERY = [
@@ -457,7 +459,10 @@ def document() -> dict[str, Any]:
         "info": {"title": "rota dashboard API", "version": "1"},
         "servers": [{"url": "/"}],
         "security": [{}, {"bearer": []}],
-        "components": {"schemas": SCHEMAS, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {
+            "schemas": {**SCHEMAS, **operator_schemas()},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
         "paths": _paths(),
     }
 

@@ -1,4 +1,4 @@
-"""The building blocks of rota's OpenAPI document (rota.web.openapi): JSON Schema shorthands,
+"""The building blocks of rota's OpenAPI document, shared by rota.web.openapi and rota.web.openapi_ops:
 the common types and the parts of an operation (responses, parameters)."""
 
 from __future__ import annotations
@@ -67,3 +67,10 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
 
 def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+def _array(name: str) -> dict[str, Any]:
+    return {"type": "array", "items": _ref(name)}
+
+
+SCHEDULE = _path("name", {"type": "string", "minLength": 1})

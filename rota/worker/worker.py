@@ -14,9 +14,10 @@ from datetime import timedelta
 from typing import Any
 
 from .. import tracing
-from ..errors import DatabaseError, DatabaseRefused, DatabaseTransient, SchemaVersionError
+from ..errors import ConfigurationError, DatabaseError, DatabaseRefused, DatabaseTransient, SchemaVersionError
 from ..executor import DaemonPool
 from ..logs import log_event
+from ..operate import notify_on_forever
 from ..stores.base import Claimed, Outcome, Store
 from .active import Active
 from .claims import Claimer, Finisher, wait_all
@@ -79,7 +80,7 @@ class Worker(Lifecycle):
             default_timeout=default_timeout,
         )
         self.settings = s
-        self.concurrency, self.queues, self.lease = s.concurrency, s.queues, s.lease
+        self._concurrency, self.queues, self.lease = s.concurrency, s.queues, s.lease
         self.poll_interval, self.shutdown_timeout = s.poll_interval, s.shutdown_timeout
         self.heartbeat_interval, self.flush_interval = s.heartbeat_interval, s.flush_interval
         limit = default_limit(s.concurrency) if prefetch is None else prefetch_limit(prefetch)
@@ -95,6 +96,21 @@ class Worker(Lifecycle):
         self._force = False
         self._stopped = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def concurrency(self) -> int:
+        """The worker's slots: how many runs it works at once (fixed when it is made)."""
+        return self._concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        """Refused: the slots, the prefetch and the registry's capacity are sized when the
+        worker is made (an assignment used to be silently ignored)."""
+        if value != self._concurrency:
+            raise ConfigurationError(
+                f"cannot set concurrency={value!r} on worker {self.id}: it has {self._concurrency} slots, fixed when "
+                "it is made; stop it and start one with app.worker(concurrency=N) (rota worker -c N)"
+            )
 
     def _build_roles(self) -> None:
         """Make each role with the few others it talks to (see the package docstring)."""
@@ -220,6 +236,7 @@ class Worker(Lifecycle):
             spawn("rota-loopwatch", lambda: self._loop_watch.run(self._executors.describe)),
             spawn("rota-listen", self._wakeups.run),
             spawn("rota-maintenance", self._maintenance.run),
+            spawn("rota-notify-on", lambda: notify_on_forever(self.app, self._db)),  # stored schedules'
         ]
 
     def _buffer(self) -> float:

@@ -107,6 +107,7 @@ WITH picked AS MATERIALIZED (
           AND (misfire_at IS NULL OR misfire_at >= {now})
           AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
           AND NOT cancel_requested
+          AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
         ORDER BY priority DESC, due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
@@ -140,6 +141,7 @@ WITH picked AS MATERIALIZED (
           AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
           AND queue = ANY(%(queues)s::text[])
           AND NOT cancel_requested
+          AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
         ORDER BY priority DESC, due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
@@ -176,6 +178,7 @@ WITH picked AS MATERIALIZED (
           AND (misfire_at IS NULL OR misfire_at >= {now})
           AND limit_name IS NULL AND rate_name IS NULL
           AND NOT cancel_requested
+          AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
         ORDER BY priority DESC, due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
@@ -199,6 +202,7 @@ WITH picked AS MATERIALIZED (
           AND limit_name IS NULL AND rate_name IS NULL
           AND queue = ANY(%(queues)s::text[])
           AND NOT cancel_requested
+          AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
         ORDER BY priority DESC, due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
@@ -715,7 +719,8 @@ RETURNING r.id, r.task, r.status, d.owner, d.error::text
 -- tick, or at once if a run made ahead passed its misfire deadline unclaimed)
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs
-        WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})),
+        WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})
+          AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)),
        least((SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused),
              (SELECT min(misfire_at) FROM rota_runs
               WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
@@ -724,7 +729,8 @@ SELECT {now},
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs
         WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND queue = ANY(%(queues)s::text[])),
+          AND queue = ANY(%(queues)s::text[])
+          AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)),
        least((SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused),
              (SELECT min(misfire_at) FROM rota_runs
               WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
@@ -1272,11 +1278,11 @@ FROM (VALUES ('rota_runs'), ('rota_schedules'), ('rota_workers'), ('rota_locks')
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE NOT has_table_privilege(x.obj, x.priv)
 UNION ALL
--- the tables of 0008 (flow-deps), 0010 (limits and rates), 0011 (task declarations) and
--- 0017 (history), once they exist
+-- the tables of 0008 (flow-deps), 0010 (limits and rates), 0011 (task declarations), 0018
+-- (paused queues, declared tasks) and 0017 (history), once they exist
 SELECT current_user, current_schema(), x.obj, x.priv
 FROM (VALUES ('rota_deps'), ('rota_unique'), ('rota_limits'), ('rota_rates'), ('rota_rate_starts'),
-             ('rota_task_flow'), ('rota_history')) AS t(obj)
+             ('rota_task_flow'), ('rota_history'), ('rota_queue_pauses'), ('rota_tasks')) AS t(obj)
 CROSS JOIN LATERAL (VALUES (t.obj, 'SELECT'), (t.obj, 'INSERT'), (t.obj, 'UPDATE'), (t.obj, 'DELETE')) AS x(obj, priv)
 WHERE CASE WHEN to_regclass(x.obj) IS NULL THEN false ELSE NOT has_table_privilege(x.obj, x.priv) END
 UNION ALL
@@ -1630,14 +1636,14 @@ heads AS MATERIALIZED (
     JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
                   WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
                     AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND coalesce(r.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
                   ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
     UNION ALL
     SELECT 'r' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM rkeys k
     JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
                   WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
                     AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND coalesce(r.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
                   ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
 ),
 room AS (
@@ -1688,7 +1694,7 @@ SELECT set_config('enable_bitmapscan', 'off', true)
 WITH RECURSIVE walked AS MATERIALIZED (  -- (due or not: the index gives the order, no sort)
     SELECT r.limit_name, r.limit_key, r.rate_name, r.rate_key, r.priority, r.due_at, r.id FROM rota_runs r
     WHERE r.status = 'pending' AND NOT r.held AND (r.limit_name IS NOT NULL OR r.rate_name IS NOT NULL)
-      AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+      AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND coalesce(r.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
     ORDER BY r.priority DESC, r.due_at, r.id
     LIMIT %(m)s
 ),
@@ -1728,14 +1734,14 @@ far AS MATERIALIZED (
     JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
                   WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
                     AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND coalesce(r.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
                   ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
     UNION ALL
     SELECT 'r' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM rkeys k
     JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
                   WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
                     AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND coalesce(r.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
                   ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
 ),
 taken AS MATERIALIZED (
@@ -1795,6 +1801,7 @@ SELECT EXISTS (SELECT 1 FROM (
     SELECT 1 FROM rota_runs
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
+      AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
     ORDER BY due_at
     LIMIT 1) AS first)
 
@@ -1804,6 +1811,7 @@ SELECT EXISTS (SELECT 1 FROM (
     SELECT 1 FROM rota_runs
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
+      AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
       AND queue = ANY(%(queues)s::text[])
     ORDER BY due_at
     LIMIT 1) AS first)
@@ -1818,7 +1826,7 @@ SELECT EXISTS (SELECT 1 FROM (
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND (misfire_at IS NULL OR misfire_at >= {now})
       AND limit_name IS NULL AND rate_name IS NULL AND NOT cancel_requested
-      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])) AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
     ORDER BY priority DESC, due_at, id
     LIMIT 1) AS first)
 
@@ -1829,7 +1837,7 @@ SELECT EXISTS (SELECT 1 FROM (
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs
         WHERE status = 'pending' AND NOT held AND due_at > {now} AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))),
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])) AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)),
        least((SELECT min(next_run_at) FROM rota_schedules WHERE active AND NOT paused),
              (SELECT min(misfire_at) FROM rota_runs
               WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
@@ -1858,7 +1866,7 @@ SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs
 WHERE limit_name = %(name)s AND limit_key = %(key)s AND limit_name IS NOT NULL
   AND status = 'pending' AND NOT held AND due_at <= {now}
   AND (misfire_at IS NULL OR misfire_at >= {now})
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])) AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
 ORDER BY priority DESC, due_at, id
 LIMIT %(n)s
 
@@ -1869,7 +1877,7 @@ SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs
 WHERE rate_name = %(name)s AND rate_key = %(key)s AND rate_name IS NOT NULL
   AND status = 'pending' AND NOT held AND due_at <= {now}
   AND (misfire_at IS NULL OR misfire_at >= {now})
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])) AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
 ORDER BY priority DESC, due_at, id
 LIMIT %(n)s
 
@@ -1917,7 +1925,7 @@ picked AS MATERIALIZED (
             WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
               AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
               AND (r.misfire_at IS NULL OR r.misfire_at >= {now})  -- as flow_waiting_limit
-              AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+              AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND coalesce(r.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
             ORDER BY r.priority DESC, r.due_at, r.id
             LIMIT greatest(coalesce(k.free, 0), 0)) r) w
     WHERE w.rate_name IS NULL
@@ -2118,3 +2126,42 @@ UPDATE rota_runs SET traceparent = %(traceparent)s WHERE id = %(id)s
 -- The trace context stored at enqueue (a running run is in rota_runs: schema 17 moves only
 -- finished ones).
 SELECT traceparent FROM rota_runs WHERE id = %(id)s
+
+-- ==== paused queues and declared tasks (migration 0021, issue 44) ==========================
+
+-- name: queue_pause
+-- A queue paused fleet-wide: every claim skips its runs, through `coalesce(queue <> ALL
+-- (ARRAY(SELECT queue FROM rota_queue_pauses)), true)` in claim, poll_state, plain_due and
+-- flow_*: the table is read once per statement (an InitPlan), and the test is a filter on the
+-- rows the claim index gives in order. Plain, `queue <> ALL (...)` (or a NOT EXISTS) took its
+-- selectivity from the queue column's statistics: with one queue in use it read as "no row
+-- passes", and the claim became a sequential scan and a sort (tests/test_operate.py); the
+-- coalesce hides the comparison from the statistics (a default half).
+INSERT INTO rota_queue_pauses (queue, paused_at, paused_by) VALUES (%(queue)s, {now}, %(by)s)
+ON CONFLICT (queue) DO NOTHING
+
+-- name: queue_resume
+DELETE FROM rota_queue_pauses WHERE queue = %(queue)s
+
+-- name: queue_pauses
+SELECT queue, paused_at, paused_by FROM rota_queue_pauses ORDER BY queue
+
+-- name: queue_counts
+-- the active runs of each queue (through rota_runs_active: the few active runs)
+SELECT queue, sum(CASE WHEN status = 'pending' THEN 1 ELSE 0 END),
+       sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END)
+FROM rota_runs WHERE status IN ('pending', 'running') GROUP BY queue
+
+-- name: tasks_declare
+INSERT INTO rota_tasks (task, declared_at) VALUES (%(task)s, {now})
+ON CONFLICT (task) DO UPDATE SET declared_at = excluded.declared_at
+
+-- name: tasks_declared
+SELECT task FROM rota_tasks ORDER BY task
+
+-- name: schedule_set_notify_on
+-- a stored schedule's notify_on words (JSON), or NULL
+UPDATE rota_schedules SET notify_on = %(notify_on)s WHERE name = %(name)s
+
+-- name: schedules_notify_on
+SELECT name, notify_on FROM rota_schedules WHERE active AND notify_on IS NOT NULL

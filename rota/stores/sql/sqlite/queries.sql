@@ -94,6 +94,7 @@ FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos F
     WHERE status = 'pending' AND NOT held AND due_at <= {now}
       AND (misfire_at IS NULL OR misfire_at >= {now})
       AND NOT cancel_requested
+      AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)  -- paused queues (0018)
       AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
     ORDER BY priority DESC, due_at, id
     LIMIT :limit)) AS c
@@ -120,6 +121,7 @@ FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos F
       AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
       AND queue IN (SELECT value FROM json_each(:queues))
       AND NOT cancel_requested
+      AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)  -- paused queues (0018)
     ORDER BY priority DESC, due_at, id
     LIMIT :limit)) AS c
 WHERE rota_runs.id = c.id
@@ -138,6 +140,7 @@ FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos F
     WHERE status = 'pending' AND NOT held AND due_at <= {now} + :ahead
       AND (misfire_at IS NULL OR misfire_at >= {now})
       AND NOT cancel_requested
+      AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)  -- paused queues (0018)
       AND limit_name IS NULL AND rate_name IS NULL
     ORDER BY priority DESC, due_at, id
     LIMIT :limit)) AS c
@@ -158,6 +161,7 @@ FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos F
       AND limit_name IS NULL AND rate_name IS NULL
       AND queue IN (SELECT value FROM json_each(:queues))
       AND NOT cancel_requested
+      AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)  -- paused queues (0018)
     ORDER BY priority DESC, due_at, id
     LIMIT :limit)) AS c
 WHERE rota_runs.id = c.id
@@ -411,7 +415,8 @@ RETURNING id, task, status, owner, error
 -- name: poll_state
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs INDEXED BY rota_runs_due
-        WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})),
+        WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})
+          AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active AND NOT paused
             UNION ALL
@@ -422,7 +427,8 @@ SELECT {now},
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs INDEXED BY rota_runs_due
         WHERE status = 'pending' AND NOT held AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND queue IN (SELECT value FROM json_each(:queues))),
+          AND queue IN (SELECT value FROM json_each(:queues))
+          AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active AND NOT paused
             UNION ALL
@@ -1121,7 +1127,7 @@ heads AS (
            (SELECT r.id FROM rota_runs r INDEXED BY rota_runs_limit_waiting
             WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
               AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-              AND (:queues IS NULL OR r.queue IN (SELECT value FROM json_each(:queues)))
+              AND (:queues IS NULL OR r.queue IN (SELECT value FROM json_each(:queues))) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = r.queue)
             ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) AS head
     FROM lkeys k
     UNION ALL
@@ -1129,7 +1135,7 @@ heads AS (
            (SELECT r.id FROM rota_runs r INDEXED BY rota_runs_rate_waiting
             WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
               AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-              AND (:queues IS NULL OR r.queue IN (SELECT value FROM json_each(:queues)))
+              AND (:queues IS NULL OR r.queue IN (SELECT value FROM json_each(:queues))) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = r.queue)
             ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1)
     FROM rkeys k
 ),
@@ -1163,7 +1169,7 @@ WITH walked AS MATERIALIZED (
     SELECT limit_name, limit_key, rate_name, rate_key, priority, due_at, id
     FROM rota_runs INDEXED BY rota_runs_gated_order
     WHERE status = 'pending' AND NOT held AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
-      AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+      AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
     ORDER BY priority DESC, due_at, id
     LIMIT :m
 ),
@@ -1202,13 +1208,15 @@ LIMIT :n
 -- worker of every queue (flow_due_in_queues: of some).
 SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_gated_due
                WHERE status = 'pending' AND NOT held AND due_at <= {now}
-                 AND (limit_name IS NOT NULL OR rate_name IS NOT NULL))
+                 AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
+                 AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue))
 
 -- name: flow_due_in_queues
 SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_gated_due
                WHERE status = 'pending' AND NOT held AND due_at <= {now}
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
-                 AND queue IN (SELECT value FROM json_each(:queues)))
+                 AND queue IN (SELECT value FROM json_each(:queues))
+                 AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue))
 
 -- name: plain_due
 -- Is a run without a limit or a rate due (the plain claim's candidates)? Run with a flow claim
@@ -1218,14 +1226,14 @@ SELECT EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_claim
                  AND (misfire_at IS NULL OR misfire_at >= {now})
                  AND NOT cancel_requested
                  AND limit_name IS NULL AND rate_name IS NULL
-                 AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))))
+                 AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue))
 
 -- name: flow_poll_later
 -- poll_state after a claim that left due limited runs waiting for a slot: the first run due later
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs INDEXED BY rota_runs_due
         WHERE status = 'pending' AND NOT held AND due_at > {now} AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))),
+          AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active AND NOT paused
             UNION ALL
@@ -1253,7 +1261,7 @@ SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs INDEXED BY 
 WHERE limit_name = :name AND limit_key = :key AND limit_name IS NOT NULL
   AND status = 'pending' AND NOT held AND due_at <= {now}
   AND (misfire_at IS NULL OR misfire_at >= {now})
-  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
 ORDER BY priority DESC, due_at, id
 LIMIT :n
 
@@ -1263,7 +1271,7 @@ SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs INDEXED BY 
 WHERE rate_name = :name AND rate_key = :key AND rate_name IS NOT NULL
   AND status = 'pending' AND NOT held AND due_at <= {now}
   AND (misfire_at IS NULL OR misfire_at >= {now})
-  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
 ORDER BY priority DESC, due_at, id
 LIMIT :n
 
@@ -1427,3 +1435,33 @@ UPDATE rota_runs SET traceparent = :traceparent WHERE id = :id
 -- name: run_traceparent
 -- The trace context stored at enqueue.
 SELECT traceparent FROM rota_runs WHERE id = :id
+
+-- ==== paused queues and declared tasks (migration 0021, issue 44) ==========================
+
+-- name: queue_pause
+INSERT INTO rota_queue_pauses (queue, paused_at, paused_by) VALUES (:queue, {now}, :by)
+ON CONFLICT (queue) DO NOTHING
+
+-- name: queue_resume
+DELETE FROM rota_queue_pauses WHERE queue = :queue
+
+-- name: queue_pauses
+SELECT queue, paused_at, paused_by FROM rota_queue_pauses ORDER BY queue
+
+-- name: queue_counts
+SELECT queue, sum(CASE WHEN status = 'pending' THEN 1 ELSE 0 END),
+       sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END)
+FROM rota_runs WHERE status IN ('pending', 'running') GROUP BY queue
+
+-- name: tasks_declare
+INSERT INTO rota_tasks (task, declared_at) VALUES (:task, {now})
+ON CONFLICT (task) DO UPDATE SET declared_at = excluded.declared_at
+
+-- name: tasks_declared
+SELECT task FROM rota_tasks ORDER BY task
+
+-- name: schedule_set_notify_on
+UPDATE rota_schedules SET notify_on = :notify_on WHERE name = :name
+
+-- name: schedules_notify_on
+SELECT name, notify_on FROM rota_schedules WHERE active AND notify_on IS NOT NULL

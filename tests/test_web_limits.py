@@ -43,11 +43,22 @@ def test_limits_and_rates_with_running_and_waiting_counts(app: rota.App, db_url:
     data = response.json()
     assert data == {
         "limits": [
-            {"name": "export", "max": 1, "running": 2, "waiting": 3, "keys": 3},
-            {"name": "stripe", "max": 3, "running": 0, "waiting": 0, "keys": 0},
+            {"name": "export", "max": 1, "running": 2, "waiting": 3, "keys": 3, "corrupt": []},
+            {"name": "stripe", "max": 3, "running": 0, "waiting": 0, "keys": 0, "corrupt": []},
         ],
-        "rates": [{"name": "github", "max": 5, "per_seconds": 60.0, "started_in_window": 3, "waiting": 0, "keys": 0}],
+        "rates": [
+            {
+                "name": "github",
+                "max": 5,
+                "per_seconds": 60.0,
+                "started_in_window": 3,
+                "waiting": 0,
+                "keys": 0,
+                "corrupt": [],
+            }
+        ],
         "unresolved": 0,
+        "damaged_specs": [],
     }
     code, out = cli(db_url, "limits", "--json")
     assert code == 0 and json.loads(out) == data  # the same records as the CLI's
@@ -56,7 +67,7 @@ def test_limits_and_rates_with_running_and_waiting_counts(app: rota.App, db_url:
 def test_no_limits_is_two_empty_lists_and_unknown_parameters_are_refused(app: rota.App) -> None:
     app.migrate()
     client = TestClient(create_app(app), base_url="http://localhost")
-    assert client.get("/api/limits").json() == {"limits": [], "rates": [], "unresolved": 0}
+    assert client.get("/api/limits").json() == {"limits": [], "rates": [], "unresolved": 0, "damaged_specs": []}
     response = client.get("/api/limits?name=x")
     assert response.status_code == 400 and "unknown query parameter 'name'" in response.json()["error"]
 
@@ -66,7 +77,7 @@ def test_limits_need_the_token_like_every_read(app: rota.App) -> None:
     client = TestClient(create_app(app, token="s3cret-token"), base_url="http://localhost")
     assert client.get("/api/limits").status_code == 401
     good = client.get("/api/limits", headers={"authorization": "Bearer s3cret-token"})
-    assert good.status_code == 200 and good.json() == {"limits": [], "rates": [], "unresolved": 0}
+    assert good.status_code == 200 and good.json() == {"limits": [], "rates": [], "unresolved": 0, "damaged_specs": []}
 
 
 def test_a_store_without_flow_control_has_nothing_to_show(app: rota.App) -> None:
@@ -75,7 +86,7 @@ def test_a_store_without_flow_control_has_nothing_to_show(app: rota.App) -> None
     class Bare:
         store: Any = object()
 
-    assert limit_records(Bare()) == {"limits": [], "rates": [], "unresolved": 0}  # type: ignore[arg-type]
+    assert limit_records(Bare()) == {"limits": [], "rates": [], "unresolved": 0, "damaged_specs": []}  # type: ignore[arg-type]
 
 
 def test_run_summaries_say_how_many_parents_a_run_waits_on(app: rota.App) -> None:

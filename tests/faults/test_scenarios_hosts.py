@@ -114,7 +114,7 @@ def test_host_frozen_mid_tick_does_not_delay_that_schedules_later_ticks(
     frozen.start_worker(APP, concurrency=2, poll=0.3, lease=LEASE)
     wait_until(lambda: "started" in frozen.procs.output(0), 30, "host A to start")
     # advance_schedule, the tick's last statement before COMMIT (A has no other schedule)
-    frozen.proxy.hold_after(b"skip_count = skip_count + $")
+    frozen.proxy.hold_after(b"skip_count <= 9223372036854775807 - $")
     pg_client.add_schedule(name, "faults.rec", every=1, args=[0], overlap="queue")
     assert frozen.proxy.triggered.wait(15), "host A never sent the tick's insert"
     held_at = time.time()

@@ -23,6 +23,7 @@ from ..errors import (
     PermissionDenied,
     did_you_mean,
 )
+from ._pg_claim_from import FRONT
 from ._sql_base import Row
 from .base import Claimed, Outcome
 from .records import REFUSE_DELAY, REFUSED, UNKNOWN_TASK_GRACE, claimed_rows
@@ -220,14 +221,21 @@ def finished_schedules_lock(outcomes: Sequence[Outcome]) -> tuple[str, dict[str,
 
 
 def claim_call(
-    owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
+    owner: str,
+    limit: int,
+    queues: Sequence[str] | None,
+    lease: float,
+    start: int | None = None,
+    since: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The named claim statement and its parameters (the first `start` claimed runs start)."""
+    """The named claim statement and its parameters (the first `start` claimed runs start;
+    `since`: where in the claim index it starts, ClaimFrom.params; None: the front)."""
     params: dict[str, Any] = {
         "owner": owner,
         "limit": limit,
         "lease": lease,
         "start": limit if start is None else start,
+        **(FRONT if since is None else since),
     }
     if queues is None:
         return "claim", params

@@ -32,6 +32,7 @@ from ..errors import (
 from ..models import FINAL_STATUSES, PENDING, RUNNING, SUCCEEDED
 from ._handler_tx import PostgresHandlerConnections, postgres_handler_tx
 from ._limits_sql import PostgresFlow
+from ._pg_claim_from import ClaimFrom
 from ._pg_failover import check_interval, read_only
 from ._pg_foreign import PgForeignSessions
 from ._pg_listen import CHECK_EVERY
@@ -133,6 +134,7 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         self._wakeups = _WakeupLimiter(self._send_wakeup)
         self._own_identity: Row | None = None
         self._handler_conns = PostgresHandlerConnections(self)  # rota.transactional
+        self.claim_from = ClaimFrom()  # where a busy worker's next claim starts
 
     def _open(self) -> psycopg_pool.ConnectionPool[Any]:
         pool = self._pool
@@ -303,7 +305,12 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
     def insert_runs(self, runs: Sequence[NewRun], *, notify: bool = True) -> list[tuple[int, bool]]:
         """Again at once after a deadlock (a dependent's parents locked in id order while a
         finisher locks some of them in another order): PostgreSQL rolled it all back."""
+        self.claim_from.enqueued(runs)
         return self._again(functools.partial(super().insert_runs, notify=notify), runs)
+
+    def insert_runs_in(self, s: Any, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
+        self.claim_from.enqueued(runs)
+        return super().insert_runs_in(s, runs)
 
     # Plain runs may be COPYed in a caller's transaction: their ids come from the sequence.
     bulk_in_foreign_tx = True
@@ -315,9 +322,11 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
     def _plain_claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
-        query, params = claim_call(owner, limit, queues, lease, start)
+        query, params = claim_call(owner, limit, queues, lease, start, self.claim_from.params(queues))
         with self._read() as s:
-            return claimed(s.q(query, **params))
+            rows = s.q(query, **params)
+        self.claim_from.claimed(queues, rows)
+        return claimed(rows)
 
     def claim_ahead(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, ahead: float
@@ -365,11 +374,13 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         batches = finish_batches(outcomes)
         # two statements in one transaction: their schedules locked in one order first
         lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
-        calls = [*lock, *batches, claim_call(*claim)]
+        owner, limit, queues, lease, start = claim
+        calls = [*lock, *batches, claim_call(owner, limit, queues, lease, start, self.claim_from.params(queues))]
         with self._session(False, pipeline=True) as s:
             for query, params in calls:
                 s.send(query, **params)
         *written, claims = s.received[len(lock) :]
+        self.claim_from.claimed(queues, claims)
         settle_refused(outcomes, batches, written)
         return {r[0] for rows in written for r in rows}, claimed(claims)
 
@@ -402,6 +413,7 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         return self._again(self._hand_back, sorted(held), reason)
 
     def _hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:
+        self.claim_from.front()  # (pending again where they were: perhaps before the last claim)
         with self._tx() as s:
             rows = s.q("hand_back", rows=_json(held), reason=reason)
             self._notify(s, "run")
@@ -415,6 +427,8 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
             if not s.q("any_expired"):  # the usual answer, without an UPDATE
                 return []
             rows = s.q("rescue", limit=limit)
+        if rows:
+            self.claim_from.front()  # (pending again where they were)
         return [Rescued(r[0], r[1], r[2], r[3], _message(r[4])) for r in rows]
 
     def poll_state(self, queues: Sequence[str] | None) -> PollState:

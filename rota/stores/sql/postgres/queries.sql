@@ -100,6 +100,9 @@ SELECT pg_notify(%(channel)s || CASE
 -- LIMIT changes from call to call, so PostgreSQL plans this statement every time). No one
 -- else can update a row we locked; a candidate whose newest version our snapshot cannot see
 -- (changed and committed just before we locked it) stays pending for the next claim.
+-- The walk starts at `from` in the claim index, keyed (-priority, due_at, id) ascending
+-- (0022): a busy worker's claim skips what it claimed before, whose dead row versions a
+-- transaction held open elsewhere keeps in the index (see rota.stores._pg_claim_from).
 WITH picked AS MATERIALIZED (
     SELECT ARRAY(
         SELECT ctid FROM rota_runs
@@ -108,7 +111,9 @@ WITH picked AS MATERIALIZED (
           AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
           AND NOT cancel_requested
           AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
-        ORDER BY priority DESC, due_at, id
+          -- where the last claim ended (rota.stores._pg_claim_from; the front: every run)
+          AND ((-priority::bigint), due_at, id) > (%(from_p)s::bigint, to_timestamp(%(from_due)s::float8), %(from_id)s::bigint)
+        ORDER BY (-priority::bigint), due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
 )
@@ -142,7 +147,9 @@ WITH picked AS MATERIALIZED (
           AND queue = ANY(%(queues)s::text[])
           AND NOT cancel_requested
           AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
-        ORDER BY priority DESC, due_at, id
+          -- where the last claim ended (rota.stores._pg_claim_from; the front: every run)
+          AND ((-priority::bigint), due_at, id) > (%(from_p)s::bigint, to_timestamp(%(from_due)s::float8), %(from_id)s::bigint)
+        ORDER BY (-priority::bigint), due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
 )
@@ -179,7 +186,7 @@ WITH picked AS MATERIALIZED (
           AND limit_name IS NULL AND rate_name IS NULL
           AND NOT cancel_requested
           AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
-        ORDER BY priority DESC, due_at, id
+        ORDER BY (-priority::bigint), due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
 )
@@ -203,7 +210,7 @@ WITH picked AS MATERIALIZED (
           AND queue = ANY(%(queues)s::text[])
           AND NOT cancel_requested
           AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
-        ORDER BY priority DESC, due_at, id
+        ORDER BY (-priority::bigint), due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
 )
@@ -1827,7 +1834,7 @@ SELECT EXISTS (SELECT 1 FROM (
       AND (misfire_at IS NULL OR misfire_at >= {now})
       AND limit_name IS NULL AND rate_name IS NULL AND NOT cancel_requested
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])) AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
-    ORDER BY priority DESC, due_at, id
+    ORDER BY (-priority::bigint), due_at, id
     LIMIT 1) AS first)
 
 -- name: flow_poll_later

@@ -14,7 +14,7 @@ SQLITE_ONLY = {"next_token", "take_token", "finish_holding", "refuse_unlog", "di
 # PostgreSQL only: the flow claim's planner setting (no bitmap scans while walking the keys
 # near the head) and its one-statement take of limit keys after the advisory locks (SQLite,
 # one writer with nothing changing meanwhile, takes them step by step).
-POSTGRES_ONLY = {"flow_walk_plan", "flow_take_limits", "move_history", "history_estimate"}  # the last two: schema 17
+POSTGRES_ONLY = {"flow_walk_plan", "claim_plan", "flow_take_limits", "move_history", "history_estimate"}  # the last two: schema 17
 
 
 def test_both_backends_define_the_same_named_queries() -> None:

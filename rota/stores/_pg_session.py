@@ -242,6 +242,10 @@ def claim_call(
     return "claim_in_queues", {**params, "queues": list(queues)}
 
 
+# Sent before a claim in its transaction (see claim_plan in queries.sql).
+CLAIM_PLAN: tuple[str, dict[str, Any]] = ("claim_plan", {})
+
+
 def claimed(rows: list[Row]) -> list[Claimed]:
     """Claimed runs in id order, each decoded on its own (a damaged one, such as a time read
     as _TimeOutOfRange, is set aside: see records.claimed_rows)."""

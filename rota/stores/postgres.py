@@ -39,6 +39,7 @@ from ._pg_listen import CHECK_EVERY
 from ._pg_lists import runs_where, status_terms, web_rows
 from ._pg_migrate import PgMigrations
 from ._pg_session import (
+    CLAIM_PLAN,
     _connect_kwargs,
     _is_retry_at_once,
     _json,
@@ -323,8 +324,10 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
         query, params = claim_call(owner, limit, queues, lease, start, self.claim_from.params(queues))
-        with self._read() as s:
-            rows = s.q(query, **params)
+        with self._session(False, pipeline=True) as s:  # (BEGIN, the plan's setting, the claim, COMMIT: one trip)
+            s.send(CLAIM_PLAN[0])
+            s.send(query, **params)
+        rows = s.received[1]
         self.claim_from.claimed(queues, rows)
         return claimed(rows)
 
@@ -375,11 +378,12 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         # two statements in one transaction: their schedules locked in one order first
         lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
         owner, limit, queues, lease, start = claim
-        calls = [*lock, *batches, claim_call(owner, limit, queues, lease, start, self.claim_from.params(queues))]
+        claim_ = claim_call(owner, limit, queues, lease, start, self.claim_from.params(queues))
+        calls = [*lock, *batches, CLAIM_PLAN, claim_]
         with self._session(False, pipeline=True) as s:
             for query, params in calls:
                 s.send(query, **params)
-        *written, claims = s.received[len(lock) :]
+        *written, _, claims = s.received[len(lock) :]
         self.claim_from.claimed(queues, claims)
         settle_refused(outcomes, batches, written)
         return {r[0] for rows in written for r in rows}, claimed(claims)

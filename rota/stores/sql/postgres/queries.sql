@@ -2,6 +2,11 @@
 -- `{now}` stands for the store's clock: the configured clock if any, else now().
 -- Batch writes take one JSON parameter `rows`; `r.id = ANY(ARRAY(...))` makes the planner
 -- fetch those rows by key instead of hashing every running run.
+-- A status tested where rows are found by id is written `(status = 'running') IS TRUE`: the
+-- same test for a NOT NULL column, but no index on status can serve it, so the planner takes
+-- the ids through the primary key. Written plainly, it may walk rota_runs_active's entries of
+-- that status instead, dead ones included: under a transaction held open elsewhere, those of
+-- every run claimed since (bench/xmin_hold.py: the finish, not only the claim, slowed down).
 
 -- name: insert_run
 -- transition: enqueue, make_ahead, tick, trigger, retry
@@ -135,6 +140,15 @@ RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
           r.priority, extract(epoch FROM r.due_at)::float8
 
+-- name: claim_plan
+-- Before a claim, for the rest of its transaction: no sort. The claim's only plan without one
+-- walks rota_runs_claim_from from `from`; PostgreSQL's statistics count live rows only, so
+-- with few runs pending it would rather fetch every due run through rota_runs_due and sort
+-- them (a handful, it guesses), and under a transaction held open elsewhere that fetch
+-- visits the dead row version of every run claimed since: measured, the claim's median
+-- doubled within a minute (bench/xmin_hold.py).
+SELECT set_config('enable_sort', 'off', true)
+
 -- name: claim_in_queues
 -- transition: claim
 -- as claim, for some queues only
@@ -232,7 +246,7 @@ SET attempt = r.attempt + (r.attempt < 2147483647)::int, started_at = {now} - ma
 FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, (e->>2)::float8 AS ago
       FROM json_array_elements(%(rows)s::json) AS e) AS v
 WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
-  AND r.id = v.id AND r.token = v.token AND r.status = 'running' AND r.started_at IS NULL
+  AND r.id = v.id AND r.token = v.token AND (r.status = 'running') IS TRUE AND r.started_at IS NULL
   AND NOT r.cancel_requested
 RETURNING r.id
 
@@ -242,7 +256,7 @@ UPDATE rota_runs r SET lease_until = {now} + make_interval(secs => %(lease)s)
 FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
       FROM json_array_elements(%(rows)s::json) AS e) AS v
 WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
-  AND r.id = v.id AND r.token = v.token AND r.status = 'running'
+  AND r.id = v.id AND r.token = v.token AND (r.status = 'running') IS TRUE
 RETURNING r.id, r.cancel_requested
 
 -- name: finish_succeeded
@@ -258,7 +272,7 @@ sched AS MATERIALIZED (
     -- Found by key: every index the planner could pick here has `id` in its key, so no plan
     -- walks all running runs (and the dead entries a burst leaves among them).
     SELECT id, schedule FROM rota_runs
-    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND schedule IS NOT NULL AND status = 'running'
+    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND schedule IS NOT NULL AND (status = 'running') IS TRUE
 ),
 locked AS (
     -- The schedules of these runs, locked in name order before any run is updated: the
@@ -290,7 +304,7 @@ deps AS (
     -- (`= ANY(ARRAY(...))`): an IN here lets the planner hash every pending run.
     SELECT c.id FROM rota_runs c
     WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM v))))
-      AND c.status = 'pending'
+      AND (c.status = 'pending') IS TRUE
     ORDER BY c.id
     FOR UPDATE OF c
 ),
@@ -299,7 +313,7 @@ moved AS (
     -- here, inserted final below. The rota_run_moved trigger releases its dependents.
     DELETE FROM rota_runs r USING v
     WHERE r.id = ANY(ARRAY(SELECT id FROM v))
-      AND r.id = v.id AND r.token = v.token AND r.status = 'running' AND r.schedule IS NULL
+      AND r.id = v.id AND r.token = v.token AND (r.status = 'running') IS TRUE AND r.schedule IS NULL
       AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) + (SELECT count(*) FROM told) >= 0
     RETURNING r.*, v.result AS v_result, v.started AS v_started
 ),
@@ -330,7 +344,7 @@ updated AS (
         started_at = coalesce(r.started_at, {now} - make_interval(secs => v.started))
     FROM v
     WHERE r.id = ANY(ARRAY(SELECT id FROM sched))  -- (a schedule never changes: the same runs)
-      AND r.id = v.id AND r.token = v.token AND r.status = 'running' AND r.schedule IS NOT NULL
+      AND r.id = v.id AND r.token = v.token AND (r.status = 'running') IS TRUE AND r.schedule IS NOT NULL
       AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) + (SELECT count(*) FROM told) >= 0
     RETURNING r.id
 )
@@ -348,7 +362,7 @@ locked AS (
     SELECT s.name FROM rota_schedules s
     WHERE s.name IN (SELECT schedule FROM rota_runs
                      WHERE id = ANY(ARRAY(SELECT id FROM v))
-                       AND schedule IS NOT NULL AND status = 'running')
+                       AND schedule IS NOT NULL AND (status = 'running') IS TRUE)
     ORDER BY s.name
     FOR UPDATE OF s
 ),
@@ -366,7 +380,7 @@ deps AS (
     -- as in finish_succeeded: the waiting dependents locked in id order next
     SELECT c.id FROM rota_runs c
     WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM v))))
-      AND c.status = 'pending'
+      AND (c.status = 'pending') IS TRUE
     ORDER BY c.id
     FOR UPDATE OF c
 )
@@ -383,7 +397,7 @@ SET status = CASE WHEN v.status = 'pending' AND r.cancel_requested THEN 'cancell
     refused_at = NULL  -- a handler ran: a later refusal (a retry on an old worker) counts anew
 FROM v
 WHERE r.id = ANY(ARRAY(SELECT id FROM v))
-  AND r.id = v.id AND r.token = v.token AND r.status = 'running'
+  AND r.id = v.id AND r.token = v.token AND (r.status = 'running') IS TRUE
   AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) + (SELECT count(*) FROM told) >= 0
 RETURNING r.id
 
@@ -401,14 +415,14 @@ SELECT 1 FROM rota_runs WHERE id = ANY(%(ids)s::bigint[]) AND has_dependents LIM
 WITH locked AS (
     SELECT s.name FROM rota_schedules s
     WHERE s.name IN (SELECT schedule FROM rota_runs
-                     WHERE id = ANY(%(ids)s::bigint[]) AND schedule IS NOT NULL AND status = 'running')
+                     WHERE id = ANY(%(ids)s::bigint[]) AND schedule IS NOT NULL AND (status = 'running') IS TRUE)
     ORDER BY s.name
     FOR UPDATE OF s
 ),
 deps AS (
     SELECT c.id FROM rota_runs c
     WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(%(ids)s::bigint[])))
-      AND c.status = 'pending'
+      AND (c.status = 'pending') IS TRUE
     ORDER BY c.id
     FOR UPDATE OF c
 )

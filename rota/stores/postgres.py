@@ -175,10 +175,12 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
             conn.execute(f"SET {name} = {value}")
 
     @contextmanager
-    def _session(self, transaction: bool, pipeline: bool = False) -> Iterator[_Session]:
+    def _session(self, transaction: bool, pipeline: bool = False, local: bool = True) -> Iterator[_Session]:
         """A session on a pooled connection. `transaction`: one transaction, committed at
         the block's end. `pipeline`: one transaction whose statements, queued with `send`,
-        travel with BEGIN and COMMIT in one round trip (rows in `received`; no NOTIFY)."""
+        travel with BEGIN and COMMIT in one round trip (rows in `received`; no NOTIFY);
+        `local` False: without the timeouts a transaction pooler needs set in it (a
+        transaction of one statement, as the statement alone would be)."""
         pool = self._open()
         now = self.clock.now() if self.clock is not None else None
         used: psycopg.Connection[Any] | None = None
@@ -186,7 +188,7 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
             with pool.connection() as conn:
                 used = conn
                 if pipeline:
-                    with pipelined(conn, self._local) as cur:
+                    with pipelined(conn, self._local if local else None) as cur:
                         session = _Session(cur, self.queries, now)
                         yield session
                     session.receive()
@@ -324,7 +326,7 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
         query, params = claim_call(owner, limit, queues, lease, start, self.claim_from.params(queues))
-        with self._session(False, pipeline=True) as s:  # (BEGIN, the plan's setting, the claim, COMMIT: one trip)
+        with self._session(False, pipeline=True, local=False) as s:  # BEGIN, claim_plan, the claim, COMMIT: one trip
             s.send(CLAIM_PLAN[0])
             s.send(query, **params)
         rows = s.received[1]

@@ -281,9 +281,9 @@ def test_retry_many_refuses_bad_arguments_with_one_line(fapp: rota.App) -> None:
 def test_a_populated_version_4_database_migrates_to_the_latest_version_in_place(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rota.stores import postgres as pg_module
-    from rota.stores import sqlite as sqlite_module
-    from rota.stores.queries import load_migrations
+    from rota.stores.postgres import store as pg_module
+    from rota.stores.sqlite import store as sqlite_module
+    from rota.stores.sqlstore.queries import load_migrations
 
     from .conftest import make_app
     from .test_hot_path import before_flow_control, migrations_of

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rota.stores.queries import load_migrations, load_queries
+from rota.stores.sqlstore.queries import load_migrations, load_queries
 
 # SQLite has no sequences: a claim reads the token counter and bumps it only when it claimed.
 # Its finish runs one prepared UPDATE per outcome (executemany: no RETURNING), so it reads the

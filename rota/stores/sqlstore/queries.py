@@ -5,8 +5,10 @@
   `{now}` in a query is replaced by the backend's clock expression.
 - In the same files, `-- fragment: <name>` blocks: SQL written once and used by many queries as
   `{{name}}` (double braces: no SQL, `{now}` or psycopg `%(x)s` placeholder looks like it),
-  expanded at load. A reference alone on its line takes that line's indentation for every line
-  of the fragment; a fragment may use other fragments.
+  expanded at load. A fragment may take arguments: `-- fragment: lock_dependents(parents)`,
+  its body writing `{{parents}}`, used as `{{lock_dependents(ARRAY(SELECT id FROM v))}}`
+  (arguments split at commas outside parentheses). A reference alone on its line gives every
+  line of the fragment that line's indentation; a fragment may use other fragments.
 - `migrations/NNNN_<name>.sql`: the numbered migrations.
 
 A load error names the backend, the file and the query or fragment."""
@@ -19,18 +21,20 @@ from dataclasses import dataclass
 from importlib import resources
 from importlib.abc import Traversable
 
-_BLOCK = re.compile(r"^--\s*(name|fragment):\s*(\w+)\s*$", re.MULTILINE)
-_USE = re.compile(r"\{\{(\w+)\}\}")
-_ALONE = re.compile(r"^([ \t]*)\{\{(\w+)\}\}[ \t]*$", re.MULTILINE)
+_BLOCK = re.compile(r"^--\s*(name|fragment):\s*(\w+)(?:\(([\w\s,]*)\))?\s*$", re.MULTILINE)
+_ARGS = r"(?:\(((?:(?!\}\}).)*?)\))?"  # (arguments), never across a `}}`
+_USE = re.compile(r"\{\{(\w+)" + _ARGS + r"\}\}", re.DOTALL)
+_ALONE = re.compile(r"^([ \t]*)\{\{(\w+)" + _ARGS + r"\}\}[ \t]*(\n|\Z)", re.DOTALL | re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
 @dataclass(frozen=True)
 class Block:
-    """One `-- name:` or `-- fragment:` block as written: its file and its text."""
+    """One `-- name:` or `-- fragment:` block as written: its file, parameters and text."""
 
     file: str
     text: str
+    params: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,8 @@ class Sources:
     fragments: dict[str, Block]
 
     def uses(self, block: Block) -> set[str]:
-        return set(_USE.findall(block.text))
+        """The fragments a block uses (its own parameters are not fragments)."""
+        return {m.group(1) for m in _USE.finditer(block.text)} - set(block.params)
 
     def unused_fragments(self) -> set[str]:
         used = {name for b in [*self.queries.values(), *self.fragments.values()] for name in self.uses(b)}
@@ -66,30 +71,62 @@ def query_sources(backend: str) -> Sources:
         raise RuntimeError(f"{backend}: no queries/*.sql in {_folder(backend, 'queries')}")
     for entry in files:
         parts = _BLOCK.split(entry.read_text())
-        for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        for kind, name, params, body in zip(parts[1::4], parts[2::4], parts[3::4], parts[4::4], strict=True):
             found = queries if kind == "name" else fragments
             where = f"{backend}/sql/queries/{entry.name}"
             if name in found:
                 raise RuntimeError(f"{kind} {name!r} is defined twice: in {found[name].file} and in {where}")
-            found[name] = Block(where, body.strip())
+            if params is not None and kind == "name":
+                raise RuntimeError(f"{where}: query {name!r} takes no parameters (only a fragment does)")
+            names = tuple(p.strip() for p in (params or "").split(",") if p.strip())
+            found[name] = Block(where, body.strip(), names)
     return Sources(backend, queries, fragments)
 
 
-def _expand(sources: Sources, name: str, block: Block, seen: tuple[str, ...] = ()) -> str:
-    """The block's text with every `{{fragment}}` replaced (recursively)."""
+def _arguments(text: str | None) -> list[str]:
+    """A reference's arguments, split at the commas outside parentheses."""
+    if text is None:
+        return []
+    args, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            args.append(text[start:i].strip())
+            start = i + 1
+    return [*args, text[start:].strip()]
 
-    def fragment(used: str) -> str:
+
+def _indented(text: str, indent: str) -> str:
+    return "\n".join(indent + line if line else line for line in text.splitlines())
+
+
+def _expand(sources: Sources, name: str, block: Block, bound: dict[str, str], seen: tuple[str, ...] = ()) -> str:
+    """The block's text without its comment lines, every `{{fragment}}` replaced (recursively)
+    and every `{{parameter}}` of a fragment by its argument."""
+
+    def ref(used: str, args_text: str | None, indent: str = "") -> str:
+        if used in bound and args_text is None:
+            return _indented(bound[used], indent) if indent else bound[used]
         if used in seen:
             raise RuntimeError(f"{block.file}: fragment {used!r} uses itself (through {' -> '.join(seen)})")
         if used not in sources.fragments:
             raise RuntimeError(f"{block.file}: {name!r} uses the unknown fragment {used!r}")
-        return _expand(sources, used, sources.fragments[used], (*seen, used))
+        fragment = sources.fragments[used]
+        args = [_expand(sources, name, Block(block.file, a), bound, seen) for a in _arguments(args_text)]
+        if len(args) != len(fragment.params):
+            raise RuntimeError(
+                f"{block.file}: {name!r} gives fragment {used!r} {len(args)} argument(s), it takes {len(fragment.params)}"
+            )
+        # indented before its arguments go in: an argument's own lines keep their indentation
+        text = Block(fragment.file, _indented(fragment.text, indent), fragment.params)
+        return _expand(sources, used, text, dict(zip(fragment.params, args, strict=True)), (*seen, used))
 
     def alone(m: re.Match[str]) -> str:
-        return "\n".join(m.group(1) + line if line else line for line in fragment(m.group(2)).splitlines())
+        text = ref(m.group(2), m.group(3), m.group(1))
+        return text + m.group(4) if text else ""  # (a line that expands to nothing goes)
 
-    text = _ALONE.sub(alone, block.text)
-    return _USE.sub(lambda m: fragment(m.group(1)), text)
+    text = "\n".join(line for line in block.text.splitlines() if not line.lstrip().startswith("--"))
+    return _USE.sub(lambda m: ref(m.group(1), m.group(2)), _ALONE.sub(alone, text))
 
 
 def load_queries(backend: str, now_sql: str) -> dict[str, str]:
@@ -98,9 +135,7 @@ def load_queries(backend: str, now_sql: str) -> dict[str, str]:
     sources = query_sources(backend)
     queries: dict[str, str] = {}
     for name, block in sources.queries.items():
-        text = _expand(sources, name, block)
-        lines = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
-        queries[name] = "\n".join(lines).replace("{now}", now_sql)
+        queries[name] = _expand(sources, name, block, {}).replace("{now}", now_sql)
     return queries
 
 

@@ -12,69 +12,14 @@
 -- LIMIT changes from call to call, so PostgreSQL plans this statement every time). No one
 -- else can update a row we locked; a candidate whose newest version our snapshot cannot see
 -- (changed and committed just before we locked it) stays pending for the next claim.
-WITH picked AS MATERIALIZED (
-    SELECT ARRAY(
-        SELECT ctid FROM rota_runs
-        WHERE status = 'pending' AND NOT held AND due_at <= {now}
-          AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
-          AND NOT cancel_requested
-          AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
-        ORDER BY priority DESC, due_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS tids
-)
-UPDATE rota_runs r
-SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
-    -- (a run at the column's maximum is not counted: it is claimed, and its worker fails it
-    -- as damaged; rota.quarantine. The arithmetic of one bad row never fails the batch.)
-    attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) AND r.attempt < 2147483647
-                   THEN r.attempt + 1 ELSE r.attempt END,
-    -- the statement's time, not the transaction's: in finish_and_claim this runs after the
-    -- finishes, which may wait for a schedule's row lock (a start recorded before the end
-    -- of the exclusive run it waited for)
-    started_at = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[])
-                      THEN coalesce(%(now)s::timestamptz, statement_timestamp()) END,
-    misfire_at = NULL,
-    lease_until = {now} + make_interval(secs => %(lease)s)
-WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
-RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
-          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
-          r.priority, extract(epoch FROM r.due_at)::float8
+{{claim_candidates({now}, )}}
+{{claim_update}}
 
 -- name: claim_in_queues
 -- transition: claim
 -- as claim, for some queues only
-WITH picked AS MATERIALIZED (
-    SELECT ARRAY(
-        SELECT ctid FROM rota_runs
-        WHERE status = 'pending' AND NOT held AND due_at <= {now}
-          AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
-          AND queue = ANY(%(queues)s::text[])
-          AND NOT cancel_requested
-          AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
-        ORDER BY priority DESC, due_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS tids
-)
-UPDATE rota_runs r
-SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
-    -- (a run at the column's maximum is not counted: it is claimed, and its worker fails it
-    -- as damaged; rota.quarantine. The arithmetic of one bad row never fails the batch.)
-    attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) AND r.attempt < 2147483647
-                   THEN r.attempt + 1 ELSE r.attempt END,
-    -- the statement's time, not the transaction's: in finish_and_claim this runs after the
-    -- finishes, which may wait for a schedule's row lock (a start recorded before the end
-    -- of the exclusive run it waited for)
-    started_at = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[])
-                      THEN coalesce(%(now)s::timestamptz, statement_timestamp()) END,
-    misfire_at = NULL,
-    lease_until = {now} + make_interval(secs => %(lease)s)
-WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
-RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
-          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
-          r.priority, extract(epoch FROM r.due_at)::float8
+{{claim_candidates({now}, AND queue = ANY(%(queues)s::text[]))}}
+{{claim_update}}
 
 -- name: claim_ahead
 -- transition: claim_ahead
@@ -83,49 +28,14 @@ RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.
 -- claim's round trip is taken out of a due run's start. Held (started_at NULL, the attempt
 -- not counted until its start); plain runs only (limited and rated runs are claimed at their
 -- time, by the flow claim); never one queued, waiting on parents or asked to cancel.
-WITH picked AS MATERIALIZED (
-    SELECT ARRAY(
-        SELECT ctid FROM rota_runs
-        WHERE status = 'pending' AND NOT held AND due_at <= {now} + make_interval(secs => %(ahead)s)
-          AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND limit_name IS NULL AND rate_name IS NULL
-          AND NOT cancel_requested
-          AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
-        ORDER BY priority DESC, due_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS tids
-)
-UPDATE rota_runs r
-SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), misfire_at = NULL,
-    started_at = NULL, lease_until = {now} + make_interval(secs => %(lease)s)
-WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
-RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
-          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
-          r.priority, extract(epoch FROM r.due_at)::float8
+{{claim_candidates({now} + make_interval(secs => %(ahead)s), )}}
+{{claim_ahead_update}}
 
 -- name: claim_ahead_in_queues
 -- transition: claim_ahead
 -- as claim_ahead, for some queues only
-WITH picked AS MATERIALIZED (
-    SELECT ARRAY(
-        SELECT ctid FROM rota_runs
-        WHERE status = 'pending' AND NOT held AND due_at <= {now} + make_interval(secs => %(ahead)s)
-          AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND limit_name IS NULL AND rate_name IS NULL
-          AND queue = ANY(%(queues)s::text[])
-          AND NOT cancel_requested
-          AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
-        ORDER BY priority DESC, due_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS tids
-)
-UPDATE rota_runs r
-SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), misfire_at = NULL,
-    started_at = NULL, lease_until = {now} + make_interval(secs => %(lease)s)
-WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
-RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
-          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
-          r.priority, extract(epoch FROM r.due_at)::float8
+{{claim_candidates({now} + make_interval(secs => %(ahead)s), AND queue = ANY(%(queues)s::text[]))}}
+{{claim_ahead_update}}
 
 -- name: start
 -- transition: start

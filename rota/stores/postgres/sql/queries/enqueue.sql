@@ -69,25 +69,16 @@ WHERE task = %(task)s AND key = %(key)s AND status IN ('pending', 'running')
 -- nor cancel each other's runs: `rota` for public (the channel of earlier releases),
 -- `rota:<schema>` otherwise, `rota:<md5 of schema>` past the 63-byte identifier limit.
 -- Keep the suffix expression equal in notify_channel, which listen() LISTENs on.
-SELECT pg_notify(%(channel)s || CASE
-    WHEN current_schema() = 'public' THEN ''
-    WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
-    ELSE ':' || md5(current_schema()) END, %(payload)s)
+SELECT pg_notify(%(channel)s || {{schema_suffix}}, %(payload)s)
 
 -- name: notify_channel
-SELECT 'rota' || CASE
-    WHEN current_schema() = 'public' THEN ''
-    WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
-    ELSE ':' || md5(current_schema()) END
+SELECT 'rota' || {{schema_suffix}}
 
 -- name: notify_due
 -- A new run due later: `run:<epoch seconds>` on the database clock (the earlier of `at` and
 -- now + `delay`), so a sleeping worker wakes then instead of at its next poll.
 -- On the schema's channel, as notify.
-SELECT pg_notify(%(channel)s || CASE
-    WHEN current_schema() = 'public' THEN ''
-    WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
-    ELSE ':' || md5(current_schema()) END, 'run:' || extract(epoch FROM least(
+SELECT pg_notify(%(channel)s || {{schema_suffix}}, 'run:' || extract(epoch FROM least(
     %(at)s::timestamptz, {now} + make_interval(secs => %(delay)s::float8)))::text)
 
 -- ===== end of issue 10, worker side =====================================================

@@ -20,35 +20,20 @@ locked AS (
     -- The schedules of these runs, locked in name order before any run is updated: the
     -- rota_run_finished trigger updates them, and two finishers taking them in the order of
     -- their runs' ids would deadlock. (Evaluated first: a one-time filter below.)
-    SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM sched)
-    ORDER BY s.name
-    FOR UPDATE OF s
+    {{lock_schedules(SELECT schedule FROM sched)}}
 ),
 told AS MATERIALIZED (
     -- A limited run of the batch frees a slot: wake the workers once, here, and tell the
     -- rota_limit_freed trigger so (its WHEN skips the rows of this transaction: no function
     -- call per row). Before any run is updated: a one-time filter below.
-    SELECT set_config('rota.limit_told', 'on', true),  -- (two columns: both evaluated, in no order that matters)
-           pg_notify('rota' || CASE
-                   WHEN current_schema() = 'public' THEN ''
-                   WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
-                   ELSE ':' || md5(current_schema()) END, 'run')
-    -- (The batch's limited runs through the index of running limited runs: a probe of an
-    -- empty index while no limited run runs, so a drain without limits pays nothing.)
-    WHERE EXISTS (SELECT 1 FROM rota_runs WHERE status = 'running' AND limit_name IS NOT NULL
-                  AND id = ANY(ARRAY(SELECT id FROM v)))
+    {{tell_limit_freed}}
 ),
 deps AS (
     -- The waiting dependents of these runs, locked in id order next: the rota_run_settled
     -- trigger updates them row by row in the order of their parents, and two finishers
     -- whose parents' dependents cross would lock them in opposite orders. Found by key
     -- (`= ANY(ARRAY(...))`): an IN here lets the planner hash every pending run.
-    SELECT c.id FROM rota_runs c
-    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM v))))
-      AND c.status = 'pending'
-    ORDER BY c.id
-    FOR UPDATE OF c
+    {{lock_dependents(ARRAY(SELECT id FROM v))}}
 ),
 moved AS (
     -- A run of no schedule leaves rota_runs for rota_history (schema 17): its row deleted
@@ -101,30 +86,17 @@ WITH v AS MATERIALIZED (
 ),
 locked AS (
     -- as in finish_succeeded: schedules locked in name order first
-    SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM rota_runs
+    {{lock_schedules(SELECT schedule FROM rota_runs
                      WHERE id = ANY(ARRAY(SELECT id FROM v))
-                       AND schedule IS NOT NULL AND status = 'running')
-    ORDER BY s.name
-    FOR UPDATE OF s
+                       AND schedule IS NOT NULL AND status = 'running')}}
 ),
 told AS MATERIALIZED (
     -- as in finish_succeeded: one wake-up for the batch's freed limit slots
-    SELECT set_config('rota.limit_told', 'on', true),  -- (two columns: both evaluated, in no order that matters)
-           pg_notify('rota' || CASE
-                   WHEN current_schema() = 'public' THEN ''
-                   WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
-                   ELSE ':' || md5(current_schema()) END, 'run')
-    WHERE EXISTS (SELECT 1 FROM rota_runs WHERE status = 'running' AND limit_name IS NOT NULL
-                  AND id = ANY(ARRAY(SELECT id FROM v)))
+    {{tell_limit_freed}}
 ),
 deps AS (
     -- as in finish_succeeded: the waiting dependents locked in id order next
-    SELECT c.id FROM rota_runs c
-    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM v))))
-      AND c.status = 'pending'
-    ORDER BY c.id
-    FOR UPDATE OF c
+    {{lock_dependents(ARRAY(SELECT id FROM v))}}
 )
 UPDATE rota_runs r
 SET status = CASE WHEN v.status = 'pending' AND r.cancel_requested THEN 'cancelled' ELSE v.status END,
@@ -155,18 +127,11 @@ SELECT 1 FROM rota_runs WHERE id = ANY(%(ids)s::bigint[]) AND has_dependents LIM
 -- Then, for the same reason, the waiting dependents of the batch's runs, in id order (see
 -- finish_succeeded). One row: the counts.
 WITH locked AS (
-    SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM rota_runs
-                     WHERE id = ANY(%(ids)s::bigint[]) AND schedule IS NOT NULL AND status = 'running')
-    ORDER BY s.name
-    FOR UPDATE OF s
+    {{lock_schedules(SELECT schedule FROM rota_runs
+                     WHERE id = ANY(%(ids)s::bigint[]) AND schedule IS NOT NULL AND status = 'running')}}
 ),
 deps AS (
-    SELECT c.id FROM rota_runs c
-    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(%(ids)s::bigint[])))
-      AND c.status = 'pending'
-    ORDER BY c.id
-    FOR UPDATE OF c
+    {{lock_dependents(%(ids)s::bigint[])}}
 )
 SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM deps)
 

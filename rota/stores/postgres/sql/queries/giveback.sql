@@ -19,17 +19,10 @@ ending AS (
 locked AS (
     -- as in finish_succeeded: their schedules locked in name order first (rota_run_finished
     -- updates them), then their waiting dependents in id order (rota_run_settled cancels them)
-    SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM ending WHERE schedule IS NOT NULL)
-    ORDER BY s.name
-    FOR UPDATE OF s
+    {{lock_schedules(SELECT schedule FROM ending WHERE schedule IS NOT NULL)}}
 ),
 deps AS (
-    SELECT c.id FROM rota_runs c
-    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM ending))))
-      AND c.status = 'pending'
-    ORDER BY c.id
-    FOR UPDATE OF c
+    {{lock_dependents(ARRAY(SELECT id FROM ending))}}
 )
 UPDATE rota_runs r
 SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
@@ -85,17 +78,7 @@ unlogged AS (
     -- one logged start per refused rated run: its key's and its start time's (runs claimed
     -- together share their start time, so as many rows as runs; the log has no run id). Run
     -- to its end whether or not the UPDATE reads it; both see the rows as they were before.
-    DELETE FROM rota_rate_starts s
-    WHERE s.ctid = ANY(ARRAY(
-        SELECT x.ctid FROM (
-            SELECT r.rate_name, r.rate_key, r.started_at, count(*) AS n FROM rota_runs r
-            WHERE r.id = ANY(ARRAY(SELECT id FROM v)) AND (r.id, r.token) IN (SELECT id, token FROM v)
-              AND r.status = 'running' AND r.rate_name IS NOT NULL AND r.started_at IS NOT NULL
-            GROUP BY r.rate_name, r.rate_key, r.started_at) g
-        CROSS JOIN LATERAL (
-            SELECT l.ctid FROM rota_rate_starts l
-            WHERE l.name = g.rate_name AND l.key = g.rate_key AND l.started_at = g.started_at
-            LIMIT g.n) x))
+    {{unlog_rate_starts}}
 ),
 ending AS (
     SELECT id, schedule FROM rota_runs
@@ -103,17 +86,10 @@ ending AS (
       AND (cancel_requested OR refused_at < {now} - make_interval(secs => %(grace)s))
 ),
 locked AS (
-    SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM ending WHERE schedule IS NOT NULL)
-    ORDER BY s.name
-    FOR UPDATE OF s
+    {{lock_schedules(SELECT schedule FROM ending WHERE schedule IS NOT NULL)}}
 ),
 deps AS (
-    SELECT c.id FROM rota_runs c
-    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM ending))))
-      AND c.status = 'pending'
-    ORDER BY c.id
-    FOR UPDATE OF c
+    {{lock_dependents(ARRAY(SELECT id FROM ending))}}
 )
 UPDATE rota_runs r
 SET status = CASE WHEN r.cancel_requested THEN 'cancelled'
@@ -152,34 +128,17 @@ WITH v AS MATERIALIZED (
 ),
 unlogged AS (
     -- one logged start per rated run the claim started (see refuse)
-    DELETE FROM rota_rate_starts s
-    WHERE s.ctid = ANY(ARRAY(
-        SELECT x.ctid FROM (
-            SELECT r.rate_name, r.rate_key, r.started_at, count(*) AS n FROM rota_runs r
-            WHERE r.id = ANY(ARRAY(SELECT id FROM v)) AND (r.id, r.token) IN (SELECT id, token FROM v)
-              AND r.status = 'running' AND r.rate_name IS NOT NULL AND r.started_at IS NOT NULL
-            GROUP BY r.rate_name, r.rate_key, r.started_at) g
-        CROSS JOIN LATERAL (
-            SELECT l.ctid FROM rota_rate_starts l
-            WHERE l.name = g.rate_name AND l.key = g.rate_key AND l.started_at = g.started_at
-            LIMIT g.n) x))
+    {{unlog_rate_starts}}
 ),
 ending AS (
     SELECT id, schedule FROM rota_runs
     WHERE id = ANY(ARRAY(SELECT id FROM v)) AND status = 'running' AND cancel_requested
 ),
 locked AS (
-    SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT schedule FROM ending WHERE schedule IS NOT NULL)
-    ORDER BY s.name
-    FOR UPDATE OF s
+    {{lock_schedules(SELECT schedule FROM ending WHERE schedule IS NOT NULL)}}
 ),
 deps AS (
-    SELECT c.id FROM rota_runs c
-    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM ending))))
-      AND c.status = 'pending'
-    ORDER BY c.id
-    FOR UPDATE OF c
+    {{lock_dependents(ARRAY(SELECT id FROM ending))}}
 )
 UPDATE rota_runs r
 SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
@@ -218,19 +177,12 @@ WITH lost AS (
 ),
 locked AS (
     -- as in finish_succeeded: the lost runs' schedules locked in name order first
-    SELECT s.name FROM rota_schedules s
-    WHERE s.name IN (SELECT r.schedule FROM rota_runs r JOIN lost ON lost.id = r.id)
-    ORDER BY s.name
-    FOR UPDATE OF s
+    {{lock_schedules(SELECT r.schedule FROM rota_runs r JOIN lost ON lost.id = r.id)}}
 ),
 deps AS (
     -- as in finish_succeeded: the lost runs' waiting dependents locked in id order next (a
     -- failed or cancelled parent cancels them, through the rota_run_settled trigger)
-    SELECT c.id FROM rota_runs c
-    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM lost))))
-      AND c.status = 'pending'
-    ORDER BY c.id
-    FOR UPDATE OF c
+    {{lock_dependents(ARRAY(SELECT id FROM lost))}}
 ),
 seen AS (
     SELECT r.id, r.owner, r.token, r.lease_until, r.attempt, r.max_attempts, r.started_at, r.due_at,

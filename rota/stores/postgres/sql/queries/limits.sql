@@ -306,9 +306,7 @@ SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
     lease_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s)
 WHERE r.id = ANY(ARRAY(SELECT e::bigint FROM json_array_elements_text(%(ids)s::json) AS e))
   AND r.status = 'pending'
-RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
-          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
-          r.priority, extract(epoch FROM r.due_at)::float8
+RETURNING {{claimed_columns}}
 
 -- name: flow_take_limits
 -- transition: claim
@@ -362,9 +360,7 @@ SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
     misfire_at = NULL,  -- as in claim
     lease_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s)
 WHERE r.ctid = ANY((SELECT every FROM ids)::tid[])
-RETURNING r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
-          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
-          r.priority, extract(epoch FROM r.due_at)::float8
+RETURNING {{claimed_columns}}
 
 -- name: flow_started
 -- the starts of rated runs just claimed, in their windows' log

@@ -96,11 +96,7 @@ runs AS (
     FOR UPDATE
 ),
 deps AS (
-    SELECT c.id FROM rota_runs c
-    WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY(ARRAY(SELECT id FROM runs))))
-      AND c.status = 'pending'
-    ORDER BY c.id
-    FOR UPDATE OF c
+    {{lock_dependents(ARRAY(SELECT id FROM runs))}}
 )
 UPDATE rota_runs
 SET status = 'cancelled', finished_at = {now},

@@ -1,0 +1,115 @@
+-- PostgreSQL fragments: SQL that several queries share, written once. A query uses one as
+-- {{name}} or {{name(argument, ...)}}; in a fragment {{parameter}} is its argument. Expanded when
+-- the queries load (rota/stores/sqlstore/queries.py); tests/test_queries.py checks that each is
+-- used and that every fragment a query names exists.
+
+-- fragment: schema_suffix
+-- The suffix of the schema's NOTIFY channel: the channel is scoped to the schema of rota's
+-- tables (current_schema(), what this connection resolves them with), so apps in other schemas
+-- of the database neither wake nor cancel each other's runs: `rota` for public (the channel of
+-- earlier releases), `rota:<schema>` otherwise, `rota:<md5 of schema>` past the 63-byte
+-- identifier limit. notify and notify_due send on it, notify_channel names it for listen().
+CASE
+    WHEN current_schema() = 'public' THEN ''
+    WHEN octet_length(current_schema()) <= 58 THEN ':' || current_schema()
+    ELSE ':' || md5(current_schema()) END
+
+-- fragment: lock_schedules(names)
+-- The schedules `names` (a subquery), locked in name order, as a CTE's body: the
+-- rota_run_finished trigger updates a schedule when one of its runs ends, and two statements
+-- taking them in the order of their runs' ids would deadlock.
+SELECT s.name FROM rota_schedules s
+WHERE s.name IN ({{names}})
+ORDER BY s.name
+FOR UPDATE OF s
+
+-- fragment: lock_dependents(parents)
+-- The waiting dependents of the runs `parents` (an array of ids), locked in id order, as a
+-- CTE's body: the rota_run_settled trigger updates them row by row in the order of their
+-- parents, and two statements whose parents' dependents cross would lock them in opposite
+-- orders. Found by key (`= ANY(ARRAY(...))`): an IN here lets the planner hash every pending run.
+SELECT c.id FROM rota_runs c
+WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY({{parents}})))
+  AND c.status = 'pending'
+ORDER BY c.id
+FOR UPDATE OF c
+
+-- fragment: tell_limit_freed
+-- A limited run of the batch `v` frees a slot: wake the workers once, and tell the
+-- rota_limit_freed trigger so (its WHEN skips the rows of this transaction: no function call
+-- per row). A CTE's body, read before any run is updated (a one-time filter). The batch's
+-- limited runs are found through the index of running limited runs: a probe of an empty index
+-- while no limited run runs, so a drain without limits pays nothing.
+SELECT set_config('rota.limit_told', 'on', true),  -- (two columns: both evaluated, in no order that matters)
+       pg_notify('rota' || {{schema_suffix}}, 'run')
+WHERE EXISTS (SELECT 1 FROM rota_runs WHERE status = 'running' AND limit_name IS NOT NULL
+              AND id = ANY(ARRAY(SELECT id FROM v)))
+
+-- fragment: unlog_rate_starts
+-- The batch `v`'s rated runs' starts out of their rate's log (a refused or disowned run: no
+-- handler started, so it uses no room of its rate), as a CTE's body: one logged start per run,
+-- its key's and its start time's (runs claimed together share their start time, so as many
+-- rows as runs; the log has no run id). Run to its end whether or not the UPDATE reads it;
+-- both see the rows as they were before.
+DELETE FROM rota_rate_starts s
+WHERE s.ctid = ANY(ARRAY(
+    SELECT x.ctid FROM (
+        SELECT r.rate_name, r.rate_key, r.started_at, count(*) AS n FROM rota_runs r
+        WHERE r.id = ANY(ARRAY(SELECT id FROM v)) AND (r.id, r.token) IN (SELECT id, token FROM v)
+          AND r.status = 'running' AND r.rate_name IS NOT NULL AND r.started_at IS NOT NULL
+        GROUP BY r.rate_name, r.rate_key, r.started_at) g
+    CROSS JOIN LATERAL (
+        SELECT l.ctid FROM rota_rate_starts l
+        WHERE l.name = g.rate_name AND l.key = g.rate_key AND l.started_at = g.started_at
+        LIMIT g.n) x))
+
+-- fragment: claim_candidates(due, queues)
+-- The plain runs a claim takes (`picked`: their row versions' addresses), due by `due`, of
+-- the queues `queues` (a condition, or nothing for every queue), locked SKIP LOCKED in claim
+-- order, never a held one, one past its misfire deadline, one asked to cancel or one in a
+-- paused queue.
+WITH picked AS MATERIALIZED (
+    SELECT ARRAY(
+        SELECT ctid FROM rota_runs
+        WHERE status = 'pending' AND NOT held AND due_at <= {{due}}
+          AND (misfire_at IS NULL OR misfire_at >= {now})
+          AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
+          {{queues}}
+          AND NOT cancel_requested
+          AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
+        ORDER BY priority DESC, due_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS tids
+)
+
+-- fragment: claim_update
+-- The claim of `picked`: running, owned, a new token each; the first `start` started.
+UPDATE rota_runs r
+SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'),
+    -- (a run at the column's maximum is not counted: it is claimed, and its worker fails it
+    -- as damaged; rota.quarantine. The arithmetic of one bad row never fails the batch.)
+    attempt = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[]) AND r.attempt < 2147483647
+                   THEN r.attempt + 1 ELSE r.attempt END,
+    -- the statement's time, not the transaction's: in finish_and_claim this runs after the
+    -- finishes, which may wait for a schedule's row lock (a start recorded before the end
+    -- of the exclusive run it waited for)
+    started_at = CASE WHEN r.ctid = ANY((SELECT tids[:%(start)s] FROM picked)::tid[])
+                      THEN coalesce(%(now)s::timestamptz, statement_timestamp()) END,
+    misfire_at = NULL,
+    lease_until = {now} + make_interval(secs => %(lease)s)
+WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
+RETURNING {{claimed_columns}}
+
+-- fragment: claim_ahead_update
+-- The claim ahead of `picked`: running, owned, a new token each, held (not started).
+UPDATE rota_runs r
+SET status = 'running', owner = %(owner)s, token = nextval('rota_token_seq'), misfire_at = NULL,
+    started_at = NULL, lease_until = {now} + make_interval(secs => %(lease)s)
+WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
+RETURNING {{claimed_columns}}
+
+-- fragment: claimed_columns
+-- What a claim returns of each run it took (rota.stores.records.claimed_rows reads them).
+r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
+          r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
+          r.priority, extract(epoch FROM r.due_at)::float8

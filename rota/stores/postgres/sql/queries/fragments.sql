@@ -113,3 +113,21 @@ RETURNING {{claimed_columns}}
 r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
           r.priority, extract(epoch FROM r.due_at)::float8
+
+-- fragment: schedule_insert
+-- A schedule's row inserted, or on a conflict the start of its update (upsert_code_schedule,
+-- insert_schedule: each goes on with what it sets besides).
+INSERT INTO rota_schedules AS s (
+    name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, run_immediately,
+    queue, priority, max_attempts, timeout, backoff, jitter, source, app, definition, next_run_at,
+    created_at, updated_at)
+VALUES (%(name)s, %(task)s, %(cron)s, %(every)s, %(tz)s, %(args)s, %(kwargs)s, %(overlap)s,
+        %(misfire)s, %(misfire_grace)s, %(run_immediately)s, %(queue)s, %(priority)s,
+        %(max_attempts)s, %(timeout)s, %(backoff)s, %(jitter)s, %(source)s, %(app)s, %(definition)s,
+        %(next_run_at)s, {now}, {now})
+ON CONFLICT (name) DO UPDATE SET
+    task = EXCLUDED.task, cron = EXCLUDED.cron, every = EXCLUDED.every, tz = EXCLUDED.tz,
+    args = EXCLUDED.args, kwargs = EXCLUDED.kwargs, overlap = EXCLUDED.overlap,
+    misfire = EXCLUDED.misfire, misfire_grace = EXCLUDED.misfire_grace,
+    run_immediately = EXCLUDED.run_immediately, queue = EXCLUDED.queue,
+    priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,

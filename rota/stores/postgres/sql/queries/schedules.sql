@@ -2,20 +2,7 @@
 -- (Conventions: see the head of enqueue.sql. Loaded with every .sql file here: rota/stores/sqlstore/queries.py.)
 
 -- name: upsert_code_schedule
-INSERT INTO rota_schedules AS s (
-    name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, run_immediately,
-    queue, priority, max_attempts, timeout, backoff, jitter, source, app, definition, next_run_at,
-    created_at, updated_at)
-VALUES (%(name)s, %(task)s, %(cron)s, %(every)s, %(tz)s, %(args)s, %(kwargs)s, %(overlap)s,
-        %(misfire)s, %(misfire_grace)s, %(run_immediately)s, %(queue)s, %(priority)s,
-        %(max_attempts)s, %(timeout)s, %(backoff)s, %(jitter)s, %(source)s, %(app)s, %(definition)s,
-        %(next_run_at)s, {now}, {now})
-ON CONFLICT (name) DO UPDATE SET
-    task = EXCLUDED.task, cron = EXCLUDED.cron, every = EXCLUDED.every, tz = EXCLUDED.tz,
-    args = EXCLUDED.args, kwargs = EXCLUDED.kwargs, overlap = EXCLUDED.overlap,
-    misfire = EXCLUDED.misfire, misfire_grace = EXCLUDED.misfire_grace,
-    run_immediately = EXCLUDED.run_immediately, queue = EXCLUDED.queue,
-    priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
+{{schedule_insert}}
     timeout = EXCLUDED.timeout, backoff = EXCLUDED.backoff, source = EXCLUDED.source,
     app = EXCLUDED.app, definition = EXCLUDED.definition, active = true, updated_at = {now},
     -- A deploy keeps next_run_at unless the timing changed (a missed tick stays due and
@@ -44,20 +31,7 @@ WHERE source = 'code' AND app = %(app)s AND active AND NOT (name = ANY(%(names)s
 RETURNING name
 
 -- name: insert_schedule
-INSERT INTO rota_schedules AS s (
-    name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, run_immediately,
-    queue, priority, max_attempts, timeout, backoff, jitter, source, app, definition, next_run_at,
-    created_at, updated_at)
-VALUES (%(name)s, %(task)s, %(cron)s, %(every)s, %(tz)s, %(args)s, %(kwargs)s, %(overlap)s,
-        %(misfire)s, %(misfire_grace)s, %(run_immediately)s, %(queue)s, %(priority)s,
-        %(max_attempts)s, %(timeout)s, %(backoff)s, %(jitter)s, %(source)s, %(app)s, %(definition)s,
-        %(next_run_at)s, {now}, {now})
-ON CONFLICT (name) DO UPDATE SET
-    task = EXCLUDED.task, cron = EXCLUDED.cron, every = EXCLUDED.every, tz = EXCLUDED.tz,
-    args = EXCLUDED.args, kwargs = EXCLUDED.kwargs, overlap = EXCLUDED.overlap,
-    misfire = EXCLUDED.misfire, misfire_grace = EXCLUDED.misfire_grace,
-    run_immediately = EXCLUDED.run_immediately, queue = EXCLUDED.queue,
-    priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
+{{schedule_insert}}
     timeout = EXCLUDED.timeout, backoff = EXCLUDED.backoff, source = EXCLUDED.source,
     app = EXCLUDED.app, definition = EXCLUDED.definition, active = true, paused = false,
     next_run_at = EXCLUDED.next_run_at, updated_at = {now}

@@ -155,11 +155,7 @@ SELECT {now},
        (SELECT min(due_at) FROM rota_runs INDEXED BY rota_runs_due
         WHERE status = 'pending' AND NOT held AND due_at > {now} AND (misfire_at IS NULL OR misfire_at >= {now})
           AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues))) AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)),
-       (SELECT min(t) FROM (
-            SELECT min(next_run_at) AS t FROM rota_schedules WHERE active AND NOT paused
-            UNION ALL
-            SELECT min(misfire_at) FROM rota_runs INDEXED BY rota_runs_misfire
-            WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
+       {{next_tick}}
 
 -- name: flow_room
 SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2,

@@ -2,19 +2,7 @@
 -- (Conventions: see the head of enqueue.sql. Loaded with every .sql file here: rota/stores/sqlstore/queries.py.)
 
 -- name: upsert_code_schedule
-INSERT INTO rota_schedules AS s (
-    name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, run_immediately,
-    queue, priority, max_attempts, timeout, backoff, jitter, source, app, definition, next_run_at,
-    created_at, updated_at)
-VALUES (:name, :task, :cron, :every, :tz, :args, :kwargs, :overlap, :misfire, :misfire_grace,
-        :run_immediately, :queue, :priority, :max_attempts, :timeout, :backoff, :jitter, :source, :app,
-        :definition, :next_run_at, {now}, {now})
-ON CONFLICT (name) DO UPDATE SET
-    task = excluded.task, cron = excluded.cron, every = excluded.every, tz = excluded.tz,
-    args = excluded.args, kwargs = excluded.kwargs, overlap = excluded.overlap,
-    misfire = excluded.misfire, misfire_grace = excluded.misfire_grace,
-    run_immediately = excluded.run_immediately, queue = excluded.queue,
-    priority = excluded.priority, max_attempts = excluded.max_attempts,
+{{schedule_insert}}
     timeout = excluded.timeout, backoff = excluded.backoff, jitter = excluded.jitter, source = excluded.source,
     app = excluded.app, definition = excluded.definition, active = 1, updated_at = {now},
     -- A deploy keeps next_run_at unless the timing changed (a missed tick stays due and
@@ -44,19 +32,7 @@ WHERE source = 'code' AND app = :app AND active
 RETURNING name
 
 -- name: insert_schedule
-INSERT INTO rota_schedules AS s (
-    name, task, cron, every, tz, args, kwargs, overlap, misfire, misfire_grace, run_immediately,
-    queue, priority, max_attempts, timeout, backoff, jitter, source, app, definition, next_run_at,
-    created_at, updated_at)
-VALUES (:name, :task, :cron, :every, :tz, :args, :kwargs, :overlap, :misfire, :misfire_grace,
-        :run_immediately, :queue, :priority, :max_attempts, :timeout, :backoff, :jitter, :source, :app,
-        :definition, :next_run_at, {now}, {now})
-ON CONFLICT (name) DO UPDATE SET
-    task = excluded.task, cron = excluded.cron, every = excluded.every, tz = excluded.tz,
-    args = excluded.args, kwargs = excluded.kwargs, overlap = excluded.overlap,
-    misfire = excluded.misfire, misfire_grace = excluded.misfire_grace,
-    run_immediately = excluded.run_immediately, queue = excluded.queue,
-    priority = excluded.priority, max_attempts = excluded.max_attempts,
+{{schedule_insert}}
     timeout = excluded.timeout, backoff = excluded.backoff, jitter = excluded.jitter, source = excluded.source,
     app = excluded.app, definition = excluded.definition, active = 1, paused = 0,
     next_run_at = excluded.next_run_at, updated_at = {now}

@@ -75,7 +75,8 @@ def query_sources(backend: str) -> Sources:
             found = queries if kind == "name" else fragments
             where = f"{backend}/sql/queries/{entry.name}"
             if name in found:
-                raise RuntimeError(f"{kind} {name!r} is defined twice: in {found[name].file} and in {where}")
+                what = "query" if kind == "name" else "fragment"
+                raise RuntimeError(f"{what} {name!r} is defined twice: in {found[name].file} and in {where}")
             if params is not None and kind == "name":
                 raise RuntimeError(f"{where}: query {name!r} takes no parameters (only a fragment does)")
             names = tuple(p.strip() for p in (params or "").split(",") if p.strip())

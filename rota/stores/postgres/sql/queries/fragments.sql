@@ -131,3 +131,66 @@ ON CONFLICT (name) DO UPDATE SET
     misfire = EXCLUDED.misfire, misfire_grace = EXCLUDED.misfire_grace,
     run_immediately = EXCLUDED.run_immediately, queue = EXCLUDED.queue,
     priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
+
+-- fragment: waiting_keys
+-- The limit keys (lkeys) and rate keys (rkeys) of the waiting runs, by a loose index scan:
+-- one probe per distinct key, however many runs wait (flow_heads, flow_heads_walk).
+lkeys AS (
+    (SELECT limit_name AS name, limit_key AS key FROM rota_runs
+     WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
+     ORDER BY limit_name, limit_key LIMIT 1)
+    UNION ALL
+    SELECT n.name, n.key FROM lkeys CROSS JOIN LATERAL (
+        SELECT limit_name AS name, limit_key AS key FROM rota_runs
+        WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
+          AND (limit_name, limit_key) > (lkeys.name, lkeys.key)
+        ORDER BY limit_name, limit_key LIMIT 1) n
+),
+rkeys AS (
+    (SELECT rate_name AS name, rate_key AS key FROM rota_runs
+     WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
+     ORDER BY rate_name, rate_key LIMIT 1)
+    UNION ALL
+    SELECT n.name, n.key FROM rkeys CROSS JOIN LATERAL (
+        SELECT rate_name AS name, rate_key AS key FROM rota_runs
+        WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
+          AND (rate_name, rate_key) > (rkeys.name, rkeys.key)
+        ORDER BY rate_name, rate_key LIMIT 1) n
+)
+
+-- fragment: key_heads
+-- Each waiting key's first due run in the claim's order (for the workers of %(queues)s).
+SELECT 'l' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM lkeys k
+JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
+              WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
+                AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
+                AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND coalesce(r.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
+              ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
+UNION ALL
+SELECT 'r' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM rkeys k
+JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
+              WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
+                AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
+                AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND coalesce(r.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
+              ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
+
+-- fragment: key_room
+-- A key's free slots (a limit) or room (a rate) as this statement's snapshot sees them, as
+-- `f.free` (`count(r.id)`: an index scan that visits the rows, which marks the index entries
+-- of row versions gone as dead; an index-only scan never does). A damaged limit or rate has
+-- no room. The body of a `CROSS JOIN LATERAL (`, which it closes (`OFFSET 0`: not inlined).
+SELECT CASE WHEN h.kind = 'l'
+            THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
+                 - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
+                    AND r.limit_name = h.name AND r.limit_key = h.key)
+            ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                               THEN t.max - (SELECT count(*) FROM rota_rate_starts s
+                                  WHERE s.name = h.name AND s.key = h.key
+                                    AND s.started_at > {now} - make_interval(secs => t.per)
+                                    AND s.started_at <= {now} + make_interval(secs => t.per)) ELSE 0 END
+                  FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
+
+-- fragment: take_key
+-- The transaction-level advisory try-lock of the key `h` (kind, name, key): a key another
+-- claimer holds is skipped, as SKIP LOCKED skips a row.
+pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))

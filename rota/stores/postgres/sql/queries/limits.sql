@@ -21,42 +21,9 @@
 -- Each key locked is also noted, in lock order, in the transaction's setting
 -- `rota.flow_keys` ("[kind, name, key]," each): a flow_take_limits sent in the same pipeline
 -- without keys reads them there, so the flow claim needs no round trip of its own.
-WITH RECURSIVE lkeys AS (
-    (SELECT limit_name AS name, limit_key AS key FROM rota_runs
-     WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
-     ORDER BY limit_name, limit_key LIMIT 1)
-    UNION ALL
-    SELECT n.name, n.key FROM lkeys CROSS JOIN LATERAL (
-        SELECT limit_name AS name, limit_key AS key FROM rota_runs
-        WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
-          AND (limit_name, limit_key) > (lkeys.name, lkeys.key)
-        ORDER BY limit_name, limit_key LIMIT 1) n
-),
-rkeys AS (
-    (SELECT rate_name AS name, rate_key AS key FROM rota_runs
-     WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
-     ORDER BY rate_name, rate_key LIMIT 1)
-    UNION ALL
-    SELECT n.name, n.key FROM rkeys CROSS JOIN LATERAL (
-        SELECT rate_name AS name, rate_key AS key FROM rota_runs
-        WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
-          AND (rate_name, rate_key) > (rkeys.name, rkeys.key)
-        ORDER BY rate_name, rate_key LIMIT 1) n
-),
+WITH RECURSIVE {{waiting_keys}},
 heads AS MATERIALIZED (
-    SELECT 'l' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM lkeys k
-    JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
-                  WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
-                    AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND coalesce(r.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
-                  ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
-    UNION ALL
-    SELECT 'r' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM rkeys k
-    JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
-                  WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
-                    AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND coalesce(r.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
-                  ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
+    {{key_heads}}
 ),
 room AS (
     SELECT h.kind, h.name, h.key, h.priority, h.due_at, h.id FROM heads h
@@ -64,18 +31,9 @@ room AS (
     OFFSET 0  -- keeps the filter below above the sort: evaluated key by key, up to the LIMIT
 )
 SELECT kind, name, key, free FROM room h CROSS JOIN LATERAL (
-    SELECT CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
-                     - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
-                        AND r.limit_name = h.name AND r.limit_key = h.key)
-                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
-                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
-                                      WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - make_interval(secs => t.per)
-                                        AND s.started_at <= {now} + make_interval(secs => t.per)) ELSE 0 END
-                      FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
+    {{key_room}}
 WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
-           THEN CASE WHEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
+           THEN CASE WHEN {{take_key}}
                      THEN set_config('rota.flow_keys', coalesce(current_setting('rota.flow_keys', true), '')
                                      || json_build_array(h.kind, h.name, h.key)::text || ',', true) IS NOT NULL
                      ELSE false END
@@ -119,60 +77,18 @@ near AS MATERIALIZED (
         WHERE rate_name IS NOT NULL AND due_at <= {now}) w
     ORDER BY kind, name, key, priority DESC, due_at, id
 ),
-lkeys AS (
-    (SELECT limit_name AS name, limit_key AS key FROM rota_runs
-     WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
-     ORDER BY limit_name, limit_key LIMIT 1)
-    UNION ALL
-    SELECT n.name, n.key FROM lkeys CROSS JOIN LATERAL (
-        SELECT limit_name AS name, limit_key AS key FROM rota_runs
-        WHERE status = 'pending' AND NOT held AND limit_name IS NOT NULL
-          AND (limit_name, limit_key) > (lkeys.name, lkeys.key)
-        ORDER BY limit_name, limit_key LIMIT 1) n
-),
-rkeys AS (
-    (SELECT rate_name AS name, rate_key AS key FROM rota_runs
-     WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
-     ORDER BY rate_name, rate_key LIMIT 1)
-    UNION ALL
-    SELECT n.name, n.key FROM rkeys CROSS JOIN LATERAL (
-        SELECT rate_name AS name, rate_key AS key FROM rota_runs
-        WHERE status = 'pending' AND NOT held AND rate_name IS NOT NULL
-          AND (rate_name, rate_key) > (rkeys.name, rkeys.key)
-        ORDER BY rate_name, rate_key LIMIT 1) n
-),
+{{waiting_keys}},
 far AS MATERIALIZED (
-    SELECT 'l' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM lkeys k
-    JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
-                  WHERE r.limit_name = k.name AND r.limit_key = k.key AND r.limit_name IS NOT NULL
-                    AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND coalesce(r.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
-                  ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
-    UNION ALL
-    SELECT 'r' AS kind, k.name, k.key, h.priority, h.due_at, h.id FROM rkeys k
-    JOIN LATERAL (SELECT r.priority, r.due_at, r.id FROM rota_runs r
-                  WHERE r.rate_name = k.name AND r.rate_key = k.key AND r.rate_name IS NOT NULL
-                    AND r.status = 'pending' AND NOT r.held AND r.due_at <= {now}
-                    AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[])) AND coalesce(r.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
-                  ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) h ON true
+    {{key_heads}}
 ),
 taken AS MATERIALIZED (
     SELECT h.kind, h.name, h.key, f.free FROM (
         SELECT * FROM near ORDER BY priority DESC, due_at, id
         OFFSET 0) h  -- keeps the filter above the sort: evaluated key by key, up to the LIMIT
     CROSS JOIN LATERAL (
-    SELECT CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
-                     - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
-                        AND r.limit_name = h.name AND r.limit_key = h.key)
-                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
-                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
-                                      WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - make_interval(secs => t.per)
-                                        AND s.started_at <= {now} + make_interval(secs => t.per)) ELSE 0 END
-                      FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
+    {{key_room}}
     WHERE CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
-          THEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
+          THEN {{take_key}}
           ELSE false END
     LIMIT %(n)s
 )
@@ -184,19 +100,10 @@ UNION ALL
      ORDER BY priority DESC, due_at, id
      OFFSET 0) h
  CROSS JOIN LATERAL (
-    SELECT CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
-                     - (SELECT count(r.id) FROM rota_runs r WHERE r.status = 'running'
-                        AND r.limit_name = h.name AND r.limit_key = h.key)
-                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
-                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
-                                      WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - make_interval(secs => t.per)
-                                        AND s.started_at <= {now} + make_interval(secs => t.per)) ELSE 0 END
-                      FROM rota_rates t WHERE t.name = h.name) END AS free OFFSET 0) f
+    {{key_room}}
  WHERE (SELECT count(*) FROM walked) >= %(m)s AND (SELECT count(*) FROM taken) < %(n)s
    AND CASE WHEN f.free > 0 OR (h.kind = 'r' AND f.free IS NOT NULL)  -- room first, then the lock
-          THEN pg_try_advisory_xact_lock(1919907937, hashtext(current_schema() || h.kind || h.name || chr(31) || h.key))
+          THEN {{take_key}}
           ELSE false END
  LIMIT greatest(%(n)s - (SELECT count(*) FROM taken), 0))
 

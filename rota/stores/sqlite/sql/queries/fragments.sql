@@ -56,3 +56,18 @@ RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeou
      UNION ALL
      SELECT min(misfire_at) FROM rota_runs INDEXED BY rota_runs_misfire
      WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}))
+
+-- fragment: key_room
+-- A key's free slots (a limit) or room (a rate), as `free` (flow_heads, flow_heads_walk); a
+-- damaged limit or rate has no room.
+CASE WHEN h.kind = 'l'
+     THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
+          - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
+             WHERE x.status = 'running' AND x.limit_name IS NOT NULL
+               AND x.limit_name = h.name AND x.limit_key = h.key)
+     ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
+                        THEN t.max - (SELECT count(*) FROM rota_rate_starts s
+                           WHERE s.name = h.name AND s.key = h.key
+                             AND s.started_at > {now} - t.per
+                             AND s.started_at <= {now} + t.per) ELSE 0 END
+           FROM rota_rates t WHERE t.name = h.name) END AS free

@@ -62,17 +62,7 @@ heads AS (
 ),
 rooms AS (
     SELECT h.kind, h.name, h.key,
-           CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
-                     - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
-                        WHERE x.status = 'running' AND x.limit_name IS NOT NULL
-                          AND x.limit_name = h.name AND x.limit_key = h.key)
-                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
-                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
-                                      WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - t.per
-                                        AND s.started_at <= {now} + t.per) ELSE 0 END
-                      FROM rota_rates t WHERE t.name = h.name) END AS free
+           {{key_room}}
     FROM (SELECT h.kind, h.name, h.key, r.priority, r.due_at, r.id
           FROM heads h JOIN rota_runs r ON r.id = h.head
           ORDER BY r.priority DESC, r.due_at, r.id
@@ -105,17 +95,7 @@ firsts AS (
 ),
 rooms AS (
     SELECT h.kind, h.name, h.key,
-           CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
-                     - (SELECT count(*) FROM rota_runs x INDEXED BY rota_runs_limit_running
-                        WHERE x.status = 'running' AND x.limit_name IS NOT NULL
-                          AND x.limit_name = h.name AND x.limit_key = h.key)
-                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400  -- else damaged: no room
-                                   THEN t.max - (SELECT count(*) FROM rota_rate_starts s
-                                      WHERE s.name = h.name AND s.key = h.key
-                                        AND s.started_at > {now} - t.per
-                                        AND s.started_at <= {now} + t.per) ELSE 0 END
-                      FROM rota_rates t WHERE t.name = h.name) END AS free
+           {{key_room}}
     FROM (SELECT kind, name, key, priority, due_at, id FROM firsts WHERE rn = 1
           ORDER BY priority DESC, due_at, id
           LIMIT -1) h

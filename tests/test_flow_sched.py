@@ -189,6 +189,24 @@ def test_jitter_is_set_changed_and_removed_by_add_update_and_code(
     coded.prepare()  # what a worker does at start: sync the code schedules
     assert coded.get_schedule("hourly").jitter == timedelta(seconds=30)
 
+    # A deploy that changes only the jitter stores the new one (PostgreSQL's upsert once
+    # left the old jitter in place), and one that removes it clears it.
+    for spread in (timedelta(seconds=45), None):
+        redeployed = app_factory(clock=fake)
+
+        @redeployed.schedule(cron="0 * * * *", jitter=spread, name="hourly")
+        def hourly_again() -> None: ...
+
+        redeployed.prepare()
+        assert redeployed.get_schedule("hourly").jitter == spread
+
+
+def test_a_removed_schedule_added_again_takes_the_new_jitter(fapp: rota.App) -> None:
+    fapp.add_schedule("j", "t", every=60, jitter=5)
+    fapp.remove_schedule("j")
+    assert fapp.add_schedule("j", "t", every=60, jitter=20).jitter == timedelta(seconds=20)
+    assert fapp.get_schedule("j").jitter == timedelta(seconds=20)
+
 
 @pytest.mark.parametrize(
     ("options", "message"),

@@ -130,7 +130,7 @@ ON CONFLICT (name) DO UPDATE SET
     args = EXCLUDED.args, kwargs = EXCLUDED.kwargs, overlap = EXCLUDED.overlap,
     misfire = EXCLUDED.misfire, misfire_grace = EXCLUDED.misfire_grace,
     run_immediately = EXCLUDED.run_immediately, queue = EXCLUDED.queue,
-    priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
+    priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts, jitter = EXCLUDED.jitter,
 
 -- fragment: waiting_keys
 -- The limit keys (lkeys) and rate keys (rkeys) of the waiting runs, by a loose index scan:

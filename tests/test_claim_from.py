@@ -1,6 +1,6 @@
 """A busy worker's claim starts where the claims stood lately, not at the front of the claim
 index, where a transaction held open elsewhere keeps the dead entries of every run claimed
-since (issue 45, item 3; rota.stores._pg_claim_from). What it must never cost: a run put
+since (issue 45, item 3; rota.stores.postgres.claim_from). What it must never cost: a run put
 back, or one of a higher priority, is still claimed; at once when this process did it, within
 FRONT_EVERY when another did."""
 
@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from rota.stores import _pg_claim_from
 from rota.stores.base import NewRun, Outcome
+from rota.stores.postgres import claim_from as _pg_claim_from
 
 from .conftest import make_app
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import rota
 from rota.cli import main
-from rota.stores._pg_claim_from import FRONT
+from rota.stores.postgres.claim_from import FRONT
 
 from .conftest import make_app
 from .procs import WorkerProcs, wait_until

@@ -28,7 +28,13 @@ NOW = {"postgres": "now()", "sqlite": ":now"}
 # one writer with nothing changing meanwhile, takes them step by step).
 ONLY = {
     "sqlite": {"next_token", "take_token", "finish_holding", "refuse_unlog", "disown_unlog"},
-    "postgres": {"flow_walk_plan", "claim_plan", "flow_take_limits", "move_history", "history_estimate"},  # the last two: schema 17
+    "postgres": {
+        "flow_walk_plan",
+        "claim_plan",
+        "flow_take_limits",
+        "move_history",
+        "history_estimate",
+    },  # the last two: schema 17
 }
 
 

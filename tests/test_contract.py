@@ -14,10 +14,10 @@ import rota
 from rota.stores.base import Outcome
 from rota.stores.queries import latest_version, load_migrations
 
-from .conftest import THROUGH_BOUNCER, make_app, store_url
+from .conftest import MYSQL, THROUGH_BOUNCER, make_app, store_url
 
 
-@pytest.fixture(params=THROUGH_BOUNCER)
+@pytest.fixture(params=[*THROUGH_BOUNCER, MYSQL])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """Each test here once per store, and once more through a transaction-mode PgBouncer."""
     yield from store_url(request, tmp_path)

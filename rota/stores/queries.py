@@ -7,14 +7,31 @@ import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
+def _folder(dialect: str) -> Any:
+    """Where `dialect` keeps its SQL: a backend package's own `sql/` (mysql), else `sql/<dialect>/`."""
+    if dialect == "mysql":
+        return resources.files("rota.stores.mysql") / "sql"
+    return resources.files("rota.stores") / "sql" / dialect
+
+
+def _query_text(dialect: str) -> str:
+    """The dialect's named queries: `queries.sql`, or one file per role in `queries/`."""
+    folder = _folder(dialect)
+    if dialect != "mysql":
+        return str((folder / "queries.sql").read_text())
+    files = sorted((e for e in (folder / "queries").iterdir() if e.name.endswith(".sql")), key=lambda e: e.name)
+    return "\n".join(e.read_text() for e in files)
+
+
 def load_queries(dialect: str, now_sql: str) -> dict[str, str]:
     """The named queries of `dialect`, with `{now}` replaced by the dialect's clock expression."""
-    text = (resources.files("rota.stores") / "sql" / dialect / "queries.sql").read_text()
+    text = _query_text(dialect)
     parts = _NAME.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
@@ -28,8 +45,7 @@ def load_queries(dialect: str, now_sql: str) -> dict[str, str]:
 def query_transitions(dialect: str) -> dict[str, tuple[str, ...]]:
     """The lifecycle transitions (rota/lifecycle.py) each named query of `dialect` names on
     its `-- transition: a, b` line; `none (why)` names none."""
-    text = (resources.files("rota.stores") / "sql" / dialect / "queries.sql").read_text()
-    parts = _NAME.split(text)
+    parts = _NAME.split(_query_text(dialect))
     named: dict[str, tuple[str, ...]] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         for line in body.strip().splitlines():
@@ -54,7 +70,7 @@ def load_migrations(dialect: str) -> list[Migration]:
 
 @functools.cache
 def _migrations(dialect: str) -> tuple[Migration, ...]:
-    folder = resources.files("rota.stores") / "sql" / dialect
+    folder = _folder(dialect)
     found = []
     for entry in folder.iterdir():
         match = _MIGRATION.match(entry.name)

@@ -71,7 +71,7 @@ SET status = 'running', owner = %(owner)s, token = %(token)s + FIND_IN_SET(id, %
 WHERE id IN %(_ids)s
 ;
 SELECT id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-       scheduled_for, started_at, lease_until, priority, due_at
+       scheduled_for, started_at, lease_until, priority, UNIX_TIMESTAMP(due_at)
 FROM rota_runs WHERE id IN %(_ids)s
 
 -- name: claim_in_queues
@@ -85,7 +85,7 @@ SET status = 'running', owner = %(owner)s, token = %(token)s + FIND_IN_SET(id, %
 WHERE id IN %(_ids)s
 ;
 SELECT id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-       scheduled_for, started_at, lease_until, priority, due_at
+       scheduled_for, started_at, lease_until, priority, UNIX_TIMESTAMP(due_at)
 FROM rota_runs WHERE id IN %(_ids)s
 
 -- name: claim_ahead
@@ -97,7 +97,7 @@ SET status = 'running', owner = %(owner)s, token = %(token)s + FIND_IN_SET(id, %
 WHERE id IN %(_ids)s
 ;
 SELECT id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-       scheduled_for, started_at, lease_until, priority, due_at
+       scheduled_for, started_at, lease_until, priority, UNIX_TIMESTAMP(due_at)
 FROM rota_runs WHERE id IN %(_ids)s
 
 -- name: claim_ahead_in_queues
@@ -108,7 +108,7 @@ SET status = 'running', owner = %(owner)s, token = %(token)s + FIND_IN_SET(id, %
 WHERE id IN %(_ids)s
 ;
 SELECT id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-       scheduled_for, started_at, lease_until, priority, due_at
+       scheduled_for, started_at, lease_until, priority, UNIX_TIMESTAMP(due_at)
 FROM rota_runs WHERE id IN %(_ids)s
 
 -- name: start

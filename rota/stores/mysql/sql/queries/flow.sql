@@ -174,7 +174,7 @@ SET r.token = %(token)s + FIND_IN_SET(r.id, %(_idlist)s) - 1,
 WHERE r.id IN %(_ids)s
 ;
 SELECT id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-       scheduled_for, started_at, lease_until, priority, due_at
+       scheduled_for, started_at, lease_until, priority, UNIX_TIMESTAMP(due_at)
 FROM rota_runs WHERE id IN %(_ids)s
 
 -- name: flow_started

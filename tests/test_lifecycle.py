@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from rota import lifecycle
-from rota.stores.queries import load_queries, query_transitions
+from rota.stores.queries import load_queries, query_transitions, sql_folder
 
-DIALECTS = ("postgres", "sqlite")
+DIALECTS = ("postgres", "sqlite", "mysql")
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "lifecycle.md"
 CHANGES_A_RUN = re.compile(r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM|COPY)\s+rota_runs\b", re.IGNORECASE)
 
@@ -39,9 +39,7 @@ def test_every_statement_that_changes_a_run_names_its_transitions(dialect: str) 
 
 def trigger_transitions(dialect: str) -> set[str]:
     """Transitions made by a database trigger, named in a migration's `transition:` comment."""
-    from importlib import resources
-
-    folder = resources.files("rota.stores") / "sql" / dialect
+    folder = sql_folder(dialect)
     text = "\n".join(f.read_text() for f in folder.iterdir() if f.name[:4].isdigit())
     return {n.strip() for line in re.findall(r"transition: ([a-z_, ]+)", text) for n in line.split(",")}
 

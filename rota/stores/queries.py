@@ -13,7 +13,7 @@ _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
-def _folder(dialect: str) -> Any:
+def sql_folder(dialect: str) -> Any:
     """Where `dialect` keeps its SQL: a backend package's own `sql/` (mysql), else `sql/<dialect>/`."""
     if dialect == "mysql":
         return resources.files("rota.stores.mysql") / "sql"
@@ -22,7 +22,7 @@ def _folder(dialect: str) -> Any:
 
 def _query_text(dialect: str) -> str:
     """The dialect's named queries: `queries.sql`, or one file per role in `queries/`."""
-    folder = _folder(dialect)
+    folder = sql_folder(dialect)
     if dialect != "mysql":
         return str((folder / "queries.sql").read_text())
     files = sorted((e for e in (folder / "queries").iterdir() if e.name.endswith(".sql")), key=lambda e: e.name)
@@ -70,7 +70,7 @@ def load_migrations(dialect: str) -> list[Migration]:
 
 @functools.cache
 def _migrations(dialect: str) -> tuple[Migration, ...]:
-    folder = _folder(dialect)
+    folder = sql_folder(dialect)
     found = []
     for entry in folder.iterdir():
         match = _MIGRATION.match(entry.name)

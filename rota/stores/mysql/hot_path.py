@@ -37,10 +37,16 @@ class MySQLHotPath:
     def _plain_claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
-        return self._claimed_rows(self._again(self._claim_tx, owner, limit, queues, lease, start))  # type: ignore[no-any-return]
+        return self._claimed_rows(self._again(self._claim_tx, owner, limit, queues, lease, start))
 
     def _claim_tx(
-        self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None, ahead: float | None = None
+        self,
+        owner: str,
+        limit: int,
+        queues: Sequence[str] | None,
+        lease: float,
+        start: int | None,
+        ahead: float | None = None,
     ) -> list[Any]:
         with self._tx() as s:
             return self._claim(s, owner, limit, queues, lease, start, ahead)
@@ -90,7 +96,13 @@ class MySQLHotPath:
         return written, self._claimed_rows(rows)
 
     def _finish_and_claim_tx(
-        self, outcomes: Sequence[Outcome], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None
+        self,
+        outcomes: Sequence[Outcome],
+        owner: str,
+        limit: int,
+        queues: Sequence[str] | None,
+        lease: float,
+        start: int | None,
     ) -> tuple[set[int], list[Any]]:
         with self._tx() as s:
             written = self._finish(s, outcomes)

@@ -120,7 +120,7 @@ def statements(script: str) -> Iterator[str]:
             in_body = True
         if in_body:
             if line.strip().upper() == "END;":
-                yield "\n".join(buffer)[: -1]
+                yield "\n".join(buffer)[:-1]
                 buffer, in_body = [], False
         elif _END.search(line):
             yield _END.sub("", "\n".join(buffer))

@@ -93,9 +93,7 @@ def connect_kwargs(url: str, connect_timeout: float, lock_wait: int) -> dict[str
         "autocommit": True,
         "connect_timeout": max(1, round(connect_timeout)),
         "conv": CONVERSIONS,
-        "init_command": (
-            f"SET time_zone = '+00:00', sql_mode = '{SQL_MODE}', innodb_lock_wait_timeout = {lock_wait}"
-        ),
+        "init_command": (f"SET time_zone = '+00:00', sql_mode = '{SQL_MODE}', innodb_lock_wait_timeout = {lock_wait}"),
     }
     if "unix_socket" in options:
         kwargs["unix_socket"] = options["unix_socket"]
@@ -178,20 +176,20 @@ class Pool:
 def _close_quietly(conn: pymysql.connections.Connection[Any]) -> None:
     try:
         conn.close()
-    except Exception:  # noqa: BLE001 - a broken connection may fail to say goodbye
-        conn._force_close()
+    except Exception:  # a broken connection fails to say goodbye: drop its socket
+        getattr(conn, "_force_close", lambda: None)()
 
 
 class Session:
     """One connection, in a transaction or in autocommit. `q` runs a named query. A query of
-    several steps (separated by a line holding only `;`) emulates UPDATE ... RETURNING,
-    which MySQL lacks: its first step selects the ids of the rows to change (locking them),
-    the next ones change those rows (steps before the first SELECT, such as an INSERT, just
-run) (`%(_ids)s`: the ids as a list for IN; `%(_idlist)s`:
-    the same ids as a comma list, in the order selected, for FIND_IN_SET), and the rows of
-    the last step that returned rows are the query's rows. No ids: nothing more runs."""
+    several steps (separated by a line holding only `;`) emulates UPDATE ... RETURNING, which
+    MySQL lacks: its first SELECT selects the ids of the rows to change (locking them), the
+    next steps change those rows (`%(_ids)s`: the ids as a list for IN; `%(_idlist)s`: the
+    same ids as a comma list, in the order selected, for FIND_IN_SET), and the rows of the
+    last step that returned rows are the query's rows. No ids: nothing more runs. Steps
+    before the first SELECT (an INSERT) just run."""
 
-    __slots__ = ("conn", "cur", "now", "queries", "in_tx", "wake")
+    __slots__ = ("conn", "cur", "in_tx", "now", "queries", "wake")
 
     def __init__(self, conn: Any, queries: dict[str, str], now: datetime | None, in_tx: bool) -> None:
         self.conn = conn

@@ -36,7 +36,7 @@ from ...config import redact_url as redact
 from ...errors import ConfigurationError, DatabaseError, DatabaseTransient
 from .._limits_sql import SQLiteFlow
 from .._sql import NOTIFY_CHANNEL, SqlStore
-from ..base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
+from ..base import Claimed, NewRun, PollState, Rescued, run_stats
 from ..queries import load_queries
 from ..records import claimed_rows
 from .hot_path import MySQLHotPath

@@ -39,7 +39,7 @@ from .._sql import NOTIFY_CHANNEL, SqlStore
 from ..base import Claimed, NewRun, PollState, Rescued, run_stats
 from ..queries import load_queries
 from ..records import claimed_rows
-from .hot_path import MySQLHotPath
+from .hot_path import MySQLHotPath, settle
 from .migrate import MySQLMigrations
 from .session import DriverError, Pool, Session, connect_kwargs, is_retry_at_once, translate
 
@@ -96,7 +96,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
             with pool.connection() as conn:
                 if transaction:
                     conn.begin()
-                    session = Session(conn, self.queries, now, True)
+                    session = Session(conn, self.queries, now, True, settle)
                     try:
                         yield session
                         conn.commit()
@@ -104,7 +104,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
                         conn.rollback()
                         raise
                 else:
-                    session = Session(conn, self.queries, now, False)
+                    session = Session(conn, self.queries, now, False, settle)
                     yield session
         except DriverError as exc:
             raise translate(exc, self.url) from exc
@@ -232,6 +232,12 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
                 return []
         rows = self._again(self._one, "rescue", limit=limit)
         return [Rescued(r[0], r[1], r[2], r[3], json.loads(r[4])["message"]) for r in rows]
+
+    def _flow_rows(self, s: Any, owner: str, limit: int, names: Any, lease: float, start: int) -> list[Any]:
+        """The flow claim, after the token counter's row is locked: claimers take turns from
+        here to their commit, so the room one sees is not taken meanwhile by another."""
+        s.q("flow_lock")
+        return super()._flow_rows(s, owner, limit, names, lease, start)
 
     def _claimed_rows(self, rows: list[Any]) -> list[Claimed]:
         return claimed_rows(rows, _claim_of)

@@ -60,8 +60,15 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         pool_size: int = 10,
         connect_timeout: float = 5.0,
         lock_wait_timeout: int = 5,
+        pooler: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
         super().__init__(url, clock)
+        if pooler is not None or listen_url is not None:
+            raise ConfigurationError(
+                f"pooler={pooler!r} and listen_url={listen_url!r} are PostgreSQL settings (ROTA_POOLER, "
+                "ROTA_LISTEN_URL): unset them for a MySQL/MariaDB database"
+            )
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be at least 1, got {pool_size}")
         if not 1 <= lock_wait_timeout <= 3600:

@@ -83,6 +83,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         self._pool_lock = threading.Lock()
         self.listeners: list[Callable[[str], None]] = []  # this process's workers (told at commit)
         self.server: str | None = None  # "MariaDB 10.11", after the version check
+        self._own_identity: tuple[Any, ...] | None = None
 
     # -- connections ---------------------------------------------------------------------
     def _open(self) -> Pool:
@@ -211,6 +212,38 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         s.cur.executemany(sql, rows)
         first = int(s.q("last_run_id")[0][0])
         return list(range(first, first + len(runs)))
+
+    @contextmanager
+    def foreign_session(self, conn: Any) -> Iterator[Session]:
+        """A session on a caller's PyMySQL connection, in whatever transaction it has open (its
+        commit or rollback decides). Refused unless it is on this store's database, migrated.
+        Workers notice the commit through their change probe (data_version)."""
+        now = self._ts(self.clock.now()) if self.clock is not None else None
+        session = Session(conn, self.queries, now, True, settle)
+        try:
+            database, tables, host = session.q("store_identity")[0]
+            own = self._identity()
+            if (database, host) != (own[0], own[2]):
+                raise ConfigurationError(
+                    f"the connection is to the MySQL database {database!r} on {host!r}, not to this app's "
+                    f"store {own[0]!r} on {own[2]!r}: enqueue in a transaction of the store's own database"
+                )
+            if not tables:
+                raise ConfigurationError(
+                    f"the MySQL database {database!r} has no rota tables yet: call app.migrate() once at "
+                    "start-up (outside the transaction)"
+                )
+            yield session
+        except DriverError as exc:
+            raise translate(exc, self.url) from exc
+        finally:
+            session.cur.close()
+
+    def _identity(self) -> tuple[Any, ...]:
+        if self._own_identity is None:
+            with self._read() as s:
+                self._own_identity = tuple(s.q("store_identity")[0])
+        return self._own_identity
 
     def handler_transaction(self) -> Any:
         raise ConfigurationError(

@@ -34,11 +34,11 @@ from typing import Any, TypeVar
 from ...clock import Clock
 from ...config import redact_url as redact
 from ...errors import ConfigurationError, DatabaseError, DatabaseTransient
-from .._limits_sql import SQLiteFlow
-from .._sql import NOTIFY_CHANNEL, SqlStore
 from ..base import Claimed, NewRun, PollState, Rescued, run_stats
-from ..queries import load_queries
 from ..records import claimed_rows
+from ..sqlite.flow import SQLiteFlow  # the flow claim step by step, as SQLite takes it
+from ..sqlstore.queries import load_queries
+from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
 from .hot_path import MySQLHotPath, settle
 from .migrate import MySQLMigrations
 from .session import DriverError, Pool, Session, connect_kwargs, is_retry_at_once, translate

@@ -130,7 +130,7 @@ ON DUPLICATE KEY UPDATE run_id = VALUES(run_id), created_at = VALUES(created_at)
 -- transition: enqueue
 -- (of the dependent: no parent's status changes; sets has_dependents on the parents)
 SELECT id FROM rota_runs
-WHERE id IN (SELECT j.v FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j)
+WHERE id IN {{ids(%(ids)s)}}
 ORDER BY id FOR UPDATE
 ;
 UPDATE rota_runs SET has_dependents = 1 WHERE id IN %(_ids)s
@@ -187,11 +187,11 @@ INSERT IGNORE INTO rota_runs (task, queue, priority, args, kwargs, `key`, schedu
 SELECT task, queue, priority, args, kwargs, `key`, schedule, {now}, {now},
        max_attempts, timeout, backoff, id, {now}
 FROM rota_runs
-WHERE id IN (SELECT j.v FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j)
+WHERE id IN {{ids(%(ids)s)}}
 ORDER BY id
 ;
 SELECT n.id, n.task, n.args, n.kwargs FROM rota_runs n
-WHERE n.retry_of IN (SELECT j.v FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j)
+WHERE n.retry_of IN {{ids(%(ids)s)}}
   AND n.id >= LAST_INSERT_ID() AND n.status = 'pending' AND n.attempt = 0
 ORDER BY n.id
 

@@ -39,6 +39,11 @@ SELECT value + 1 FROM rota_counters WHERE name = 'token' FOR UPDATE
 -- name: take_token
 UPDATE rota_counters SET value = %(token)s WHERE name = 'token'
 
+-- name: take_tokens
+-- A claim's %(n)s tokens in one statement: the counter's row locked until the claim commits,
+-- its new value back in the OK packet (LAST_INSERT_ID(expr): the cursor's lastrowid).
+UPDATE rota_counters SET value = LAST_INSERT_ID(value + %(n)s) WHERE name = 'token'
+
 -- name: claim
 -- transition: claim
 -- The ids claim_ids locked (%(_ids)s; %(_idlist)s in claim order): the first %(start)s in
@@ -81,8 +86,10 @@ SELECT cancel_requested FROM rota_runs WHERE id IN %(_ids)s
 
 -- name: finish_holding
 -- The outcomes' runs still running, with their tokens, locked in id order: the finish then
--- writes exactly the outcomes whose token still holds.
-SELECT id, token FROM rota_runs
+-- writes exactly the outcomes whose token still holds; and whether a run's end changes
+-- others (an exclusive schedule's slot, dependents: hot_path.settle), so that most
+-- finishes settle nothing.
+SELECT id, token, (exclusive <> 0 AND held = 0) OR has_dependents <> 0 FROM rota_runs
 WHERE id IN %(ids)s AND status = 'running'
 ORDER BY id FOR UPDATE
 

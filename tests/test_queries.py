@@ -34,7 +34,7 @@ ONLY = {
     # ids (no UPDATE ... RETURNING), what PostgreSQL's and SQLite's triggers do to rota_runs
     # itself (a MySQL trigger may not update its own table: ended_runs, release_dependents,
     # cancel_dependents), the change probe instead of NOTIFY (data_version), the flow claim's
-    # lock and the migrations table's probe.
+    # lock, the migrations table's probe and the claim's tokens in one statement (take_tokens).
     "mysql": {
         "next_token",
         "take_token",
@@ -42,6 +42,7 @@ ONLY = {
         "refuse_unlog",
         "disown_unlog",
         "claim_ids",
+        "take_tokens",
         "claim_in_queues_ids",
         "claim_ahead_ids",
         "claim_ahead_in_queues_ids",

@@ -24,6 +24,7 @@ server's UTC_TIMESTAMP(6) unless a clock is configured.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -46,6 +47,7 @@ from .session import DriverError, Pool, Session, connect_kwargs, is_retry_at_onc
 log = logging.getLogger("rota.store")
 T = TypeVar("T")
 _ATTEMPTS = 4
+_BULK = 500  # runs per multi-row INSERT
 NOW = "CAST(COALESCE(%(now)s, UTC_TIMESTAMP(6)) AS DATETIME(6))"
 
 
@@ -163,9 +165,13 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
     def _names(self, values: Sequence[str] | None) -> Any:
-        import json
-
         return json.dumps(list(values)) if values is not None else None
+
+    def _id_list(self, ids: Sequence[int]) -> Any:
+        return json.dumps(list(ids))  # read with JSON_TABLE
+
+    def _time_list(self, times: Sequence[datetime]) -> Any:
+        return [self._ts(t) for t in times]  # `IN %(ticks)s`: PyMySQL writes the list as (a, b, ...)
 
     def _p(self, name: str) -> str:
         return f"%({name})s"
@@ -197,21 +203,27 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
 
     # -- enqueue -------------------------------------------------------------------------
     def _insert_plain(self, s: Any, runs: Sequence[NewRun]) -> list[int]:
-        """One multi-row INSERT: InnoDB gives consecutive ids to the rows of one statement
-        (innodb_autoinc_lock_mode 1 or 2 with a known row count), from LAST_INSERT_ID()."""
+        """Multi-row INSERTs of up to 500 runs each: InnoDB gives the rows of one statement
+        whose row count it knows consecutive ids, the first in the OK packet (lastrowid)."""
         now = s.now or s.q("now")[0][0]
         gated = any(r.limit_name is not None or r.rate_name is not None for r in runs)
-        rows = []
-        for r in runs:
-            when = r.scheduled_for if r.scheduled_for is not None else now + timedelta(seconds=r.delay)
-            at = self._ts(when)
-            row = [r.task, r.queue, r.priority, r.args, r.kwargs, at, at, r.max_attempts, r.timeout, r.backoff,
-                   self._ts(now)]  # fmt: skip
-            rows.append((*row, r.limit_name, r.limit_key, r.rate_name, r.rate_key) if gated else tuple(row))
-        sql = self.queries["insert_runs_bulk_gated" if gated else "insert_runs_bulk"]
-        s.cur.executemany(sql, rows)
-        first = int(s.q("last_run_id")[0][0])
-        return list(range(first, first + len(runs)))
+        head, values = self.queries["insert_runs_bulk_gated" if gated else "insert_runs_bulk"].split("VALUES", 1)
+        ids: list[int] = []
+        for start in range(0, len(runs), _BULK):
+            chunk = runs[start : start + _BULK]
+            args: list[Any] = []
+            for r in chunk:
+                when = self._ts(r.scheduled_for if r.scheduled_for is not None else now + timedelta(seconds=r.delay))
+                args += [r.task, r.queue, r.priority, r.args, r.kwargs, when, when, r.max_attempts, r.timeout,
+                         r.backoff, self._ts(now)]  # fmt: skip
+                if gated:
+                    args += [r.limit_name, r.limit_key, r.rate_name, r.rate_key]
+            s.cur.execute(f"{head} VALUES {','.join([values.strip()] * len(chunk))}", args)
+            if s.cur.rowcount != len(chunk):  # pragma: no cover - every row inserts or the statement fails
+                raise DatabaseError(f"MySQL inserted {s.cur.rowcount} of {len(chunk)} runs")
+            first = int(s.cur.lastrowid)
+            ids += range(first, first + len(chunk))
+        return ids
 
     @contextmanager
     def foreign_session(self, conn: Any) -> Iterator[Session]:
@@ -265,8 +277,6 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
 
     def rescue(self, limit: int = 100) -> list[Rescued]:
-        import json
-
         with self._read() as s:
             if not s.q("any_expired"):
                 return []

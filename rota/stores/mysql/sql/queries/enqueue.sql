@@ -41,7 +41,7 @@ SELECT coalesce(%(id)s, LAST_INSERT_ID()) FROM DUAL WHERE ROW_COUNT() = 1
 
 -- name: insert_runs_bulk
 -- transition: enqueue
--- executemany: PyMySQL sends one multi-row INSERT (consecutive ids from LAST_INSERT_ID())
+-- the store repeats the VALUES row once per run (a multi-row INSERT: consecutive ids)
 INSERT INTO rota_runs (task, queue, priority, args, kwargs, scheduled_for, due_at,
                        max_attempts, timeout, backoff, created_at)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
@@ -57,8 +57,7 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 SELECT coalesce(max(id), 0) FROM rota_runs
 
 -- name: last_run_id
--- The first id of the rows the last INSERT made (MySQL's LAST_INSERT_ID), or the highest id.
-SELECT LAST_INSERT_ID()
+SELECT coalesce(max(id), 0) FROM rota_runs
 
 -- name: store_identity
 -- Which database a caller's connection is on (enqueue in the caller's transaction checks it).

@@ -120,19 +120,28 @@ CREATE TABLE rota_locks (
 -- exclusive slot's hand-over to the oldest held run is the store's (promote_held after the
 -- statement that ended the run): a MySQL trigger cannot update the table that fired it.
 CREATE TRIGGER rota_run_finished AFTER UPDATE ON rota_runs FOR EACH ROW
-UPDATE rota_schedules SET
-    run_count     = run_count     + (run_count < 9223372036854775807
-                                     AND NEW.started_at IS NOT NULL AND NEW.status <> 'skipped'),
-    success_count = success_count + (success_count < 9223372036854775807 AND NEW.status = 'succeeded'),
-    failure_count = failure_count + (failure_count < 9223372036854775807 AND NEW.status = 'failed'),
-    skip_count    = skip_count    + (skip_count < 9223372036854775807 AND NEW.status = 'skipped'),
-    last_status   = CASE WHEN NEW.started_at IS NOT NULL AND (last_run_at IS NULL OR NEW.started_at >= last_run_at)
-                         THEN NEW.status ELSE last_status END,
-    last_run_at   = CASE WHEN NEW.started_at IS NOT NULL AND (last_run_at IS NULL OR NEW.started_at > last_run_at)
-                         THEN NEW.started_at ELSE last_run_at END
-WHERE NEW.schedule IS NOT NULL AND name = NEW.schedule
-  AND OLD.status IN ('pending', 'running') AND NEW.status NOT IN ('pending', 'running');
+BEGIN
+    -- (tested here, not in the UPDATE's WHERE: a run of no schedule runs no statement)
+    IF NEW.schedule IS NOT NULL AND OLD.status IN ('pending', 'running')
+       AND NEW.status NOT IN ('pending', 'running') THEN
+        UPDATE rota_schedules SET
+            run_count     = run_count     + (run_count < 9223372036854775807
+                                             AND NEW.started_at IS NOT NULL AND NEW.status <> 'skipped'),
+            success_count = success_count + (success_count < 9223372036854775807 AND NEW.status = 'succeeded'),
+            failure_count = failure_count + (failure_count < 9223372036854775807 AND NEW.status = 'failed'),
+            skip_count    = skip_count    + (skip_count < 9223372036854775807 AND NEW.status = 'skipped'),
+            last_status   = CASE WHEN NEW.started_at IS NOT NULL AND (last_run_at IS NULL OR NEW.started_at >= last_run_at)
+                                 THEN NEW.status ELSE last_status END,
+            last_run_at   = CASE WHEN NEW.started_at IS NOT NULL AND (last_run_at IS NULL OR NEW.started_at > last_run_at)
+                                 THEN NEW.started_at ELSE last_run_at END
+        WHERE name = NEW.schedule;
+    END IF;
+END;
 
 CREATE TRIGGER rota_run_skipped AFTER INSERT ON rota_runs FOR EACH ROW
-UPDATE rota_schedules SET skip_count = skip_count + (skip_count < 9223372036854775807)
-WHERE NEW.schedule IS NOT NULL AND NEW.status = 'skipped' AND name = NEW.schedule;
+BEGIN
+    IF NEW.schedule IS NOT NULL AND NEW.status = 'skipped' THEN
+        UPDATE rota_schedules SET skip_count = skip_count + (skip_count < 9223372036854775807)
+        WHERE name = NEW.schedule;
+    END IF;
+END;

@@ -258,10 +258,16 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         return self._own_identity
 
     def handler_transaction(self) -> Any:
-        raise ConfigurationError(
-            "transactional handlers (rota.transactional) are not supported on MySQL/MariaDB yet: "
-            "use PostgreSQL or SQLite for them"
-        )
+        from .handler_tx import mysql_handler_tx
+
+        return mysql_handler_tx(self)
+
+    def connect_options(self) -> dict[str, Any]:
+        """PyMySQL's arguments for a connection of this store's (a transactional handler's)."""
+        return dict(self._kwargs)
+
+    def _settle_hook(self) -> Any:
+        return settle
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": redact(self.url)}

@@ -18,7 +18,6 @@ import pytest
 import rota
 from tools.soak.checks import Facts, Violation
 from tools.soak.checks_flow import check
-from tools.soak.config import FEATURES
 from tools.soak.evidence import Evidence, Execution
 from tools.soak.workload import Ledger
 
@@ -97,6 +96,7 @@ def test_the_checker_takes_a_lost_attempt_only_from_a_killed_worker_or_a_termina
     """Found by the soak with SIGTERM on (seed 41, SQLite): a worker sent SIGTERM whose handler
     outlived shutdown_timeout leaves its attempt `lost` with WorkerStopped, as documented
     (docs/concepts/faults.md); the checker took it for a lease lost by a live worker."""
+
     def lost(run_id: str, pid: int, why: str, status: str = "succeeded") -> rota.Run:
         entry = {"attempt": 1, "worker": f"vm:{pid}", "status": "lost", "error": {"type": why, "message": "m"}}
         return dataclasses.replace(_run(run_id, status), history=[entry])

@@ -1,8 +1,9 @@
 """The fleet of worker processes and the fault injector: SIGTERM and kill -9 of a random
 worker (then a new one in its place), cuts of every worker's database connection through the
 fault proxy (PostgreSQL), and, once, damaged rows written straight into the tables
-(tools/soak/damage.py). The kinds of fault take turns in a seeded order, so that a short soak
-sends each of them."""
+(tools/soak/damage.py). Each kind of fault is sent once at a planned moment (a seeded order,
+spread over the duration), so that even a short soak sends each of them; the rest come at
+random, the kinds taking turns."""
 
 from __future__ import annotations
 
@@ -107,6 +108,9 @@ class Injector(threading.Thread):
         self.kinds = kinds + (["proxy"] if "proxy" in cfg.faults and proxy is not None else [])
         self.damage_at = cfg.duration * 0.35 if "damage" in cfg.faults else None
         self.turns: list[str] = []  # the kinds still to send this round (each round a seeded shuffle)
+        # besides the random ones, each kind once, in a seeded order, spread over the duration
+        first = self.rng.sample(self.kinds, len(self.kinds))
+        self.planned = [(cfg.duration * (i + 1) / (len(first) + 1), kind) for i, kind in enumerate(first)]
 
     def run(self) -> None:
         began = time.monotonic()
@@ -115,7 +119,9 @@ class Injector(threading.Thread):
             if self.damage_at is not None and time.monotonic() - began >= self.damage_at:
                 self.damage_at = None
                 write_damage(self.client, self.ledger, self.cfg.damage)
-            if self.kinds and self.rng.random() < 0.5 / self.cfg.fault_every:
+            if self.planned and time.monotonic() - began >= self.planned[0][0]:
+                self.fault(self.planned.pop(0)[1])
+            elif self.kinds and self.rng.random() < 0.5 / self.cfg.fault_every:
                 self.fault(self.next_kind())
 
     def next_kind(self) -> str:

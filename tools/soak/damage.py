@@ -62,7 +62,7 @@ def write_damage(app: rota.App, ledger: Ledger, damage: tuple[str, ...]) -> None
         "args": ("args that are not JSON", "args = '[1,'"),
         "kwargs": ("kwargs that are not JSON", "kwargs = '{'"),
     }
-    ledger.damaged_at, ledger.damaged_mono = datetime.now(UTC), time.monotonic()
+    ledger.damaged_at = datetime.now(UTC)
     for kind, (what, assignment) in runs.items():
         if kind in damage and (pg or kind != "timeout"):
             ledger.call(f"write a run with {what}", partial(_damage_run, app, ledger, what, assignment))
@@ -81,6 +81,7 @@ def write_damage(app: rota.App, ledger: Ledger, damage: tuple[str, ...]) -> None
     for kind, fn in others.items():
         if kind in damage:
             ledger.call(f"write a damaged {kind} row", partial(fn, app, ledger))
+    ledger.damaged_mono = time.monotonic()  # every damaged row written: a worker started later repairs the limit
     held = ", ".join(ledger.held_runs) or "-"
     ledger.note(f"damage: runs {', '.join(ledger.damaged_runs) or '-'}; schedules "
                 f"{', '.join(ledger.damaged_schedules) or '-'}; {', '.join(ledger.damaged_rows) or 'no other rows'}; "

@@ -44,7 +44,7 @@ class Ledger:
     damaged_at: datetime | None = None
     damaged_rows: list[str] = field(default_factory=list)  # the other damaged rows ("worker d-worker-queues")
     held_runs: list[str] = field(default_factory=list)  # runs of a damaged limit or rate: they wait
-    damaged_mono: float | None = None  # when the damage was written (monotonic)
+    damaged_mono: float | None = None  # when every damaged row had been written (monotonic)
     starts: list[float] = field(default_factory=list)  # when each worker process was started (monotonic)
     client_errors: list[str] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)  # what the injector did, in order

@@ -107,6 +107,18 @@ def test_the_checker_takes_a_lost_attempt_only_from_a_killed_worker_or_a_termina
     assert _named(check(facts), "lease-lost") == [["4"], ["3"]]  # 10 terminated (not lost), 12 never signalled
 
 
+def test_the_checker_names_an_outcome_logged_discarded_that_the_run_holds() -> None:
+    """Found in the soak's PostgreSQL worker logs: a finish whose commit reply was lost was
+    written again and logged as discarded, though the run held it (its event never emitted)."""
+    runs = {"1": _run("1"), "2": _run("2"), "3": _run("3", status="pending")}
+    facts = dataclasses.replace(_facts([], runs=runs), discarded=[
+        ("1", "succeeded", 1),  # run 1 succeeded under token 1: that outcome was written
+        ("2", "succeeded", 7),  # an older token's: stale indeed
+        ("3", "succeeded", 3),  # rescued, pending again: stale indeed
+    ])  # fmt: skip
+    assert _named(check(facts), "discarded") == [["1"]]
+
+
 def test_every_invariant_the_checker_names_is_one_known_takes() -> None:
     import re
 

@@ -55,6 +55,7 @@ class Facts:
     # the listings the damaged registry and flow rows must not break: name -> its rows, or what it raised
     listings: dict[str, list[Any] | str] = field(default_factory=dict)
     termed: set[int] = field(default_factory=set)  # the pids of the workers sent SIGTERM (not -9)
+    discarded: list[tuple[str, str, int]] = field(default_factory=list)  # (run, status, token) logged discarded
 
 
 Check = Callable[[Facts], list[Violation]]

@@ -87,6 +87,15 @@ def tokens(f: Facts) -> list[Violation]:
     return [Violation("tokens", f"{len(bad)} run(s) whose later execution carried a smaller token", bad)] if bad else []
 
 
+def discards(f: Facts) -> list[Violation]:
+    """An outcome a worker logged as discarded (its token no longer held the run) is not the
+    run's recorded end under that token: a write whose commit reply was lost is not stale."""
+    bad = sorted({run_id for run_id, status, token in f.discarded
+                  if (run := f.runs.get(run_id)) is not None and (run.status, run.token) == (status, token)}, key=int)  # fmt: skip
+    return [Violation("discarded", f"{len(bad)} outcome(s) logged as discarded though the run holds them, e.g. "
+                      f"run {bad[0]}", bad)] if bad else []  # fmt: skip
+
+
 def retried_once(f: Facts) -> list[Violation]:
     retries: dict[str, list[str]] = defaultdict(list)
     for run in f.runs.values():
@@ -219,7 +228,7 @@ def processes(f: Facts) -> list[Violation]:
 
 CHECKS: dict[str, Check] = {
     "beside-itself": beside_itself, "limit": limits, "rate": rates, "ticks": ticks, "policy": policies, "overlap": overlap,
-    "final": settled, "attempts": attempts, "lease-lost": leases, "cancel": cancels, "tokens": tokens, "retried-twice": retried_once, "after": after, "unique_for": unique,
+    "final": settled, "attempts": attempts, "lease-lost": leases, "cancel": cancels, "tokens": tokens, "discarded": discards, "retried-twice": retried_once, "after": after, "unique_for": unique,
     "transactional": transactional, "unexpected-failure": failures, "attempt-error": attempt_errors, "quarantine": damage, "processes": processes,
 }  # fmt: skip
 

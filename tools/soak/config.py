@@ -16,7 +16,7 @@ FEATURES = ("schedules", "limits", "rates", "after", "unique", "retries", "txn",
 FAULTS = ("term", "kill", "proxy", "damage")
 # every invariant the report names (checks.py, checks_flow.py; --known takes these)
 INVARIANTS = ("beside-itself", "limit", "rate", "ticks", "schedule-stopped", "policy", "overlap", "final", "attempts",
-              "lease-lost", "cancel", "tokens", "retried-twice", "after", "unique_for", "transactional",
+              "lease-lost", "cancel", "tokens", "discarded", "retried-twice", "after", "unique_for", "transactional",
               "damaged-retried", "unexpected-failure", "attempt-error", "quarantine", "worker-stopped", "client-call",
               "claims-stopped")  # fmt: skip
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"

@@ -114,7 +114,7 @@ def _drive(cfg: Config, client: rota.App, workload: Workload, fleet: Fleet, prox
         effects.setdefault(str(run_id), []).append(int(token))
     found = evidence.read(folder, fleet.exits)
     return Facts(runs, found, ledger, effects, unsettled, stop_at, cfg.faults, fleet.killed, listings.pop("schedules"),
-                 listings, fleet.signalled - fleet.killed)  # fmt: skip
+                 listings, fleet.signalled - fleet.killed, evidence.discarded(folder))  # fmt: skip
 
 
 def _listing(fn: Any) -> list[Any] | str:

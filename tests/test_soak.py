@@ -41,6 +41,8 @@ def test_a_short_soak_of_every_feature_under_faults_keeps_every_invariant(store:
     assert out.startswith(f"soak seed {SEED}: python -m tools.soak --store {store} --seed {SEED}"), out
     assert done.returncode == 0 and f"PASS (seed {SEED})" in out, out
     assert "executions: 0" not in out  # it did work
+    sent = {line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("    ") and "s " in line}
+    assert sent >= {"term", "kill", "damage"} | ({"proxy"} if store == "postgres" else set()), out  # each fault
 
 
 def _ex(run: str, token: int, start: float, end: float, **kw: object) -> Execution:

@@ -1,0 +1,142 @@
+"""The faults of the chaos matrix. Each one is injected at the end of the baseline phase and
+returns the moment its action was over (time.time()): the recovery clock starts there.
+
+Instant faults (a kill, a restart, a promotion, a partition) are over when done; sustained
+ones (terminations at a steady rate, held connections, an xmin holder, repeated kills) last
+`Settings.fault` seconds. A partitioned host stays cut off until the producers stop: the
+other workers must rescue its runs meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+from .rig import Rig
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    title: str
+    inject: Callable[[Rig], float]
+    needs: frozenset[str] = frozenset()  # "replica", "bouncer", "host"
+    heal: Callable[[Rig], None] | None = None  # before the drain (a partition ends)
+
+
+def kill9(rig: Rig) -> float:
+    rig.kill9(0)
+    return time.time()
+
+
+def repeated_kills(rig: Rig) -> float:
+    """A random worker SIGKILLed (and replaced) every lease, for the fault's length."""
+    end = time.monotonic() + rig.settings.fault
+    last = time.time()
+    while time.monotonic() < end:
+        rig.kill9(random.randrange(rig.settings.workers))
+        last = time.time()
+        time.sleep(rig.settings.lease)
+    return last
+
+
+def pg_restart(rig: Rig) -> float:
+    """An immediate stop (a crash: no checkpoint, every connection cut), then a start."""
+    rig.cluster.primary.stop("immediate")
+    rig.cluster.primary.start()
+    return time.time()
+
+
+def terminations(rig: Rig) -> float:
+    """pg_terminate_backend of one random rota backend every 0.5 s (workers' pools, their
+    LISTEN sessions and the producers' alike)."""
+    end = time.monotonic() + rig.settings.fault
+    killed = 0
+    with psycopg.connect(rig.cluster.primary.url(), autocommit=True) as admin:
+        while time.monotonic() < end:
+            row = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM (SELECT pid FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND backend_type = 'client backend' ORDER BY random() LIMIT 1) s"
+            ).fetchone()
+            killed += bool(row and row[0])
+            time.sleep(0.5)
+    rig.notes.append(f"{killed} backends terminated")
+    return time.time()
+
+
+def pool_exhaustion(rig: Rig) -> float:
+    """Up to 300 idle connections opened and held for the fault's length: the server
+    refuses new ones once max_connections is reached (100 here, as the cluster is made)."""
+    held: list[psycopg.Connection[tuple[object, ...]]] = []
+    try:
+        for _ in range(300):
+            try:
+                held.append(psycopg.connect(rig.cluster.primary.url(), connect_timeout=3))
+            except psycopg.OperationalError:
+                break
+        rig.notes.append(f"{len(held)} idle connections held (the server's limit reached)" if len(held) < 300
+                         else "300 idle connections held")  # fmt: skip
+        time.sleep(rig.settings.fault)
+    finally:
+        for conn in held:
+            with contextlib.suppress(Exception):
+                conn.close()
+    return time.time()
+
+
+def bouncer_restart(rig: Rig) -> float:
+    """PgBouncer stopped (SIGTERM: it cuts every client at once) and started again."""
+    assert rig.bouncer is not None
+    rig.bouncer.restart()
+    return time.time()
+
+
+def failover(rig: Rig) -> float:
+    """The primary stopped hard, the synchronous replica promoted; the URL names both
+    (target_session_attrs=read-write)."""
+    rig.cluster.primary.stop("immediate")
+    rig.cluster.replica.promote()
+    return time.time()
+
+
+def partition(rig: Rig) -> float:
+    """The host's link taken down: its connections hang, no reset (heal: before the drain)."""
+    assert rig.host is not None
+    rig.host.partition()
+    return time.time()
+
+
+def heal(rig: Rig) -> None:
+    assert rig.host is not None
+    rig.host.heal()
+
+
+def xmin_holder(rig: Rig) -> float:
+    """A session idle in a REPEATABLE READ transaction (holding the xmin horizon) for the
+    fault's length."""
+    with psycopg.connect(rig.cluster.primary.url()) as holder:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")
+        time.sleep(rig.settings.fault)
+        holder.rollback()
+    return time.time()
+
+
+SCENARIOS = [
+    Scenario("kill9", "worker kill -9", kill9),
+    Scenario("kills", "repeated kills (one a lease)", repeated_kills),
+    Scenario("restart", "PostgreSQL restart (immediate)", pg_restart),
+    Scenario("terminate", "backend terminations (2/s)", terminations),
+    Scenario("pool", "pool exhaustion (300 idle conns)", pool_exhaustion),
+    Scenario("bouncer", "PgBouncer restart", bouncer_restart, frozenset({"bouncer"})),
+    Scenario("failover", "failover to the replica", failover, frozenset({"replica"})),
+    Scenario("partition", "partition of one host", partition, frozenset({"host"}), heal),
+    Scenario("xmin", "idle-in-transaction xmin holder", xmin_holder),
+]
+BY_KEY = {s.key: s for s in SCENARIOS}

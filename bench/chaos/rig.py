@@ -29,9 +29,9 @@ APP = "tests.faults.app:app"
 @dataclass
 class Settings:
     rate: float = 20.0  # runs enqueued a second, by all producers together
-    seconds: float = 0.05  # each handler's sleep
+    seconds: float = 0.2  # each handler's sleep (about 4 runs in flight at 20/s)
     workers: int = 2
-    concurrency: int = 4
+    concurrency: int = 8
     lease: float = 2.0
     poll: float = 0.5
     warmup: float = 3.0

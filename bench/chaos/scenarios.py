@@ -59,35 +59,55 @@ def terminations(rig: Rig) -> float:
     killed = 0
     with psycopg.connect(rig.cluster.primary.url(), autocommit=True) as admin:
         while time.monotonic() < end:
-            row = admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM (SELECT pid FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                " AND backend_type = 'client backend' ORDER BY random() LIMIT 1) s"
-            ).fetchone()
-            killed += bool(row and row[0])
+            killed += _terminate_one(admin)
             time.sleep(0.5)
     rig.notes.append(f"{killed} backends terminated")
     return time.time()
 
 
 def pool_exhaustion(rig: Rig) -> float:
-    """Up to 300 idle connections opened and held for the fault's length: the server
-    refuses new ones once max_connections is reached (100 here, as the cluster is made)."""
+    """Idle connections opened (up to 300) and held for the fault's length, greedily: a slot
+    freed is taken again within 0.1 s. The server refuses more at max_connections (100 here),
+    so rota's own connections are then terminated one every 0.5 s: each one it loses, it
+    cannot get back until the holder lets go (a server with no connection to spare)."""
+    url = rig.cluster.primary.url()
     held: list[psycopg.Connection[tuple[object, ...]]] = []
-    try:
-        for _ in range(300):
-            try:
-                held.append(psycopg.connect(rig.cluster.primary.url(), connect_timeout=3))
-            except psycopg.OperationalError:
-                break
-        rig.notes.append(f"{len(held)} idle connections held (the server's limit reached)" if len(held) < 300
-                         else "300 idle connections held")  # fmt: skip
-        time.sleep(rig.settings.fault)
-    finally:
-        for conn in held:
-            with contextlib.suppress(Exception):
-                conn.close()
+    terminated, most = 0, 0
+    with psycopg.connect(url, autocommit=True) as admin:
+        end = time.monotonic() + rig.settings.fault
+        try:
+            while time.monotonic() < end:
+                _fill(held, url)
+                most = max(most, len(held))
+                terminated += _terminate_one(admin, [c.info.backend_pid for c in held])
+                _fill(held, url)  # the slot just freed, before rota's pool gets to it
+                time.sleep(0.5)
+        finally:
+            for conn in held:
+                with contextlib.suppress(Exception):
+                    conn.close()
+    rig.notes.append(f"{most} idle connections held (the server full), {terminated} of rota's terminated")
     return time.time()
+
+
+def _fill(held: list[psycopg.Connection[tuple[object, ...]]], url: str) -> None:
+    """Open connections until 300 are held or the server refuses one."""
+    while len(held) < 300:
+        try:
+            held.append(psycopg.connect(url, connect_timeout=3))
+        except psycopg.OperationalError:
+            return
+
+
+def _terminate_one(admin: psycopg.Connection[tuple[object, ...]], spare: list[int] | None = None) -> int:
+    """pg_terminate_backend of one random client backend of the database (not `spare`)."""
+    row = admin.execute(
+        "SELECT pg_terminate_backend(pid) FROM (SELECT pid FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid() AND NOT pid = ANY(%s)"
+        " AND backend_type = 'client backend' ORDER BY random() LIMIT 1) s",
+        (spare or [],),
+    ).fetchone()
+    return int(bool(row and row[0]))
 
 
 def bouncer_restart(rig: Rig) -> float:
@@ -133,7 +153,7 @@ SCENARIOS = [
     Scenario("kills", "repeated kills (one a lease)", repeated_kills),
     Scenario("restart", "PostgreSQL restart (immediate)", pg_restart),
     Scenario("terminate", "backend terminations (2/s)", terminations),
-    Scenario("pool", "pool exhaustion (300 idle conns)", pool_exhaustion),
+    Scenario("pool", "pool exhaustion (server full, rota's conns cut)", pool_exhaustion),
     Scenario("bouncer", "PgBouncer restart", bouncer_restart, frozenset({"bouncer"})),
     Scenario("failover", "failover to the replica", failover, frozenset({"replica"})),
     Scenario("partition", "partition of one host", partition, frozenset({"host"}), heal),

@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key:<10} recovered={cell.recovered} recovery={cell.recovery} lost={cell.lost} "
                   f"twice={cell.twice} beyond={cell.beyond} {cell.note}", flush=True)  # fmt: skip
     load = f"2-core machine shared with other work: 1-min load {min(loads):.1f}-{max(loads):.1f} at the cells' starts"
-    command = "python -m bench.chaos" + (" " + shlex.join(argv if argv is not None else sys.argv[1:]) if (argv or sys.argv[1:]) else "")
+    given = sys.argv[1:] if argv is None else argv
+    command = " ".join(["python -m bench.chaos", shlex.join(given)]).strip()
     out = args.out or RESULTS / f"chaos-{time.strftime('%Y-%m-%d', time.gmtime())}.md"
     out.write_text(markdown(cells, settings, command, load))
     print(f"wrote {out}")
@@ -84,7 +85,7 @@ def safe_cell(key: str, settings: Settings, folder: Path) -> Cell:
     """The cell's figures; a cell that could not run is a row saying why."""
     try:
         return run_cell(BY_KEY[key], settings, folder)
-    except Exception as exc:  # noqa: BLE001 - one broken cell must not hide the others
+    except Exception as exc:  # one broken cell must not hide the others
         traceback.print_exc()
         nan = math.nan
         return Cell(BY_KEY[key].title, False, None, 0, 0, 0, nan, nan, nan, 0, 0,

@@ -43,6 +43,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fault", type=float, default=d.fault, help=f"sustained faults' length, s (default {d.fault:g})")
     p.add_argument("--recovery", type=float, default=d.recovery, help=f"recovery phase, s (default {d.recovery:g})")
     p.add_argument("--out", type=Path, help="markdown file (default bench/results/chaos-<date>.md)")
+    p.add_argument("--keep", type=Path, help="keep each cell's worker logs, execution log and late runs here")
     return p.parse_args(argv)
 
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="rota-chaos-") as tmp:
         for key in keys:
             loads.append(os.getloadavg()[0])
-            cell = safe_cell(key, settings, Path(tmp) / key)
+            cell = safe_cell(key, settings, (args.keep or Path(tmp)) / key)
             cells.append(cell)
             print(f"{key:<10} recovered={cell.recovered} recovery={cell.recovery} lost={cell.lost} "
                   f"twice={cell.twice} beyond={cell.beyond} {cell.note}", flush=True)  # fmt: skip

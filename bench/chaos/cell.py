@@ -3,6 +3,7 @@ fault, recovery, then the drain and the figures."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -41,6 +42,9 @@ def run_cell(scenario: Scenario, settings: Settings, folder: Path) -> Cell:
             Marks(baseline=baseline, fault=fault, cleared=cleared, stop=stop),
         )
         cell.note = "; ".join(made.notes)
+        marks = {"baseline": baseline, "fault": fault, "cleared": cleared, "stop": stop}
+        (folder / "cell.json").write_text(json.dumps({"marks": marks, "late": cell.late, "lost": cell.lost_ids,
+                                                      "beyond": cell.beyond_ids}, indent=1))  # fmt: skip
         return cell
 
 

@@ -112,9 +112,11 @@ class Cell:
     enqueued: int
     refused: int
     note: str = ""
+    outage: float = 0.0  # seconds from the fault's start to the end of its action
     late_bound: float = 0.0
     lost_ids: list[str] = field(default_factory=list)
     beyond_ids: list[str] = field(default_factory=list)
+    late: list[tuple[str, float, float]] = field(default_factory=list)  # (id, enqueued, counted start)
 
 
 def p95(values: Iterable[float]) -> float:
@@ -152,8 +154,10 @@ def figures(
     worst = max(hit, default=math.nan)
     base = p95(before)
     bound = max(1.0, 3 * base) if not math.isnan(base) else 1.0
-    late = [last[i] for i, at in enqueued.items() if at >= marks.baseline and i in last and last[i] - at > bound]
-    recovery = max(0.0, max(late, default=marks.cleared) - marks.cleared)
+    late = sorted(
+        (last[i], i, at) for i, at in enqueued.items() if at >= marks.baseline and i in last and last[i] - at > bound
+    )
+    recovery = max(0.0, max((t for t, _, _ in late), default=marks.cleared) - marks.cleared)
     steady = bool(after) and p95(after) <= bound
     return Cell(
         scenario=scenario,
@@ -167,7 +171,9 @@ def figures(
         worst=worst,
         enqueued=len(enqueued),
         refused=refused,
+        outage=marks.cleared - marks.fault,
         late_bound=bound,
         lost_ids=lost[:10],
         beyond_ids=beyond[:10],
+        late=[(i, at, t) for t, i, at in late],
     )

@@ -11,6 +11,8 @@ from .measure import Cell
 from .rig import Settings
 
 COLUMNS = """\
+- **fault s**: how long the fault's action took (the restart, the promotion, the sustained
+  fault's length; about 0 for a kill or a partition, which then last on their own).
 - **recovered**: every acknowledged run ended, the workers keep up with the producers again
   (the p95 pickup of the last half of the recovery phase is within the late bound) and that
   happened before the producers stopped; **target** = also within two leases.
@@ -46,13 +48,13 @@ def markdown(cells: list[Cell], settings: Settings, command: str, load: str) -> 
         "",
         "Settings: " + ", ".join(f"{k}={v}" for k, v in asdict(settings).items()) + ".",
         "",
-        "| scenario | recovered | recovery s | target | lost | twice (beyond) | p95 before s | p95 after s "
+        "| scenario | fault s | recovered | recovery s | target | lost | twice (beyond) | p95 before s | p95 after s "
         "| worst s | enqueued | refused | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         lines.append(
-            f"| {c.scenario} | {'yes' if c.recovered else 'NO'} | {_s(c.recovery)} "
+            f"| {c.scenario} | {c.outage:.1f} | {'yes' if c.recovered else 'NO'} | {_s(c.recovery)} "
             f"| {'met' if meets(c, settings.lease) else 'MISSED'} | {c.lost} | {c.twice} ({c.beyond}) "
             f"| {_s(c.p95_before)} | {_s(c.p95_after)} | {_s(c.worst)} | {c.enqueued} | {c.refused} | {c.note} |"
         )

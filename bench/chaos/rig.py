@@ -50,7 +50,9 @@ class Rig:
         self.folder = folder
         self.log = folder / "executions.log"
         self.url = cluster.primary.url()  # what the workers and producers use
-        self.env: dict[str, str] = {"ROTA_TEST_LOG": str(self.log)}
+        # The app reads its lease and poll interval from these (the CLI's flags yield to it).
+        self.env: dict[str, str] = {"ROTA_TEST_LOG": str(self.log), "ROTA_TEST_LEASE": str(settings.lease),
+                                    "ROTA_TEST_POLL": str(settings.poll)}  # fmt: skip
         self.client_options: dict[str, Any] = {}
         self.bouncer: Bouncer | None = None
         self.host: Host | None = None

@@ -31,7 +31,7 @@ class Settings:
     rate: float = 20.0  # runs enqueued a second, by all producers together
     seconds: float = 0.2  # each handler's sleep (about 4 runs in flight at 20/s)
     workers: int = 2
-    concurrency: int = 8
+    concurrency: int = 16  # one worker alone handles 4x the rate: a replacement's slow start is covered
     lease: float = 2.0
     poll: float = 0.5
     warmup: float = 3.0

@@ -10,6 +10,7 @@ other workers must rescue its runs meanwhile.
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import time
 from collections.abc import Callable
@@ -29,7 +30,29 @@ class Scenario:
     heal: Callable[[Rig], None] | None = None  # before the drain (a partition ends)
 
 
+def in_flight(rig: Rig, pid: int, timeout: float = 5.0) -> None:
+    """Until process `pid` is running a handler (a start logged, its end not yet), so that
+    the fault takes runs with it; gives up after `timeout` s (the fault then hits an idle one)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        open_runs: set[tuple[str, int]] = set()
+        for line in rig.log.read_text().splitlines()[-200:]:
+            try:
+                event = json.loads(line)
+            except ValueError:  # a line being written
+                continue
+            if event["pid"] == pid:
+                (open_runs.add if event["event"] == "start" else open_runs.discard)((event["run"], event["token"]))
+        if open_runs:
+            return
+        time.sleep(0.01)
+    rig.notes.append(f"the victim ran nothing within {timeout:g} s: hit while idle")
+
+
 def kill9(rig: Rig) -> float:
+    """SIGKILL of a worker while it runs a handler (and a new one started at once)."""
+    assert rig.procs is not None
+    in_flight(rig, rig.procs.alive()[0].pid)
     rig.kill9(0)
     return time.time()
 
@@ -128,6 +151,7 @@ def failover(rig: Rig) -> float:
 def partition(rig: Rig) -> float:
     """The host's link taken down: its connections hang, no reset (heal: before the drain)."""
     assert rig.host is not None
+    in_flight(rig, rig.host.procs.procs[0].pid)
     rig.host.partition()
     return time.time()
 

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import rota
+import rota.testing
 from rota import quarantine
 from rota.cli import main
 
@@ -80,3 +81,31 @@ def test_a_paused_queue_whose_pause_time_is_damaged_never_breaks_status_or_queue
     app.list_queues()
     assert listed["mail"].paused and listed["mail"].paused_at is None
     assert _named(caplog, quarantine.QUEUE_PAUSE) == {"mail": 1}
+
+
+@pytest.mark.parametrize("column", ["scheduled_for", "created_at", "due_at", "started_at"])
+def test_a_finished_run_with_an_infinite_time_never_breaks_the_lateness_chart(app: rota.App, column: str) -> None:
+    """A damaged run set aside ends now, so it falls in the chart's window; PostgreSQL refuses
+    to subtract an infinite timestamp, which failed the whole chart with a 500."""
+    from starlette.testclient import TestClient
+
+    from rota.web import create_app
+
+    task = app.task(name="t")(lambda x: x)
+    good, bad = task.enqueue(1), task.enqueue(2)
+    rota.testing.run_pending(app)
+    far = "'-infinity'" if app.store.dialect == "postgresql" else "-9e999"
+    _sql(app, f"UPDATE rota_runs SET {column} = {far} WHERE id = {{id}}", id=int(bad.id))
+    _sql(app, f"UPDATE rota_history SET {column} = {far} WHERE id = {{id}}", id=int(bad.id)) if _has_history(
+        app
+    ) else None
+    with TestClient(create_app(app), base_url="http://localhost") as client:
+        for window in ("15m", "1h"):
+            response = client.get(f"/api/charts/lateness?window={window}")
+            assert response.status_code == 200, response.text
+            assert response.json()["wait"]["n"] >= 1  # the good run is still counted
+    assert good.id
+
+
+def _has_history(app: rota.App) -> bool:
+    return bool(app.store.dialect == "postgresql")

@@ -17,7 +17,8 @@ from rota.stores.sqlstore.queries import load_migrations, load_queries, query_so
 BACKENDS = ("postgres", "sqlite", "mysql")
 NOW = {"postgres": "now()", "sqlite": ":now", "mysql": "UTC_TIMESTAMP(6)"}
 
-# SQLite has no sequences: a claim reads the token counter and bumps it only when it claimed.
+# SQLite has no sequences: a claim reads the token counter and bumps it only when it claimed
+# (a damaged counter starts again past the runs' tokens: token_rebase).
 # Its finish runs one prepared UPDATE per outcome (executemany: no RETURNING), so it reads the
 # runs its outcomes still hold first (finish_holding); PostgreSQL's finish returns them. Its
 # refuse (one UPDATE per run: no DELETE inside) takes a refused rated run's start out of the
@@ -27,7 +28,7 @@ NOW = {"postgres": "now()", "sqlite": ":now", "mysql": "UTC_TIMESTAMP(6)"}
 # near the head) and its one-statement take of limit keys after the advisory locks (SQLite,
 # one writer with nothing changing meanwhile, takes them step by step).
 ONLY = {
-    "sqlite": {"next_token", "take_token", "finish_holding", "refuse_unlog", "disown_unlog"},
+    "sqlite": {"next_token", "take_token", "token_rebase", "finish_holding", "refuse_unlog", "disown_unlog"},
     "postgres": {"flow_walk_plan", "flow_take_limits", "move_history", "history_estimate"},  # the last two: schema 17
     # MySQL/MariaDB orchestrates as SQLite does (the token counter, finish_holding, the unlog
     # statements), and has these of its own: the claim's first step that locks the due runs'

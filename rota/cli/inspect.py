@@ -234,10 +234,10 @@ def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
         click.echo(f"{'error':>14}: {clean(reason, newlines=False)}")
     for attempt in run.attempts:
         took = _took(attempt.get("started_at"), attempt.get("finished_at"))
-        finished = attempt["finished_at"] or "still running"
+        finished = attempt.get("finished_at") or "still running"
         click.echo(
-            f"\nattempt {attempt['attempt']} on {clean(attempt['worker'])}: {attempt['status']} "
-            f"({attempt['started_at'] or ('held, no start recorded' if attempt.get('held') else 'not started')}"
+            f"\nattempt {attempt.get('attempt')} on {clean(attempt.get('worker'))}: {attempt.get('status')} "
+            f"({attempt.get('started_at') or ('held, no start recorded' if attempt.get('held') else 'not started')}"
             f" .. {finished}{took})"
         )
         error = attempt.get("error")

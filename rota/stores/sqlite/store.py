@@ -48,7 +48,7 @@ from .connection import (
     json_batch,
     sqlite_path,
 )
-from .flow import SQLiteFlow
+from .flow import SQLiteFlow, next_token
 from .handler_tx import sqlite_handler_tx
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
@@ -336,7 +336,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         ahead: float | None = None,
     ) -> list[Any]:
         """claim (the first `start` started), or with `ahead` claim_ahead (all held)."""
-        token = int(s.q("next_token")[0][0])
+        token = next_token(s)
         params: dict[str, Any] = {"owner": owner, "token": token, "lease": lease, "limit": limit}
         if ahead is None:
             params["start"], name = limit if start is None else start, "claim"

@@ -23,7 +23,7 @@ import click
 from .. import config, logs
 from .._version import __version__
 from ..app import App
-from ..client import _run_id as check_run_id
+from ..models import parse_run_id as check_run_id
 from ..errors import ConfigurationError, RotaError, RunNotFound
 from ..logs import log_event
 from ..models import Run

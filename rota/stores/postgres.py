@@ -67,6 +67,7 @@ from ._pg_wake import listen_where_possible
 from ._sql import NOTIFY_CHANNEL, Row, SqlStore
 from .base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
 from .queries import load_queries
+from .records import PARKED
 
 try:
     import psycopg
@@ -348,7 +349,8 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         first locks the schedules of its runs in name order (the rota_run_finished trigger
         updates them), so concurrent finishers never lock them in opposite orders; a
         deadlock that happens anyway is retried at once."""
-        done: set[int] = set()
+        done = self.park_runs([o for o in outcomes if o.status == PARKED])
+        outcomes = [o for o in outcomes if o.status != PARKED]
         batches = finish_batches(outcomes)
         written = [self._again(self._write_rows, query, params) for query, params in batches]
         settle_refused(outcomes, batches, written)

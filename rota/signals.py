@@ -106,11 +106,11 @@ def _checked(run_id: str | int, name: str, payload: Any) -> tuple[int, str, str]
 
 
 def _sent(rid: int, name: str, answer: SignalAnswer) -> SignalSent:
-    if answer.stored or answer.duplicate:
-        return SignalSent(str(rid), name, answer.stored, answer.woken)
+    if answer.stored:
+        return SignalSent(str(rid), name, True, answer.woken)
     if answer.status is None:
         raise RunNotFound(f"no run with id {rid}: signal {name!r} not sent")
-    if answer.status in ("pending", "running"):  # (a duplicate that came in between)
+    if answer.status in ("pending", "running"):  # a signal of that name came first: it is kept
         return SignalSent(str(rid), name, False, False)
     raise SignalRefused(f"run {rid} is {answer.status}: it can no longer receive signal {name!r} (not sent)")
 

@@ -94,7 +94,7 @@ def test_a_stale_workers_checkpoint_is_refused_and_its_result_not_used(app: rota
     ref = taken_over.enqueue()
     wait_for(lambda: len(refused) == 1, what="the refused checkpoint")
     assert after == []
-    assert app.store.steps_of(int(ref.id)) == []
+    assert app.get_run(ref.id).steps == []
     assert app.get_run(ref.id).status == "running"  # its finish was fenced off too (the new "owner" decides)
 
 

@@ -1,0 +1,203 @@
+"""Parked runs and signals (rota/durable.py, issue 43) on every store: ctx.sleep and
+ctx.wait_for end the handler's execution without holding a slot, a signal resumes the run
+(kept if sent before the wait), a timeout gives None, and a finished or unknown run refuses
+a signal with a clear answer."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import rota
+from rota import lifecycle
+from rota.stores.sqlite import sqlite_path
+
+from .conftest import start_worker, wait_for
+
+
+def parked(app: rota.App, run_id: str) -> bool:
+    run = app.get_run(run_id)
+    return run.status == "pending" and run.waiting is not None
+
+
+def test_a_sleep_parks_the_run_and_frees_the_worker_slot(app: rota.App) -> None:
+    calls: list[str] = []
+
+    @app.task(name="sleeper", pass_context=True)
+    def sleeper(ctx: rota.RunContext) -> str:
+        ctx.step("before", lambda: calls.append("before"))
+        ctx.progress(0.5, "sleeping")
+        ctx.sleep(timedelta(seconds=1.5))
+        ctx.step("after", lambda: calls.append("after"))
+        return "woke"
+
+    @app.task(name="quick")
+    def quick() -> str:
+        return "quick"
+
+    start_worker(app, concurrency=1)
+    ref = sleeper.enqueue()
+    wait_for(lambda: parked(app, ref.id), what="the park")
+    run = app.get_run(ref.id)
+    assert run.waiting is not None and run.waiting["kind"] == "sleep" and run.waiting["until"]
+    assert run.lease_until is None and run.started_at is None and run.attempt == 0
+    assert lifecycle.state_of(run, app.store.now()) == lifecycle.PARKED
+    assert quick.enqueue().wait(5).status == "succeeded"  # its one slot is free meanwhile
+    done = ref.wait(15)
+    assert (done.status, done.result) == ("succeeded", "woke")
+    assert calls == ["before", "after"]
+    assert done.attempt == 1  # a park is not an attempt
+    assert [s["name"] for s in done.steps] == ["before", "sleep#1", "after"]
+    assert done.waiting is None
+
+
+def test_a_signal_resumes_a_waiting_run_with_its_payload(app: rota.App) -> None:
+    @app.task(name="waiter", pass_context=True)
+    def waiter(ctx: rota.RunContext) -> Any:
+        got = ctx.wait_for("approved", timeout=timedelta(hours=1))
+        return None if got is None else {"payload": got.payload, "name": got.name}
+
+    start_worker(app)
+    ref = waiter.enqueue()
+    wait_for(lambda: parked(app, ref.id), what="the park")
+    run = app.get_run(ref.id)
+    assert run.waiting is not None and (run.waiting["kind"], run.waiting["signal"]) == ("signal", "approved")
+    assert run.to_json()["waiting"]["signal"] == "approved"
+    sent = app.signal(ref.id, "approved", {"by": "ana"})
+    assert (sent.stored, sent.woken) == (True, True)
+    done = ref.wait(10)
+    assert done.result == {"payload": {"by": "ana"}, "name": "approved"}
+    with pytest.raises(rota.SignalRefused, match=f"run {ref.id} is succeeded"):
+        app.signal(ref.id, "approved", 1)  # finished: refused, even for a name it received
+
+
+def test_a_signal_sent_before_the_wait_is_kept(app: rota.App) -> None:
+    gate = threading.Event()
+
+    @app.task(name="early", pass_context=True)
+    def early(ctx: rota.RunContext) -> Any:
+        gate.wait(10)
+        got = ctx.wait_for("ready", timeout=60)
+        return None if got is None else got.payload
+
+    ref = early.enqueue()
+    sent = app.signal(ref.id, "ready", [1, 2])  # the run has not even started
+    assert (sent.stored, sent.woken) == (True, False)
+    assert app.signal(ref.id, "ready", "again").stored is False  # the first is kept
+    start_worker(app)
+    gate.set()
+    done = ref.wait(10)
+    assert (done.status, done.result) == ("succeeded", [1, 2])
+
+
+def test_a_wait_past_its_timeout_returns_none(app: rota.App) -> None:
+    @app.task(name="expiring", pass_context=True)
+    def expiring(ctx: rota.RunContext) -> str:
+        got = ctx.wait_for("never", timeout=0.5)
+        return "expired" if got is None else "confirmed"
+
+    start_worker(app)
+    done = expiring.enqueue().wait(15)
+    assert (done.status, done.result) == ("succeeded", "expired")
+
+
+def test_signals_to_finished_or_unknown_runs_get_a_clear_answer(app: rota.App) -> None:
+    @app.task(name="done_task")
+    def done_task() -> int:
+        return 1
+
+    start_worker(app)
+    ref = done_task.enqueue()
+    ref.wait(10)
+    with pytest.raises(rota.SignalRefused, match=rf"run {ref.id} is succeeded: .* signal 'x'"):
+        app.signal(ref.id, "x")
+    with pytest.raises(rota.RunNotFound, match="no run with id 999999"):
+        app.signal(999999, "x")
+    with pytest.raises(rota.StepError, match="invalid signal name ''"):
+        app.signal(ref.id, "")
+    with pytest.raises(rota.SerializationError):
+        app.signal(ref.id, "x", {1, 2})
+
+
+def test_cancelling_a_parked_run_cancels_it_at_once(app: rota.App) -> None:
+    @app.task(name="long_sleep", pass_context=True)
+    def long_sleep(ctx: rota.RunContext) -> None:
+        ctx.sleep(timedelta(days=1))
+
+    start_worker(app)
+    ref = long_sleep.enqueue()
+    wait_for(lambda: parked(app, ref.id), what="the park")
+    assert app.cancel(ref.id).status == "cancelled"
+    with pytest.raises(rota.SignalRefused):
+        app.signal(ref.id, "x")
+
+
+def _connect(url: str) -> Any:
+    if url.startswith("sqlite"):
+        return sqlite3.connect(sqlite_path(url), isolation_level=None, timeout=30)
+    return psycopg.connect(url)
+
+
+def test_a_signal_in_the_callers_transaction_is_sent_at_its_commit(app: rota.App) -> None:
+    @app.task(name="txn_waiter", pass_context=True)
+    def txn_waiter(ctx: rota.RunContext) -> Any:
+        got = ctx.wait_for("paid", timeout=60)
+        return None if got is None else got.payload
+
+    start_worker(app)
+    ref = txn_waiter.enqueue()
+    wait_for(lambda: parked(app, ref.id), what="the park")
+    conn = _connect(app.store.url)
+    try:
+        if isinstance(conn, sqlite3.Connection):
+            conn.execute("BEGIN IMMEDIATE")
+        app.signal(ref.id, "paid", 10, connection=conn)
+        conn.rollback()  # rolled back: never sent
+        time.sleep(0.3)
+        assert parked(app, ref.id)
+        if isinstance(conn, sqlite3.Connection):
+            conn.execute("BEGIN IMMEDIATE")
+        assert app.signal(ref.id, "paid", 20, connection=conn).woken
+        conn.commit()
+    finally:
+        conn.close()
+    assert ref.wait(10).result == 20
+
+
+def test_async_handlers_sleep_and_wait(app: rota.App) -> None:
+    @app.task(name="async_waiter", pass_context=True)
+    async def async_waiter(ctx: rota.RunContext) -> Any:
+        await ctx.sleep_async(0.2)
+        got = await ctx.wait_for_async("go", timeout=30)
+        return None if got is None else got.payload
+
+    start_worker(app)
+    ref = async_waiter.enqueue()
+    wait_for(lambda: parked(app, ref.id) and app.get_run(ref.id).waiting["kind"] == "signal", what="the wait")  # type: ignore[index]
+    app.signal(ref.id, "go", "went")
+    assert ref.wait(10).result == "went"
+
+
+def test_progress_arrives_with_the_heartbeat(app: rota.App) -> None:
+    release = threading.Event()
+
+    @app.task(name="reporter", pass_context=True)
+    def reporter(ctx: rota.RunContext) -> None:
+        ctx.progress(0.25, "a quarter")
+        release.wait(10)
+
+    start_worker(app)
+    ref = reporter.enqueue()
+    wait_for(lambda: app.get_run(ref.id).progress is not None, what="the progress")
+    progress = app.get_run(ref.id).progress
+    assert progress is not None and (progress["fraction"], progress["message"]) == (0.25, "a quarter")
+    release.set()
+    ref.wait(10)
+    with pytest.raises(rota.StepError, match="invalid progress fraction 2"):
+        rota.durable.Durable(app.store, 1, 1, "t").set_progress(2)

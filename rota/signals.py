@@ -81,18 +81,22 @@ class SignalClient:
 
     def _with_durable(self, run: Run) -> Run:
         """The run with its steps, its wait (if parked) and its progress."""
-        store: Any = self.store
-        rid = int(run.id)
-        steps = [_step_json(s) for s in store.steps_of(rid)]
-        wait = store.wait_of(rid) if run.status == "pending" else None
-        waiting = None
-        if wait is not None:
-            waiting = {"kind": wait.kind, "signal": wait.name, "until": _iso(wait.until), "since": _iso(wait.since)}
-        got = store.progress_of(rid)
-        progress = None if got is None else {"fraction": got[0], "message": got[1], "at": _iso(got[2])}
-        if not steps and waiting is None and progress is None:
+        fields = durable_fields(self.store, int(run.id), run.status)
+        if not fields["steps"] and fields["waiting"] is None and fields["progress"] is None:
             return run
-        return replace(run, steps=steps, waiting=waiting, progress=progress)
+        return replace(run, **fields)
+
+
+def durable_fields(store: Any, run_id: int, status: str) -> dict[str, Any]:
+    """A run's steps, wait (a parked run's) and progress, as Run and the JSON API show them."""
+    steps = [_step_json(s) for s in store.steps_of(run_id)]
+    wait = store.wait_of(run_id) if status == "pending" else None
+    waiting = None
+    if wait is not None:
+        waiting = {"kind": wait.kind, "signal": wait.name, "until": _iso(wait.until), "since": _iso(wait.since)}
+    got = store.progress_of(run_id)
+    progress = None if got is None else {"fraction": got[0], "message": got[1], "at": _iso(got[2])}
+    return {"steps": steps, "waiting": waiting, "progress": progress}
 
 
 def _checked(run_id: str | int, name: str, payload: Any) -> tuple[int, str, str]:

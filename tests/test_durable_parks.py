@@ -201,3 +201,45 @@ def test_progress_arrives_with_the_heartbeat(app: rota.App) -> None:
     ref.wait(10)
     with pytest.raises(rota.StepError, match="invalid progress fraction 2"):
         rota.durable.Durable(app.store, 1, 1, "t").set_progress(2)
+
+
+def test_rota_run_shows_the_steps_and_the_wait(app: rota.App) -> None:
+    from click.testing import CliRunner
+
+    from rota.cli import main
+
+    @app.task(name="shown", pass_context=True)
+    def shown(ctx: rota.RunContext) -> None:
+        ctx.step("create-account", lambda: {"id": 7})
+        ctx.wait_for("email-confirmed", timeout=timedelta(days=7))
+
+    start_worker(app)
+    ref = shown.enqueue()
+    wait_for(lambda: parked(app, ref.id), what="the park")
+    runner = CliRunner(env={"COLUMNS": "300"})
+    out = runner.invoke(main, ["--database-url", app.store.url, "run", ref.id])
+    assert out.exit_code == 0, out.output
+    assert "parked: signal 'email-confirmed' until " in out.output
+    assert "1. create-account: succeeded (attempt 1, " in out.output
+    assert "2. wait:email-confirmed: waiting" in out.output
+    data = runner.invoke(main, ["--database-url", app.store.url, "run", ref.id, "--json"])
+    import json
+
+    record = json.loads(data.output)
+    assert [s["name"] for s in record["steps"]] == ["create-account", "wait:email-confirmed"]
+    assert record["waiting"]["signal"] == "email-confirmed"
+
+
+def test_retention_forgets_a_pruned_runs_steps_and_signals(app: rota.App) -> None:
+    @app.task(name="kept_steps", pass_context=True)
+    def kept_steps(ctx: rota.RunContext) -> int:
+        return int(ctx.step("one", lambda: 1))
+
+    start_worker(app)
+    ref = kept_steps.enqueue()
+    ref.wait(10)
+    store: Any = app.store
+    assert [s.name for s in store.steps_of(int(ref.id))] == ["one"]
+    pruned, _ = store.prune_from("succeeded", -60.0, 100, 0.0)
+    assert pruned == 1
+    assert store.steps_of(int(ref.id)) == []

@@ -180,7 +180,7 @@ class SqlDurable(SqlBase):
                 continue
             parked.add(o.id)
             if rows[0][0] == "pending":
-                s.q("park_wait", id=o.id, kind=kind, name=name, until=rows[0][1])
+                s.q("park_wait", id=o.id, token=o.token, kind=kind, name=name, until=rows[0][1])
                 s.q("park_signalled", id=o.id)
         return parked
 

@@ -22,9 +22,11 @@ CREATE TABLE rota_steps (
 
 -- A parked run (ctx.sleep / ctx.wait_for): pending, due at `until` (its due_at), no token,
 -- no lease, no slot. kind 'sleep' or 'signal' (name: the signal's). Deleted when the handler
--- passes the wait it parked on; a row of a run that is not pending is ignored.
+-- passes the wait it parked on. `token`: the run's at the park; a row whose run has been
+-- claimed since (another token) or is not pending is over, and ignored.
 CREATE TABLE rota_waits (
     run_id bigint      PRIMARY KEY,
+    token  bigint      NOT NULL,
     kind   text        NOT NULL,
     name   text,
     until  timestamptz NOT NULL,

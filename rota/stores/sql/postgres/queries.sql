@@ -829,7 +829,7 @@ WITH locked AS (
 runs AS (
     SELECT id FROM rota_runs
     WHERE schedule = %(name)s AND status = 'pending' AND (SELECT count(*) FROM locked) >= 0
-      AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id)  -- parked: in progress (0022)
+      AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id AND w.token = rota_runs.token)  -- parked: in progress (0022)
     ORDER BY id
     FOR UPDATE
 ),
@@ -859,7 +859,7 @@ WHERE schedule = %(name)s AND status = 'pending' AND tick IS NOT NULL AND attemp
   AND (%(definition)s::text IS NULL OR EXISTS (
        SELECT 1 FROM rota_schedules
        WHERE name = %(name)s AND definition IS DISTINCT FROM %(definition)s::text))
-  AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id)  -- parked (0022)
+  AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id AND w.token = rota_runs.token)  -- parked (0022)
 RETURNING scheduled_for
 
 -- name: rewind_schedule
@@ -2224,8 +2224,8 @@ WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'
 RETURNING r.status, r.due_at
 
 -- name: park_wait
-INSERT INTO rota_waits (run_id, kind, name, until, since) VALUES (%(id)s, %(kind)s, %(name)s, %(until)s, {now})
-ON CONFLICT (run_id) DO UPDATE SET kind = EXCLUDED.kind, name = EXCLUDED.name, until = EXCLUDED.until,
+INSERT INTO rota_waits (run_id, token, kind, name, until, since) VALUES (%(id)s, %(token)s, %(kind)s, %(name)s, %(until)s, {now})
+ON CONFLICT (run_id) DO UPDATE SET token = EXCLUDED.token, kind = EXCLUDED.kind, name = EXCLUDED.name, until = EXCLUDED.until,
                                    since = EXCLUDED.since
 
 -- name: park_signalled
@@ -2234,7 +2234,7 @@ ON CONFLICT (run_id) DO UPDATE SET kind = EXCLUDED.kind, name = EXCLUDED.name, u
 -- already sent (before the wait began, or while the park was being written) is due now.
 UPDATE rota_runs r SET due_at = {now}
 FROM rota_waits w
-WHERE r.id = %(id)s AND w.run_id = r.id AND w.kind = 'signal'
+WHERE r.id = %(id)s AND w.run_id = r.id AND w.token = r.token AND w.kind = 'signal'
   AND r.status = 'pending' AND r.due_at > {now}
   AND EXISTS (SELECT 1 FROM rota_signals s WHERE s.run_id = r.id AND s.name = w.name)
 RETURNING r.id
@@ -2266,7 +2266,8 @@ RETURNING run_id
 -- A run parked waiting for this signal is due now (the next claim takes it).
 UPDATE rota_runs r SET due_at = {now}
 WHERE r.id = %(id)s AND r.status = 'pending' AND r.due_at > {now}
-  AND EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = r.id AND w.kind = 'signal' AND w.name = %(name)s)
+  AND EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = r.id AND w.token = r.token AND w.kind = 'signal'
+              AND w.name = %(name)s)
 RETURNING r.id
 
 -- name: signal_status
@@ -2280,7 +2281,7 @@ SELECT payload, sent_at FROM rota_signals WHERE run_id = %(id)s AND name = %(nam
 SELECT name, payload, sent_at FROM rota_signals WHERE run_id = %(id)s ORDER BY sent_at, name
 
 -- name: wait_of
-SELECT w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id
+SELECT w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id AND r.token = w.token
 WHERE w.run_id = %(id)s AND r.status = 'pending'
 
 -- name: progress_save

@@ -15,6 +15,7 @@ CREATE TABLE rota_steps (
 
 CREATE TABLE rota_waits (
     run_id INTEGER NOT NULL PRIMARY KEY,
+    token  INTEGER NOT NULL,
     kind   TEXT    NOT NULL,
     name   TEXT,
     until  REAL    NOT NULL,

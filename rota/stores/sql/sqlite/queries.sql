@@ -520,7 +520,7 @@ RETURNING name
 -- transition: withdraw
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
 WHERE schedule = :name AND status = 'pending'
-  AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id)  -- parked: in progress (0022)
+  AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id AND w.token = rota_runs.token)  -- parked: in progress (0022)
 RETURNING id
 
 -- name: withdraw_ahead
@@ -535,7 +535,7 @@ WHERE schedule = :name AND status = 'pending' AND tick IS NOT NULL AND attempt =
   AND (:definition IS NULL OR EXISTS (
        SELECT 1 FROM rota_schedules
        WHERE name = :name AND definition IS NOT :definition))
-  AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id)  -- parked (0022)
+  AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id AND w.token = rota_runs.token)  -- parked (0022)
 RETURNING scheduled_for
 
 -- name: rewind_schedule
@@ -1507,8 +1507,8 @@ WHERE id = :id AND token = :token AND status = 'running'
 RETURNING status, due_at
 
 -- name: park_wait
-INSERT INTO rota_waits (run_id, kind, name, until, since) VALUES (:id, :kind, :name, :until, {now})
-ON CONFLICT (run_id) DO UPDATE SET kind = excluded.kind, name = excluded.name, until = excluded.until,
+INSERT INTO rota_waits (run_id, token, kind, name, until, since) VALUES (:id, :token, :kind, :name, :until, {now})
+ON CONFLICT (run_id) DO UPDATE SET token = excluded.token, kind = excluded.kind, name = excluded.name, until = excluded.until,
                                    since = excluded.since
 
 -- name: park_signalled
@@ -1516,7 +1516,7 @@ ON CONFLICT (run_id) DO UPDATE SET kind = excluded.kind, name = excluded.name, u
 UPDATE rota_runs SET due_at = {now}
 WHERE id = :id AND status = 'pending' AND due_at > {now}
   AND EXISTS (SELECT 1 FROM rota_waits w JOIN rota_signals s ON s.run_id = w.run_id AND s.name = w.name
-              WHERE w.run_id = :id AND w.kind = 'signal')
+              WHERE w.run_id = :id AND w.token = rota_runs.token AND w.kind = 'signal')
 RETURNING id
 
 -- name: unpark
@@ -1539,7 +1539,8 @@ RETURNING run_id
 -- transition: signal
 UPDATE rota_runs SET due_at = {now}
 WHERE id = :id AND status = 'pending' AND due_at > {now}
-  AND EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = :id AND w.kind = 'signal' AND w.name = :name)
+  AND EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = :id AND w.token = rota_runs.token AND w.kind = 'signal'
+              AND w.name = :name)
 RETURNING id
 
 -- name: signal_status
@@ -1553,7 +1554,7 @@ SELECT payload, sent_at FROM rota_signals WHERE run_id = :id AND name = :name
 SELECT name, payload, sent_at FROM rota_signals WHERE run_id = :id ORDER BY sent_at, name
 
 -- name: wait_of
-SELECT w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id
+SELECT w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id AND r.token = w.token
 WHERE w.run_id = :id AND r.status = 'pending'
 
 -- name: progress_save

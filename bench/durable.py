@@ -16,7 +16,6 @@ import argparse
 import statistics
 import threading
 import time
-from typing import Any
 
 import rota
 from bench.dbs import DEFAULT_PG_URL, scratch_store

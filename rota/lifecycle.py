@@ -68,6 +68,14 @@ attempt the claim counted given back (no handler ran). Claims are made by the wo
 loop alone, one at a time, so none is in flight meanwhile. This relies on worker ids being
 unique among live workers (host:pid), as the registry does.
 
+A *parked* run (rota/durable.py: `ctx.sleep`, `ctx.wait_for`) is pending, due when its wait
+ends, with its wait in rota_waits (kind, signal name, until) under the token of the execution
+that parked (`Run.waiting`, read by App.get_run; a run claimed since has another token, so an
+old row is over). The park gives its attempt back (a park is not an attempt's end) and clears
+its start; a worker claims it like any due run when it is due, or at once after `signal`. A
+schedule's pause, update or removal does not withdraw it (it is in progress, as a running
+run is); `cancel` cancels it at once.
+
 Ticks made ahead (`make_ahead`) are pending runs due later; they meet the misfire and overlap
 policies exactly as ticks made at their time (rota/worker/ticks.py, rota/stores/_sql_schedules.py).
 """

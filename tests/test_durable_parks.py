@@ -243,3 +243,19 @@ def test_retention_forgets_a_pruned_runs_steps_and_signals(app: rota.App) -> Non
     pruned, _ = store.prune_from("succeeded", -60.0, 100, 0.0)
     assert pruned == 1
     assert store.steps_of(int(ref.id)) == []
+
+
+def test_pausing_its_schedule_does_not_withdraw_a_parked_run(app: rota.App) -> None:
+    @app.schedule(name="nightly-flow", every=timedelta(hours=1), run_immediately=True, pass_context=True)
+    def nightly_flow(ctx: rota.RunContext) -> str:
+        got = ctx.wait_for("go", timeout=60)
+        return "went" if got else "timed out"
+
+    start_worker(app)
+    wait_for(lambda: any(parked(app, r.id) for r in app.list_runs(schedule="nightly-flow")), what="the park")
+    run_id = app.list_runs(schedule="nightly-flow")[0].id
+    app.pause("nightly-flow")
+    assert parked(app, run_id)  # still in progress, as a running run would be
+    app.signal(run_id, "go")
+    wait_for(lambda: app.get_run(run_id).status == "succeeded", what="the resume")
+    assert app.get_run(run_id).result == "went"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -117,11 +118,16 @@ class SqlDurable(SqlBase):
                   "outcome": step.outcome, "result": step.result, "error": step.error}  # fmt: skip
         if session is not None:
             return bool(session.q("save_step", **params))
-        with self._tx() as s:
+        with self._one_write() as s:
             return bool(s.q("save_step", **params))
 
+    def _one_write(self) -> AbstractContextManager[Session]:
+        """A session for one statement that writes: PostgreSQL's autocommit (one round trip,
+        no BEGIN/COMMIT), SQLite's write transaction (its lock taken at BEGIN IMMEDIATE)."""
+        return self._read() if self.dialect == "postgresql" else self._tx()
+
     def unpark(self, run_id: int, token: int) -> None:
-        with self._tx() as s:
+        with self._one_write() as s:
             s.q("unpark", id=run_id, token=token)
 
     def signal_of(self, run_id: int, name: str) -> tuple[str, datetime | None] | None:

@@ -38,7 +38,7 @@ from .errors import ConfigurationError, RotaError, SerializationError
 from .serialization import encode_error, encode_result
 
 if TYPE_CHECKING:
-    from .stores._durable import StepRecord
+    from .stores.sqlstore.durable import StepRecord
 
 MAX_STEPS = 1000  # steps, sleeps and waits in one run
 MAX_NAME = 200  # characters of a step's or a signal's name
@@ -144,7 +144,7 @@ class Durable:
     def save(self, name: str, seq: int, outcome: str, took: float, result: str | None = None,
              error: str | None = None) -> None:  # fmt: skip
         """The checkpoint, fenced by the token; refused: StepRefused (the handler stops)."""
-        from .stores._durable import StepRecord
+        from .stores.sqlstore.durable import StepRecord
 
         record = StepRecord(name, seq, 0, None, None, outcome, result, error)
         if self.connection is not None:

@@ -77,7 +77,7 @@ schedule's pause, update or removal does not withdraw it (it is in progress, as 
 run is); `cancel` cancels it at once.
 
 Ticks made ahead (`make_ahead`) are pending runs due later; they meet the misfire and overlap
-policies exactly as ticks made at their time (rota/worker/ticks.py, rota/stores/_sql_schedules.py).
+policies exactly as ticks made at their time (rota/worker/ticks.py, rota/stores/sqlstore/schedules.py).
 """
 
 from __future__ import annotations

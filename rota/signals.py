@@ -20,7 +20,7 @@ from .durable import check_name
 from .errors import RotaError, RunNotFound, SerializationError
 from .models import parse_run_id
 from .serialization import encode_result
-from .stores._durable import SignalAnswer, drive_signal, drive_signal_async, signal_steps
+from .stores.sqlstore.durable import SignalAnswer, drive_signal, drive_signal_async, signal_steps
 
 if TYPE_CHECKING:
     from .models import Run

@@ -170,7 +170,7 @@ class Store(FlowStore, abc.ABC):
         whose cancellation was requested); a run missing from the first set is lost."""
 
     def save_progress(self, rows: Sequence[tuple[int, int, float, str | None]]) -> set[int]:
-        """ctx.progress of (id, token, fraction, message) runs still held (rota/stores/_durable.py)."""
+        """ctx.progress of (id, token, fraction, message) runs still held (rota/stores/sqlstore/durable.py)."""
         raise NotImplementedError
 
     @abc.abstractmethod
@@ -225,7 +225,7 @@ class Store(FlowStore, abc.ABC):
 
     def poll_after_claim(self, queues: Sequence[str] | None) -> PollState:
         """poll_state, after a claim that got fewer runs than it asked for (a store with
-        limits leaves out the due runs that wait for a slot: see _limits)."""
+        limits leaves out the due runs that wait for a slot: see sqlstore/limits.py)."""
         return self.poll_state(queues)
 
     def limits_due(self) -> bool:

@@ -6,8 +6,11 @@ parked run.
    round a fresh database), and the ratio to the no-op task.
 2. Resume latency: runs parked in `ctx.wait_for`, an idle worker; the time from `App.signal`
    returning to the handler passing its wait, p50/p95 over the samples.
+3. With `--parked N`: the CPU an idle worker uses (this process's CPU time over `--idle` s of
+   wall time) with no runs, and with N runs parked in a one-day sleep.
 
     .venv/bin/python -m bench.durable [--stores sqlite,postgres] [--rounds 3] [--runs 2000] [--signals 50]
+                                      [--parked 10000 --idle 20]
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import statistics
 import threading
 import time
+from typing import Any
 
 import rota
 from bench.dbs import DEFAULT_PG_URL, scratch_store
@@ -80,12 +84,49 @@ def _resume(url: str, samples: int) -> list[float]:
     return took
 
 
+def _idle_cpu(url: str, parked: int, idle: float) -> float:
+    """Percent of one core this process uses while its worker idles, `parked` runs parked."""
+    app = rota.App(url, retention=None)
+
+    @app.task(name="sleeper", pass_context=True)
+    def sleeper(ctx: rota.RunContext) -> None:
+        ctx.sleep(86400)
+
+    app.migrate()
+    for start in range(0, parked, 1000):
+        sleeper.enqueue_many([((), {}) for _ in range(min(1000, parked - start))])
+    worker = app.worker(concurrency=8, install_signal_handlers=False)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:  # every run parked: pending, none due
+            stats = app.stats()["runs"]
+            if stats.get("running", 0) == 0 and _waits(app) >= parked:
+                break
+            time.sleep(0.5)
+        time.sleep(2.0)
+        cpu, wall = time.process_time(), time.perf_counter()
+        time.sleep(idle)
+        return 100 * (time.process_time() - cpu) / (time.perf_counter() - wall)
+    finally:
+        worker.stop(wait=True, timeout=30)
+        app.close()
+
+
+def _waits(app: rota.App) -> int:
+    store: Any = app.store
+    with store._read() as s:
+        return int(s.q_text("SELECT count(*) FROM rota_waits")[0][0])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.durable", description=__doc__.split("\n")[0])
     parser.add_argument("--stores", default="sqlite,postgres")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--signals", type=int, default=50)
+    parser.add_argument("--parked", type=int, default=0)
+    parser.add_argument("--idle", type=float, default=20.0)
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     args = parser.parse_args(argv)
     for store in args.stores.split(","):
@@ -104,6 +145,14 @@ def main(argv: list[str] | None = None) -> None:
         with scratch_store(store, args.pg_url, "bench_durable") as url:
             took = sorted(_resume(url, args.signals))
         p95 = took[max(0, int(len(took) * 0.95) - 1)]
+        if args.parked:
+            with scratch_store(store, args.pg_url, "bench_durable") as url:
+                empty = _idle_cpu(url, 0, args.idle)
+            with scratch_store(store, args.pg_url, "bench_durable") as url:
+                full = _idle_cpu(url, args.parked, args.idle)
+            print(
+                f"\nidle worker CPU over {args.idle:g} s: {empty:.2f} % with no runs, {full:.2f} % with {args.parked:,} parked"
+            )
         print(f"\nresume after a signal ({len(took)} samples, idle worker): "
               f"p50 {statistics.median(took) * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms")  # fmt: skip
 

@@ -259,3 +259,25 @@ def test_pausing_its_schedule_does_not_withdraw_a_parked_run(app: rota.App) -> N
     app.signal(run_id, "go")
     wait_for(lambda: app.get_run(run_id).status == "succeeded", what="the resume")
     assert app.get_run(run_id).result == "went"
+
+
+def test_a_rescue_after_kill9_resumes_after_the_last_saved_step(db_url: str, procs: Any, tmp_path: Any) -> None:
+    from .conftest import make_app
+
+    app = make_app(db_url)
+    app.migrate()
+    victim = procs.start(lease=1.5)
+    run_id = app.store.insert_runs(  # (the task lives in tests.apps.basic, not in this process)
+        [rota.stores.base.NewRun(task="durable", args="[60]", kwargs="{}", max_attempts=4)]
+    )[0][0]
+    log = tmp_path / "executions.log"
+    wait_for(lambda: log.exists() and "step two" in log.read_text(), 30, "step two to hang")
+    procs.kill9(victim)
+    procs.start(lease=1.5)
+    wait_for(lambda: app.get_run(run_id).status == "succeeded", 40, "the rescue and resume")
+    lines = [line.split()[:2] for line in log.read_text().splitlines()]
+    assert lines == [["step", "one"], ["step", "two"], ["step", "two"], ["step", "three"]]  # 'one' never again
+    run = app.get_run(run_id)
+    assert run.result == ["one", "two", "three"] and run.attempt == 2
+    assert [(s["name"], s["attempt"]) for s in run.steps] == [("one", 1), ("two", 2), ("three", 2)]
+    app.close()

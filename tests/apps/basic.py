@@ -75,3 +75,20 @@ if os.environ.get("ROTA_TEST_RELEASE") == "2":  # the next release adds a task (
     @app.task(name="added", pass_context=True)
     def added(ctx: rota.RunContext, i: int) -> dict[str, int]:
         return record.fn(ctx, i, 0.0)  # type: ignore[no-any-return]
+
+
+@app.task(name="durable", pass_context=True, retries=3, backoff=0)
+def durable(ctx: rota.RunContext, hang: float) -> list[str]:
+    """Steps 'one' and 'two' (each logs `step NAME run attempt pid`), 'two' hanging `hang`
+    seconds on the first attempt (a kill -9 test kills its worker there), then 'three'."""
+
+    def step(name: str, seconds: float = 0.0) -> str:
+        _log(f"step {name} {ctx.run_id} {ctx.attempt} {os.getpid()}")
+        time.sleep(seconds)
+        return name
+
+    return [
+        ctx.step("one", step, "one"),
+        ctx.step("two", step, "two", hang if ctx.attempt == 1 else 0.0),
+        ctx.step("three", step, "three"),
+    ]

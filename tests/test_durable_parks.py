@@ -281,3 +281,23 @@ def test_a_rescue_after_kill9_resumes_after_the_last_saved_step(db_url: str, pro
     assert run.result == ["one", "two", "three"] and run.attempt == 2
     assert [(s["name"], s["attempt"]) for s in run.steps] == [("one", 1), ("two", 2), ("three", 2)]
     app.close()
+
+
+def test_a_hand_back_at_shutdown_resumes_after_the_last_saved_step(db_url: str, procs: Any, tmp_path: Any) -> None:
+    from .conftest import make_app
+
+    app = make_app(db_url)
+    app.migrate()
+    stopping = procs.start(shutdown_timeout=0.5, env={"ROTA_TEST_HANG": "1"})
+    run_id = app.store.insert_runs([rota.stores.base.NewRun(task="durable_async", args="[60]", kwargs="{}")])[0][0]
+    log = tmp_path / "executions.log"
+    wait_for(lambda: log.exists() and "step two" in log.read_text(), 30, "step two to hang")
+    stopping.send_signal(15)  # SIGTERM: drain for 0.5 s, then hand back
+    stopping.wait(20)
+    assert app.get_run(run_id).status == "pending"
+    procs.start()
+    wait_for(lambda: app.get_run(run_id).status == "succeeded", 30, "the resume")
+    lines = [line.split()[:2] for line in log.read_text().splitlines()]
+    assert lines == [["step", "one"], ["step", "two"], ["step", "two"], ["step", "three"]]  # 'one' never again
+    assert app.get_run(run_id).result == ["one", "two", "three"]
+    app.close()

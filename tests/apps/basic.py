@@ -92,3 +92,19 @@ def durable(ctx: rota.RunContext, hang: float) -> list[str]:
         ctx.step("two", step, "two", hang if ctx.attempt == 1 else 0.0),
         ctx.step("three", step, "three"),
     ]
+
+
+@app.task(name="durable_async", pass_context=True, retries=3, backoff=0)
+async def durable_async(ctx: rota.RunContext, hang: float) -> list[str]:
+    """As `durable`, async: step 'two' awaits `hang` seconds until its run was handed back once."""
+    import asyncio
+
+    async def step(name: str, seconds: float = 0.0) -> str:
+        _log(f"step {name} {ctx.run_id} {ctx.attempt} {os.getpid()}")
+        await asyncio.sleep(seconds)
+        return name
+
+    first = await ctx.step_async("one", step, "one")
+    handed = os.environ.get("ROTA_TEST_HANG") == "1"
+    second = await ctx.step_async("two", step, "two", hang if handed else 0.0)
+    return [first, second, await ctx.step_async("three", step, "three")]

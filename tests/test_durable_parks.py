@@ -301,3 +301,17 @@ def test_a_hand_back_at_shutdown_resumes_after_the_last_saved_step(db_url: str, 
     assert lines == [["step", "one"], ["step", "two"], ["step", "two"], ["step", "three"]]  # 'one' never again
     assert app.get_run(run_id).result == ["one", "two", "three"]
     app.close()
+
+
+def test_retry_and_retry_many_leave_a_parked_run_alone(app: rota.App) -> None:
+    @app.task(name="parked_flow", pass_context=True)
+    def parked_flow(ctx: rota.RunContext) -> None:
+        ctx.sleep(timedelta(hours=1))
+
+    start_worker(app)
+    ref = parked_flow.enqueue()
+    wait_for(lambda: parked(app, ref.id), what="the park")
+    assert app.retry_many(status="failed", task="parked_flow") == 0
+    with pytest.raises(rota.ConfigurationError, match=f"run {ref.id} is still pending"):
+        app.retry(ref.id)
+    assert parked(app, ref.id)

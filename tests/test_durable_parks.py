@@ -315,3 +315,16 @@ def test_retry_and_retry_many_leave_a_parked_run_alone(app: rota.App) -> None:
     with pytest.raises(rota.ConfigurationError, match=f"run {ref.id} is still pending"):
         app.retry(ref.id)
     assert parked(app, ref.id)
+
+
+def test_a_parked_run_frees_its_limit_slot(app: rota.App) -> None:
+    @app.task(name="limited", limit=1, pass_context=True)
+    def limited(ctx: rota.RunContext, n: int) -> int:
+        if n == 0:
+            ctx.sleep(timedelta(hours=1))
+        return n
+
+    start_worker(app)
+    first = limited.enqueue(0)
+    wait_for(lambda: parked(app, first.id), what="the park")
+    assert limited.enqueue(1).wait(10).result == 1  # the limit of 1 is free while the first is parked

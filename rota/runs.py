@@ -103,7 +103,8 @@ class RunContext:
 
             raise StepError(
                 f"durable steps (ctx.step, ctx.sleep, ctx.wait_for, ctx.progress) need a worker's process: "
-                f"{self.task!r} runs without one here (isolation='process', or a context made by hand)"
+                f"{self.task!r} runs without one here (isolation='process', a context made by hand, or a store "
+                "without durable steps: MySQL, for now)"
             )
         return self._durable
 

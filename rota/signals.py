@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .durable import check_name
+from .durable import StepError, check_name
 from .errors import RotaError, RunNotFound, SerializationError
 from .models import parse_run_id
 from .serialization import encode_result
@@ -55,6 +55,7 @@ class SignalClient:
     def signal(self, run_id: str | int, name: str, payload: Any = None, *, connection: Any = None) -> SignalSent:
         """Send signal `name` (JSON `payload`) to a run: see the module's docstring."""
         rid, name, text = _checked(run_id, name, payload)
+        _supported(self._store)
         if connection is not None:
             from .txn import _check_dialect, dbapi_connection
 
@@ -89,6 +90,8 @@ class SignalClient:
 
 def durable_fields(store: Any, run_id: int, status: str) -> dict[str, Any]:
     """A run's steps, wait (a parked run's) and progress, as Run and the JSON API show them."""
+    if not getattr(store, "durable_supported", False):
+        return {"steps": [], "waiting": None, "progress": None}
     steps = [_step_json(s) for s in store.steps_of(run_id)]
     wait = store.wait_of(run_id) if status == "pending" else None
     waiting = None
@@ -97,6 +100,11 @@ def durable_fields(store: Any, run_id: int, status: str) -> dict[str, Any]:
     got = store.progress_of(run_id)
     progress = None if got is None else {"fraction": got[0], "message": got[1], "at": _iso(got[2])}
     return {"steps": steps, "waiting": waiting, "progress": progress}
+
+
+def _supported(store: Any) -> None:
+    if not getattr(store, "durable_supported", False):
+        raise StepError(f"durable steps and signals are not available on the {store.dialect} store yet (issue 43)")
 
 
 def _checked(run_id: str | int, name: str, payload: Any) -> tuple[int, str, str]:

@@ -81,7 +81,7 @@ def decode_arguments(c: Claimed) -> tuple[Any, Any]:
 def run_context(active: Active) -> RunContext:
     c = active.claim
     parents = _parents_of(active.task, c.id) if active.task is not None else None
-    if active.task is not None:
+    if active.task is not None and getattr(active.task.app.store, "durable_supported", False):
         active.durable = Durable(active.task.app.store, c.id, c.token, c.task)
     return RunContext(
         str(c.id), c.task, c.attempt, c.max_attempts, c.token, c.scheduled_for, c.schedule, active.cancel,

@@ -95,7 +95,13 @@ async def drive_signal_async(s: Any, steps: SignalSteps) -> SignalAnswer:
 
 
 class SqlDurable(SqlBase):
-    """Steps, waits, signals and progress on a SQL store."""
+    """Steps, waits, signals and progress on a SQL store. A backend without the durable
+    statements (MySQL, for now) shows no steps, keeps nothing to forget, and refuses
+    `ctx.step` / `App.signal` with one clear error (`durable_supported`)."""
+
+    @property
+    def durable_supported(self) -> bool:
+        return "save_step" in self.queries
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
         with self._read() as s:
@@ -192,7 +198,7 @@ class SqlDurable(SqlBase):
 
     def forget_durable(self, s: Session, ids: Sequence[int]) -> None:
         """The steps, waits, signals and progress of runs retention deleted."""
-        if not ids:
+        if not ids or not self.durable_supported:
             return
         text = json.dumps(list(ids))
         for query in ("durable_forget", "durable_forget_waits", "durable_forget_signals", "durable_forget_progress"):

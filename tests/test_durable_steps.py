@@ -181,3 +181,31 @@ def test_a_transactional_handlers_steps_commit_with_its_writes(app: rota.App) ->
     assert len(calls) == 2  # the first checkpoint rolled back with its write
     assert sql(url, "SELECT what FROM ledger") == [("paid",)]
     assert [s["name"] for s in run.steps] == ["pay"]
+
+
+@pytest.mark.mysql
+def test_the_mysql_store_refuses_durable_steps_with_one_clear_error(tmp_path: Any) -> None:
+    from tests import mysql_db
+
+    from .conftest import MYSQL_URL, make_app, require
+
+    require("mysql")
+    with mysql_db.database(MYSQL_URL) as url:
+        app = make_app(url)
+        try:
+
+            @app.task(name="on_mysql", pass_context=True)
+            def on_mysql(ctx: rota.RunContext) -> None:
+                ctx.step("a", lambda: 1)
+
+            start_worker(app)
+            run = on_mysql.enqueue().wait(15)
+            assert run.status == "failed" and run.error is not None
+            assert "a store without durable steps: MySQL" in run.error["message"]
+            assert run.steps == [] and run.waiting is None
+            with pytest.raises(rota.StepError, match="not available on the mysql store yet"):
+                app.signal(run.id, "x")
+        finally:
+            for worker in list(app._workers):
+                worker.stop(wait=True, timeout=10)
+            app.close()

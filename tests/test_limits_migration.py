@@ -54,7 +54,7 @@ def test_the_plain_claim_index_leaves_limited_and_rated_runs_out(app: rota.App) 
     app.migrate()
     with app.store._read() as s:  # type: ignore[attr-defined]
         if app.store.url.startswith("postgresql"):
-            rows = s.q_text("SELECT pg_get_indexdef('rota_runs_claim_from'::regclass)")  # (schema 22)
+            rows = s.q_text("SELECT pg_get_indexdef('rota_runs_claim_from'::regclass)")  # (schema 23)
         else:
             rows = s.q_text("SELECT sql FROM sqlite_master WHERE name = 'rota_runs_claim'")
     assert "limit_name IS NULL" in str(rows[0][0]) and "rate_name IS NULL" in str(rows[0][0])

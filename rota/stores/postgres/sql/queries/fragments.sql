@@ -68,7 +68,7 @@ WHERE s.ctid = ANY(ARRAY(
 -- the queues `queues` (a condition, or nothing for every queue), locked SKIP LOCKED in claim
 -- order, never a held one, one past its misfire deadline, one asked to cancel or one in a
 -- paused queue; after `start` in the claim index (a condition, or nothing: from the front).
--- The claim order is rota_runs_claim_from's key, (-priority, due_at, id) ascending (0022):
+-- The claim order is rota_runs_claim_from's key, (-priority, due_at, id) ascending (0023):
 -- the same order as priority descending, due_at, id, in which a row comparison is a start
 -- position (see rota.stores.postgres.claim_from).
 WITH picked AS MATERIALIZED (

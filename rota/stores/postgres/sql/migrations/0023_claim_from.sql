@@ -1,4 +1,4 @@
--- rota schema, version 22 (PostgreSQL): the claim index keyed so that a claim can start
+-- rota schema, version 23 (PostgreSQL): the claim index keyed so that a claim can start
 -- where the last one ended (issue 45, item 3).
 --
 -- Each claimed run leaves its pending row version behind in this index, at its front (the

@@ -11,6 +11,7 @@ from typing import Any
 from ..stores.base import Claimed
 from ..tasks import RunContext, Task
 from ..tracing import AttemptSpan
+from .deadlines import Deadlines
 
 
 class Active:
@@ -46,7 +47,7 @@ class Active:
         self.timed_out = False
         self.returned = False  # its pool call (a thread's handler, a child's watcher) has returned
         self.async_task: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: Deadlines | None = None  # what times it out (a thread's: its executor's)
         self.trace: AttemptSpan | None = None  # its span, when the worker traces (rota.tracing)
 
     @property

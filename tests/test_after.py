@@ -277,7 +277,7 @@ def test_fake_context_gives_a_handler_its_parents(app: rota.App) -> None:
 
 
 def test_a_chain_is_at_most_251_runs_deep_and_a_failure_cancels_all_of_it(db_url: str) -> None:
-    from rota.stores._flow import MAX_CHAIN
+    from rota.stores.sqlstore.enqueue import MAX_CHAIN
 
     app, step = flow_app(db_url)
     root = prev = step.enqueue(0)

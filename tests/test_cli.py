@@ -9,7 +9,7 @@ from click.testing import CliRunner
 import rota
 import rota.testing
 from rota.cli import main
-from rota.stores.queries import latest_version, load_migrations
+from rota.stores.sqlstore.queries import latest_version, load_migrations
 
 from .conftest import make_app
 

@@ -189,6 +189,24 @@ def test_jitter_is_set_changed_and_removed_by_add_update_and_code(
     coded.prepare()  # what a worker does at start: sync the code schedules
     assert coded.get_schedule("hourly").jitter == timedelta(seconds=30)
 
+    # A deploy that changes only the jitter stores the new one (PostgreSQL's upsert once
+    # left the old jitter in place), and one that removes it clears it.
+    for spread in (timedelta(seconds=45), None):
+        redeployed = app_factory(clock=fake)
+
+        @redeployed.schedule(cron="0 * * * *", jitter=spread, name="hourly")
+        def hourly_again() -> None: ...
+
+        redeployed.prepare()
+        assert redeployed.get_schedule("hourly").jitter == spread
+
+
+def test_a_removed_schedule_added_again_takes_the_new_jitter(fapp: rota.App) -> None:
+    fapp.add_schedule("j", "t", every=60, jitter=5)
+    fapp.remove_schedule("j")
+    assert fapp.add_schedule("j", "t", every=60, jitter=20).jitter == timedelta(seconds=20)
+    assert fapp.get_schedule("j").jitter == timedelta(seconds=20)
+
 
 @pytest.mark.parametrize(
     ("options", "message"),
@@ -281,9 +299,9 @@ def test_retry_many_refuses_bad_arguments_with_one_line(fapp: rota.App) -> None:
 def test_a_populated_version_4_database_migrates_to_the_latest_version_in_place(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rota.stores import postgres as pg_module
-    from rota.stores import sqlite as sqlite_module
-    from rota.stores.queries import load_migrations
+    from rota.stores.postgres import store as pg_module
+    from rota.stores.sqlite import store as sqlite_module
+    from rota.stores.sqlstore.queries import load_migrations
 
     from .conftest import make_app
     from .test_hot_path import before_flow_control, migrations_of

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 import rota
-from rota.stores import _pg_migrate
-from rota.stores import postgres as pg_module
-from rota.stores import sqlite as sqlite_module
 from rota.stores.base import NewRun, Outcome
-from rota.stores.queries import load_migrations
+from rota.stores.postgres import migrate as _pg_migrate
+from rota.stores.postgres import store as pg_module
+from rota.stores.sqlite import store as sqlite_module
+from rota.stores.sqlstore.queries import load_migrations
 
 from .conftest import make_app
 

@@ -64,6 +64,8 @@ class CorruptArguments(ValueError):
 
 
 def decode_arguments(c: Claimed) -> tuple[Any, Any]:
+    if c.args == "[]" and c.kwargs == "{}":  # most runs take no arguments (the hot path)
+        return [], {}
     try:
         args = [] if c.args == "[]" else json.loads(c.args)  # most runs take no arguments
         kwargs = {} if c.kwargs == "{}" else json.loads(c.kwargs)

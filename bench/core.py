@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-Backend = Literal["postgres", "sqlite"]
+Backend = Literal["postgres", "sqlite", "mysql"]
 Kind = Literal["rota", "peer", "ceiling"]
 Metrics = dict[str, float]
 

@@ -137,3 +137,37 @@ def pg_server_info(url: str) -> dict[str, str]:
     keys = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections")
     with _admin(url) as conn:
         return {k: str(conn.execute(f"SHOW {k}").fetchone()[0]) for k in keys}
+
+
+DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/mysql"
+
+
+@contextmanager
+def fresh_mysql(ctx: Ctx, suffix: str = "") -> Iterator[str]:
+    """A freshly created bench_* MySQL/MariaDB database for the body (the admin account of
+    ROTA_BENCH_MYSQL_URL, default root on this machine), dropped afterwards."""
+    import os
+    from urllib.parse import unquote, urlparse
+
+    try:
+        import pymysql
+    except ImportError as exc:  # pragma: no cover - bench venv has it
+        raise Unsupported("PyMySQL is not installed") from exc
+    admin_url = os.environ.get("ROTA_BENCH_MYSQL_URL", DEFAULT_MYSQL_URL)
+    name = pg_db_name(ctx.key + suffix)
+    parsed = urlparse(admin_url)
+    kwargs = {"host": parsed.hostname, "port": parsed.port or 3306, "user": unquote(parsed.username or "root"),
+              "password": unquote(parsed.password or ""), "autocommit": True}  # fmt: skip
+    try:
+        conn = pymysql.connect(**kwargs)
+    except pymysql.Error as exc:
+        raise Unsupported(f"MySQL/MariaDB at {parsed.hostname}:{parsed.port or 3306}: {exc}") from exc
+    with conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    auth = parsed.netloc.rpartition("@")[0]
+    try:
+        yield f"mysql://{auth}@{parsed.hostname}:{parsed.port or 3306}/{name}"
+    finally:
+        with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")

@@ -14,7 +14,7 @@ from typing import Any
 from bench.core import Summary, System, Table, summarise
 from bench.runner import Outcome
 
-BACKENDS = {"postgres": "PostgreSQL", "sqlite": "SQLite"}
+BACKENDS = {"postgres": "PostgreSQL", "sqlite": "SQLite", "mysql": "MySQL/MariaDB"}
 Medians = dict[str, dict[str, float]]  # system key -> metric -> median
 
 

@@ -1,7 +1,8 @@
 """Fixtures shared by every suite.
 
 `db_url` runs a test once per store: SQLite (a file in tmp_path) and PostgreSQL (a fresh
-schema per test in the database named by ROTA_TEST_POSTGRES_URL). Without a PostgreSQL or
+schema per test in the database named by ROTA_TEST_POSTGRES_URL); the suites that pass on
+MySQL/MariaDB override it with WITH_MYSQL (a fresh database per test, ROTA_TEST_MYSQL_URL). Without a PostgreSQL or
 Redis server those tests skip with one line saying how to enable them; under CI=true they
 fail instead, so CI can never skip them silently.
 """
@@ -27,6 +28,9 @@ from .procs import WorkerProcs
 
 PG_URL = os.environ.get("ROTA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("ROTA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# A MySQL/MariaDB account that may create databases (the tests make one per test and a user of
+# their own, rota_test, that owns only those): root over TCP on this machine.
+MYSQL_URL = os.environ.get("ROTA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/mysql")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -52,12 +56,30 @@ def redis_problem() -> str | None:
     return None
 
 
+@functools.cache
+def mysql_problem() -> str | None:
+    try:
+        from tests import mysql_db
+
+        mysql_db.admin(MYSQL_URL).close()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+_SERVICES = {
+    "postgres": (postgres_problem, "ROTA_TEST_POSTGRES_URL", lambda: PG_URL),
+    "redis": (redis_problem, "ROTA_TEST_REDIS_URL", lambda: REDIS_URL),
+    "mysql": (mysql_problem, "ROTA_TEST_MYSQL_URL", lambda: MYSQL_URL),
+}
+
+
 def require(service: str) -> None:
-    problem = postgres_problem() if service == "postgres" else redis_problem()
+    check, env, where = _SERVICES[service]
+    problem = check()
     if problem is None:
         return
-    env = "ROTA_TEST_POSTGRES_URL" if service == "postgres" else "ROTA_TEST_REDIS_URL"
-    url = PG_URL if service == "postgres" else REDIS_URL
+    url = where()
     message = f"{service} at {url} is unavailable ({problem}); start it or set {env} to enable these tests"
     if IN_CI:
         pytest.fail(f"CI=true but {message}", pytrace=False)
@@ -66,9 +88,12 @@ def require(service: str) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = []
-    for service, problem in (("PostgreSQL", postgres_problem()), ("Redis", redis_problem())):
+    for service, problem, env in (
+        ("PostgreSQL", postgres_problem(), "ROTA_TEST_POSTGRES_URL"),
+        ("Redis", redis_problem(), "ROTA_TEST_REDIS_URL"),
+        ("MySQL/MariaDB", mysql_problem(), "ROTA_TEST_MYSQL_URL"),
+    ):
         if problem:
-            env = "ROTA_TEST_POSTGRES_URL" if service == "PostgreSQL" else "ROTA_TEST_REDIS_URL"
             lines.append(f"{service} tests will skip: {problem}. Set {env} to a running server to enable them.")
     return lines
 
@@ -103,6 +128,10 @@ def postgres_schema() -> Iterator[str]:
 
 
 STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+# The MySQL/MariaDB store (tests/mysql_db.py: a database of its own per test). The suites that
+# pass on it run it too (WITH_MYSQL); docs/deploy.md lists those that do not yet.
+MYSQL = pytest.param("mysql", marks=pytest.mark.mysql)
+WITH_MYSQL = [*STORES, MYSQL]
 # The contract and crash suites run a third time through a PgBouncer of their own in
 # transaction mode (tests/pgbouncer.py): their modules override db_url with these params.
 THROUGH_BOUNCER = [*STORES, pytest.param("postgres-bouncer", marks=pytest.mark.postgres)]
@@ -116,6 +145,13 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
     skips there, saying why; without pgbouncer the test skips in one line (fails in CI)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/rota.db"
+        return
+    if request.param == "mysql":
+        from tests import mysql_db
+
+        require("mysql")
+        with mysql_db.database(MYSQL_URL) as url:
+            yield url
         return
     require("postgres")
     if request.param == "postgres":

@@ -14,10 +14,10 @@ import rota
 from rota.stores.base import Outcome
 from rota.stores.sqlstore.queries import latest_version, load_migrations
 
-from .conftest import THROUGH_BOUNCER, make_app, store_url
+from .conftest import MYSQL, THROUGH_BOUNCER, make_app, store_url
 
 
-@pytest.fixture(params=THROUGH_BOUNCER)
+@pytest.fixture(params=[*THROUGH_BOUNCER, MYSQL])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """Each test here once per store, and once more through a transaction-mode PgBouncer."""
     yield from store_url(request, tmp_path)
@@ -329,8 +329,8 @@ def test_wait_returns_the_final_run_or_times_out(app: rota.App) -> None:
 
 
 def test_invalid_database_urls_fail_clearly(tmp_path: object) -> None:
-    with pytest.raises(rota.ConfigurationError, match="unsupported database URL scheme 'mysql'"):
-        rota.App("mysql://root@localhost/db")
+    with pytest.raises(rota.ConfigurationError, match=r"unsupported database URL scheme 'oracle' .* MySQL/MariaDB"):
+        rota.App("oracle://scott@localhost/db")
     with pytest.raises(rota.ConfigurationError, match="invalid database URL 'rota.db'"):
         rota.App("rota.db")
     with pytest.raises(rota.ConfigurationError, match="needs a database file"):

@@ -5,7 +5,7 @@ Real worker processes are in test_flow_sched_processes.py, the arithmetic in tes
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +15,15 @@ import rota
 from rota import timing
 from rota.stores.base import NewRun, Outcome
 
+from .conftest import STORES, WITH_MYSQL, store_url
 from .test_schedules import finish, minute, poll_once, runs_of
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 START = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
 ERROR = '{"type": "Boom", "message": "no"}'
@@ -296,6 +304,8 @@ def test_retry_many_refuses_bad_arguments_with_one_line(fapp: rota.App) -> None:
 # -- schema --------------------------------------------------------------------------------
 
 
+# (an older schema built with SQLite's or PostgreSQL's own migrations; MySQL's start at 21)
+@pytest.mark.parametrize("db_url", STORES, indirect=True)
 def test_a_populated_version_4_database_migrates_to_the_latest_version_in_place(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,7 +13,7 @@ import pytest
 from rota import lifecycle
 from rota.stores.sqlstore.queries import load_migrations, load_queries, query_transitions
 
-DIALECTS = ("postgres", "sqlite")
+DIALECTS = ("postgres", "sqlite", "mysql")
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "lifecycle.md"
 CHANGES_A_RUN = re.compile(r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM|COPY)\s+rota_runs\b", re.IGNORECASE)
 

@@ -14,8 +14,8 @@ from rota.stores.sqlstore import queries as loader
 from rota.stores.sqlstore.queries import load_migrations, load_queries, query_sources, query_transitions
 
 # Every backend with SQL of its own (a new one adds itself here, with what only it defines).
-BACKENDS = ("postgres", "sqlite")
-NOW = {"postgres": "now()", "sqlite": ":now"}
+BACKENDS = ("postgres", "sqlite", "mysql")
+NOW = {"postgres": "now()", "sqlite": ":now", "mysql": "UTC_TIMESTAMP(6)"}
 
 # SQLite has no sequences: a claim reads the token counter and bumps it only when it claimed.
 # Its finish runs one prepared UPDATE per outcome (executemany: no RETURNING), so it reads the
@@ -29,6 +29,30 @@ NOW = {"postgres": "now()", "sqlite": ":now"}
 ONLY = {
     "sqlite": {"next_token", "take_token", "finish_holding", "refuse_unlog", "disown_unlog"},
     "postgres": {"flow_walk_plan", "flow_take_limits", "move_history", "history_estimate"},  # the last two: schema 17
+    # MySQL/MariaDB orchestrates as SQLite does (the token counter, finish_holding, the unlog
+    # statements), and has these of its own: the claim's first step that locks the due runs'
+    # ids (no UPDATE ... RETURNING), what PostgreSQL's and SQLite's triggers do to rota_runs
+    # itself (a MySQL trigger may not update its own table: ended_runs, release_dependents,
+    # cancel_dependents), the change probe instead of NOTIFY (data_version), the flow claim's
+    # lock, the migrations table's probe and the claim's tokens in one statement (take_tokens).
+    "mysql": {
+        "next_token",
+        "take_token",
+        "finish_holding",
+        "refuse_unlog",
+        "disown_unlog",
+        "claim_ids",
+        "take_tokens",
+        "claim_in_queues_ids",
+        "claim_ahead_ids",
+        "claim_ahead_in_queues_ids",
+        "ended_runs",
+        "release_dependents",
+        "cancel_dependents",
+        "data_version",
+        "flow_lock",
+        "migrations_table",
+    },
 }
 
 

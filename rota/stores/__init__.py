@@ -12,7 +12,7 @@ from ..config import redact_url
 from ..errors import ConfigurationError
 from .base import Store
 
-SCHEMES = {"sqlite": "sqlite", "postgresql": "postgres", "postgres": "postgres"}
+SCHEMES = {"sqlite": "sqlite", "postgresql": "postgres", "postgres": "postgres", "mysql": "mysql", "mariadb": "mysql"}
 
 
 def redact(url: str) -> str:
@@ -21,7 +21,8 @@ def redact(url: str) -> str:
 
 
 def open_store(url: str, clock: Clock | None = None, **options: Any) -> Store:
-    """A store for `url`: sqlite:///path/to/file.db or postgresql://user@host:port/dbname."""
+    """A store for `url`: sqlite:///path/to/file.db, postgresql://user@host:port/dbname or
+    mysql://user:password@host:port/dbname (mariadb:// too)."""
     if not isinstance(url, str) or "://" not in url:
         shown = redact(url) if isinstance(url, str) else url
         raise ConfigurationError(
@@ -40,9 +41,14 @@ def open_store(url: str, clock: Clock | None = None, **options: Any) -> Store:
         from .postgres import PostgresStore
 
         return PostgresStore(url.replace("+psycopg", "", 1), clock, **options)
+    if kind == "mysql":
+        from .mysql import MySQLStore
+
+        return MySQLStore(url, clock, **options)
     raise ConfigurationError(
         f"unsupported database URL scheme {scheme!r} in {redact(url)!r}: rota stores runs in SQLite "
-        "(sqlite:///path/to/file.db) or PostgreSQL (postgresql://user@host:5432/dbname)"
+        "(sqlite:///path/to/file.db), PostgreSQL (postgresql://user@host:5432/dbname) or MySQL/MariaDB "
+        "(mysql://user:password@host:3306/dbname)"
     )
 
 

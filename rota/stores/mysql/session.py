@@ -1,0 +1,310 @@
+"""MySQL and MariaDB connections: the URL, the settings every session gets, a small pool of
+PyMySQL connections, the session that runs named queries, and error translation.
+
+Every connection is set up the same way, whatever the server's defaults: `time_zone` UTC
+(DATETIME(6) columns hold UTC), READ COMMITTED (no gap locks: claimers and finishers lock the
+rows they touch and nothing between them), a strict `sql_mode`, and a lock wait bound.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+from ...config import redact_url as redact
+from ...errors import (
+    ConfigurationError,
+    DatabaseError,
+    DatabaseRefused,
+    DatabaseTransient,
+    DatabaseUnavailable,
+    PermissionDenied,
+)
+
+try:
+    import pymysql
+    import pymysql.converters
+    from pymysql.constants import FIELD_TYPE
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ConfigurationError("MySQL and MariaDB support needs PyMySQL: pip install 'rota[mysql]'") from exc
+
+Row = tuple[Any, ...]
+DriverError = pymysql.Error
+SQL_MODE = "STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
+DEADLOCK, LOCK_WAIT = 1213, 1205
+_GONE = {2003, 2006, 2013, 2055, 1927, 4031}  # refused, gone away, lost, cut by the server
+_FOR_GOOD = {1044, 1045, 1049, 1698}  # access denied, unknown database: no retry helps
+_DENIED = {1142, 1143, 1227, 1370}  # a command refused on a table, a column, a privilege
+_STEP = re.compile(r"^;\s*$", re.MULTILINE)  # the line that ends one step of a named query
+
+
+def _utc_datetime(text: str | bytes) -> Any:
+    """DATETIME columns as aware UTC datetimes (the session's time_zone is UTC)."""
+    value = pymysql.converters.convert_datetime(text)
+    return value.replace(tzinfo=UTC) if isinstance(value, datetime) else value
+
+
+def _number(text: str | bytes) -> int | float:
+    """DECIMAL results (SUM, UNIX_TIMESTAMP) as int or float, as the other drivers give them."""
+    value = text.decode() if isinstance(text, bytes) else text
+    return float(value) if "." in value or "e" in value.lower() else int(value)
+
+
+CONVERSIONS = {
+    **pymysql.converters.conversions,
+    FIELD_TYPE.DATETIME: _utc_datetime,
+    FIELD_TYPE.TIMESTAMP: _utc_datetime,
+    FIELD_TYPE.NEWDECIMAL: _number,
+    FIELD_TYPE.DECIMAL: _number,
+}
+
+
+def connect_kwargs(url: str, connect_timeout: float, lock_wait: int) -> dict[str, Any]:
+    """PyMySQL's arguments for mysql://user:password@host:port/database (mariadb:// too)."""
+    parsed = urlparse(url)
+    database = unquote(parsed.path.lstrip("/"))
+    if not database or "/" in database:
+        raise ConfigurationError(
+            f"invalid MySQL URL {redact(url)!r}: name the database, e.g. mysql://user:password@127.0.0.1:3306/rota"
+        )
+    options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    unknown = sorted(set(options) - {"unix_socket", "ssl_ca", "ssl_disabled"})
+    if unknown:
+        raise ConfigurationError(
+            f"unknown MySQL URL option(s) {unknown} in {redact(url)!r}; valid: unix_socket, ssl_ca, ssl_disabled"
+        )
+    try:
+        port = parsed.port or 3306
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid port in MySQL URL {redact(url)!r}: {exc}") from None
+    kwargs: dict[str, Any] = {
+        "host": parsed.hostname or "127.0.0.1",
+        "port": port,
+        "user": unquote(parsed.username or "root"),
+        "password": unquote(parsed.password or ""),
+        "database": database,
+        "charset": "utf8mb4",
+        "autocommit": True,
+        "connect_timeout": max(1, round(connect_timeout)),
+        "conv": CONVERSIONS,
+        "init_command": (f"SET time_zone = '+00:00', sql_mode = '{SQL_MODE}', innodb_lock_wait_timeout = {lock_wait}"),
+    }
+    if "unix_socket" in options:
+        kwargs["unix_socket"] = options["unix_socket"]
+    if "ssl_ca" in options:
+        kwargs["ssl"] = {"ca": options["ssl_ca"]}
+    if options.get("ssl_disabled", "").lower() in ("1", "true", "yes"):
+        kwargs["ssl_disabled"] = True
+    return kwargs
+
+
+class Pool:
+    """At most `size` connections, handed out one per session; a connection that failed is
+    closed instead of returned (the next session opens a new one)."""
+
+    def __init__(self, url: str, kwargs: dict[str, Any], size: int, timeout: float) -> None:
+        self.url = url
+        self.kwargs = kwargs
+        self.size = size
+        self.timeout = timeout
+        self._idle: deque[pymysql.connections.Connection[Any]] = deque()
+        self._slots = threading.BoundedSemaphore(size)
+        self._lock = threading.Lock()
+        self._closed = False
+        self.isolation: str | None = None  # the statement that sets READ COMMITTED (by server)
+
+    def _new(self) -> pymysql.connections.Connection[Any]:
+        try:
+            conn = pymysql.connect(**self.kwargs)
+        except pymysql.Error as exc:
+            raise translate(exc, self.url) from exc
+        try:
+            with conn.cursor() as cur:
+                cur.execute(self.isolation or "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        except pymysql.Error as exc:
+            conn.close()
+            raise translate(exc, self.url) from exc
+        return conn
+
+    @contextmanager
+    def connection(self) -> Iterator[pymysql.connections.Connection[Any]]:
+        if self._closed:
+            raise DatabaseError("the store is closed")
+        if not self._slots.acquire(timeout=self.timeout):
+            raise DatabaseTransient(
+                f"MySQL at {redact(self.url)}: all {self.size} pooled connections stayed busy for "
+                f"{self.timeout:g} s (pool_size); try again"
+            )
+        conn = None
+        try:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = self._new()
+            yield conn
+        except pymysql.Error:
+            if conn is not None:  # it may be broken: a new one for the next session
+                _close_quietly(conn)
+                conn = None
+            raise
+        finally:
+            if conn is not None:
+                with self._lock:
+                    if self._closed:
+                        _close_quietly(conn)
+                    else:
+                        self._idle.append(conn)
+            self._slots.release()
+
+    def drop_idle(self) -> None:
+        with self._lock:
+            idle, self._idle = list(self._idle), deque()
+        for conn in idle:
+            _close_quietly(conn)
+
+    def close(self) -> None:
+        self._closed = True
+        self.drop_idle()
+
+
+def _close_quietly(conn: pymysql.connections.Connection[Any]) -> None:
+    try:
+        conn.close()
+    except Exception:  # a broken connection fails to say goodbye: drop its socket
+        getattr(conn, "_force_close", lambda: None)()
+
+
+class Session:
+    """One connection, in a transaction or in autocommit. `q` runs a named query. A query of
+    several steps (separated by a line holding only `;`) emulates UPDATE ... RETURNING, which
+    MySQL lacks: its first SELECT selects the ids of the rows to change (locking them), the
+    next steps change those rows (`%(_ids)s`: the ids as a list for IN; `%(_idlist)s`: the
+    same ids as a comma list, in the order selected, for FIND_IN_SET), and the rows of the
+    last step that returned rows are the query's rows. No ids: nothing more runs. Steps
+    before the first SELECT (an INSERT) just run."""
+
+    __slots__ = ("conn", "cur", "in_tx", "now", "queries", "settle", "wake")
+
+    def __init__(
+        self,
+        conn: Any,
+        queries: dict[str, str],
+        now: datetime | None,
+        in_tx: bool,
+        settle: Callable[[Session, list[int]], None] | None = None,
+    ) -> None:
+        self.conn = conn
+        self.cur = conn.cursor()
+        self.queries = queries
+        self.now = now
+        self.in_tx = in_tx
+        self.settle = settle  # after a query in ENDING, with the ids it changed (see hot_path.settle)
+        self.wake: list[str] = []
+
+    def q(self, name: str, /, **params: Any) -> list[Row]:
+        return self.q_text(self.queries[name], _ending=name in ENDING, **params)
+
+    def q_text(self, sql: str, /, _ending: bool = False, **params: Any) -> list[Row]:
+        params["now"] = self.now
+        steps = _steps(sql)
+        if len(steps) == 1:
+            self.cur.execute(steps[0], params)
+            return list(self.cur.fetchall()) if self.cur.description else []
+        if self.in_tx:
+            return self._run_steps(steps, params, _ending)
+        self.conn.begin()
+        try:
+            rows = self._run_steps(steps, params, _ending)
+            self.conn.commit()
+        except BaseException:
+            self.conn.rollback()
+            raise
+        return rows
+
+    def _run_steps(self, steps: list[str], params: dict[str, Any], ending: bool = False) -> list[Row]:
+        rows = self._steps(steps, params)
+        if ending and rows and self.settle is not None:
+            self.settle(self, [int(i) for i in params["_ids"]])
+        return rows
+
+    def _steps(self, steps: list[str], params: dict[str, Any]) -> list[Row]:
+        rows: list[Row] = []
+        bound = False
+        for step in steps:
+            self.cur.execute(step, params)
+            if self.cur.description is None:
+                continue
+            rows = list(self.cur.fetchall())
+            if not bound:  # the rows to change: none, nothing more to do
+                bound = True
+                if not rows:
+                    return []
+                params["_ids"] = [r[0] for r in rows]
+                params["_idlist"] = ",".join(str(r[0]) for r in rows)
+                params["_n"] = len(rows)
+        return rows
+
+
+# The statements that may end runs whose end changes others (an exclusive schedule's held
+# run, dependents): what PostgreSQL's and SQLite's triggers do after them, the store does.
+ENDING = frozenset({
+    "cancel_pending", "rescue", "cancel_active_pending", "cancel_held", "cancel_schedule_pending",
+    "withdraw_ahead", "misfire_ahead", "deps_orphaned", "flow_keyless", "flow_skip_unkeyed", "refuse",
+    "disown", "finish_transactional",
+})  # fmt: skip
+
+_split: dict[str, list[str]] = {}
+
+
+def _steps(sql: str) -> list[str]:
+    steps = _split.get(sql)
+    if steps is None:
+        steps = _split[sql] = [s.strip() for s in _STEP.split(sql) if s.strip()]
+    return steps
+
+
+def translate(exc: pymysql.Error, url: str) -> DatabaseError:
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    text = exc.args[1] if len(exc.args) > 1 else str(exc)
+    where = f"MySQL at {redact(url)}"
+    if code in (DEADLOCK, LOCK_WAIT):
+        return DatabaseTransient(f"{where}: {text} (rolled back; try again)")
+    if code in _FOR_GOOD:
+        return DatabaseRefused(f"cannot connect to {where}: {text}")
+    if code in _GONE or isinstance(exc, pymysql.err.InterfaceError):
+        return DatabaseUnavailable(f"{where}: {text or 'the connection is closed'}")
+    if code in _DENIED:
+        return PermissionDenied(f"{where}: {text}")
+    if code == 1290 or "read-only" in str(text) or "read only" in str(text):
+        return DatabaseTransient(f"{where}: {text} (the server is read-only for now)")
+    return DatabaseError(f"{where}: {text}")
+
+
+def is_retry_at_once(exc: DatabaseError) -> bool:
+    """A deadlock (1213): the server rolled the transaction back whole; run it again at once."""
+    cause = exc.__cause__
+    return isinstance(cause, pymysql.Error) and bool(cause.args) and cause.args[0] in (DEADLOCK, LOCK_WAIT)
+
+
+VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
+
+
+def check_version(version: str, url: str) -> str:
+    """'MariaDB 10.11' or 'MySQL 8.0': refused below MariaDB 10.6 and MySQL 8.0 (SKIP LOCKED,
+    JSON_TABLE, window functions)."""
+    match = VERSION.match(version)
+    numbers = tuple(int(n) for n in match.groups()) if match else (0, 0, 0)
+    maria = "mariadb" in version.lower()
+    kind, least = ("MariaDB", (10, 6, 0)) if maria else ("MySQL", (8, 0, 4))
+    if numbers < least:
+        raise DatabaseRefused(
+            f"{kind} {version} at {redact(url)} is too old for rota: it needs MariaDB 10.6+ or MySQL 8.0.4+ "
+            "(FOR UPDATE SKIP LOCKED, JSON_TABLE)"
+        )
+    return f"{kind} {numbers[0]}.{numbers[1]}"

@@ -1,0 +1,1 @@
+ALTER TABLE rota_workers ADD COLUMN stuck INT NOT NULL DEFAULT 0;

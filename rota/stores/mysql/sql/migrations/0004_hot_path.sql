@@ -1,0 +1,2 @@
+-- (PostgreSQL's hot-path statements; nothing to change on MySQL)
+SELECT 1;

@@ -1,0 +1,2 @@
+-- (SQLite's CHECK rewrite; nothing to change on MySQL)
+SELECT 1;

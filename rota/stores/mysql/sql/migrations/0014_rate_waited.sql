@@ -1,0 +1,1 @@
+ALTER TABLE rota_runs ADD COLUMN rate_waited TINYINT NOT NULL DEFAULT 0;

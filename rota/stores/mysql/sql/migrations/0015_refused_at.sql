@@ -1,0 +1,1 @@
+ALTER TABLE rota_runs ADD COLUMN refused_at DATETIME(6);

@@ -1,0 +1,2 @@
+-- (PostgreSQL's history table; MySQL keeps succeeded runs in rota_runs)
+SELECT 1;

@@ -1,0 +1,2 @@
+-- (counters saturate since 0001 on MySQL)
+SELECT 1;

@@ -1,0 +1,1 @@
+ALTER TABLE rota_runs ADD COLUMN traceparent VARCHAR(255);

@@ -1,0 +1,306 @@
+"""The MySQL and MariaDB store: the engine for teams whose database is MySQL 8.0+ or MariaDB 10.6+.
+
+Where the engine forces a design of its own (docs/deploy.md says what each costs):
+
+- claims: `SELECT ... FOR UPDATE SKIP LOCKED` of the due runs' ids, then one UPDATE of those
+  ids and a read of them, in one transaction (no `UPDATE ... RETURNING`); fencing tokens come
+  from a counter row locked by the claim (claims queue on it for the length of their
+  transaction, never on each other's runs);
+- the exclusive-schedule rule without partial indexes: a generated column that is the
+  schedule's name while its run is active and not held (NULL otherwise) with a unique index;
+- what PostgreSQL's triggers do to rota_runs itself (a MySQL trigger may not update the table
+  that fired it): the exclusive slot's hand-over and the release or cancellation of
+  dependents, done by the statements that end runs (`settle`);
+- no NOTIFY: this process's workers are told at commit; other processes' look at a cheap
+  change probe (`data_version`: the newest run id, the token counter and the cancellation
+  requests) every 20-50 ms, as SQLite's do;
+- a deadlock (1213) or a lock wait timeout (1205) rolls back the whole transaction: it is run
+  again at once, up to four times.
+
+Sessions run READ COMMITTED in UTC with a strict sql_mode (see session.py). "Now" is the
+server's UTC_TIMESTAMP(6) unless a clock is configured.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from ...clock import Clock
+from ...config import redact_url as redact
+from ...errors import ConfigurationError, DatabaseError, DatabaseTransient
+from ..base import Claimed, NewRun, PollState, Rescued, run_stats
+from ..records import claimed_rows
+from ..sqlite.flow import SQLiteFlow  # the flow claim step by step, as SQLite takes it
+from ..sqlstore.queries import load_queries
+from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
+from .hot_path import MySQLHotPath, settle
+from .migrate import MySQLMigrations
+from .session import DriverError, Pool, Session, connect_kwargs, is_retry_at_once, translate
+
+log = logging.getLogger("rota.store")
+T = TypeVar("T")
+_ATTEMPTS = 4
+_BULK = 500  # runs per multi-row INSERT
+NOW = "CAST(COALESCE(%(now)s, UTC_TIMESTAMP(6)) AS DATETIME(6))"
+
+
+class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
+    dialect = "mysql"
+
+    def __init__(
+        self,
+        url: str,
+        clock: Clock | None = None,
+        *,
+        pool_size: int = 10,
+        connect_timeout: float = 5.0,
+        lock_wait_timeout: int = 5,
+        pooler: str | None = None,
+        listen_url: str | None = None,
+    ) -> None:
+        super().__init__(url, clock)
+        if pooler is not None or listen_url is not None:
+            raise ConfigurationError(
+                f"pooler={pooler!r} and listen_url={listen_url!r} are PostgreSQL settings (ROTA_POOLER, "
+                "ROTA_LISTEN_URL): unset them for a MySQL/MariaDB database"
+            )
+        if pool_size < 1:
+            raise ConfigurationError(f"pool_size must be at least 1, got {pool_size}")
+        if not 1 <= lock_wait_timeout <= 3600:
+            raise ConfigurationError(
+                f"lock_wait_timeout must be whole seconds from 1 to 3600, got {lock_wait_timeout!r}"
+            )
+        self._kwargs = connect_kwargs(url, connect_timeout, lock_wait_timeout)
+        self.queries = load_queries("mysql", NOW)
+        self.pool_size = pool_size
+        self.connect_timeout = connect_timeout
+        self._pool: Pool | None = None
+        self._pool_lock = threading.Lock()
+        self.listeners: list[Callable[[str], None]] = []  # this process's workers (told at commit)
+        self.server: str | None = None  # "MariaDB 10.11", after the version check
+        self._own_identity: tuple[Any, ...] | None = None
+
+    # -- connections ---------------------------------------------------------------------
+    def _open(self) -> Pool:
+        pool = self._pool
+        if pool is not None:
+            return pool
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = Pool(self.url, self._kwargs, self.pool_size, self.connect_timeout)
+                self._check_server(self._pool)
+            return self._pool
+
+    @contextmanager
+    def _session(self, transaction: bool) -> Iterator[Session]:
+        pool = self._open()
+        now = self._ts(self.clock.now()) if self.clock is not None else None
+        try:
+            with pool.connection() as conn:
+                if transaction:
+                    conn.begin()
+                    session = Session(conn, self.queries, now, True, settle)
+                    try:
+                        yield session
+                        conn.commit()
+                    except BaseException:
+                        conn.rollback()
+                        raise
+                else:
+                    session = Session(conn, self.queries, now, False, settle)
+                    yield session
+        except DriverError as exc:
+            raise translate(exc, self.url) from exc
+        for payload in session.wake:
+            for callback in list(self.listeners):
+                callback(payload)
+
+    def _tx(self) -> Any:
+        return self._session(True)
+
+    def _read(self) -> Any:
+        return self._session(False)
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def recover(self) -> None:
+        """After an outage: drop the idle connections (they most likely broke with it)."""
+        if self._pool is not None:
+            self._pool.drop_idle()
+
+    def data_version(self) -> tuple[Any, ...]:
+        """Changes when a run is enqueued or claimed or a cancellation is requested: the
+        other processes' workers look at it instead of hearing a NOTIFY."""
+        with self._read() as s:
+            return tuple(s.q("data_version")[0])
+
+    def host_clock(self) -> float:
+        return self.now().timestamp()
+
+    # -- value conversions ---------------------------------------------------------------
+    def _ts(self, value: datetime | None) -> Any:
+        if value is None:
+            return None
+        return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+
+    def _dt(self, value: Any) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, (int, float)):
+            return datetime.fromtimestamp(value, UTC)
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        moment: datetime = value
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+    def _names(self, values: Sequence[str] | None) -> Any:
+        return json.dumps(list(values)) if values is not None else None
+
+    def _id_list(self, ids: Sequence[int]) -> Any:
+        return json.dumps(list(ids))  # read with JSON_TABLE
+
+    def _time_list(self, times: Sequence[datetime]) -> Any:
+        return [self._ts(t) for t in times]  # `IN %(ticks)s`: PyMySQL writes the list as (a, b, ...)
+
+    def _p(self, name: str) -> str:
+        return f"%({name})s"
+
+    def _notify(self, s: Any, payload: str) -> None:
+        s.wake.append(payload)  # told to this process's workers after COMMIT
+
+    # -- retries -------------------------------------------------------------------------
+    def _again(self, op: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run a transaction again at once after a deadlock or a lock wait timeout: the
+        server rolled it back whole, nothing was written."""
+        for attempt in range(_ATTEMPTS):
+            try:
+                return op(*args, **kwargs)
+            except DatabaseTransient as exc:
+                if attempt == _ATTEMPTS - 1 or not is_retry_at_once(exc):
+                    raise
+                log.info("retrying at once: %s", exc)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def insert_runs(self, runs: Sequence[NewRun], *, notify: bool = True) -> list[tuple[int, bool]]:
+        return self._again(functools.partial(super().insert_runs, notify=notify), runs)
+
+    def materialize(self, due: Any, plan: Any) -> bool:
+        return self._again(super().materialize, due, plan)
+
+    def cancel(self, run_id: int, reason: str) -> str | None:
+        return self._again(super().cancel, run_id, reason)
+
+    # -- enqueue -------------------------------------------------------------------------
+    def _insert_plain(self, s: Any, runs: Sequence[NewRun]) -> list[int]:
+        """Multi-row INSERTs of up to 500 runs each: InnoDB gives the rows of one statement
+        whose row count it knows consecutive ids, the first in the OK packet (lastrowid)."""
+        now = s.now or s.q("now")[0][0]
+        gated = any(r.limit_name is not None or r.rate_name is not None for r in runs)
+        head, values = self.queries["insert_runs_bulk_gated" if gated else "insert_runs_bulk"].split("VALUES", 1)
+        ids: list[int] = []
+        for start in range(0, len(runs), _BULK):
+            chunk = runs[start : start + _BULK]
+            args: list[Any] = []
+            for r in chunk:
+                when = self._ts(r.scheduled_for if r.scheduled_for is not None else now + timedelta(seconds=r.delay))
+                args += [r.task, r.queue, r.priority, r.args, r.kwargs, when, when, r.max_attempts, r.timeout,
+                         r.backoff, self._ts(now)]  # fmt: skip
+                if gated:
+                    args += [r.limit_name, r.limit_key, r.rate_name, r.rate_key]
+            s.cur.execute(f"{head} VALUES {','.join([values.strip()] * len(chunk))}", args)
+            if s.cur.rowcount != len(chunk):  # pragma: no cover - every row inserts or the statement fails
+                raise DatabaseError(f"MySQL inserted {s.cur.rowcount} of {len(chunk)} runs")
+            first = int(s.cur.lastrowid)
+            ids += range(first, first + len(chunk))
+        return ids
+
+    @contextmanager
+    def foreign_session(self, conn: Any) -> Iterator[Session]:
+        """A session on a caller's PyMySQL connection, in whatever transaction it has open (its
+        commit or rollback decides). Refused unless it is on this store's database, migrated.
+        Workers notice the commit through their change probe (data_version)."""
+        now = self._ts(self.clock.now()) if self.clock is not None else None
+        session = Session(conn, self.queries, now, True, settle)
+        try:
+            database, tables, host = session.q("store_identity")[0]
+            own = self._identity()
+            if (database, host) != (own[0], own[2]):
+                raise ConfigurationError(
+                    f"the connection is to the MySQL database {database!r} on {host!r}, not to this app's "
+                    f"store {own[0]!r} on {own[2]!r}: enqueue in a transaction of the store's own database"
+                )
+            if not tables:
+                raise ConfigurationError(
+                    f"the MySQL database {database!r} has no rota tables yet: call app.migrate() once at "
+                    "start-up (outside the transaction)"
+                )
+            yield session
+        except DriverError as exc:
+            raise translate(exc, self.url) from exc
+        finally:
+            session.cur.close()
+
+    def _identity(self) -> tuple[Any, ...]:
+        if self._own_identity is None:
+            with self._read() as s:
+                self._own_identity = tuple(s.q("store_identity")[0])
+        return self._own_identity
+
+    def handler_transaction(self) -> Any:
+        from .handler_tx import mysql_handler_tx
+
+        return mysql_handler_tx(self)
+
+    def connect_options(self) -> dict[str, Any]:
+        """PyMySQL's arguments for a connection of this store's (a transactional handler's)."""
+        return dict(self._kwargs)
+
+    def _settle_hook(self) -> Any:
+        return settle
+
+    def stats(self) -> dict[str, Any]:
+        return {**run_stats(self.run_counts()), "database": redact(self.url)}
+
+    def poll_state(self, queues: Sequence[str] | None) -> PollState:
+        with self._read() as s:
+            if queues is None:
+                row = s.q("poll_state")[0]
+            else:
+                row = s.q("poll_state_in_queues", queues=self._names(queues))[0]
+        now = self._dt(row[0])
+        assert now is not None
+        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
+
+    def rescue(self, limit: int = 100) -> list[Rescued]:
+        with self._read() as s:
+            if not s.q("any_expired"):
+                return []
+        rows = self._again(self._one, "rescue", limit=limit)
+        return [Rescued(r[0], r[1], r[2], r[3], json.loads(r[4])["message"]) for r in rows]
+
+    def _flow_rows(self, s: Any, owner: str, limit: int, names: Any, lease: float, start: int) -> list[Any]:
+        """The flow claim, after the token counter's row is locked: claimers take turns from
+        here to their commit, so the room one sees is not taken meanwhile by another."""
+        s.q("flow_lock")
+        return super()._flow_rows(s, owner, limit, names, lease, start)
+
+    def _claimed_rows(self, rows: list[Any]) -> list[Claimed]:
+        return claimed_rows(rows, _claim_of)
+
+
+def _claim_of(r: Any) -> Claimed:
+    return Claimed(*r)
+
+
+__all__ = ["NOTIFY_CHANNEL", "DatabaseError", "MySQLStore"]

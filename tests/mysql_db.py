@@ -1,0 +1,62 @@
+"""A MySQL/MariaDB database of its own for each test: made by the admin account
+(ROTA_TEST_MYSQL_URL, root on this machine), used through a test user that may touch only
+the tests' databases (rota_test, password rota_test), dropped afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+USER, PASSWORD = "rota_test", "rota_test"
+PREFIX = "rota_t_"
+
+
+def _parts(url: str) -> dict[str, Any]:
+    parsed = urlparse(url)
+    return {
+        "host": parsed.hostname or "127.0.0.1",
+        "port": parsed.port or 3306,
+        "user": unquote(parsed.username or "root"),
+        "password": unquote(parsed.password or ""),
+    }
+
+
+def admin(url: str) -> Any:
+    import pymysql
+
+    return pymysql.connect(**_parts(url), connect_timeout=3, autocommit=True)
+
+
+def ensure_user(conn: Any) -> None:
+    """The tests' user, allowed everything on the tests' databases only (their names start
+    with rota_t_), from any host (the fault suites reach the server through a proxy)."""
+    with conn.cursor() as cur:
+        for host in ("%", "localhost"):
+            cur.execute(f"CREATE USER IF NOT EXISTS '{USER}'@'{host}' IDENTIFIED BY '{PASSWORD}'")
+            cur.execute(f"GRANT ALL PRIVILEGES ON `rota\\_t\\_%`.* TO '{USER}'@'{host}'")
+
+
+@contextlib.contextmanager
+def database(url: str) -> Iterator[str]:
+    """A new empty database; yields the URL of the test user on it. Dropped afterwards."""
+    name = f"{PREFIX}{uuid.uuid4().hex[:12]}"
+    parts = _parts(url)
+    conn = admin(url)
+    try:
+        ensure_user(conn)
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    finally:
+        conn.close()
+    try:
+        yield f"mysql://{USER}:{PASSWORD}@{parts['host']}:{parts['port']}/{name}"
+    finally:
+        conn = admin(url)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        finally:
+            conn.close()

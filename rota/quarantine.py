@@ -38,7 +38,8 @@ TASK_SPEC: Final = "task spec"
 COUNTER: Final = "counter"
 LIMIT: Final = "limit"
 RATE: Final = "rate"
-KINDS: Final = (RUN, SCHEDULE, WORKER, LOCK, TASK_SPEC, COUNTER, LIMIT, RATE)
+QUEUE_PAUSE: Final = "queue pause"
+KINDS: Final = (RUN, SCHEDULE, WORKER, LOCK, TASK_SPEC, COUNTER, LIMIT, RATE, QUEUE_PAUSE)
 
 # The error type a run set aside as damaged ends with (Run.error["type"]); `rota runs --damaged`
 # and the dashboard's filter look for it.

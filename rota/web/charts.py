@@ -145,8 +145,9 @@ def lateness_data(app: App, w: Window) -> dict[str, Any]:
     results = app.store.web_rows("web_lateness", w.params(cap))
     buckets, all_late, all_wait = [], [], []
     for lo, rows in zip(w.starts, results, strict=True):
-        late = [float(r[1]) for r in rows if r[3] and r[0] == 1 and r[1] is not None]
-        wait = [float(r[2]) for r in rows if r[3] and r[2] is not None]
+        # (a damaged row's infinite time gives no figure: left out, not a chart that fails)
+        late = [float(r[1]) for r in rows if r[3] and r[0] == 1 and r[1] is not None and math.isfinite(r[1])]
+        wait = [float(r[2]) for r in rows if r[3] and r[2] is not None and math.isfinite(r[2])]
         all_late += late
         all_wait += wait
         buckets.append({"start": iso_at(lo), "lateness": _stats(late), "wait": _stats(wait),

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..durable import Parked
 from ..executor import handler_path
 from ..serialization import encode_result
 from ..stores.base import Claimed, Store
@@ -81,7 +82,7 @@ class CoroutineExecutor(_Decidable):
             outcome = "cancelled", exc
         except TimeoutError as exc:
             outcome = ("timeout", None) if scope.expired() else ("error", exc)
-        except Exception as exc:
+        except (Exception, Parked) as exc:  # Parked: ctx.sleep_async / wait_for_async (rota.durable)
             outcome = "error", exc
         finally:
             if active.trace is not None:

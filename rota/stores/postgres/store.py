@@ -31,6 +31,7 @@ from ...errors import (
 )
 from ...models import FINAL_STATUSES, PENDING, RUNNING, SUCCEEDED
 from ..base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
+from ..records import PARKED
 from ..sqlstore.queries import load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, Row, SqlStore
 from .failover import check_interval, read_only
@@ -348,7 +349,8 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         first locks the schedules of its runs in name order (the rota_run_finished trigger
         updates them), so concurrent finishers never lock them in opposite orders; a
         deadlock that happens anyway is retried at once."""
-        done: set[int] = set()
+        done = self.park_runs([o for o in outcomes if o.status == PARKED])
+        outcomes = [o for o in outcomes if o.status != PARKED]
         batches = finish_batches(outcomes)
         written = [self._again(self._write_rows, query, params) for query, params in batches]
         settle_refused(outcomes, batches, written)

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ... import quarantine
 from ..base import Claimed, Outcome
 from ..records import REFUSE_DELAY, UNKNOWN_TASK_GRACE
 from ..sqlstore.limits import _WALK, FlowMixin, _choose
@@ -61,7 +62,7 @@ class SQLiteFlow(FlowMixin):
 
     def _flow_take(self, s: Any, ids: list[int], owner: str, lease: float, start: int) -> list[Any]:
         """`ids` in the claim's order: the first `start` start, the rest are held."""
-        token = int(s.q("next_token")[0][0])
+        token = next_token(s)
         rows: list[Any] = s.q("flow_take", ids=json.dumps(ids), owner=owner, lease=lease, token=token, start=start)
         if rows:
             s.q("take_token", token=token + len(rows) - 1)
@@ -87,3 +88,17 @@ class SQLiteFlow(FlowMixin):
             s.q("refuse_unlog", id=o.id, token=o.token)
             got = s.q("refuse", id=o.id, token=o.token, error=o.error, grace=grace, delay_min=low, delay_max=high)
             o.written_status = got[0][1] if got else None
+
+
+def next_token(s: Any) -> int:
+    """The next fencing token of a claim. A damaged counter (edited by hand: at its column's
+    maximum, or below 0) would fail every claim of every worker: it is named once and starts
+    again past the tokens the runs hold, written at once (one write, not a scan per poll)."""
+    token, stored = s.q("next_token")[0]
+    if token is not None:
+        return int(token)
+    rebased = int(s.q("token_rebase")[0][0])
+    s.q("take_token", token=rebased - 1)
+    reason = f"the token counter {stored!r} leaves no room for fencing tokens; it starts again at {rebased}"
+    quarantine.report(quarantine.COUNTER, "token", reason)
+    return rebased

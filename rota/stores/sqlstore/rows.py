@@ -62,8 +62,8 @@ class SqlRows(SqlBase):
             status=r[2],
             queue=r[3],
             priority=r[4],
-            args=_loads(r[5], [], "args", corrupt),
-            kwargs=_loads(r[6], {}, "kwargs", corrupt),
+            args=_loads(r[5], [], "args", corrupt, list),
+            kwargs=_loads(r[6], {}, "kwargs", corrupt, dict),
             key=r[7],
             schedule=r[8],
             scheduled_for=required(9, "scheduled_for"),
@@ -79,8 +79,8 @@ class SqlRows(SqlBase):
             started_at=when(19, "started_at"),
             finished_at=when(20, "finished_at"),
             result=_loads(r[21], None, "result", corrupt),
-            error=_loads(r[22], None, "error", corrupt),
-            history=_loads(r[23] or "[]", [], "attempts", corrupt),
+            error=_loads(r[22], None, "error", corrupt, dict),
+            history=_history(_loads(r[23] or "[]", [], "attempts", corrupt, list), corrupt),
             retry_of=str(r[24]) if r[24] is not None else None,
             queued=bool(r[25]),
             waiting_on=int(r[26] or 0),
@@ -89,16 +89,30 @@ class SqlRows(SqlBase):
         )
 
 
-def _loads(text: str | None, fallback: Any, field: str, corrupt: list[str]) -> Any:
-    """Decode a stored JSON field; a damaged one reads as `fallback` and is named in `corrupt`
-    (one bad row must not break every listing)."""
+def _loads(text: str | None, fallback: Any, field: str, corrupt: list[str], shape: type | None = None) -> Any:
+    """Decode a stored JSON field; a damaged one (not JSON, or JSON of another shape than
+    `shape`: an error that is a string, attempts that are an object) reads as `fallback` and
+    is named in `corrupt` (one bad row must not break every listing)."""
     if text is None:
         return None
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except (ValueError, RecursionError):  # not JSON, or nested too deeply to decode here
         corrupt.append(field)
         return fallback
+    if shape is not None and not isinstance(value, shape):
+        corrupt.append(field)
+        return fallback
+    return value
+
+
+def _history(entries: list[Any], corrupt: list[str]) -> list[Any]:
+    """Earlier attempts: an entry that is not an object, or whose error is not one, names
+    `attempts` as corrupt and is left out."""
+    kept = [e for e in entries if isinstance(e, dict) and (e.get("error") is None or isinstance(e["error"], dict))]
+    if len(kept) != len(entries) and "attempts" not in corrupt:
+        corrupt.append("attempts")
+    return kept
 
 
 def _iso(value: datetime) -> str:

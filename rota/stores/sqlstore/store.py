@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ... import quarantine
 from ...models import RUNNING, LockInfo, QueueInfo, Run, WorkerInfo
 from ...serialization import simple_error
 from ..base import (
@@ -22,13 +23,14 @@ from ..base import (
     run_stats,
 )
 from .base import NOTIFY_CHANNEL, Row, Session, SqlBase, _plain
+from .durable import SqlDurable
 from .enqueue import gate_steps, insert_one
 from .flow import SqlFlow
 from .registry_rows import lock_from_row, worker_from_row
 from .steps import AsyncSession, InsertSteps, drive, drive_async
 
 
-class SqlStore(SqlFlow):
+class SqlStore(SqlDurable, SqlFlow):
     """Enqueue, inspection and control of runs, workers, named locks and retention; schedules
     come from SqlSchedules, row decoding from SqlRows, the backend hooks from SqlBase."""
 
@@ -244,11 +246,24 @@ class SqlStore(SqlFlow):
     def list_queues(self) -> list[QueueInfo]:
         with self._read() as s:
             counts = {str(r[0]): (int(r[1] or 0), int(r[2] or 0)) for r in s.q("queue_counts")}
-            pauses = {str(r[0]): (self._dt(r[1]), r[2]) for r in s.q("queue_pauses")}
+            pauses = {str(r[0]): (self._pause_time(str(r[0]), r[1]), r[2]) for r in s.q("queue_pauses")}
         return [
             QueueInfo(name, name in pauses, *counts.get(name, (0, 0)), *pauses.get(name, (None, None)))
             for name in sorted(counts.keys() | pauses.keys())
         ]
+
+    def _pause_time(self, queue: str, value: Any) -> datetime | None:
+        """When a queue was paused; a damaged time (past year 9999, infinity) reads as None and
+        is named once: the queue stays paused and every listing answers."""
+        try:
+            return self._dt(value)
+        except quarantine.UNDECODABLE as exc:
+            quarantine.report(
+                quarantine.QUEUE_PAUSE,
+                queue,
+                f"paused_at {value!r} is not a time rota can read ({quarantine.describe(exc)})",
+            )
+            return None
 
     def set_schedule_notify_on(self, name: str, notify_on: str | None) -> None:
         with self._tx() as s:
@@ -279,7 +294,9 @@ class SqlStore(SqlFlow):
 
     # -- retention -----------------------------------------------------------------------
     def prune_from(self, status: str, older_than: float, limit: int, after: float) -> tuple[int, float]:
-        rows = self._one("prune", status=status, older_than=older_than, limit=limit, after=after)
+        with self._tx() as s:
+            rows = s.q("prune", status=status, older_than=older_than, limit=limit, after=after)
+            self.forget_durable(s, [int(r[0]) for r in rows])
         # a microsecond back: the cursor must not pass a run finished at the same time
         return len(rows), max((float(r[1]) - 1e-6 for r in rows), default=after)
 

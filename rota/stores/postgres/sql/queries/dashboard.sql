@@ -69,9 +69,14 @@ FROM (SELECT finished_at, status, attempt,
 -- name: web_lateness
 -- A sample of one bucket for the lateness chart, the first %(cap)s finishes in [lo, hi):
 -- attempt, start - scheduled_for, the queue wait (start - when it was both due and
--- created), and whether it matches the task/queue filter (applied after the cap).
-SELECT attempt, extract(epoch FROM started_at - scheduled_for)::float8,
-       extract(epoch FROM started_at - greatest(created_at, due_at))::float8,
+-- created), and whether it matches the task/queue filter (applied after the cap). A damaged
+-- row's infinite time (which subtraction refuses) leaves its figure out: one row never breaks
+-- the chart.
+SELECT attempt,
+       CASE WHEN isfinite(started_at) AND isfinite(scheduled_for)
+            THEN extract(epoch FROM started_at - scheduled_for)::float8 END,
+       CASE WHEN isfinite(started_at) AND isfinite(created_at) AND isfinite(due_at)
+            THEN extract(epoch FROM started_at - greatest(created_at, due_at))::float8 END,
        started_at IS NOT NULL AND (%(task)s::text IS NULL OR task = %(task)s::text)
        AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 FROM rota_runs_all

@@ -2,7 +2,16 @@
 -- (Conventions: see the head of enqueue.sql. Loaded with every .sql file here: rota/stores/sqlstore/queries.py.)
 
 -- name: next_token
-SELECT value + 1 FROM rota_counters WHERE name = 'token'
+-- The next fencing token, and the counter as stored. NULL when the counter is damaged (at its
+-- column's maximum, past it, or below 0: no claim could take a token): see token_rebase.
+SELECT CASE WHEN value BETWEEN 0 AND 9223372036854775807 - 1000000 THEN value + 1 END, value
+FROM rota_counters WHERE name = 'token'
+
+-- name: token_rebase
+-- A damaged token counter (rota/quarantine.py) starts again past every token a run holds or
+-- held (a stale owner's token is below its run's current one), so fencing still holds.
+SELECT coalesce(max(token), 0) + 1 FROM rota_runs
+WHERE token BETWEEN 0 AND 9223372036854775807 - 1000000
 
 -- name: take_token
 UPDATE rota_counters SET value = :token WHERE name = 'token'

@@ -12,6 +12,7 @@ from ..durable import Durable
 from ..stores.base import Claimed
 from ..tasks import RunContext, Task
 from ..tracing import AttemptSpan
+from .deadlines import Deadlines
 
 
 class Active:
@@ -48,7 +49,7 @@ class Active:
         self.timed_out = False
         self.returned = False  # its pool call (a thread's handler, a child's watcher) has returned
         self.async_task: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: Deadlines | None = None  # what times it out (a thread's: its executor's)
         self.trace: AttemptSpan | None = None  # its span, when the worker traces (rota.tracing)
         self.durable: Durable | None = None  # its handler's steps and progress (rota.durable)
 
@@ -66,6 +67,8 @@ class CorruptArguments(ValueError):
 
 
 def decode_arguments(c: Claimed) -> tuple[Any, Any]:
+    if c.args == "[]" and c.kwargs == "{}":  # most runs take no arguments (the hot path)
+        return [], {}
     try:
         args = [] if c.args == "[]" else json.loads(c.args)  # most runs take no arguments
         kwargs = {} if c.kwargs == "{}" else json.loads(c.kwargs)

@@ -190,7 +190,12 @@ def test_async_handlers_sleep_and_wait(app: rota.App) -> None:
 
     start_worker(app)
     ref = async_waiter.enqueue()
-    wait_for(lambda: parked(app, ref.id) and app.get_run(ref.id).waiting["kind"] == "signal", what="the wait")  # type: ignore[index]
+
+    def waits_for_the_signal() -> bool:  # one read: between two, the sleep's end may resume the run
+        run = app.get_run(ref.id)
+        return run.status == "pending" and run.waiting is not None and run.waiting["kind"] == "signal"
+
+    wait_for(waits_for_the_signal, what="the wait")
     app.signal(ref.id, "go", "went")
     assert ref.wait(10).result == "went"
 

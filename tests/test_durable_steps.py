@@ -199,3 +199,23 @@ def test_a_transactional_handlers_steps_commit_with_its_writes(app: rota.App) ->
     assert len(calls) == 2  # the first checkpoint rolled back with its write
     assert sql(url, "SELECT what FROM ledger") == [("paid",)]
     assert [s["name"] for s in run.steps] == ["pay"]
+
+
+def test_a_store_without_the_durable_statements_refuses_steps_and_signals_with_one_clear_error(
+    app: rota.App,
+) -> None:
+    store: Any = app.store
+    store.queries = {name: sql for name, sql in store.queries.items() if name != "save_step"}
+    assert not store.durable_supported
+
+    @app.task(name="no_statements", pass_context=True)
+    def no_statements(ctx: rota.RunContext) -> None:
+        ctx.step("a", lambda: 1)
+
+    start_worker(app)
+    run = no_statements.enqueue().wait(15)
+    assert run.status == "failed" and run.error is not None
+    assert "a store without durable statements" in run.error["message"]
+    assert run.steps == [] and run.waiting is None
+    with pytest.raises(rota.StepError, match=f"not available on the {store.dialect} store yet"):
+        app.signal(run.id, "x")

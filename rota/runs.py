@@ -104,7 +104,7 @@ class RunContext:
             raise StepError(
                 f"durable steps (ctx.step, ctx.sleep, ctx.wait_for, ctx.progress) need a worker's process: "
                 f"{self.task!r} runs without one here (isolation='process', a context made by hand, or a store "
-                "without durable steps: MySQL, for now)"
+                "without durable statements)"
             )
         return self._durable
 

@@ -25,7 +25,7 @@ from rota.durable import Durable, Parked, StepRefused
 from rota.stores.base import Claimed, Outcome
 from rota.stores.records import PARKED
 
-from .conftest import make_app, postgres_schema, require
+from .conftest import MYSQL_URL, make_app, postgres_schema, require
 
 LEASE = 10.0
 CAPS = {"A": 1, "B": 2}
@@ -197,6 +197,18 @@ class PostgresDurableModel(DurableModel):
         self._schema.__exit__(None, None, None)
 
 
+class MySQLDurableModel(DurableModel):
+    def url_factory(self) -> str:
+        from tests import mysql_db
+
+        self._database = mysql_db.database(MYSQL_URL)
+        return self._database.__enter__()
+
+    def teardown(self) -> None:
+        super().teardown()
+        self._database.__exit__(None, None, None)
+
+
 TestSQLiteDurableModel = SQLiteDurableModel.TestCase
 TestSQLiteDurableModel.settings = settings(**SETTINGS)
 
@@ -207,3 +219,11 @@ class TestPostgresDurableModel(PostgresDurableModel.TestCase):  # type: ignore[m
 
     def setUp(self) -> None:
         require("postgres")
+
+
+@pytest.mark.mysql
+class TestMySQLDurableModel(MySQLDurableModel.TestCase):  # type: ignore[misc, valid-type]
+    settings = settings(**{**SETTINGS, "max_examples": 20})
+
+    def setUp(self) -> None:
+        require("mysql")

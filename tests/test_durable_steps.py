@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -14,7 +15,13 @@ import rota
 from rota import durable
 from rota.stores.sqlite import sqlite_path
 
-from .conftest import start_worker, wait_for
+from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def sql(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -22,6 +29,16 @@ def sql(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
     if url.startswith("sqlite"):
         with sqlite3.connect(sqlite_path(url), isolation_level=None, timeout=30) as conn:
             return conn.execute(query, params).fetchall()
+    if url.startswith("mysql"):
+        from .test_txn import mysql_connection
+
+        my = mysql_connection(url)
+        try:
+            my.autocommit(True)
+            cur = my.execute(query.replace("?", "%s"), params)
+            return list(cur.fetchall()) if cur.description is not None else []
+        finally:
+            my.close()
     with psycopg.connect(url, autocommit=True) as pg:
         cur = pg.execute(query.replace("?", "%s"), params)
         return list(cur.fetchall()) if cur.description is not None else []
@@ -167,7 +184,8 @@ def test_a_transactional_handlers_steps_commit_with_its_writes(app: rota.App) ->
             if isinstance(ctx.connection, sqlite3.Connection):
                 ctx.connection.execute(q, (int(ctx.run_id),))
             else:
-                ctx.connection.execute(q.replace("?", "%s"), (int(ctx.run_id),))
+                with ctx.connection.cursor() as cur:  # psycopg or PyMySQL
+                    cur.execute(q.replace("?", "%s"), (int(ctx.run_id),))
             return "paid"
 
         got = ctx.step("pay", write)
@@ -183,29 +201,21 @@ def test_a_transactional_handlers_steps_commit_with_its_writes(app: rota.App) ->
     assert [s["name"] for s in run.steps] == ["pay"]
 
 
-@pytest.mark.mysql
-def test_the_mysql_store_refuses_durable_steps_with_one_clear_error(tmp_path: Any) -> None:
-    from tests import mysql_db
+def test_a_store_without_the_durable_statements_refuses_steps_and_signals_with_one_clear_error(
+    app: rota.App,
+) -> None:
+    store: Any = app.store
+    store.queries = {name: sql for name, sql in store.queries.items() if name != "save_step"}
+    assert not store.durable_supported
 
-    from .conftest import MYSQL_URL, make_app, require
+    @app.task(name="no_statements", pass_context=True)
+    def no_statements(ctx: rota.RunContext) -> None:
+        ctx.step("a", lambda: 1)
 
-    require("mysql")
-    with mysql_db.database(MYSQL_URL) as url:
-        app = make_app(url)
-        try:
-
-            @app.task(name="on_mysql", pass_context=True)
-            def on_mysql(ctx: rota.RunContext) -> None:
-                ctx.step("a", lambda: 1)
-
-            start_worker(app)
-            run = on_mysql.enqueue().wait(15)
-            assert run.status == "failed" and run.error is not None
-            assert "a store without durable steps: MySQL" in run.error["message"]
-            assert run.steps == [] and run.waiting is None
-            with pytest.raises(rota.StepError, match="not available on the mysql store yet"):
-                app.signal(run.id, "x")
-        finally:
-            for worker in list(app._workers):
-                worker.stop(wait=True, timeout=10)
-            app.close()
+    start_worker(app)
+    run = no_statements.enqueue().wait(15)
+    assert run.status == "failed" and run.error is not None
+    assert "a store without durable statements" in run.error["message"]
+    assert run.steps == [] and run.waiting is None
+    with pytest.raises(rota.StepError, match=f"not available on the {store.dialect} store yet"):
+        app.signal(run.id, "x")

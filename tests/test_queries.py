@@ -27,23 +27,14 @@ NOW = {"postgres": "now()", "sqlite": ":now", "mysql": "UTC_TIMESTAMP(6)"}
 # PostgreSQL only: the flow claim's planner setting (no bitmap scans while walking the keys
 # near the head) and its one-statement take of limit keys after the advisory locks (SQLite,
 # one writer with nothing changing meanwhile, takes them step by step).
-# Durable steps (issue 43: sql/queries/durable.sql) are on PostgreSQL and SQLite; the MySQL store
-# has their tables (migration 22) but not their statements yet (its stores refuse ctx.step and
-# App.signal with one clear error: SqlDurable.durable_supported).
-DURABLE = {
-    "steps_of", "save_step", "step_clock", "park", "park_wait", "park_signalled", "unpark", "signal_lock",
-    "signal_store", "signal_wake", "signal_status", "signal_of", "signals_of", "wait_of", "progress_save",
-    "progress_of", "durable_forget", "durable_forget_waits", "durable_forget_signals", "durable_forget_progress",
-}  # fmt: skip
 ONLY = {
-    "sqlite": {"next_token", "take_token", "token_rebase", "finish_holding", "refuse_unlog", "disown_unlog", *DURABLE},
+    "sqlite": {"next_token", "take_token", "token_rebase", "finish_holding", "refuse_unlog", "disown_unlog"},
     "postgres": {
         "flow_walk_plan",
         "claim_plan",
         "flow_take_limits",
         "move_history",
         "history_estimate",
-        *DURABLE,
     },  # 2 last: schema 17
     # MySQL/MariaDB orchestrates as SQLite does (the token counter, finish_holding, the unlog
     # statements), and has these of its own: the claim's first step that locks the due runs'

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..base import Claimed, Outcome
-from ..records import REFUSED
+from ..records import OWN_STATEMENT, PARKED, REFUSED
 from .session import Session
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ class MySQLHotPath:
         def _notify(self, s: Any, payload: str) -> None: ...
 
         def _refuse(self, s: Any, refused: Sequence[Outcome]) -> None: ...
+
+        def _park(self, s: Any, outcomes: Sequence[Outcome]) -> set[int]: ...
 
     def _plain_claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
@@ -174,7 +176,8 @@ class MySQLHotPath:
     def _finish_batch(self, s: Session, outcomes: Sequence[Outcome]) -> None:
         plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
         refused = [o for o in outcomes if o.status == REFUSED]
-        other = [o for o in outcomes if o not in plain and o not in refused]
+        other = [o for o in outcomes if o not in plain and o.status not in OWN_STATEMENT]
+        self._park(s, [o for o in outcomes if o.status == PARKED])  # (rota.durable: their own statements)
         if refused:
             self._refuse(s, refused)
         if plain:

@@ -95,8 +95,8 @@ async def drive_signal_async(s: Any, steps: SignalSteps) -> SignalAnswer:
 
 
 class SqlDurable(SqlBase):
-    """Steps, waits, signals and progress on a SQL store. A backend without the durable
-    statements (MySQL, for now) shows no steps, keeps nothing to forget, and refuses
+    """Steps, waits, signals and progress on a SQL store (all three have the statements). A
+    backend without the durable statements shows no steps, keeps nothing to forget, and refuses
     `ctx.step` / `App.signal` with one clear error (`durable_supported`)."""
 
     @property

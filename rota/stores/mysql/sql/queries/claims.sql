@@ -34,7 +34,8 @@ FOR UPDATE SKIP LOCKED
 
 -- name: next_token
 -- The counter's row, locked until the claim commits: tokens are never handed out twice.
-SELECT value + 1 FROM rota_counters WHERE name = 'token' FOR UPDATE
+-- (The next token and the counter as stored: SQLite's shape, which sqlite/flow.next_token reads.)
+SELECT value + 1, value FROM rota_counters WHERE name = 'token' FOR UPDATE
 
 -- name: take_token
 UPDATE rota_counters SET value = %(token)s WHERE name = 'token'

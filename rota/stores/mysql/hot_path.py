@@ -212,12 +212,22 @@ def settle(s: Session, ids: Sequence[int]) -> None:
     while ended:
         for schedule in sorted({str(r[2]) for r in ended if r[2] is not None and r[3]}):
             s.q("promote_held", schedule=schedule)
+            _wake_if_changed(s)
         parents = [r for r in ended if r[4]]
         ended = []
         for parent_id, status, *_ in parents:
             if status == "succeeded":
                 s.q("release_dependents", parent=parent_id)
+                _wake_if_changed(s)
             else:
                 cancelled = s.q("cancel_dependents", parent=parent_id)
                 if cancelled:
                     ended += [tuple(r) for r in s.q("ended_runs", ids=[int(r[0]) for r in cancelled])]
+
+
+def _wake_if_changed(s: Session) -> None:
+    """A run made due or handed its schedule's slot by the statement just run wakes this
+    process's workers after COMMIT (PostgreSQL's triggers NOTIFY; MySQL has no NOTIFY, and the
+    other processes see it through their change probe)."""
+    if s.cur.rowcount > 0 and "run" not in s.wake:
+        s.wake.append("run")

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
 
 import rota
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def test_the_pruner_marks_a_worker_lost_after_three_of_its_own_leases(db_url: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +21,13 @@ import pytest
 import rota
 from rota.worker import shutdown
 
-from .conftest import start_worker, wait_for
+from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def test_a_handler_returning_between_the_stops_two_looks_is_still_handed_back(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -16,8 +17,14 @@ import rota
 from rota.cli import main
 from rota.web import create_app
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
 from .procs import WorkerProcs, wait_until
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 @pytest.fixture

@@ -6,14 +6,21 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 import rota
 
-from .conftest import start_worker, wait_for
+from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def test_runs_sync_and_async_tasks_and_records_the_attempt(app: rota.App) -> None:

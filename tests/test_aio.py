@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -16,7 +16,13 @@ import rota
 from rota.aio import CLIENT_OPERATIONS, TASK_OPERATIONS
 from rota.stores.sqlite import sqlite_path
 
-from .conftest import start_worker
+from .conftest import WITH_MYSQL, start_worker, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def _parameters(fn: Callable[..., Any]) -> list[tuple[str, Any, Any]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,10 +20,16 @@ import rota.worker.prefetch
 from rota.cli import main
 from rota.stores.base import NewRun, Outcome
 
-from .conftest import make_app, start_worker
+from .conftest import WITH_MYSQL, make_app, start_worker, store_url
 from .procs import WorkerProcs, wait_until
 from .test_crashes import log_lines
 from .test_prefetch import Held, _holding
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,15 @@ import rota.worker.prefetch
 from rota.worker import Worker
 from rota.worker.prefetch import Prefetch, default_limit, prefetch_limit
 
-from .conftest import start_worker
+from .conftest import WITH_MYSQL, start_worker, store_url
 from .procs import WorkerProcs, wait_until
 from .test_crashes import enqueue, log_lines
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 @pytest.fixture(autouse=True)

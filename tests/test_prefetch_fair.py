@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,16 @@ import rota.worker.prefetch
 from rota.errors import DatabaseUnavailable
 from rota.worker.prefetch import Prefetch
 
-from .conftest import make_app, start_worker
+from .conftest import WITH_MYSQL, make_app, start_worker, store_url
 from .procs import WorkerProcs, wait_until
 from .test_crashes import enqueue, log_lines
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 SLOTS, SLOW, SECONDS = 4, 24, 0.8
 

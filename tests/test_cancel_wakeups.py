@@ -11,13 +11,21 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import rota
 
-from .conftest import make_app, start_worker
+from .conftest import WITH_MYSQL, make_app, start_worker, store_url
 from .procs import WorkerProcs, wait_until
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 LEASE = 30.0  # the default lease: a heartbeat every 10 s
 BOUND = 0.5

@@ -7,6 +7,7 @@ FRONT_EVERY when another did."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,7 +17,13 @@ import pytest
 from rota.stores.base import NewRun, Outcome
 from rota.stores.postgres import claim_from as _pg_claim_from
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 @pytest.fixture

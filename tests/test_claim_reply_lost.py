@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +18,14 @@ import pytest
 import rota
 from rota.errors import DatabaseUnavailable
 
-from .conftest import make_app, start_worker, wait_for
+from .conftest import WITH_MYSQL, make_app, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

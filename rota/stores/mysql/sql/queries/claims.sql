@@ -254,14 +254,20 @@ SELECT id, status FROM rota_runs WHERE id IN %(_ids)s
 
 -- name: disown_unlog
 -- Before disown, in its transaction: one logged start per rated run that a claim whose reply
--- was lost started (see refuse_unlog). One start per run, taken from the log by id.
-SELECT l.id FROM rota_runs r
-JOIN rota_rate_starts l ON l.name = r.rate_name AND l.`key` = r.rate_key AND l.started_at = r.started_at
-WHERE r.status = 'running' AND r.owner = %(owner)s AND r.lease_until > {now}
-  AND r.token NOT IN {{ids(%(tokens)s)}}
-  AND r.rate_name IS NOT NULL AND r.started_at IS NOT NULL
-  AND l.id = (SELECT min(l2.id) FROM rota_rate_starts l2
-              WHERE l2.name = r.rate_name AND l2.`key` = r.rate_key AND l2.started_at = r.started_at)
+-- was lost started (see refuse_unlog). Runs of one claim share their start time: a group of n
+-- such runs takes the group's first n log rows (one row each, not the same row n times).
+SELECT s.id FROM rota_rate_starts s JOIN (
+    SELECT l.id, v.n,
+           row_number() OVER (PARTITION BY l.name, l.`key`, l.started_at ORDER BY l.id) AS k
+    FROM (SELECT rate_name, rate_key, started_at, count(*) AS n FROM rota_runs
+          WHERE status = 'running' AND owner = %(owner)s AND lease_until > {now}
+            AND token NOT IN {{ids(%(tokens)s)}}
+            AND rate_name IS NOT NULL AND started_at IS NOT NULL
+          GROUP BY rate_name, rate_key, started_at) v
+    JOIN rota_rate_starts l
+        ON l.name = v.rate_name AND l.`key` = v.rate_key AND l.started_at = v.started_at
+) w ON w.id = s.id
+WHERE w.k <= w.n
 FOR UPDATE
 ;
 DELETE FROM rota_rate_starts WHERE id IN %(_ids)s

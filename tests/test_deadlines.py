@@ -7,12 +7,21 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
 
 import rota
 from rota.worker.deadlines import Deadlines
 
-from .conftest import start_worker, wait_for
+from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def test_each_run_times_out_at_its_own_deadline_and_an_ended_one_never() -> None:

@@ -4,7 +4,7 @@ run (running in the database, nothing running it) nor stops the runs claimed wit
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +12,13 @@ import pytest
 import rota
 from rota.models import Run
 
-from .conftest import wait_for
+from .conftest import WITH_MYSQL, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def _ended(app: rota.App, n: int) -> list[Run]:

@@ -7,8 +7,10 @@ nor accept a write with a stale token."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -18,7 +20,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import rota
 from rota.stores.base import NewRun, Outcome
 
-from .conftest import make_app, postgres_schema, require
+from .conftest import WITH_MYSQL, make_app, postgres_schema, require, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 WORKERS = ("A", "B")
 LEASE = 10.0

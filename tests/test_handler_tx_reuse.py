@@ -5,12 +5,21 @@ of its own (the reset drops them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
 
 import rota
 
-from .conftest import start_worker, wait_for
+from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
 from .test_transactional import connect, effects, make, record, sql
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def test_the_same_insert_in_many_runs_on_reused_connections_always_succeeds(
@@ -34,12 +43,12 @@ def test_what_a_handler_leaves_on_its_connection_is_gone_for_the_next_run(
     app_factory: Callable[..., rota.App],
 ) -> None:
     app = make(app_factory)
-    postgres = not app.store.url.startswith("sqlite")
+    postgres = app.store.url.startswith("postgres")
 
     @app.task(name="messy", transactional=True, retries=0)
     def messy(ctx: rota.RunContext) -> None:
         record(ctx)
-        if postgres:  # session state a later run must not inherit (SQLite's connection is new)
+        if postgres:  # session state a later run must not inherit (SQLite's, MySQL's connection is new)
             sql(ctx.connection, "PREPARE mine AS SELECT 1")
             sql(ctx.connection, "CREATE TEMP TABLE scratch (x int)")
             sql(ctx.connection, "SET application_name = 'messy'")

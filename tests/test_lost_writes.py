@@ -7,14 +7,22 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
 
 import rota
 
-from .conftest import start_worker, wait_for
+from . import mysql_db
+from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def delete_run(url: str, run_id: int) -> None:
@@ -22,6 +30,9 @@ def delete_run(url: str, run_id: int) -> None:
     if url.startswith("sqlite"):
         with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
             conn.execute("DELETE FROM rota_runs WHERE id = ?", (run_id,))
+        return
+    if url.startswith("mysql"):
+        mysql_db.execute(url, f"DELETE FROM rota_runs WHERE id = {int(run_id)}")
         return
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DELETE FROM rota_runs WHERE id = %s", (run_id,))

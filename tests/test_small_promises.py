@@ -13,13 +13,20 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import rota
 
-from .conftest import start_worker
+from .conftest import WITH_MYSQL, start_worker, store_url
 from .procs import ROOT, wait_until
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def test_the_stuck_count_does_not_lag_by_a_heartbeat(app_factory: Callable[..., rota.App]) -> None:

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 import rota
 import rota.testing
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
+from .test_transactional import connect, sql
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def test_run_pending_executes_due_runs_and_schedule_ticks(db_url: str) -> None:
@@ -45,11 +54,12 @@ def test_call_gives_a_transactional_handler_its_connection(db_url: str) -> None:
     error told the caller to declare transactional=True about a task that was."""
     app = make_app(db_url)
     app.migrate()
+    with connect(db_url) as conn:  # before: a CREATE TABLE commits MySQL's transaction
+        sql(conn, "CREATE TABLE notes (text TEXT)")
 
     @app.task(name="note", transactional=True)
     def note(ctx: rota.RunContext, text: str) -> str:
-        ctx.connection.execute("CREATE TABLE IF NOT EXISTS notes (text TEXT)")
-        ctx.connection.execute(f"INSERT INTO notes VALUES ('{text}')")
+        sql(ctx.connection, "INSERT INTO notes VALUES (?)", text)
         if text == "bad":
             raise ValueError("refused")
         return text
@@ -58,7 +68,7 @@ def test_call_gives_a_transactional_handler_its_connection(db_url: str) -> None:
     with pytest.raises(ValueError, match="refused"):
         rota.testing.call(note, "bad")  # rolled back with the handler's writes
     with app._store.handler_transaction() as tx:
-        rows = [tuple(r) for r in tx.connection.execute("SELECT text FROM notes").fetchall()]
+        rows = [tuple(r) for r in sql(tx.connection, "SELECT text FROM notes")]
     assert rows == [("kept",)]
     with pytest.raises(AttributeError, match=r"rota\.testing\.call"):
         rota.testing.fake_context("plain").connection  # noqa: B018

@@ -6,12 +6,21 @@ the new release runs each exactly once. Checked from the database and the handle
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
 from .procs import WorkerProcs, wait_until
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 pytestmark = pytest.mark.slow
 APP = "tests.apps.basic:app"

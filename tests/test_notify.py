@@ -16,8 +16,14 @@ import rota
 import rota.notify
 import rota.testing
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
 from .ports import free_port
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 class Hooked(ThreadingHTTPServer):

@@ -5,14 +5,25 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
+
+import pytest
 
 import rota
 import rota.notify
 import rota.testing
 from rota.events import Event
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 FORGED = "\r\nstatus: succeeded\nrun_url: https://evil.example.com/\u2028attempt: 9\x85x: y"
 

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from ...clock import Clock
 from ...config import redact_url as redact
 from ...errors import ConfigurationError, DatabaseError, DatabaseTransient
-from ..base import Claimed, NewRun, PollState, Rescued, run_stats
+from ..base import Claimed, NewRun, PollState, Rescued, ScheduleDef, run_stats
 from ..records import claimed_rows
 from ..sqlite.flow import SQLiteFlow  # the flow claim step by step, as SQLite takes it
 from ..sqlstore.queries import load_queries
@@ -200,6 +200,17 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
 
     def cancel(self, run_id: int, reason: str) -> str | None:
         return self._again(super().cancel, run_id, reason)
+
+    # A schedule's admin writes meet the tick makers' transactions on its rows and runs
+    # (a removal deadlocked with a tick across processes): run again at once too.
+    def update_schedule(self, sdef: ScheduleDef, next_run_at: datetime | None) -> None:
+        self._again(super().update_schedule, sdef, next_run_at)
+
+    def remove_schedule(self, name: str) -> int:
+        return self._again(super().remove_schedule, name)
+
+    def set_paused(self, name: str, paused: bool, next_run_at: datetime | None) -> None:
+        self._again(super().set_paused, name, paused, next_run_at)
 
     def _flow_finish_and_claim(self, *args: Any) -> tuple[set[int], int, list[Claimed], bool, bool]:
         """The flow claim's one transaction, run again at once after a deadlock as the plain

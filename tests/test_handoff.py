@@ -8,9 +8,10 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,8 +22,14 @@ from rota.stores.base import Claimed
 from rota.worker.active import Active
 from rota.worker.handoff import Handoff
 
-from .conftest import start_worker
+from .conftest import WITH_MYSQL, start_worker, store_url
 from .conftest import wait_for as _wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:

@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import rota
 
-from .conftest import wait_for
+from .conftest import WITH_MYSQL, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def test_a_role_that_dies_is_logged_and_started_again(app: rota.App, caplog: pytest.LogCaptureFixture) -> None:

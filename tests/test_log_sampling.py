@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import rota
 from rota.worker.sampling import SuccessSampler, emitter
+
+from .conftest import WITH_MYSQL, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 class Clock:

@@ -19,8 +19,14 @@ from rich.console import Console
 import rota
 from rota import demo, logs
 
-from .conftest import start_worker
+from .conftest import WITH_MYSQL, start_worker, store_url
 from .procs import wait_until
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +18,15 @@ import rota.testing
 from rota import quarantine
 from rota.cli import main
 
+from . import mysql_db
+from .conftest import WITH_MYSQL, store_url
 from .test_damaged_rows import _named, _sql
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +81,7 @@ def test_a_paused_queue_whose_pause_time_is_damaged_never_breaks_status_or_queue
 ) -> None:
     caplog.set_level(logging.WARNING, logger="rota")
     app.pause_queue("mail")
-    far: Any = "'infinity'" if app.store.dialect == "postgresql" else "1e300"
+    far: Any = {"postgresql": "'infinity'", "mysql": mysql_db.ZERO_DATE}.get(app.store.dialect, "1e300")
     _sql(app, f"UPDATE rota_queue_pauses SET paused_at = {far} WHERE queue = 'mail'")
     for args in (("status",), ("queues",), ("status", "--json"), ("queues", "--json")):
         code, out = _cli(app, *args)
@@ -94,8 +103,8 @@ def test_a_finished_run_with_an_infinite_time_never_breaks_the_lateness_chart(ap
     task = app.task(name="t")(lambda x: x)
     good, bad = task.enqueue(1), task.enqueue(2)
     rota.testing.run_pending(app)
-    far = "'-infinity'" if app.store.dialect == "postgresql" else "-9e999"
-    _sql(app, f"UPDATE rota_runs SET {column} = {far} WHERE id = {{id}}", id=int(bad.id))
+    far = {"postgresql": "'-infinity'", "mysql": mysql_db.ZERO_DATE}.get(app.store.dialect, "-9e999")
+    _sql(app, f"UPDATE rota_runs SET {column} = {far} WHERE id = {int(bad.id)}")
     _sql(app, f"UPDATE rota_history SET {column} = {far} WHERE id = {{id}}", id=int(bad.id)) if _has_history(
         app
     ) else None

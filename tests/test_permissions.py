@@ -10,6 +10,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import pytest
@@ -19,7 +20,13 @@ import rota
 from rota.cli import main as cli
 from rota.stores.sqlstore.queries import load_migrations
 
-from .conftest import PG_URL, make_app
+from .conftest import PG_URL, WITH_MYSQL, make_app, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from ...errors import (
 )
 from ...models import FINAL_STATUSES, PENDING, RUNNING, SUCCEEDED
 from ..base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
+from ..records import rescued_rows
 from ..sqlstore.queries import load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, Row, SqlStore
 from .failover import check_interval, read_only
@@ -44,7 +45,6 @@ from .session import (
     _connect_kwargs,
     _is_retry_at_once,
     _json,
-    _message,
     _reason,
     _Session,
     _session_settings,
@@ -414,8 +414,9 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         with self._read() as s:
             if not s.q("any_expired"):  # the usual answer, without an UPDATE
                 return []
+            damaged = s.q("lease_damaged", limit=limit)
             rows = s.q("rescue", limit=limit)
-        return [Rescued(r[0], r[1], r[2], r[3], _message(r[4])) for r in rows]
+        return rescued_rows(damaged, True) + rescued_rows(rows)
 
     def poll_state(self, queues: Sequence[str] | None) -> PollState:
         with self._read() as s:

@@ -287,9 +287,33 @@ WHERE id IN %(_ids)s
 SELECT id, status FROM rota_runs WHERE id IN %(_ids)s
 
 -- name: any_expired
-SELECT 1 FROM rota_runs FORCE INDEX (rota_runs_lease)
-WHERE status = 'running' AND lease_until < {now}
-LIMIT 1
+-- A lease run out, or one no worker can have granted (see lease_damaged): each an index probe.
+SELECT 1 FROM DUAL
+WHERE EXISTS (SELECT 1 FROM rota_runs FORCE INDEX (rota_runs_lease) WHERE status = 'running' AND lease_until < {now})
+   OR EXISTS (SELECT 1 FROM rota_runs FORCE INDEX (rota_runs_lease) WHERE status = 'running' AND lease_until IS NULL)
+   OR EXISTS (SELECT 1 FROM rota_runs FORCE INDEX (rota_runs_lease)
+              WHERE status = 'running' AND lease_until > {now} + INTERVAL 366 DAY)
+
+-- name: lease_damaged
+-- transition: lease_damaged
+-- Running runs whose lease no worker can have granted (see SQLite's): none (NULL) or more
+-- than 366 days past now. Ended failed as damaged (DamagedRow), never retried.
+SELECT id FROM rota_runs FORCE INDEX (rota_runs_lease)
+WHERE status = 'running' AND (lease_until IS NULL OR lease_until > {now} + INTERVAL 366 DAY)
+ORDER BY id LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+;
+UPDATE rota_runs
+SET error = CONCAT('{"type":"DamagedRow","message":', JSON_QUOTE(CONCAT('damaged row: a running run whose lease ',
+                          CASE WHEN lease_until IS NULL THEN 'is NULL (none)'
+                               ELSE CONCAT('ends at ', {{iso(lease_until)}}, ', more than 366 days past now') END,
+                          ' (no worker grants a lease longer than a year): no rescue would ever take it',
+                          '; not retried (repair the row and `rota retry` it, or delete it)')),
+        ',"traceback":null}'),  -- compact, as rota writes it (`rota runs --damaged`)
+    status = 'failed', finished_at = {now}, lease_until = NULL
+WHERE id IN %(_ids)s
+;
+SELECT id, task, status, owner, error FROM rota_runs WHERE id IN %(_ids)s ORDER BY id
 
 -- name: rescue
 -- transition: rescue

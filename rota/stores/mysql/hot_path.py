@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base import Claimed, Outcome
 from ..records import REFUSED
+from ..sqlite.flow import next_token
 from .session import Session
 
 if TYPE_CHECKING:
@@ -80,7 +81,11 @@ class MySQLHotPath:
         if not ids:
             return []
         s.q("take_tokens", n=len(ids))  # one token per claimed run
-        token = int(s.cur.lastrowid) - len(ids) + 1
+        last = int(s.cur.lastrowid or 0)
+        if last < len(ids):  # the counter is damaged: it starts again past the runs' tokens
+            last = next_token(s) + len(ids) - 1
+            s.q("take_token", token=last)
+        token = last - len(ids) + 1
         return s.q(name, **params, token=token, _ids=ids, _idlist=",".join(map(str, ids)))
 
     def _plain_finish_and_claim(

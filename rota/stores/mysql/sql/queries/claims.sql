@@ -33,16 +33,29 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: next_token
--- The counter's row, locked until the claim commits: tokens are never handed out twice.
-SELECT value + 1 FROM rota_counters WHERE name = 'token' FOR UPDATE
+-- The counter's row, locked until the claim commits: tokens are never handed out twice. The
+-- next token and the counter as stored; NULL when the counter is damaged (at its column's
+-- maximum, past it, or below 0: no claim could take a token): see token_rebase.
+SELECT CASE WHEN value BETWEEN 0 AND 9223372036854775807 - 1000000 THEN value + 1 END, value
+FROM rota_counters WHERE name = 'token' FOR UPDATE
+
+-- name: token_rebase
+-- A damaged token counter (rota/quarantine.py) starts again past every token a run holds or
+-- held, so fencing still holds (as SQLite's).
+SELECT coalesce(max(token), 0) + 1 FROM rota_runs
+WHERE token BETWEEN 0 AND 9223372036854775807 - 1000000
 
 -- name: take_token
 UPDATE rota_counters SET value = %(token)s WHERE name = 'token'
 
 -- name: take_tokens
 -- A claim's %(n)s tokens in one statement: the counter's row locked until the claim commits,
--- its new value back in the OK packet (LAST_INSERT_ID(expr): the cursor's lastrowid).
-UPDATE rota_counters SET value = LAST_INSERT_ID(value + %(n)s) WHERE name = 'token'
+-- its new value back in the OK packet (LAST_INSERT_ID(expr): the cursor's lastrowid). A
+-- damaged counter (see next_token) is left as it is and the lastrowid is 0: the store rebases it.
+UPDATE rota_counters
+SET value = CASE WHEN value BETWEEN 0 AND 9223372036854775807 - 1000000 THEN LAST_INSERT_ID(value + %(n)s)
+                 ELSE value END
+WHERE name = 'token'
 
 -- name: claim
 -- transition: claim

@@ -344,8 +344,10 @@ UPDATE rota_runs
 SET error = CASE
         WHEN started_at IS NOT NULL AND error LIKE CONCAT('{"type": "WorkerStopped", "token": ', token, ',%%')
         THEN JSON_OBJECT('type', 'WorkerStopped',
-            'message', CONCAT('worker ', coalesce(owner, '?'), ' stopped while the handler still ran (it outlived ',
-                              'the shutdown timeout): its process was ended before the lease expired at ',
+            'message', CONCAT('worker ', coalesce(owner, '?'), ' stopped while the handler still ran (',
+                              CASE WHEN error LIKE '%%"at_once": true%%' THEN 'it was stopped at once by a second signal'
+                                   ELSE 'it outlived the shutdown timeout' END,
+                              '): its process was ended before the lease expired at ',
                               {{iso(lease_until)}},
                               ' (attempt ', attempt, ' of ', max_attempts, ')'),
             'traceback', NULL)

@@ -237,15 +237,18 @@ seen AS (
                'traceback', NULL) AS lost_error,
            -- fenced by a stopping worker (see fence): it says so
            r.started_at IS NOT NULL AND r.error LIKE '{"type": "WorkerStopped", "token": ' || r.token || ',%%'
-               AS stopped
+               AS stopped,
+           r.error LIKE '%%"at_once": true%%' AS at_once  -- fenced after a second stop signal
     FROM rota_runs r JOIN lost ON lost.id = r.id
 ),
 decided AS (
     SELECT d.*,
            CASE WHEN d.stopped THEN jsonb_build_object(
                'type', 'WorkerStopped',
-               'message', 'worker ' || coalesce(d.owner, '?') || ' stopped while the handler still ran (it outlived '
-                          || 'the shutdown timeout): its process was ended before the lease expired at '
+               'message', 'worker ' || coalesce(d.owner, '?') || ' stopped while the handler still ran ('
+                          || CASE WHEN d.at_once THEN 'it was stopped at once by a second signal'
+                                  ELSE 'it outlived the shutdown timeout' END
+                          || '): its process was ended before the lease expired at '
                           || to_char(d.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
                           || ' (attempt ' || d.attempt || ' of ' || d.max_attempts || ')',
                'traceback', NULL) ELSE d.lost_error END AS error

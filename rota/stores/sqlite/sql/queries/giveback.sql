@@ -173,8 +173,10 @@ FROM (SELECT id AS lost_id, CASE
           WHEN started_at IS NOT NULL AND error LIKE '{"type": "WorkerStopped", "token": ' || token || ',%'
           THEN json_object(
           'type', 'WorkerStopped',
-          'message', 'worker ' || coalesce(owner, '?') || ' stopped while the handler still ran (it outlived '
-                     || 'the shutdown timeout): its process was ended before the lease expired at '
+          'message', 'worker ' || coalesce(owner, '?') || ' stopped while the handler still ran ('
+                     || CASE WHEN error LIKE '%"at_once": true%' THEN 'it was stopped at once by a second signal'
+                             ELSE 'it outlived the shutdown timeout' END
+                     || '): its process was ended before the lease expired at '
                      || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
                      || ' (attempt ' || attempt || ' of ' || max_attempts || ')',
           'traceback', NULL)

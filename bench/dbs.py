@@ -1,4 +1,5 @@
-"""Fresh databases per run: PostgreSQL databases named bench_*, SQLite files in the run dir."""
+"""Fresh databases per run: PostgreSQL and MySQL/MariaDB databases named bench_*, SQLite files
+in the run dir."""
 
 from __future__ import annotations
 
@@ -114,6 +115,62 @@ class PgProbe:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _mysql_admin(url: str) -> Any:
+    try:
+        import pymysql
+    except ImportError as exc:  # pragma: no cover - bench venv has it (rota[mysql])
+        raise Unsupported("PyMySQL is not installed (pip install 'rota[mysql]')") from exc
+    from rota.stores.mysql.session import connect_kwargs
+
+    kwargs = connect_kwargs(url, 5.0, 50)
+    kwargs.pop("conv", None)
+    return pymysql.connect(**kwargs)
+
+
+def _mysql_ddl(admin_url: str, *statements: str) -> None:
+    conn = _mysql_admin(admin_url)
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+    finally:
+        conn.close()
+
+
+@contextmanager
+def fresh_mysql(ctx: Ctx, suffix: str = "") -> Iterator[str]:
+    """A freshly created bench_* database on the MySQL/MariaDB server of ctx.mysql_url,
+    dropped afterwards (nothing else is touched)."""
+    name = pg_db_name(ctx.key + suffix)[:64]
+    assert name.startswith("bench_"), name
+    drop = f"DROP DATABASE IF EXISTS `{name}`"
+    _mysql_ddl(ctx.mysql_url, drop, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    try:
+        yield _with_db(ctx.mysql_url, name)
+    finally:
+        _mysql_ddl(ctx.mysql_url, drop)
+
+
+def mysql_rows(url: str, query: str, *args: Any) -> list[Any]:
+    conn = _mysql_admin(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(query, args or None)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def mysql_scalar(url: str, query: str) -> Any:
+    rows = mysql_rows(url, query)
+    return rows[0][0] if rows else None
+
+
+def mysql_server_info(url: str) -> dict[str, str]:
+    keys = ("version", "innodb_flush_log_at_trx_commit", "sync_binlog", "log_bin", "innodb_buffer_pool_size")
+    return {k: str(mysql_scalar(url, f"SELECT @@{k}")) for k in keys}
 
 
 def fresh_sqlite(ctx: Ctx, name: str = "bench.db") -> Path:

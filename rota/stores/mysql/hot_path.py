@@ -170,9 +170,16 @@ class MySQLHotPath:
         return {o.id for o in mine}
 
     def _finish_batch(self, s: Session, outcomes: Sequence[Outcome]) -> None:
-        plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
-        refused = [o for o in outcomes if o.status == REFUSED]
-        other = [o for o in outcomes if o not in plain and o not in refused]
+        plain: list[Outcome] = []
+        refused: list[Outcome] = []
+        other: list[Outcome] = []  # (one pass: `o not in plain` compared dataclasses, n² a batch)
+        for o in outcomes:
+            if o.status == REFUSED:
+                refused.append(o)
+            elif o.status == "succeeded" and o.history is None:
+                plain.append(o)
+            else:
+                other.append(o)
         if refused:
             self._refuse(s, refused)
         if plain:

@@ -50,6 +50,9 @@ class ServerThread:
         self.pid = tid
         self._path = Path(f"/proc/{server_pid}/task/{tid}/stat")
 
+    def exists(self) -> bool:
+        return self._path.exists()
+
     def cpu_times(self) -> _Times:
         fields = self._path.read_text().rpartition(")")[2].split()
         return _Times(int(fields[11]) / self._TICK, int(fields[12]) / self._TICK)
@@ -64,20 +67,35 @@ def _server_pid() -> int:
     raise LookupError("no mariadbd process on this host")
 
 
-def mysql_threads(url: str) -> list[Any]:
+class MySQLThreads:
     """The MariaDB server threads serving the connections to the database of `url` (none when
-    the server runs elsewhere, or is MySQL: its PROCESSLIST has no TID)."""
-    from bench.dbs import mysql_rows
+    the server runs elsewhere, or is MySQL: its PROCESSLIST has no TID). A connection may be
+    served by a thread from the server's thread cache, which served others before: `baseline`
+    gives every server thread's CPU so far, so that such a thread counts from then, not in full."""
 
-    db = url.rpartition("/")[2].partition("?")[0]
-    try:
-        query = "SELECT TID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()"
-        rows = mysql_rows(url, query, db)
-        pid = _server_pid()
-    except Exception:
-        return []
-    found = [ServerThread(pid, int(tid)) for (tid,) in rows if tid]
-    return [t for t in found if t._path.exists()]
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.db = url.rpartition("/")[2].partition("?")[0]
+
+    def __call__(self) -> list[Any]:
+        from bench.dbs import mysql_rows
+
+        try:
+            query = "SELECT TID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()"
+            rows = mysql_rows(self.url, query, self.db)
+            pid = _server_pid()
+        except Exception:
+            return []
+        found = [ServerThread(pid, int(tid)) for (tid,) in rows if tid]
+        return [t for t in found if t.exists()]
+
+    def baseline(self) -> dict[int, float]:
+        try:
+            pid = _server_pid()
+        except Exception:
+            return {}
+        threads = [ServerThread(pid, int(tid.name)) for tid in Path(f"/proc/{pid}/task").iterdir()]
+        return cpu_of(threads)
 
 
 def cpu_of(procs_: Sequence[Any]) -> dict[int, float]:
@@ -136,7 +154,9 @@ class CpuMeter:
         backends = self.db() if self.db else []
         workers = process_tree(self._pids)
         self._procs = backends + workers
-        self._backends, self._workers = cpu_of(backends), cpu_of(workers)
+        baseline = getattr(self.db, "baseline", None)  # MariaDB: threads reused from its cache
+        self._backends = {**(baseline() if baseline else {}), **cpu_of(backends)}
+        self._workers = cpu_of(workers)
         self._handled = handled
         self._t0 = self._last_tick = time.monotonic()
 
@@ -183,7 +203,7 @@ def server_of(url: str | None) -> Callable[[], list[Any]] | None:
     if name is not None:
         return lambda: db_backends(name)
     if url and url.startswith(("mysql", "mariadb")):
-        return lambda: mysql_threads(url)
+        return MySQLThreads(url)
     return None
 
 

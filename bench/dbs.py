@@ -3,6 +3,7 @@ in the run dir."""
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import tempfile
@@ -52,13 +53,19 @@ def _drop_db(admin_url: str, name: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+def run_db_name(ctx: Ctx, suffix: str = "") -> str:
+    """This run's bench_* database: the system's key and this process's id, so that two
+    benches on one server (a shared machine) never drop each other's database."""
+    return pg_db_name(f"{ctx.key}{suffix}")[:54] + f"_{os.getpid()}"
+
+
 def recreate_pg(ctx: Ctx, suffix: str = "") -> str:
-    """Drop and create this system's bench_* database; returns its URL."""
-    return _recreate_db(ctx.pg_url, pg_db_name(ctx.key + suffix))
+    """Drop and create this run's bench_* database; returns its URL."""
+    return _recreate_db(ctx.pg_url, run_db_name(ctx, suffix))
 
 
 def drop_pg(ctx: Ctx, suffix: str = "") -> None:
-    _drop_db(ctx.pg_url, pg_db_name(ctx.key + suffix))
+    _drop_db(ctx.pg_url, run_db_name(ctx, suffix))
 
 
 @contextmanager
@@ -143,7 +150,7 @@ def _mysql_ddl(admin_url: str, *statements: str) -> None:
 def fresh_mysql(ctx: Ctx, suffix: str = "") -> Iterator[str]:
     """A freshly created bench_* database on the MySQL/MariaDB server of ctx.mysql_url,
     dropped afterwards (nothing else is touched)."""
-    name = pg_db_name(ctx.key + suffix)[:64]
+    name = run_db_name(ctx, suffix)
     assert name.startswith("bench_"), name
     drop = f"DROP DATABASE IF EXISTS `{name}`"
     _mysql_ddl(ctx.mysql_url, drop, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")

@@ -10,7 +10,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck pytest docs docs-serve package-smoke bench soak clean
+.PHONY: demo test lint typecheck pytest docs docs-serve package-smoke bench soak chaos clean
 
 $(STAMP): pyproject.toml rota/_version.py
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,11 @@ bench: $(BENCH_VENV)/.installed
 SOAK_ARGS ?= --store sqlite --duration 300
 soak: $(STAMP)
 	$(BIN)/python -m tools.soak $(SOAK_ARGS)
+
+# The chaos matrix of issue 45 (bench/chaos): needs root, the postgres user, PgBouncer.
+CHAOS_ARGS ?=
+chaos: $(STAMP)
+	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .mypy_cache .pytest_cache .ruff_cache site dist

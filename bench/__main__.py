@@ -49,9 +49,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--mysql-url",
-        default=os.environ.get("BENCH_MYSQL_URL", DEFAULT_MYSQL_URL),
+        default=os.environ.get("BENCH_MYSQL_URL", os.environ.get("ROTA_BENCH_MYSQL_URL", DEFAULT_MYSQL_URL)),
         help="admin URL of the MySQL/MariaDB server for the rota-mysql-* systems; databases bench_* are "
-        "created and dropped (env BENCH_MYSQL_URL)",
+        "created and dropped (env BENCH_MYSQL_URL or ROTA_BENCH_MYSQL_URL)",
     )
     p.add_argument(
         "--quiet-wait",

@@ -195,7 +195,7 @@ def _drain(conn: Any, claim_sql: str, finish: str, runs: int, batch: int) -> tup
 
 def _statements(conn: Any, layout: str) -> tuple[str, str]:
     """Makes `layout` in the migrated database; returns its claim and finish statements."""
-    from rota.stores.queries import load_queries
+    from rota.stores.sqlstore.queries import load_queries
 
     queries = load_queries("postgres", "coalesce(%(now)s::timestamptz, now())")
     if layout == "one-table":

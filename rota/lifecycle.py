@@ -69,7 +69,7 @@ loop alone, one at a time, so none is in flight meanwhile. This relies on worker
 unique among live workers (host:pid), as the registry does.
 
 Ticks made ahead (`make_ahead`) are pending runs due later; they meet the misfire and overlap
-policies exactly as ticks made at their time (rota/worker/ticks.py, rota/stores/_sql_schedules.py).
+policies exactly as ticks made at their time (rota/worker/ticks.py, rota/stores/sqlstore/schedules.py).
 """
 
 from __future__ import annotations

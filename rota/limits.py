@@ -10,7 +10,7 @@
 with each call's arguments exactly as the handler is (so it takes the handler's parameters);
 the key is resolved at enqueue and stored on the run. A
 run made where the task is not declared is keyed from the stored declaration
-(rota/limit_specs.py). The store's side (the flow claim) is in rota/stores/_limits.py.
+(rota/limit_specs.py). The store's side (the flow claim) is in rota/stores/sqlstore/limits.py.
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ class WorkerCollector:
 
 def vacuum_metrics(store: Any, url: str) -> Iterator[Any]:
     """PostgreSQL only: what holds back vacuum of rota's tables, read at scrape time
-    (rota.stores._pg_vacuum); nothing on SQLite, nothing (one warning) if it cannot be read."""
+    (rota.stores.postgres.vacuum); nothing on SQLite, nothing (one warning) if it cannot be read."""
     from prometheus_client.core import GaugeMetricFamily
 
     from .config import redact_text

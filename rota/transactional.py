@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError, DatabaseError, DatabaseTransient
 from .serialization import encode_result
-from .stores._handler_tx import CommitUnknown
+from .stores.sqlstore.handler_tx import CommitUnknown
 
 if TYPE_CHECKING:
     from .stores.base import Store

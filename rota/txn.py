@@ -6,6 +6,7 @@ the app's row and its run commit or roll back together. Accepted connections:
 - a `sqlite3.Connection` to the app's SQLite file;
 - a psycopg 3 `Connection` (or, through the async API, an `AsyncConnection`) to the app's
   PostgreSQL database, seeing rota's tables on its search_path;
+- a PyMySQL `Connection` to the app's MySQL/MariaDB database;
 - a SQLAlchemy `Connection` or `Session` whose driver is one of the above, or (async API) an
   `AsyncConnection`/`AsyncSession` over psycopg (`rota[sqlalchemy]`; a transaction is begun
   on it if none is, as SQLAlchemy's autobegin would).
@@ -18,6 +19,7 @@ transaction then; SQLite workers see the file change (PRAGMA data_version).
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 
 _ACCEPTED = (
     "a sqlite3.Connection, a psycopg Connection (AsyncConnection with the *_async methods), "
-    "or a SQLAlchemy Connection or Session"
+    "a PyMySQL Connection, or a SQLAlchemy Connection or Session"
 )
 
 
@@ -64,12 +66,17 @@ async def insert_in_async(app: App, connection: object, runs: Sequence[NewRun]) 
 
 def dbapi_connection(connection: object) -> Any:
     """The driver connection behind `connection` (unwrapping SQLAlchemy)."""
-    if isinstance(connection, sqlite3.Connection) or _psycopg_kind(connection) is not None:
+    if isinstance(connection, sqlite3.Connection) or _psycopg_kind(connection) is not None or _pymysql(connection):
         return connection
     module = type(connection).__module__
     if module.startswith("sqlalchemy."):
         return _from_sqlalchemy(connection)
     raise ConfigurationError(f"cannot enqueue on connection {connection!r:.80}: pass {_ACCEPTED}")
+
+
+def _pymysql(connection: object) -> bool:
+    module = sys.modules.get("pymysql")  # (not imported: no PyMySQL connection can exist)
+    return module is not None and isinstance(connection, module.connections.Connection)
 
 
 def is_async_psycopg(raw: object) -> bool:
@@ -99,11 +106,12 @@ def _from_sqlalchemy(connection: object) -> Any:
     if not connection.in_transaction():
         connection.begin()  # what SQLAlchemy's autobegin does at the first statement
     raw = connection.connection.dbapi_connection
-    if isinstance(raw, sqlite3.Connection) or _psycopg_kind(raw) == "sync":
+    if isinstance(raw, sqlite3.Connection) or _psycopg_kind(raw) == "sync" or _pymysql(raw):
         return raw
     raise ConfigurationError(
         f"the SQLAlchemy connection uses the driver {type(raw).__module__}.{type(raw).__name__}; "
-        "rota enqueues through sqlite3 (sqlite://) or psycopg 3 (postgresql+psycopg://)"
+        "rota enqueues through sqlite3 (sqlite://), psycopg 3 (postgresql+psycopg://) or PyMySQL "
+        "(mysql+pymysql://)"
     )
 
 
@@ -130,9 +138,11 @@ async def _from_sqlalchemy_async(connection: object) -> object:
 
 
 def _check_dialect(dialect: str, raw: object) -> None:
-    kind = "sqlite" if isinstance(raw, sqlite3.Connection) else "postgresql"
+    kind = "sqlite" if isinstance(raw, sqlite3.Connection) else "mysql" if _pymysql(raw) else "postgresql"
     if kind != dialect:
-        wanted = "a sqlite3 connection" if dialect == "sqlite" else "a psycopg connection"
+        wanted = {"sqlite": "a sqlite3 connection", "mysql": "a PyMySQL connection"}.get(
+            dialect, "a psycopg connection"
+        )
         raise ConfigurationError(
             f"the connection is a {kind} connection but this app's store is {dialect}: pass {wanted} "
             "to the app's database"

@@ -1,7 +1,8 @@
 """Fixtures shared by every suite.
 
 `db_url` runs a test once per store: SQLite (a file in tmp_path) and PostgreSQL (a fresh
-schema per test in the database named by ROTA_TEST_POSTGRES_URL). Without a PostgreSQL or
+schema per test in the database named by ROTA_TEST_POSTGRES_URL); the suites that pass on
+MySQL/MariaDB override it with WITH_MYSQL (a fresh database per test, ROTA_TEST_MYSQL_URL). Without a PostgreSQL or
 Redis server those tests skip with one line saying how to enable them; under CI=true they
 fail instead, so CI can never skip them silently.
 """

@@ -7,7 +7,7 @@ or skipped cancels it, with an error naming that parent, and the cancellation ca
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,8 +17,14 @@ import rota
 from rota.cli import main
 from rota.stores.base import Outcome
 
-from .conftest import make_app, start_worker
+from .conftest import WITH_MYSQL, make_app, start_worker, store_url
 from .test_txn import caller_connection
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def flow_app(url: str, **options: Any) -> tuple[rota.App, rota.Task[..., Any]]:
@@ -88,6 +94,10 @@ def test_a_parent_that_fails_cancels_its_dependents_and_theirs(db_url: str, how:
     if how == "cancel pending":
         app.cancel(a.id)
     elif how == "skipped":  # (rota skips schedule ticks; any statement ending a parent counts)
+        if db_url.startswith("mysql"):
+            pytest.skip(
+                "MySQL: a hand-written UPDATE ends no dependents (no trigger may update rota_runs; see deploy.md)"
+            )
         with app.store._tx() as s:  # type: ignore[attr-defined]
             s.q_text(f"UPDATE rota_runs SET status = 'skipped' WHERE id = {int(a.id)}")
     elif how == "rescued":  # lease lost on the last attempt: failed by the rescue
@@ -277,7 +287,7 @@ def test_fake_context_gives_a_handler_its_parents(app: rota.App) -> None:
 
 
 def test_a_chain_is_at_most_251_runs_deep_and_a_failure_cancels_all_of_it(db_url: str) -> None:
-    from rota.stores._flow import MAX_CHAIN
+    from rota.stores.sqlstore.enqueue import MAX_CHAIN
 
     app, step = flow_app(db_url)
     root = prev = step.enqueue(0)

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 import rota
 import rota.testing
 from rota.cli import main
-from rota.stores.queries import latest_version, load_migrations
+from rota.stores.sqlstore.queries import latest_version, load_migrations
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 RUN_FIELDS = {
     "id",

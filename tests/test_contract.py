@@ -12,7 +12,7 @@ import pytest
 
 import rota
 from rota.stores.base import Outcome
-from rota.stores.queries import latest_version, load_migrations
+from rota.stores.sqlstore.queries import latest_version, load_migrations
 
 from .conftest import MYSQL, THROUGH_BOUNCER, make_app, store_url
 

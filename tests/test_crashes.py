@@ -18,15 +18,15 @@ import pytest
 import rota
 from rota.stores.base import NewRun
 
-from .conftest import IN_CI, THROUGH_BOUNCER, make_app, start_worker, store_url
+from .conftest import IN_CI, MYSQL, THROUGH_BOUNCER, make_app, start_worker, store_url
 from .procs import WorkerProcs, wait_until
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=THROUGH_BOUNCER)
+@pytest.fixture(params=[*THROUGH_BOUNCER, MYSQL])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """Each test here once per store, and once more through a transaction-mode PgBouncer."""
+    """Each test here once per store (MySQL/MariaDB too), and once more through a transaction-mode PgBouncer."""
     yield from store_url(request, tmp_path)
 
 

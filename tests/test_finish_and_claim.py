@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -12,7 +14,13 @@ import rota
 from rota.errors import DatabaseError, DatabaseTransient
 from rota.stores.base import Outcome, Store, finishes_with_claims
 
-from .conftest import start_worker
+from .conftest import WITH_MYSQL, start_worker, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def _tasks(app: rota.App, n: int) -> list[rota.RunHandle]:

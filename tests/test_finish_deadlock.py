@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import rota
-import rota.stores.postgres
+import rota.stores.postgres.store
 from rota.stores.base import Claimed, Outcome
 
 from .conftest import make_app
@@ -52,13 +52,13 @@ def test_mirrored_finish_and_claim_transactions_do_not_deadlock(
     store: Any = app.store
     # no rows (they would count as written ids): pg_sleep's void, as text, is not NULL
     store.queries["pause"] = f"SELECT p FROM (SELECT pg_sleep({PAUSE})::text AS p) AS x WHERE p IS NULL"
-    real = rota.stores.postgres.finish_batches
+    real = rota.stores.postgres.store.finish_batches
 
     def paused(outcomes: Any) -> list[tuple[str, dict[str, Any]]]:
         batches = real(outcomes)
         return [batches[0], ("pause", {}), *batches[1:]]
 
-    monkeypatch.setattr(rota.stores.postgres, "finish_batches", paused)
+    monkeypatch.setattr(rota.stores.postgres.store, "finish_batches", paused)
     (a1, a2), (b1, b2) = runs["a"], runs["b"]
     one = [Outcome(a1.id, a1.token, "succeeded", result="1"), _failed(b1)]  # locks a, then b
     two = [Outcome(b2.id, b2.token, "succeeded", result="2"), _failed(a2)]  # locks b, then a

@@ -131,7 +131,7 @@ def test_a_deploy_that_removes_a_limit_removes_it_from_runs_made_elsewhere(
 def test_a_worker_started_before_the_first_limit_deploy_takes_limited_runs_under_their_limit(
     app_factory: Callable[..., rota.App], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("rota.stores._limits.FLOW_RECHECK", 0.0)
+    monkeypatch.setattr("rota.stores.sqlstore.limits.FLOW_RECHECK", 0.0)
     old = app_factory()
 
     @old.task(name="export")

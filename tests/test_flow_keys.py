@@ -5,7 +5,7 @@ recorded skipped with the error (rota/limit_specs.py, stamp_lenient)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,8 +15,16 @@ import rota
 from rota.events import Event
 from rota.limit_specs import UNRESOLVED
 
+from .conftest import WITH_MYSQL, store_url
 from .test_flow_declared import _gates
 from .test_schedules import poll_once
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 START = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
 

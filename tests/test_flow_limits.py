@@ -4,13 +4,22 @@ the decoration-time checks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 import rota
 from rota.stores.base import Outcome
+
+from .conftest import WITH_MYSQL, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 OWNER = "w"
 
@@ -334,7 +343,7 @@ def test_a_claim_holds_no_more_than_flow_held_runs_of_a_limit_beyond_its_free_sl
 ) -> None:
     """A worker with few slots and a big prefetch cap does not take a wide limit whole for
     its own pace: held runs of a limit keep slots another worker could start now."""
-    from rota.stores._limits import FLOW_HELD
+    from rota.stores.sqlstore.limits import FLOW_HELD
 
     app = app_factory()
 
@@ -444,7 +453,7 @@ def test_the_flow_due_probe_reads_its_index_not_the_table_when_most_runs_wait(
     limited drain, growing with the history kept."""
     import psycopg
 
-    from rota.stores._limits_sql import flow_due_call
+    from rota.stores.sqlstore.limits_sql import flow_due_call
 
     app = rota.App(pg_url)
     task = app.task(name="limited", limit=50)(lambda: None)

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 import rota
-from rota.stores import postgres as pg_module
-from rota.stores import sqlite as sqlite_module
 from rota.stores.base import NewRun, Outcome
-from rota.stores.queries import load_migrations
+from rota.stores.postgres import store as pg_module
+from rota.stores.sqlite import store as sqlite_module
+from rota.stores.sqlstore.queries import load_migrations
 
 from .conftest import make_app
 from .test_hot_path import before_flow_control, migrations_of

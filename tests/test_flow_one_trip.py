@@ -1,5 +1,5 @@
 """The flow claim of a backlog of limited runs alone, in one round trip on PostgreSQL
-(rota/stores/_limits_sql.py, PostgresFlow._flow_one_trip): it keeps every limit under
+(rota/stores/postgres/flow.py, PostgresFlow._flow_one_trip): it keeps every limit under
 concurrent claimers, and the runs it does not try (a plain run, a rated one) are claimed by
 the very next claim, not at a poll. The same bodies run on SQLite, whose flow claim has no
 round trips to save."""

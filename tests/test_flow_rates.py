@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,15 @@ import rota
 from rota.stores.base import Outcome
 from rota.stores.records import REFUSE_DELAY, REFUSED
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
 from .procs import WorkerProcs, wait_until
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

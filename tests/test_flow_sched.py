@@ -5,7 +5,7 @@ Real worker processes are in test_flow_sched_processes.py, the arithmetic in tes
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +15,15 @@ import rota
 from rota import timing
 from rota.stores.base import NewRun, Outcome
 
+from .conftest import STORES, WITH_MYSQL, store_url
 from .test_schedules import finish, minute, poll_once, runs_of
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 START = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
 ERROR = '{"type": "Boom", "message": "no"}'
@@ -189,6 +197,24 @@ def test_jitter_is_set_changed_and_removed_by_add_update_and_code(
     coded.prepare()  # what a worker does at start: sync the code schedules
     assert coded.get_schedule("hourly").jitter == timedelta(seconds=30)
 
+    # A deploy that changes only the jitter stores the new one (PostgreSQL's upsert once
+    # left the old jitter in place), and one that removes it clears it.
+    for spread in (timedelta(seconds=45), None):
+        redeployed = app_factory(clock=fake)
+
+        @redeployed.schedule(cron="0 * * * *", jitter=spread, name="hourly")
+        def hourly_again() -> None: ...
+
+        redeployed.prepare()
+        assert redeployed.get_schedule("hourly").jitter == spread
+
+
+def test_a_removed_schedule_added_again_takes_the_new_jitter(fapp: rota.App) -> None:
+    fapp.add_schedule("j", "t", every=60, jitter=5)
+    fapp.remove_schedule("j")
+    assert fapp.add_schedule("j", "t", every=60, jitter=20).jitter == timedelta(seconds=20)
+    assert fapp.get_schedule("j").jitter == timedelta(seconds=20)
+
 
 @pytest.mark.parametrize(
     ("options", "message"),
@@ -278,12 +304,14 @@ def test_retry_many_refuses_bad_arguments_with_one_line(fapp: rota.App) -> None:
 # -- schema --------------------------------------------------------------------------------
 
 
+# (an older schema built with SQLite's or PostgreSQL's own migrations; MySQL's start at 21)
+@pytest.mark.parametrize("db_url", STORES, indirect=True)
 def test_a_populated_version_4_database_migrates_to_the_latest_version_in_place(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rota.stores import postgres as pg_module
-    from rota.stores import sqlite as sqlite_module
-    from rota.stores.queries import load_migrations
+    from rota.stores.postgres import store as pg_module
+    from rota.stores.sqlite import store as sqlite_module
+    from rota.stores.sqlstore.queries import load_migrations
 
     from .conftest import make_app
     from .test_hot_path import before_flow_control, migrations_of

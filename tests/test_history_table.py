@@ -14,7 +14,7 @@ import pytest
 
 import rota
 from rota.stores.base import NewRun, Outcome
-from rota.stores.queries import load_queries
+from rota.stores.sqlstore.queries import load_queries
 
 from .conftest import make_app, start_worker, wait_for
 
@@ -257,9 +257,9 @@ def _populate_version_16(store: Any) -> dict[str, int]:
 def test_a_populated_version_16_database_migrates_and_its_runs_move_in_batches(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rota.stores import _pg_migrate
-    from rota.stores import postgres as pg_module
-    from rota.stores.queries import load_migrations
+    from rota.stores.postgres import migrate as _pg_migrate
+    from rota.stores.postgres import store as pg_module
+    from rota.stores.sqlstore.queries import load_migrations
 
     from .test_hot_path import before_paused_queues
 
@@ -317,7 +317,7 @@ def test_a_chart_reads_its_buckets_in_one_statement_with_the_pipelines_answers(
 ) -> None:
     """The dashboard's buckets, read LATERAL in one statement (planned once over both tables),
     answer as one statement per bucket does: runs of both tables, in each bucket."""
-    from rota.stores import _pg_lists
+    from rota.stores.postgres import lists as _pg_lists
 
     @pg_app.task(name="t")
     def t() -> None: ...

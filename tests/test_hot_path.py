@@ -5,18 +5,26 @@ working; heartbeats can be HOT updates; reads that lost their index still answer
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import rota
-from rota.stores import _pg_migrate
-from rota.stores import postgres as pg_module
-from rota.stores import sqlite as sqlite_module
 from rota.stores.base import NewRun, Outcome
-from rota.stores.queries import load_migrations
+from rota.stores.postgres import migrate as _pg_migrate
+from rota.stores.postgres import store as pg_module
+from rota.stores.sqlite import store as sqlite_module
+from rota.stores.sqlstore.queries import load_migrations
 
-from .conftest import make_app
+from .conftest import STORES, WITH_MYSQL, make_app, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 STATUSES = {"pending", "running", "succeeded", "failed", "skipped", "cancelled"}
 
@@ -92,6 +100,8 @@ def _runs_in_every_status(store: Any) -> dict[str, int]:
     return counts
 
 
+# (an older schema built with SQLite's or PostgreSQL's own migrations; MySQL's start at 21)
+@pytest.mark.parametrize("db_url", STORES, indirect=True)
 def test_a_version_3_database_with_runs_in_every_status_migrates_and_keeps_working(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rota import lifecycle
-from rota.stores.queries import load_queries, query_transitions, sql_folder
+from rota.stores.sqlstore.queries import load_migrations, load_queries, query_transitions
 
 DIALECTS = ("postgres", "sqlite", "mysql")
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "lifecycle.md"
@@ -39,8 +39,7 @@ def test_every_statement_that_changes_a_run_names_its_transitions(dialect: str) 
 
 def trigger_transitions(dialect: str) -> set[str]:
     """Transitions made by a database trigger, named in a migration's `transition:` comment."""
-    folder = sql_folder(dialect)
-    text = "\n".join(f.read_text() for f in folder.iterdir() if f.name[:4].isdigit())
+    text = "\n".join(m.sql for m in load_migrations(dialect))
     return {n.strip() for line in re.findall(r"transition: ([a-z_, ]+)", text) for n in line.split(",")}
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,7 +31,14 @@ from rota.models import Run
 from rota.stores.base import Claimed, Outcome
 from rota.stores.records import REFUSED
 
-from .conftest import make_app, postgres_schema, require
+from .conftest import WITH_MYSQL, make_app, postgres_schema, require, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 LEASE = 10.0
 CAPS = {"A": 1, "B": 2}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,14 @@ from click.testing import CliRunner
 import rota
 from rota.cli import main
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
 from .procs import WorkerProcs, wait_until
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def cli(url: str, *args: str) -> tuple[int, str]:

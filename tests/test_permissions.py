@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import rota
 from rota.cli import main as cli
-from rota.stores.queries import load_migrations
+from rota.stores.sqlstore.queries import load_migrations
 
 from .conftest import PG_URL, make_app
 

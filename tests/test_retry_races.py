@@ -12,11 +12,23 @@ import textwrap
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import rota
 from rota.stores.base import NewRun, Outcome
+
+from .conftest import WITH_MYSQL, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 ERROR = '{"type": "Boom", "message": "no"}'
 ROOT = Path(__file__).resolve().parent.parent

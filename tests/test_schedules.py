@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,7 +24,14 @@ import rota
 from rota.cli import main as cli
 from rota.stores.base import Outcome
 
-from .conftest import start_worker, wait_for
+from .conftest import STORES, WITH_MYSQL, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 START = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)  # a Tuesday, 30 s past midnight UTC
 SECOND = timedelta(seconds=1)
@@ -755,6 +762,8 @@ def _bulk_insert_schedules(app: rota.App, n: int) -> None:
             s.cur.execute("ANALYZE rota_schedules")
 
 
+# (its bulk insert runs the schedule insert with executemany: one statement, not MySQL's two steps)
+@pytest.mark.parametrize("db_url", STORES, indirect=True)
 def test_twenty_thousand_idle_schedules_cost_nothing(fapp: rota.App, fake: rota.FakeClock) -> None:
     fapp.add_schedule("template", "t", every=60)
     _bulk_insert_schedules(fapp, 20_000)
@@ -817,7 +826,9 @@ def test_a_schedule_this_worker_cannot_plan_is_logged_once_and_does_not_spin_the
     with store._tx() as s:
         s.q_text(
             "UPDATE rota_schedules SET tz = 'Mars/Olympus', next_run_at = "
-            + ("next_run_at - 3600" if store.dialect == "sqlite" else "now() - interval '1 hour'")
+            + {"sqlite": "next_run_at - 3600", "mysql": "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR"}.get(
+                store.dialect, "now() - interval '1 hour'"
+            )
         )
     app.add_schedule("fine", "t", every=3600, run_immediately=True)
     caplog.set_level(logging.ERROR, logger="rota")

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from rota.stores import sqlite as sqlite_module
 from rota.stores.base import Outcome, RunFilter
-from rota.stores.queries import load_migrations
+from rota.stores.sqlite import store as sqlite_module
+from rota.stores.sqlstore.queries import load_migrations
 
 from .conftest import make_app
 
@@ -139,8 +139,8 @@ WORKER_AT_12 = textwrap.dedent(
     """
     import sys
     import rota
-    from rota.stores import sqlite as sqlite_module
-    from rota.stores.queries import load_migrations
+    from rota.stores.sqlite import store as sqlite_module
+    from rota.stores.sqlstore.queries import load_migrations
 
     sqlite_module.load_migrations = lambda _d: load_migrations("sqlite")[:12]  # the previous release
     from tests.test_hot_path import before_paused_queues  # its statements had no paused-queues guard

@@ -1,4 +1,4 @@
-"""SQLite writers of several processes queue on `<db>-writers` (rota.stores._sqlite_conn.Writers)
+"""SQLite writers of several processes queue on `<db>-writers` (rota.stores.sqlite.connection.Writers)
 instead of meeting in SQLite's busy handler: a writer waits while another process writes and
 goes on as soon as it is done; one kept waiting past busy_timeout fails with
 DatabaseTransient and writes nothing, however many of its process's writers wait before it;
@@ -23,7 +23,7 @@ import pytest
 
 import rota
 from rota.errors import DatabaseTransient
-from rota.stores._sqlite_conn import Writers
+from rota.stores.sqlite.connection import Writers
 
 from .conftest import make_app
 from .procs import WorkerProcs, wait_until

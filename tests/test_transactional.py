@@ -18,10 +18,10 @@ import rota
 from rota import transactional
 from rota.stores.sqlite import sqlite_path
 
-from .conftest import THROUGH_BOUNCER, start_worker, store_url, wait_for
+from .conftest import MYSQL, THROUGH_BOUNCER, start_worker, store_url, wait_for
 
 
-@pytest.fixture(params=THROUGH_BOUNCER)
+@pytest.fixture(params=[*THROUGH_BOUNCER, MYSQL])
 def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
     """Each test here once per store, and once more through a transaction-mode PgBouncer."""
     yield from store_url(request, tmp_path)
@@ -33,6 +33,11 @@ def connect(url: str) -> Iterator[Any]:
     conn: Any
     if url.startswith("sqlite"):
         conn = sqlite3.connect(sqlite_path(url), isolation_level=None, timeout=30)
+    elif url.startswith("mysql"):
+        from .test_txn import mysql_connection
+
+        conn = mysql_connection(url)
+        conn.autocommit(True)
     else:
         conn = psycopg.connect(url, autocommit=True)
     try:
@@ -42,9 +47,13 @@ def connect(url: str) -> Iterator[Any]:
 
 
 def sql(conn: Any, query: str, *params: Any) -> list[tuple[Any, ...]]:
-    """Run `query` with ? placeholders on a sqlite3 or psycopg connection."""
+    """Run `query` with ? placeholders on a sqlite3, psycopg or PyMySQL connection."""
     if not isinstance(conn, sqlite3.Connection):
         query = query.replace("?", "%s")
+    if not hasattr(conn, "execute"):  # PyMySQL: statements run on a cursor
+        cur = conn.cursor()
+        cur.execute(query, params or None)
+        return list(cur.fetchall()) if cur.description is not None else []
     cur = conn.execute(query, params)
     return list(cur.fetchall()) if cur.description is not None else []
 
@@ -87,8 +96,10 @@ def test_the_handlers_row_and_succeeded_commit_together(app_factory: Callable[..
     run = charge.enqueue(21).wait(15)
     assert (run.status, run.result, run.attempt) == ("succeeded", 42, 1)
     assert effects(app.store.url) == [(run.id, 1)]
-    driver = sqlite3.Connection if app.store.dialect == "sqlite" else psycopg.Connection
-    assert isinstance(seen[0], driver)
+    import pymysql
+
+    drivers = {"sqlite": sqlite3.Connection, "mysql": pymysql.connections.Connection}
+    assert isinstance(seen[0], drivers.get(app.store.dialect, psycopg.Connection))
     (follow_up,) = app.list_runs(task="follow")
     wait_for(lambda: app.get_run(follow_up.id).status == "succeeded", what="the follow-up run")
     # its event is emitted once the worker has its write back (a moment after the commit)

@@ -1,8 +1,8 @@
-"""Enqueue inside the caller's transaction (rota.txn), on SQLite and PostgreSQL.
+"""Enqueue inside the caller's transaction (rota.txn), on SQLite, PostgreSQL and MySQL/MariaDB.
 
-The caller's connection is the driver's own (sqlite3 or psycopg), or SQLAlchemy's. A worker
+The caller's connection is the driver's own (sqlite3, psycopg or PyMySQL), or SQLAlchemy's. A worker
 is started with a long poll interval: a committed run is executed only if the commit woke
-it (NOTIFY at commit on PostgreSQL, PRAGMA data_version on SQLite)."""
+it (NOTIFY at commit on PostgreSQL, PRAGMA data_version on SQLite, the change probe on MySQL)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import psycopg
 import pytest
@@ -19,7 +20,13 @@ import pytest
 import rota
 from rota.stores.sqlite import sqlite_path
 
-from .conftest import make_app, postgres_schema, start_worker
+from .conftest import MYSQL, STORES, make_app, postgres_schema, start_worker, store_url
+
+
+@pytest.fixture(params=[*STORES, MYSQL])
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    yield from store_url(request, tmp_path)
+
 
 WAKE_ONLY = 30.0  # poll interval: longer than any test waits, so only a wake-up can help
 
@@ -30,6 +37,8 @@ def caller_connection(url: str) -> Iterator[Any]:
     conn: Any
     if url.startswith("sqlite"):
         conn = sqlite3.connect(sqlite_path(url))
+    elif url.startswith("mysql"):
+        conn = mysql_connection(url)
     else:
         conn = psycopg.connect(url)
     try:
@@ -38,6 +47,23 @@ def caller_connection(url: str) -> Iterator[Any]:
         yield conn
     finally:
         conn.close()
+
+
+def mysql_connection(url: str) -> Any:
+    """A PyMySQL connection with psycopg's `execute` (these tests' helpers use it)."""
+    import pymysql
+
+    class Connection(pymysql.connections.Connection):  # type: ignore[type-arg]
+        def execute(self, sql: str, params: Any = None) -> Any:
+            cur = self.cursor()
+            cur.execute(sql, params)
+            return cur
+
+    parsed = urlparse(url)
+    return Connection(
+        host=parsed.hostname, port=parsed.port or 3306, user=unquote(parsed.username or ""),
+        password=unquote(parsed.password or ""), database=parsed.path.lstrip("/"), charset="utf8mb4",
+    )  # fmt: skip
 
 
 def add_signup(conn: Any, email: str) -> None:
@@ -124,6 +150,14 @@ def test_connection_to_another_database_is_refused(
         make_app(other_url).migrate()  # rota's tables exist there too: still another database
         with caller_connection(other_url) as conn, pytest.raises(rota.ConfigurationError, match="other.db"):
             welcome.options(connection=conn).enqueue("x")
+    elif db_url.startswith("mysql"):
+        from . import mysql_db
+        from .conftest import MYSQL_URL
+
+        with mysql_db.database(MYSQL_URL) as other_url:
+            make_app(other_url).migrate()  # rota's tables there too: still another database
+            with caller_connection(other_url) as conn, pytest.raises(rota.ConfigurationError, match="not to this app"):
+                welcome.options(connection=conn).enqueue("x")
     else:
         with postgres_schema() as other_url:
             with caller_connection(other_url) as conn, pytest.raises(rota.ConfigurationError, match="does not see"):
@@ -135,7 +169,8 @@ def test_connection_to_another_database_is_refused(
                 welcome.options(connection=conn).enqueue("x")
     wrong_kind = sqlite3.connect(":memory:") if not db_url.startswith("sqlite") else None
     if wrong_kind is not None:
-        with pytest.raises(rota.ConfigurationError, match="sqlite connection but this app's store is postgresql"):
+        store = "mysql" if db_url.startswith("mysql") else "postgresql"
+        with pytest.raises(rota.ConfigurationError, match=f"sqlite connection but this app's store is {store}"):
             welcome.options(connection=wrong_kind).enqueue("x")
         wrong_kind.close()
     with pytest.raises(rota.ConfigurationError, match="cannot enqueue on connection 'nope'"):
@@ -156,6 +191,8 @@ def test_failed_transaction_is_refused_clearly(app_factory: Callable[..., rota.A
 
 
 def sqlalchemy_url(url: str) -> str:
+    if url.startswith("mysql"):
+        return url.replace("mysql://", "mysql+pymysql://", 1)
     return url if url.startswith("sqlite") else url.replace("postgresql://", "postgresql+psycopg://", 1)
 
 

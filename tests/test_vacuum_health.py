@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 import rota
-from rota.stores import _pg_vacuum
+from rota.stores.postgres import vacuum as _pg_vacuum
 from rota.web import create_app
 
 from .conftest import make_app, start_worker, wait_for

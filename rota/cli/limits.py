@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..errors import ConfigurationError, DatabaseError
-from ..stores._flow_damage import damaged_specs
+from ..stores.flow_damage import damaged_specs
 from .base import database_app, database_line, handle_errors, json_option, main, print_json
 from .display import Column, line, table
 

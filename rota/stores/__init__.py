@@ -1,4 +1,5 @@
-"""Stores: one module per backend behind the interface in `base`.
+"""Stores: one package per backend (postgres/, sqlite/) behind the interface in `base`; what
+the SQL backends share is in sqlstore/.
 
 `open_store(url)` picks the backend from the URL scheme."""
 

@@ -221,7 +221,7 @@ class Store(FlowStore, abc.ABC):
 
     def poll_after_claim(self, queues: Sequence[str] | None) -> PollState:
         """poll_state, after a claim that got fewer runs than it asked for (a store with
-        limits leaves out the due runs that wait for a slot: see _limits)."""
+        limits leaves out the due runs that wait for a slot: see sqlstore/limits.py)."""
         return self.poll_state(queues)
 
     def limits_due(self) -> bool:

@@ -26,7 +26,7 @@ class RetryBatch:
 
 
 class FlowStore(abc.ABC):
-    """Backfill and bulk retry; both SQL stores implement it in one mixin (_sql_flow)."""
+    """Backfill and bulk retry; both SQL stores implement it in one mixin (sqlstore/flow.py)."""
 
     # The ticks recorded skipped, once committed, because their limit or rate keys cannot be
     # computed (rota.limit_specs: in a tick pass, or keying a tick made elsewhere before a

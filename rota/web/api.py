@@ -36,8 +36,8 @@ from ..errors import (
 from ..models import FINAL_STATUSES, STATUSES, iso
 from ..quarantine import DamagedRowError
 from ..serialization import check_text
-from ..stores._flow_damage import damaged_specs
 from ..stores.base import RunFilter
+from ..stores.flow_damage import damaged_specs
 from . import records
 from .params import integer as _int  # every numeric query parameter is parsed there
 

@@ -24,7 +24,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from ..errors import DatabaseTransient
+from .. import quarantine
+from ..errors import DatabaseError, DatabaseTransient
 from ..events import OUTCOME_EVENTS
 from ..logs import log_event
 from ..serialization import simple_error
@@ -62,6 +63,9 @@ class Completer:
         self.starts: dict[int, tuple[int, float]] = {}
         self.refused_starts: dict[int, tuple[int, float]] = {}  # refused: carried by the outcome
         self.refused: Callable[[list[tuple[int, int]]], None] = lambda runs: None
+        # (run, token) of outcomes whose write raised a transient error: it may have committed
+        # with its reply lost, and then the next write finds the run no longer running
+        self.uncertain: set[tuple[int, int]] = set()
         self._start_timer: asyncio.TimerHandle | None = None
 
     def started(self, run_id: int, token: int) -> None:
@@ -189,6 +193,7 @@ class Completer:
             retry: list[Outcome] = []
         except DatabaseTransient as exc:
             written, retry = set(), batch
+            self.uncertain.update((o.id, o.token) for o in batch)
             failure: BaseException = exc
         except Exception as exc:  # a permanent error, or a value the driver cannot encode
             written, retry = await self._one_by_one(batch, exc)
@@ -208,8 +213,30 @@ class Completer:
             self.ready.set()
         elif self.outage.ok():
             await self.after_outage()
+        if self.uncertain:
+            written = written | await self._written_before(batch, written, retry)
         self._count_stale(batch, written, retry)
         return not retry
+
+    async def _written_before(self, batch: list[Outcome], written: set[int], retry: list[Outcome]) -> set[int]:
+        """The outcomes of `batch` found stale whose earlier write committed though its reply
+        was lost: the run's row holds this outcome's status under its token (then its event is
+        due, and nothing was discarded)."""
+        kept = {o.id for o in retry}
+        found: set[int] = set()
+        for o in batch:
+            if o.id in kept or (o.id, o.token) not in self.uncertain:
+                continue
+            self.uncertain.discard((o.id, o.token))  # decided now, whichever way
+            if o.id in written or o.status not in ("succeeded", "failed"):
+                continue
+            try:  # (get_run: on PostgreSQL a succeeded run may have moved to rota_history with the write)
+                run = await self.db(self.store().get_run, o.id)
+            except (DatabaseError, *quarantine.UNDECODABLE):
+                continue  # not known: counted stale, as before
+            if run is not None and (run.status, run.token) == (o.status, o.token):
+                found.add(o.id)
+        return found
 
     async def finish_and_claim(
         self, owner: str, limit: int, queues: list[str] | None, lease: float, start: int | None = None
@@ -224,6 +251,7 @@ class Completer:
             written, claimed = await self.db(self.store().finish_and_claim, batch, owner, limit, queues, lease, start)
         except DatabaseTransient:
             self._written(batch)
+            self.uncertain.update((o.id, o.token) for o in batch)
             self.outbox[:0] = batch
             self.ready.set()
             raise

@@ -160,9 +160,12 @@ class Lifecycle:
         fenced and the process ended (`rota worker`), or held by a keeper thread until their
         handlers return (see rota/worker/stopping.py)."""
         self._leases.kept = []
-        await self._settle_ended([a for a in kept if not still_running(a)])
+        # one look decides: a handler that returns after it stays kept (the keeper hands its run
+        # back, the fence marks it WorkerStopped); a second look missed it between the two
+        ended = [a for a in kept if not still_running(a)]
+        kept = [a for a in kept if a not in ended]
+        await self._settle_ended(ended)
         await self._flush()
-        kept = [a for a in kept if still_running(a)]
         if not kept:
             return
         if self.exit_after_stop:

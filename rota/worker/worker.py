@@ -308,7 +308,7 @@ class Worker(Lifecycle):
         await self._rescuer.learn_db_started()
 
     async def _warn_autovacuum(self) -> None:
-        """PostgreSQL: one warning line when autovacuum is off (rota.stores._pg_vacuum)."""
+        """PostgreSQL: one warning line when autovacuum is off (rota.stores.postgres.vacuum)."""
         warn = getattr(self.store, "warn_autovacuum", None)
         if warn is not None:
             with contextlib.suppress(DatabaseError):  # a start is no place to fail over a check

@@ -105,6 +105,15 @@ def declare(app: rota.App) -> None:
     def rated(ctx: rota.RunContext, i: int) -> dict[str, Any]:
         return work(ctx, "soak.rated", 0.02)
 
+    # the two whose stored limit and rate the damage fault puts out of range (tools/soak/damage.py)
+    @app.task(name="soak.capped", pass_context=True, limit=rota.Limit(1))
+    def capped(ctx: rota.RunContext, i: int) -> dict[str, Any]:
+        return work(ctx, "soak.capped", 0.05)
+
+    @app.task(name="soak.paced", pass_context=True, rate=rota.Rate(2, per=1.0))
+    def paced(ctx: rota.RunContext, i: int) -> dict[str, Any]:
+        return work(ctx, "soak.paced", 0.05)
+
     @app.task(name="soak.txn", transactional=True, retries=1, backoff=0.1)
     def txn(ctx: rota.RunContext, i: int, fail_until: int = 0) -> dict[str, Any]:
         record("start", ctx, "soak.txn")
@@ -133,7 +142,7 @@ def declare(app: rota.App) -> None:
     def unique(ctx: rota.RunContext, key: str) -> dict[str, Any]:
         return work(ctx, "soak.unique", 0.05)
 
-    del plain, limited, rated, txn, fork, tick, unique
+    del plain, limited, rated, capped, paced, txn, fork, tick, unique
 
 
 app = rota.App(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,6 +52,10 @@ class Facts:
     faults: tuple[str, ...]
     killed: set[int]  # the pids of the workers the injector killed with -9
     schedules: list[Any] | str  # list_schedules(), or what it raised
+    # the listings the damaged registry and flow rows must not break: name -> its rows, or what it raised
+    listings: dict[str, list[Any] | str] = field(default_factory=dict)
+    termed: set[int] = field(default_factory=set)  # the pids of the workers sent SIGTERM (not -9)
+    discarded: list[tuple[str, str, int]] = field(default_factory=list)  # (run, status, token) logged discarded
 
 
 Check = Callable[[Facts], list[Violation]]
@@ -163,7 +167,7 @@ def overlap(f: Facts) -> list[Violation]:
 def settled(f: Facts) -> list[Violation]:
     missing = sorted(set(f.ledger.kinds) - set(f.runs), key=int)
     found = [Violation("final", f"{len(missing)} enqueued run(s) vanished", missing)] if missing else []
-    stuck = {i: s for i, s in f.unsettled.items() if i not in f.ledger.damaged_runs}
+    stuck = {i: s for i, s in f.unsettled.items() if i not in f.ledger.damaged_runs and i not in f.ledger.held_runs}
     if stuck:
         what = [f"{s} {f.runs[i].task if i in f.runs else '?'}" for i, s in stuck.items()]
         counts = ", ".join(f"{n} {s}" for s, n in sorted(_count(what).items()))

@@ -9,9 +9,9 @@ from collections import defaultdict
 from tests.faults.invariants import GIVEN_UP
 
 from .checks import Check, Facts, Violation, _history, beside_itself, limits, overlap, policies, rates, settled, ticks
+from .checks_damage import damage
 
 HANDLER_ERRORS = {"SoakFailure"}  # what the handlers raise on purpose
-DAMAGED = "DamagedRow"
 
 
 def attempts(f: Facts) -> list[Violation]:
@@ -49,18 +49,20 @@ def attempts(f: Facts) -> list[Violation]:
 
 
 def leases(f: Facts) -> list[Violation]:
-    """A lease is lost only by a worker that was killed with -9: a worker that stops on
-    SIGTERM hands its runs back, and every proxy cut is shorter than half a lease (an owner
-    back within a lease keeps its runs: docs/concepts/faults.md)."""
+    """A lease is lost only by a worker that was killed with -9, or (as `WorkerStopped`) by one
+    sent SIGTERM whose handler outlived its shutdown timeout (docs/concepts/faults.md): a
+    worker that stops on SIGTERM hands back what no handler still runs, and every proxy cut is
+    shorter than half a lease (an owner back within a lease keeps its runs)."""
     lost: dict[str, list[str]] = defaultdict(list)
     for run in f.runs.values():
-        owners = [str(a.get("worker")) for a in run.history if a.get("status") == "lost"]
+        owners = [(str(a.get("worker")), (a.get("error") or {}).get("type")) for a in run.history
+                  if a.get("status") == "lost"]  # fmt: skip
         error = run.error or {}
-        if run.status == "failed" and error.get("type") == "WorkerLost":
-            owners.append(str(error.get("message", "")).removeprefix("worker ").split(" ")[0])
-        for owner in owners:
+        if run.status == "failed" and error.get("type") in ("WorkerLost", "WorkerStopped"):
+            owners.append((str(error.get("message", "")).removeprefix("worker ").split(" ")[0], error.get("type")))
+        for owner, why in owners:
             pid = owner.rpartition(":")[2]
-            if not (pid.isdigit() and int(pid) in f.killed):
+            if not pid.isdigit() or not (int(pid) in f.killed or (int(pid) in f.termed and why == "WorkerStopped")):
                 lost[owner].append(run.id)
     return [Violation("lease-lost", f"worker {owner} was not killed, yet {len(ids)} of its attempts were lost "
                       "(rescued by another worker)", sorted(ids, key=int)) for owner, ids in sorted(lost.items())]  # fmt: skip
@@ -83,6 +85,15 @@ def tokens(f: Facts) -> list[Violation]:
     bad = [run_id for run_id, execs in f.evidence.by_run.items()
            if any(b.token <= a.token for a, b in itertools.pairwise(execs))]  # fmt: skip
     return [Violation("tokens", f"{len(bad)} run(s) whose later execution carried a smaller token", bad)] if bad else []
+
+
+def discards(f: Facts) -> list[Violation]:
+    """An outcome a worker logged as discarded (its token no longer held the run) is not the
+    run's recorded end under that token: a write whose commit reply was lost is not stale."""
+    bad = sorted({run_id for run_id, status, token in f.discarded
+                  if (run := f.runs.get(run_id)) is not None and (run.status, run.token) == (status, token)}, key=int)  # fmt: skip
+    return [Violation("discarded", f"{len(bad)} outcome(s) logged as discarded though the run holds them, e.g. "
+                      f"run {bad[0]}", bad)] if bad else []  # fmt: skip
 
 
 def retried_once(f: Facts) -> list[Violation]:
@@ -185,8 +196,9 @@ def copies_of_damaged(f: Facts) -> set[str]:
 
 def failures(f: Facts) -> list[Violation]:
     """A run fails only as the workload asked (its handler raised), as a damaged row, or as
-    lost on its last attempt when workers are killed. A retry of a damaged run is named apart."""
+    lost on its last attempt when workers are killed (or stopped past their shutdown timeout). A retry of a damaged run is named apart."""
     allowed = HANDLER_ERRORS | ({"WorkerLost"} if "kill" in f.faults else set())
+    allowed |= {"WorkerStopped"} if "term" in f.faults else set()
     copies = copies_of_damaged(f)
     failed_copies = sorted((i for i in copies if f.runs[i].status == "failed"), key=int)
     found = [Violation("damaged-retried", f"{len(failed_copies)} retr(ies) of damaged runs (retry_many copied their "
@@ -200,26 +212,6 @@ def failures(f: Facts) -> list[Violation]:
                 by_type[f"{kind}: {str(error.get('message', ''))[:160]}"].append(run.id)
     return found + [Violation("unexpected-failure", f"{len(ids)} run(s) failed with {what}", sorted(ids, key=int))
                     for what, ids in sorted(by_type.items())]  # fmt: skip
-
-
-def damage(f: Facts) -> list[Violation]:
-    found = []
-    for run_id, what in f.ledger.damaged_runs.items():
-        run = f.runs.get(run_id)
-        error = ((run.error or {}).get("type") if run else None) or "-"
-        if run is None or run.status != "failed" or error != DAMAGED:
-            status = run.status if run else "missing"
-            found.append(Violation("quarantine", f"damaged run {run_id} ({what}) ended {status} ({error}), not failed "
-                                   f"{DAMAGED}", [run_id]))  # fmt: skip
-    if isinstance(f.schedules, str):
-        found.append(Violation("quarantine", f"listing the schedules fails: {f.schedules}", []))
-    else:
-        info = {s.name: s for s in f.schedules}
-        for name, what in f.ledger.damaged_schedules.items():
-            s = info.get(name)
-            if s is None or not (getattr(s, "corrupt", ()) or getattr(s, "plan_error", None)):
-                found.append(Violation("quarantine", f"damaged schedule {name} ({what}) is not listed as damaged", []))
-    return found
 
 
 def processes(f: Facts) -> list[Violation]:
@@ -236,7 +228,7 @@ def processes(f: Facts) -> list[Violation]:
 
 CHECKS: dict[str, Check] = {
     "beside-itself": beside_itself, "limit": limits, "rate": rates, "ticks": ticks, "policy": policies, "overlap": overlap,
-    "final": settled, "attempts": attempts, "lease-lost": leases, "cancel": cancels, "tokens": tokens, "retried-twice": retried_once, "after": after, "unique_for": unique,
+    "final": settled, "attempts": attempts, "lease-lost": leases, "cancel": cancels, "tokens": tokens, "discarded": discards, "retried-twice": retried_once, "after": after, "unique_for": unique,
     "transactional": transactional, "unexpected-failure": failures, "attempt-error": attempt_errors, "quarantine": damage, "processes": processes,
 }  # fmt: skip
 

@@ -9,15 +9,16 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .damage import DAMAGE  # the damaged rows the "damage" fault writes (every kind by default)
+
 FEATURES = ("schedules", "limits", "rates", "after", "unique", "retries", "txn", "cancel", "retry_many",
             "backfill", "fork", "block")  # fmt: skip
 FAULTS = ("term", "kill", "proxy", "damage")
 # every invariant the report names (checks.py, checks_flow.py; --known takes these)
 INVARIANTS = ("beside-itself", "limit", "rate", "ticks", "schedule-stopped", "policy", "overlap", "final", "attempts",
-              "lease-lost", "cancel", "tokens", "retried-twice", "after", "unique_for", "transactional",
+              "lease-lost", "cancel", "tokens", "discarded", "retried-twice", "after", "unique_for", "transactional",
               "damaged-retried", "unexpected-failure", "attempt-error", "quarantine", "worker-stopped", "client-call",
               "claims-stopped")  # fmt: skip
-DAMAGE = ("attempt", "timeout", "args", "every", "jitter")  # the damaged rows "damage" writes
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
 
 

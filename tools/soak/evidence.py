@@ -5,6 +5,7 @@ exit after SIGTERM), to the moment that process was seen gone."""
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,3 +85,15 @@ def most_at_once(spans: list[Execution]) -> tuple[int, list[Execution]]:
         if len(open_now) > most:
             most, at = len(open_now), [spans[j] for j in sorted(open_now)]
     return most, at
+
+
+DISCARDED = re.compile(r"run (\d+): outcome '(\w+)' discarded: token (\d+)")
+
+
+def discarded(folder: Path) -> list[tuple[str, str, int]]:
+    """(run, status, token) of each outcome a worker logged as discarded (a stale write)."""
+    found = []
+    for path in sorted(folder.glob("worker-*.log")):
+        for m in DISCARDED.finditer(path.read_text(errors="replace")):
+            found.append((m.group(1), m.group(2), int(m.group(3))))
+    return found

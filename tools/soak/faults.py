@@ -1,6 +1,9 @@
 """The fleet of worker processes and the fault injector: SIGTERM and kill -9 of a random
 worker (then a new one in its place), cuts of every worker's database connection through the
-fault proxy (PostgreSQL), and, once, damaged rows written straight into the tables."""
+fault proxy (PostgreSQL), and, once, damaged rows written straight into the tables
+(tools/soak/damage.py). Each kind of fault is sent once at a planned moment (a seeded order,
+spread over the duration), so that even a short soak sends each of them; the rest come at
+random, the kinds taking turns."""
 
 from __future__ import annotations
 
@@ -9,15 +12,14 @@ import signal
 import subprocess
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import rota
 from tests.faults.proxy import FaultProxy
 from tests.procs import WorkerProcs
 
 from .config import Config
+from .damage import write_damage
 from .workload import Ledger
 
 APP = "tools.soak.app:app"
@@ -37,6 +39,7 @@ class Fleet:
         self.exits: dict[int, float] = {}
 
     def start(self) -> subprocess.Popen[bytes]:
+        self.ledger.starts.append(time.monotonic())
         return self.procs.start(APP, concurrency=self.cfg.concurrency, poll=0.1, lease=self.cfg.lease,
                                 shutdown_timeout=self.cfg.shutdown_timeout)  # fmt: skip
 
@@ -104,6 +107,10 @@ class Injector(threading.Thread):
         kinds = [f for f in ("term", "kill") if f in cfg.faults]
         self.kinds = kinds + (["proxy"] if "proxy" in cfg.faults and proxy is not None else [])
         self.damage_at = cfg.duration * 0.35 if "damage" in cfg.faults else None
+        self.turns: list[str] = []  # the kinds still to send this round (each round a seeded shuffle)
+        # besides the random ones, each kind once, in a seeded order, spread over the duration
+        first = self.rng.sample(self.kinds, len(self.kinds))
+        self.planned = [(cfg.duration * (i + 1) / (len(first) + 1), kind) for i, kind in enumerate(first)]
 
     def run(self) -> None:
         began = time.monotonic()
@@ -112,8 +119,15 @@ class Injector(threading.Thread):
             if self.damage_at is not None and time.monotonic() - began >= self.damage_at:
                 self.damage_at = None
                 write_damage(self.client, self.ledger, self.cfg.damage)
-            if self.kinds and self.rng.random() < 0.5 / self.cfg.fault_every:
-                self.fault(self.rng.choice(self.kinds))
+            if self.planned and time.monotonic() - began >= self.planned[0][0]:
+                self.fault(self.planned.pop(0)[1])
+            elif self.kinds and self.rng.random() < 0.5 / self.cfg.fault_every:
+                self.fault(self.next_kind())
+
+    def next_kind(self) -> str:
+        if not self.turns:
+            self.turns = self.rng.sample(self.kinds, len(self.kinds))
+        return self.turns.pop()
 
     def fault(self, kind: str) -> None:
         if kind == "proxy":
@@ -139,48 +153,3 @@ class Injector(threading.Thread):
         if self.proxy is not None:
             self.proxy.restore()
         self.fleet.fill()
-
-
-def write_damage(app: rota.App, ledger: Ledger, damage: tuple[str, ...]) -> None:
-    """Runs and schedules no API would write: an attempt at its column's maximum, a NaN
-    timeout (PostgreSQL; SQLite's STRICT tables hold no NaN), arguments that are not JSON,
-    a schedule whose `every` is NaN (SQLite: infinite), one whose jitter does not decode
-    (1e300 seconds). Each damaged run is due two seconds after the damage is written; each
-    damage is written on its own (one that fails to write is a client-call finding)."""
-    store: Any = app.store
-    pg = store.dialect == "postgresql"
-    top = 2**31 - 1 if pg else 2**63 - 1
-    nan = "'NaN'" if pg else "9e999"  # SQLite: an infinite one
-    runs = {
-        "attempt": ("attempt at its column's maximum", f"attempt = {top}, max_attempts = {top}"),
-        "timeout": ("a NaN timeout", "timeout = 'NaN'"),  # PostgreSQL only: SQLite's STRICT REAL holds no NaN
-        "args": ("args that are not JSON", "args = '[1,'"),
-    }
-    ledger.damaged_at = datetime.now(UTC)
-    for kind, (what, assignment) in runs.items():
-        if kind in damage and (pg or kind != "timeout"):
-            ledger.call(f"write a run with {what}", lambda w=what, a=assignment: _damage_run(app, ledger, w, a))  # type: ignore[misc]
-    schedules = {"every": ("d-every", "every is NaN" if pg else "every is infinite", f"every = {nan}"),
-                 "jitter": ("d-jitter", "jitter does not decode", "jitter = 1e300")}  # fmt: skip
-    for kind, (name, what, assignment) in schedules.items():
-        if kind in damage:
-            ledger.call(
-                f"write schedule {name}", lambda n=name, w=what, a=assignment: _damage_schedule(app, ledger, n, w, a)
-            )  # type: ignore[misc]
-    ledger.note(f"damage: runs {', '.join(ledger.damaged_runs)}; schedules {', '.join(ledger.damaged_schedules)}")
-
-
-def _damage_run(app: rota.App, ledger: Ledger, what: str, assignment: str) -> None:
-    store: Any = app.store
-    handle = app.get_task("soak.plain").options(delay=2.0).enqueue(0, 2.0, 0)  # long enough for heartbeats
-    with store._tx() as s:
-        s.q_text(f"UPDATE rota_runs SET {assignment} WHERE id = {store._p('id')}", id=int(handle.id))
-    ledger.damaged_runs[str(handle.id)] = what
-
-
-def _damage_schedule(app: rota.App, ledger: Ledger, name: str, what: str, assignment: str) -> None:
-    store: Any = app.store
-    app.add_schedule(name, "soak.tick", every=1.0, args=[0.0], jitter=0.2 if name == "d-jitter" else None)
-    with store._tx() as s:
-        s.q_text(f"UPDATE rota_schedules SET {assignment} WHERE name = {store._p('name')}", name=name)
-    ledger.damaged_schedules[name] = what

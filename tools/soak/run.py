@@ -102,17 +102,26 @@ def _drive(cfg: Config, client: rota.App, workload: Workload, fleet: Fleet, prox
         injector.stopping.set()
         fleet.stop_all()
     runs = {str(r.id): r for r in client.list_runs(limit=100_000)}
-    try:
-        schedules: list[Any] | str = client.list_schedules(include_inactive=True)
-    except Exception as exc:  # a listing broken by a damaged row is a finding
-        schedules = f"{type(exc).__name__}: {exc}"
+    store: Any = client.store
+    listings = {name: _listing(fn) for name, fn in (
+        ("schedules", lambda: client.list_schedules(include_inactive=True)), ("workers", client.list_workers),
+        ("locks", client.list_locks), ("limits", store.list_limits), ("rates", store.list_rates),
+        ("damaged flow rows", lambda: store.damaged_flow(report=False)))}  # fmt: skip
     with client.store._read() as s:  # type: ignore[attr-defined]
         rows = s.q_text("SELECT run_id, token FROM soak_effects ORDER BY token")
     effects: dict[str, list[int]] = {}
     for run_id, token in rows:
         effects.setdefault(str(run_id), []).append(int(token))
     found = evidence.read(folder, fleet.exits)
-    return Facts(runs, found, ledger, effects, unsettled, stop_at, cfg.faults, fleet.killed, schedules)
+    return Facts(runs, found, ledger, effects, unsettled, stop_at, cfg.faults, fleet.killed, listings.pop("schedules"),
+                 listings, fleet.signalled - fleet.killed, evidence.discarded(folder))  # fmt: skip
+
+
+def _listing(fn: Any) -> list[Any] | str:
+    try:
+        return list(fn())
+    except Exception as exc:  # a listing broken by a damaged row is a finding
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _settle(cfg: Config, client: rota.App, ledger: Ledger, stop_at: datetime) -> dict[str, str]:

@@ -42,6 +42,10 @@ class Ledger:
     damaged_runs: dict[str, str] = field(default_factory=dict)  # run id -> what is damaged
     damaged_schedules: dict[str, str] = field(default_factory=dict)
     damaged_at: datetime | None = None
+    damaged_rows: list[str] = field(default_factory=list)  # the other damaged rows ("worker d-worker-queues")
+    held_runs: list[str] = field(default_factory=list)  # runs of a damaged limit or rate: they wait
+    damaged_mono: float | None = None  # when every damaged row had been written (monotonic)
+    starts: list[float] = field(default_factory=list)  # when each worker process was started (monotonic)
     client_errors: list[str] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)  # what the injector did, in order
     unexpected_exits: list[str] = field(default_factory=list)
@@ -126,19 +130,21 @@ class Workload:
         return self.rng.choices([0, 1, RETRIES + 1], [0.7, 0.18, 0.12])[0]
 
     def plain(self) -> None:
-        calls = [([self.next_i(), self.seconds(0.2), self.fail_until()], {}) for _ in range(self.rng.randint(1, 4))]
+        calls: list[tuple[list[Any], dict[str, Any]]] = [
+            ([self.next_i(), self.seconds(0.2), self.fail_until()], {}) for _ in range(self.rng.randint(1, 4))
+        ]
         task = self.app.get_task("soak.plain")
         self.ledger.add("plain", self.ledger.call("enqueue plain", lambda: task.enqueue_many(calls)))
 
     def limited(self) -> None:
-        calls = [
+        calls: list[tuple[list[Any], dict[str, Any]]] = [
             ([self.rng.choice("abc"), self.next_i(), self.seconds(0.4)], {}) for _ in range(self.rng.randint(1, 3))
         ]
         task = self.app.get_task("soak.limited")
         self.ledger.add("limited", self.ledger.call("enqueue limited", lambda: task.enqueue_many(calls)))
 
     def rated(self) -> None:
-        calls = [([self.next_i()], {}) for _ in range(self.rng.randint(1, 3))]
+        calls: list[tuple[list[Any], dict[str, Any]]] = [([self.next_i()], {}) for _ in range(self.rng.randint(1, 3))]
         task = self.app.get_task("soak.rated")
         self.ledger.add("rated", self.ledger.call("enqueue rated", lambda: task.enqueue_many(calls)))
 

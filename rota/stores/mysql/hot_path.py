@@ -79,8 +79,8 @@ class MySQLHotPath:
         ids = [int(r[0]) for r in s.q(name + "_ids", **params)]
         if not ids:
             return []
-        token = int(s.q("next_token")[0][0])
-        s.q("take_token", token=token + len(ids) - 1)  # one token per claimed run
+        s.q("take_tokens", n=len(ids))  # one token per claimed run
+        token = int(s.cur.lastrowid) - len(ids) + 1
         return s.q(name, **params, token=token, _ids=ids, _idlist=",".join(map(str, ids)))
 
     def _plain_finish_and_claim(
@@ -156,7 +156,9 @@ class MySQLHotPath:
         if not outcomes:
             return set()
         ids = sorted({o.id for o in outcomes})
-        holding = {(int(row[0]), int(row[1])) for row in s.q("finish_holding", ids=ids)}
+        rows = s.q("finish_holding", ids=ids)
+        holding = {(int(row[0]), int(row[1])) for row in rows}
+        settles = {int(row[0]) for row in rows if row[2]}
         mine = []
         for o in outcomes:
             if (o.id, o.token) in holding:
@@ -166,7 +168,7 @@ class MySQLHotPath:
                 o.written_status = None
         if mine:
             self._finish_batch(s, mine)
-            settle(s, sorted(o.id for o in mine))
+            settle(s, sorted(o.id for o in mine if o.id in settles))
         return {o.id for o in mine}
 
     def _finish_batch(self, s: Session, outcomes: Sequence[Outcome]) -> None:

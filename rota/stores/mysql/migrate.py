@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...config import redact_url as redact
 from ...errors import DatabaseError, PermissionDenied, SchemaVersionError
-from ..queries import latest_version, load_migrations
+from ..sqlstore.queries import latest_version, load_migrations
 from .session import Pool, check_version
 
 _LOCK_WAIT = 600  # seconds a migrating process waits for another one

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -189,37 +189,51 @@ class Session:
     last step that returned rows are the query's rows. No ids: nothing more runs. Steps
     before the first SELECT (an INSERT) just run."""
 
-    __slots__ = ("conn", "cur", "in_tx", "now", "queries", "wake")
+    __slots__ = ("conn", "cur", "in_tx", "now", "queries", "settle", "wake")
 
-    def __init__(self, conn: Any, queries: dict[str, str], now: datetime | None, in_tx: bool) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        queries: dict[str, str],
+        now: datetime | None,
+        in_tx: bool,
+        settle: Callable[[Session, list[int]], None] | None = None,
+    ) -> None:
         self.conn = conn
         self.cur = conn.cursor()
         self.queries = queries
         self.now = now
         self.in_tx = in_tx
+        self.settle = settle  # after a query in ENDING, with the ids it changed (see hot_path.settle)
         self.wake: list[str] = []
 
     def q(self, name: str, /, **params: Any) -> list[Row]:
-        return self.q_text(self.queries[name], **params)
+        return self.q_text(self.queries[name], _ending=name in ENDING, **params)
 
-    def q_text(self, sql: str, /, **params: Any) -> list[Row]:
+    def q_text(self, sql: str, /, _ending: bool = False, **params: Any) -> list[Row]:
         params["now"] = self.now
         steps = _steps(sql)
         if len(steps) == 1:
             self.cur.execute(steps[0], params)
             return list(self.cur.fetchall()) if self.cur.description else []
         if self.in_tx:
-            return self._run_steps(steps, params)
+            return self._run_steps(steps, params, _ending)
         self.conn.begin()
         try:
-            rows = self._run_steps(steps, params)
+            rows = self._run_steps(steps, params, _ending)
             self.conn.commit()
         except BaseException:
             self.conn.rollback()
             raise
         return rows
 
-    def _run_steps(self, steps: list[str], params: dict[str, Any]) -> list[Row]:
+    def _run_steps(self, steps: list[str], params: dict[str, Any], ending: bool = False) -> list[Row]:
+        rows = self._steps(steps, params)
+        if ending and rows and self.settle is not None:
+            self.settle(self, [int(i) for i in params["_ids"]])
+        return rows
+
+    def _steps(self, steps: list[str], params: dict[str, Any]) -> list[Row]:
         rows: list[Row] = []
         bound = False
         for step in steps:
@@ -236,6 +250,14 @@ class Session:
                 params["_n"] = len(rows)
         return rows
 
+
+# The statements that may end runs whose end changes others (an exclusive schedule's held
+# run, dependents): what PostgreSQL's and SQLite's triggers do after them, the store does.
+ENDING = frozenset({
+    "cancel_pending", "rescue", "cancel_active_pending", "cancel_held", "cancel_schedule_pending",
+    "withdraw_ahead", "misfire_ahead", "deps_orphaned", "flow_keyless", "flow_skip_unkeyed", "refuse",
+    "disown", "finish_transactional",
+})  # fmt: skip
 
 _split: dict[str, list[str]] = {}
 

@@ -24,6 +24,7 @@ server's UTC_TIMESTAMP(6) unless a clock is configured.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -34,18 +35,19 @@ from typing import Any, TypeVar
 from ...clock import Clock
 from ...config import redact_url as redact
 from ...errors import ConfigurationError, DatabaseError, DatabaseTransient
-from .._limits_sql import SQLiteFlow
-from .._sql import NOTIFY_CHANNEL, SqlStore
 from ..base import Claimed, NewRun, PollState, Rescued, run_stats
-from ..queries import load_queries
 from ..records import claimed_rows
-from .hot_path import MySQLHotPath
+from ..sqlite.flow import SQLiteFlow  # the flow claim step by step, as SQLite takes it
+from ..sqlstore.queries import load_queries
+from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
+from .hot_path import MySQLHotPath, settle
 from .migrate import MySQLMigrations
 from .session import DriverError, Pool, Session, connect_kwargs, is_retry_at_once, translate
 
 log = logging.getLogger("rota.store")
 T = TypeVar("T")
 _ATTEMPTS = 4
+_BULK = 500  # runs per multi-row INSERT
 NOW = "CAST(COALESCE(%(now)s, UTC_TIMESTAMP(6)) AS DATETIME(6))"
 
 
@@ -60,8 +62,15 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         pool_size: int = 10,
         connect_timeout: float = 5.0,
         lock_wait_timeout: int = 5,
+        pooler: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
         super().__init__(url, clock)
+        if pooler is not None or listen_url is not None:
+            raise ConfigurationError(
+                f"pooler={pooler!r} and listen_url={listen_url!r} are PostgreSQL settings (ROTA_POOLER, "
+                "ROTA_LISTEN_URL): unset them for a MySQL/MariaDB database"
+            )
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be at least 1, got {pool_size}")
         if not 1 <= lock_wait_timeout <= 3600:
@@ -76,6 +85,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         self._pool_lock = threading.Lock()
         self.listeners: list[Callable[[str], None]] = []  # this process's workers (told at commit)
         self.server: str | None = None  # "MariaDB 10.11", after the version check
+        self._own_identity: tuple[Any, ...] | None = None
 
     # -- connections ---------------------------------------------------------------------
     def _open(self) -> Pool:
@@ -96,7 +106,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
             with pool.connection() as conn:
                 if transaction:
                     conn.begin()
-                    session = Session(conn, self.queries, now, True)
+                    session = Session(conn, self.queries, now, True, settle)
                     try:
                         yield session
                         conn.commit()
@@ -104,7 +114,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
                         conn.rollback()
                         raise
                 else:
-                    session = Session(conn, self.queries, now, False)
+                    session = Session(conn, self.queries, now, False, settle)
                     yield session
         except DriverError as exc:
             raise translate(exc, self.url) from exc
@@ -155,9 +165,13 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
     def _names(self, values: Sequence[str] | None) -> Any:
-        import json
-
         return json.dumps(list(values)) if values is not None else None
+
+    def _id_list(self, ids: Sequence[int]) -> Any:
+        return json.dumps(list(ids))  # read with JSON_TABLE
+
+    def _time_list(self, times: Sequence[datetime]) -> Any:
+        return [self._ts(t) for t in times]  # `IN %(ticks)s`: PyMySQL writes the list as (a, b, ...)
 
     def _p(self, name: str) -> str:
         return f"%({name})s"
@@ -189,27 +203,71 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
 
     # -- enqueue -------------------------------------------------------------------------
     def _insert_plain(self, s: Any, runs: Sequence[NewRun]) -> list[int]:
-        """One multi-row INSERT: InnoDB gives consecutive ids to the rows of one statement
-        (innodb_autoinc_lock_mode 1 or 2 with a known row count), from LAST_INSERT_ID()."""
+        """Multi-row INSERTs of up to 500 runs each: InnoDB gives the rows of one statement
+        whose row count it knows consecutive ids, the first in the OK packet (lastrowid)."""
         now = s.now or s.q("now")[0][0]
         gated = any(r.limit_name is not None or r.rate_name is not None for r in runs)
-        rows = []
-        for r in runs:
-            when = r.scheduled_for if r.scheduled_for is not None else now + timedelta(seconds=r.delay)
-            at = self._ts(when)
-            row = [r.task, r.queue, r.priority, r.args, r.kwargs, at, at, r.max_attempts, r.timeout, r.backoff,
-                   self._ts(now)]  # fmt: skip
-            rows.append((*row, r.limit_name, r.limit_key, r.rate_name, r.rate_key) if gated else tuple(row))
-        sql = self.queries["insert_runs_bulk_gated" if gated else "insert_runs_bulk"]
-        s.cur.executemany(sql, rows)
-        first = int(s.q("last_run_id")[0][0])
-        return list(range(first, first + len(runs)))
+        head, values = self.queries["insert_runs_bulk_gated" if gated else "insert_runs_bulk"].split("VALUES", 1)
+        ids: list[int] = []
+        for start in range(0, len(runs), _BULK):
+            chunk = runs[start : start + _BULK]
+            args: list[Any] = []
+            for r in chunk:
+                when = self._ts(r.scheduled_for if r.scheduled_for is not None else now + timedelta(seconds=r.delay))
+                args += [r.task, r.queue, r.priority, r.args, r.kwargs, when, when, r.max_attempts, r.timeout,
+                         r.backoff, self._ts(now)]  # fmt: skip
+                if gated:
+                    args += [r.limit_name, r.limit_key, r.rate_name, r.rate_key]
+            s.cur.execute(f"{head} VALUES {','.join([values.strip()] * len(chunk))}", args)
+            if s.cur.rowcount != len(chunk):  # pragma: no cover - every row inserts or the statement fails
+                raise DatabaseError(f"MySQL inserted {s.cur.rowcount} of {len(chunk)} runs")
+            first = int(s.cur.lastrowid)
+            ids += range(first, first + len(chunk))
+        return ids
+
+    @contextmanager
+    def foreign_session(self, conn: Any) -> Iterator[Session]:
+        """A session on a caller's PyMySQL connection, in whatever transaction it has open (its
+        commit or rollback decides). Refused unless it is on this store's database, migrated.
+        Workers notice the commit through their change probe (data_version)."""
+        now = self._ts(self.clock.now()) if self.clock is not None else None
+        session = Session(conn, self.queries, now, True, settle)
+        try:
+            database, tables, host = session.q("store_identity")[0]
+            own = self._identity()
+            if (database, host) != (own[0], own[2]):
+                raise ConfigurationError(
+                    f"the connection is to the MySQL database {database!r} on {host!r}, not to this app's "
+                    f"store {own[0]!r} on {own[2]!r}: enqueue in a transaction of the store's own database"
+                )
+            if not tables:
+                raise ConfigurationError(
+                    f"the MySQL database {database!r} has no rota tables yet: call app.migrate() once at "
+                    "start-up (outside the transaction)"
+                )
+            yield session
+        except DriverError as exc:
+            raise translate(exc, self.url) from exc
+        finally:
+            session.cur.close()
+
+    def _identity(self) -> tuple[Any, ...]:
+        if self._own_identity is None:
+            with self._read() as s:
+                self._own_identity = tuple(s.q("store_identity")[0])
+        return self._own_identity
 
     def handler_transaction(self) -> Any:
-        raise ConfigurationError(
-            "transactional handlers (rota.transactional) are not supported on MySQL/MariaDB yet: "
-            "use PostgreSQL or SQLite for them"
-        )
+        from .handler_tx import mysql_handler_tx
+
+        return mysql_handler_tx(self)
+
+    def connect_options(self) -> dict[str, Any]:
+        """PyMySQL's arguments for a connection of this store's (a transactional handler's)."""
+        return dict(self._kwargs)
+
+    def _settle_hook(self) -> Any:
+        return settle
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": redact(self.url)}
@@ -225,13 +283,17 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
 
     def rescue(self, limit: int = 100) -> list[Rescued]:
-        import json
-
         with self._read() as s:
             if not s.q("any_expired"):
                 return []
         rows = self._again(self._one, "rescue", limit=limit)
         return [Rescued(r[0], r[1], r[2], r[3], json.loads(r[4])["message"]) for r in rows]
+
+    def _flow_rows(self, s: Any, owner: str, limit: int, names: Any, lease: float, start: int) -> list[Any]:
+        """The flow claim, after the token counter's row is locked: claimers take turns from
+        here to their commit, so the room one sees is not taken meanwhile by another."""
+        s.q("flow_lock")
+        return super()._flow_rows(s, owner, limit, names, lease, start)
 
     def _claimed_rows(self, rows: list[Any]) -> list[Claimed]:
         return claimed_rows(rows, _claim_of)

@@ -6,46 +6,28 @@
 -- name: claim_ids
 -- The due plain runs in claim order, locked; runs another claimer locked are skipped.
 SELECT id FROM rota_runs FORCE INDEX (rota_runs_claim)
-WHERE status = 'pending' AND held = 0 AND due_at <= {now}
-  AND (misfire_at IS NULL OR misfire_at >= {now})
-  AND cancel_requested = 0
-  AND limit_name IS NULL AND rate_name IS NULL  -- limited and rated runs: flow_*
-  AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
+WHERE {{claimable({now})}}
 ORDER BY priority DESC, due_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: claim_in_queues_ids
 SELECT id FROM rota_runs FORCE INDEX (rota_runs_claim)
-WHERE status = 'pending' AND held = 0 AND due_at <= {now}
-  AND (misfire_at IS NULL OR misfire_at >= {now})
-  AND cancel_requested = 0
-  AND limit_name IS NULL AND rate_name IS NULL
-  AND queue IN (SELECT j.v FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j)
-  AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
+WHERE {{claimable({now})}} AND queue IN {{queues}}
 ORDER BY priority DESC, due_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: claim_ahead_ids
 SELECT id FROM rota_runs FORCE INDEX (rota_runs_claim)
-WHERE status = 'pending' AND held = 0 AND due_at <= {now} + INTERVAL %(ahead)s SECOND
-  AND (misfire_at IS NULL OR misfire_at >= {now})
-  AND cancel_requested = 0
-  AND limit_name IS NULL AND rate_name IS NULL
-  AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
+WHERE {{claimable({now} + INTERVAL %(ahead)s SECOND)}}
 ORDER BY priority DESC, due_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: claim_ahead_in_queues_ids
 SELECT id FROM rota_runs FORCE INDEX (rota_runs_claim)
-WHERE status = 'pending' AND held = 0 AND due_at <= {now} + INTERVAL %(ahead)s SECOND
-  AND (misfire_at IS NULL OR misfire_at >= {now})
-  AND cancel_requested = 0
-  AND limit_name IS NULL AND rate_name IS NULL
-  AND queue IN (SELECT j.v FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j)
-  AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
+WHERE {{claimable({now} + INTERVAL %(ahead)s SECOND)}} AND queue IN {{queues}}
 ORDER BY priority DESC, due_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -57,59 +39,30 @@ SELECT value + 1 FROM rota_counters WHERE name = 'token' FOR UPDATE
 -- name: take_token
 UPDATE rota_counters SET value = %(token)s WHERE name = 'token'
 
+-- name: take_tokens
+-- A claim's %(n)s tokens in one statement: the counter's row locked until the claim commits,
+-- its new value back in the OK packet (LAST_INSERT_ID(expr): the cursor's lastrowid).
+UPDATE rota_counters SET value = LAST_INSERT_ID(value + %(n)s) WHERE name = 'token'
+
 -- name: claim
 -- transition: claim
 -- The ids claim_ids locked (%(_ids)s; %(_idlist)s in claim order): the first %(start)s in
 -- claim order are started (the attempt counted), the rest held; one token per run, by its
 -- place in the claim's order.
-UPDATE rota_runs
-SET status = 'running', owner = %(owner)s, token = %(token)s + FIND_IN_SET(id, %(_idlist)s) - 1,
-    attempt = CASE WHEN FIND_IN_SET(id, %(_idlist)s) <= %(start)s AND attempt < 2147483647
-                   THEN attempt + 1 ELSE attempt END,
-    started_at = CASE WHEN FIND_IN_SET(id, %(_idlist)s) <= %(start)s THEN {now} END,
-    lease_until = {now} + INTERVAL %(lease)s SECOND, misfire_at = NULL
-WHERE id IN %(_ids)s
-;
-SELECT id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-       scheduled_for, started_at, lease_until, priority, UNIX_TIMESTAMP(due_at)
-FROM rota_runs WHERE id IN %(_ids)s
+{{claim_update}}
 
 -- name: claim_in_queues
 -- transition: claim
-UPDATE rota_runs
-SET status = 'running', owner = %(owner)s, token = %(token)s + FIND_IN_SET(id, %(_idlist)s) - 1,
-    attempt = CASE WHEN FIND_IN_SET(id, %(_idlist)s) <= %(start)s AND attempt < 2147483647
-                   THEN attempt + 1 ELSE attempt END,
-    started_at = CASE WHEN FIND_IN_SET(id, %(_idlist)s) <= %(start)s THEN {now} END,
-    lease_until = {now} + INTERVAL %(lease)s SECOND, misfire_at = NULL
-WHERE id IN %(_ids)s
-;
-SELECT id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-       scheduled_for, started_at, lease_until, priority, UNIX_TIMESTAMP(due_at)
-FROM rota_runs WHERE id IN %(_ids)s
+{{claim_update}}
 
 -- name: claim_ahead
 -- transition: claim_ahead
 -- The runs due within %(ahead)s seconds, claimed held by an idle worker just before their time.
-UPDATE rota_runs
-SET status = 'running', owner = %(owner)s, token = %(token)s + FIND_IN_SET(id, %(_idlist)s) - 1,
-    lease_until = {now} + INTERVAL %(lease)s SECOND, misfire_at = NULL, started_at = NULL
-WHERE id IN %(_ids)s
-;
-SELECT id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-       scheduled_for, started_at, lease_until, priority, UNIX_TIMESTAMP(due_at)
-FROM rota_runs WHERE id IN %(_ids)s
+{{claim_ahead_update}}
 
 -- name: claim_ahead_in_queues
 -- transition: claim_ahead
-UPDATE rota_runs
-SET status = 'running', owner = %(owner)s, token = %(token)s + FIND_IN_SET(id, %(_idlist)s) - 1,
-    lease_until = {now} + INTERVAL %(lease)s SECOND, misfire_at = NULL, started_at = NULL
-WHERE id IN %(_ids)s
-;
-SELECT id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-       scheduled_for, started_at, lease_until, priority, UNIX_TIMESTAMP(due_at)
-FROM rota_runs WHERE id IN %(_ids)s
+{{claim_ahead_update}}
 
 -- name: start
 -- transition: start
@@ -133,8 +86,10 @@ SELECT cancel_requested FROM rota_runs WHERE id IN %(_ids)s
 
 -- name: finish_holding
 -- The outcomes' runs still running, with their tokens, locked in id order: the finish then
--- writes exactly the outcomes whose token still holds.
-SELECT id, token FROM rota_runs
+-- writes exactly the outcomes whose token still holds; and whether a run's end changes
+-- others (an exclusive schedule's slot, dependents: hot_path.settle), so that most
+-- finishes settle nothing.
+SELECT id, token, (exclusive <> 0 AND held = 0) OR has_dependents <> 0 FROM rota_runs
 WHERE id IN %(ids)s AND status = 'running'
 ORDER BY id FOR UPDATE
 
@@ -238,8 +193,8 @@ UPDATE rota_runs
 SET attempts = CASE WHEN started_at IS NULL OR cancel_requested <> 0 OR NOT JSON_VALID(attempts) THEN attempts
                     ELSE JSON_ARRAY_APPEND(attempts, '$', JSON_OBJECT(
         'attempt', attempt, 'worker', owner,
-        'started_at', DATE_FORMAT(started_at, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ'),
-        'finished_at', DATE_FORMAT({now}, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ'),
+        'started_at', {{iso(started_at)}},
+        'finished_at', {{iso({now})}},
         'status', 'handed back',
         'error', JSON_OBJECT('type', 'HandedBack', 'message', %(reason)s))) END,
     error = CASE WHEN cancel_requested <> 0
@@ -302,7 +257,7 @@ SELECT id, status FROM rota_runs WHERE id IN %(_ids)s
 SELECT l.id FROM rota_runs r
 JOIN rota_rate_starts l ON l.name = r.rate_name AND l.`key` = r.rate_key AND l.started_at = r.started_at
 WHERE r.status = 'running' AND r.owner = %(owner)s AND r.lease_until > {now}
-  AND r.token NOT IN (SELECT j.v FROM JSON_TABLE(%(tokens)s, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j)
+  AND r.token NOT IN {{ids(%(tokens)s)}}
   AND r.rate_name IS NOT NULL AND r.started_at IS NOT NULL
   AND l.id = (SELECT min(l2.id) FROM rota_rate_starts l2
               WHERE l2.name = r.rate_name AND l2.`key` = r.rate_key AND l2.started_at = r.started_at)
@@ -316,7 +271,7 @@ DELETE FROM rota_rate_starts WHERE id IN %(_ids)s
 -- whose lease still runs, given back as they were before that claim.
 SELECT id FROM rota_runs
 WHERE status = 'running' AND owner = %(owner)s AND lease_until > {now}
-  AND token NOT IN (SELECT j.v FROM JSON_TABLE(%(tokens)s, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j)
+  AND token NOT IN {{ids(%(tokens)s)}}
 ORDER BY id FOR UPDATE
 ;
 UPDATE rota_runs
@@ -354,12 +309,12 @@ SET error = CASE
         THEN JSON_OBJECT('type', 'WorkerStopped',
             'message', CONCAT('worker ', coalesce(owner, '?'), ' stopped while the handler still ran (it outlived ',
                               'the shutdown timeout): its process was ended before the lease expired at ',
-                              DATE_FORMAT(lease_until, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ'),
+                              {{iso(lease_until)}},
                               ' (attempt ', attempt, ' of ', max_attempts, ')'),
             'traceback', NULL)
         ELSE JSON_OBJECT('type', 'WorkerLost',
             'message', CONCAT('worker ', coalesce(owner, '?'), ' was lost: its lease expired at ',
-                              DATE_FORMAT(lease_until, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ'),
+                              {{iso(lease_until)}},
                               CASE WHEN started_at IS NULL
                                    THEN ' while it held the run, before its start was recorded (no attempt counted)'
                                    ELSE CONCAT(' (attempt ', attempt, ' of ', max_attempts, ')') END),
@@ -370,13 +325,13 @@ SET error = CASE
         THEN JSON_ARRAY_APPEND(attempts, '$', JSON_OBJECT(
             'attempt', attempt + 1, 'worker', owner, 'token', token, 'started_at', NULL,
             'held', JSON_EXTRACT('true', '$'),
-            'finished_at', DATE_FORMAT({now}, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ'),
+            'finished_at', {{iso({now})}},
             'status', 'lost', 'error', JSON_COMPACT(error)))
         WHEN cancel_requested = 0 AND attempt < max_attempts
         THEN JSON_ARRAY_APPEND(attempts, '$', JSON_OBJECT(
             'attempt', attempt, 'worker', owner,
-            'started_at', DATE_FORMAT(started_at, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ'),
-            'finished_at', DATE_FORMAT({now}, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ'),
+            'started_at', {{iso(started_at)}},
+            'finished_at', {{iso({now})}},
             'status', 'lost', 'error', JSON_COMPACT(error)))
         ELSE attempts END,
     due_at = CASE WHEN started_at IS NULL THEN GREATEST(due_at, {now}) ELSE {now} END,
@@ -396,7 +351,7 @@ SELECT id, task, status, owner, error FROM rota_runs WHERE id IN %(_ids)s ORDER 
 SELECT {now},
        (SELECT due_at FROM rota_runs FORCE INDEX (rota_runs_due)
         WHERE status = 'pending' AND held = 0 AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
+          AND {{not_paused(rota_runs.queue)}}
         ORDER BY due_at LIMIT 1),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active <> 0 AND paused = 0
@@ -408,8 +363,8 @@ SELECT {now},
 SELECT {now},
        (SELECT due_at FROM rota_runs FORCE INDEX (rota_runs_due)
         WHERE status = 'pending' AND held = 0 AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND queue IN (SELECT j.v FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j)
-          AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
+          AND queue IN {{queues}}
+          AND {{not_paused(rota_runs.queue)}}
         ORDER BY due_at LIMIT 1),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active <> 0 AND paused = 0

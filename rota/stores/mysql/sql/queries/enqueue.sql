@@ -41,7 +41,7 @@ SELECT coalesce(%(id)s, LAST_INSERT_ID()) FROM DUAL WHERE ROW_COUNT() = 1
 
 -- name: insert_runs_bulk
 -- transition: enqueue
--- executemany: PyMySQL sends one multi-row INSERT (consecutive ids from LAST_INSERT_ID())
+-- the store repeats the VALUES row once per run (a multi-row INSERT: consecutive ids)
 INSERT INTO rota_runs (task, queue, priority, args, kwargs, scheduled_for, due_at,
                        max_attempts, timeout, backoff, created_at)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
@@ -57,8 +57,7 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 SELECT coalesce(max(id), 0) FROM rota_runs
 
 -- name: last_run_id
--- The first id of the rows the last INSERT made (MySQL's LAST_INSERT_ID), or the highest id.
-SELECT LAST_INSERT_ID()
+SELECT coalesce(max(id), 0) FROM rota_runs
 
 -- name: store_identity
 -- Which database a caller's connection is on (enqueue in the caller's transaction checks it).
@@ -134,7 +133,7 @@ ON DUPLICATE KEY UPDATE run_id = VALUES(run_id), created_at = VALUES(created_at)
 -- transition: enqueue
 -- (of the dependent: no parent's status changes; sets has_dependents on the parents)
 SELECT id FROM rota_runs
-WHERE id IN (SELECT j.v FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j)
+WHERE id IN {{ids(%(ids)s)}}
 ORDER BY id FOR UPDATE
 ;
 UPDATE rota_runs SET has_dependents = 1 WHERE id IN %(_ids)s
@@ -191,11 +190,11 @@ INSERT IGNORE INTO rota_runs (task, queue, priority, args, kwargs, `key`, schedu
 SELECT task, queue, priority, args, kwargs, `key`, schedule, {now}, {now},
        max_attempts, timeout, backoff, id, {now}
 FROM rota_runs
-WHERE id IN (SELECT j.v FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j)
+WHERE id IN {{ids(%(ids)s)}}
 ORDER BY id
 ;
 SELECT n.id, n.task, n.args, n.kwargs FROM rota_runs n
-WHERE n.retry_of IN (SELECT j.v FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j)
+WHERE n.retry_of IN {{ids(%(ids)s)}}
   AND n.id >= LAST_INSERT_ID() AND n.status = 'pending' AND n.attempt = 0
 ORDER BY n.id
 

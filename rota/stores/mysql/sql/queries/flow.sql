@@ -19,21 +19,12 @@ WITH firsts AS (
           WHERE status = 'pending' AND held = 0 AND rate_name IS NOT NULL AND rate_key IS NOT NULL
             AND due_at <= {now}) AS w
     WHERE (%(queues)s IS NULL
-           OR queue IN (SELECT j.v FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j))
-      AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = w.queue)
+           OR queue IN {{queues}})
+      AND {{not_paused(w.queue)}}
 ),
 rooms AS (
     SELECT h.kind, h.name, h.k, h.priority, h.due_at, h.id,
-           CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
-                     - (SELECT count(*) FROM rota_runs x
-                        WHERE x.limit_name = h.name AND x.limit_key = h.k AND x.status = 'running')
-                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400
-                                  THEN t.max - (SELECT count(*) FROM rota_rate_starts s
-                                     WHERE s.name = h.name AND s.`key` = h.k
-                                       AND s.started_at > {now} - INTERVAL t.per SECOND
-                                       AND s.started_at <= {now} + INTERVAL t.per SECOND) ELSE 0 END
-                      FROM rota_rates t WHERE t.name = h.name) END AS free
+           {{room(h.kind, h.name, h.k)}} AS free
     FROM firsts h WHERE h.rn = 1
 )
 SELECT kind, name, k, free FROM rooms
@@ -47,8 +38,8 @@ WITH walked AS (
     SELECT limit_name, limit_key, rate_name, rate_key, priority, due_at, id FROM rota_runs
     WHERE status = 'pending' AND held = 0 AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
       AND (%(queues)s IS NULL
-           OR queue IN (SELECT j.v FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j))
-      AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
+           OR queue IN {{queues}})
+      AND {{not_paused(rota_runs.queue)}}
     ORDER BY priority DESC, due_at, id
     LIMIT %(m)s
 ),
@@ -63,16 +54,7 @@ firsts AS (
 ),
 rooms AS (
     SELECT h.kind, h.name, h.k, h.priority, h.due_at, h.id,
-           CASE WHEN h.kind = 'l'
-                THEN (SELECT l.max FROM rota_limits l WHERE l.name = h.name AND l.max BETWEEN 1 AND 1000000)
-                     - (SELECT count(*) FROM rota_runs x
-                        WHERE x.limit_name = h.name AND x.limit_key = h.k AND x.status = 'running')
-                ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400
-                                  THEN t.max - (SELECT count(*) FROM rota_rate_starts s
-                                     WHERE s.name = h.name AND s.`key` = h.k
-                                       AND s.started_at > {now} - INTERVAL t.per SECOND
-                                       AND s.started_at <= {now} + INTERVAL t.per SECOND) ELSE 0 END
-                      FROM rota_rates t WHERE t.name = h.name) END AS free
+           {{room(h.kind, h.name, h.k)}} AS free
     FROM firsts h WHERE h.rn = 1
 )
 SELECT kind, name, k, free FROM rooms
@@ -84,14 +66,14 @@ LIMIT %(n)s
 SELECT EXISTS (SELECT 1 FROM rota_runs
                WHERE status = 'pending' AND held = 0 AND due_at <= {now}
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
-                 AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue))
+                 AND {{not_paused(rota_runs.queue)}})
 
 -- name: flow_due_in_queues
 SELECT EXISTS (SELECT 1 FROM rota_runs
                WHERE status = 'pending' AND held = 0 AND due_at <= {now}
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
-                 AND queue IN (SELECT j.v FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j)
-                 AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue))
+                 AND queue IN {{queues}}
+                 AND {{not_paused(rota_runs.queue)}})
 
 -- name: plain_due
 SELECT EXISTS (SELECT 1 FROM rota_runs
@@ -100,16 +82,16 @@ SELECT EXISTS (SELECT 1 FROM rota_runs
                  AND cancel_requested = 0
                  AND limit_name IS NULL AND rate_name IS NULL
                  AND (%(queues)s IS NULL
-                      OR queue IN (SELECT j.v FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j))
-                 AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue))
+                      OR queue IN {{queues}})
+                 AND {{not_paused(rota_runs.queue)}})
 
 -- name: flow_poll_later
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs
         WHERE status = 'pending' AND held = 0 AND due_at > {now} AND (misfire_at IS NULL OR misfire_at >= {now})
           AND (%(queues)s IS NULL
-               OR queue IN (SELECT j.v FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j))
-          AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)),
+               OR queue IN {{queues}})
+          AND {{not_paused(rota_runs.queue)}}),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active <> 0 AND paused = 0
             UNION ALL
@@ -118,16 +100,7 @@ SELECT {now},
 
 -- name: flow_room
 SELECT e.kind, e.name, e.k,
-       CASE WHEN e.kind = 'l'
-            THEN (SELECT l.max FROM rota_limits l WHERE l.name = e.name AND l.max BETWEEN 1 AND 1000000)
-                 - (SELECT count(*) FROM rota_runs x
-                    WHERE x.limit_name = e.name AND x.limit_key = e.k AND x.status = 'running')
-            ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400
-                              THEN t.max - (SELECT count(*) FROM rota_rate_starts s
-                                 WHERE s.name = e.name AND s.`key` = e.k
-                                   AND s.started_at > {now} - INTERVAL t.per SECOND
-                                   AND s.started_at <= {now} + INTERVAL t.per SECOND) ELSE 0 END
-                  FROM rota_rates t WHERE t.name = e.name) END
+       {{room(e.kind, e.name, e.k)}}
 FROM JSON_TABLE(%(keys)s, '$[*]' COLUMNS (kind VARCHAR(1) PATH '$[0]', name VARCHAR(255) PATH '$[1]',
                                           k VARCHAR(512) PATH '$[2]')) AS e
 
@@ -137,8 +110,8 @@ WHERE limit_name = %(name)s AND limit_key = %(key)s
   AND status = 'pending' AND held = 0 AND due_at <= {now}
   AND (misfire_at IS NULL OR misfire_at >= {now})
   AND (%(queues)s IS NULL
-       OR queue IN (SELECT j.v FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j))
-  AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
+       OR queue IN {{queues}})
+  AND {{not_paused(rota_runs.queue)}}
 ORDER BY priority DESC, due_at, id
 LIMIT %(n)s
 FOR UPDATE SKIP LOCKED
@@ -149,8 +122,8 @@ WHERE rate_name = %(name)s AND rate_key = %(key)s
   AND status = 'pending' AND held = 0 AND due_at <= {now}
   AND (misfire_at IS NULL OR misfire_at >= {now})
   AND (%(queues)s IS NULL
-       OR queue IN (SELECT j.v FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j))
-  AND NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = rota_runs.queue)
+       OR queue IN {{queues}})
+  AND {{not_paused(rota_runs.queue)}}
 ORDER BY priority DESC, due_at, id
 LIMIT %(n)s
 FOR UPDATE SKIP LOCKED
@@ -160,7 +133,7 @@ FOR UPDATE SKIP LOCKED
 -- %(ids)s in the claim's order: the first %(start)s start, the rest are held (as claim's);
 -- tokens in id order.
 SELECT id FROM rota_runs
-WHERE id IN (SELECT j.v FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j)
+WHERE id IN {{ids(%(ids)s)}}
   AND status = 'pending'
 ORDER BY id FOR UPDATE
 ;
@@ -173,14 +146,12 @@ SET r.token = %(token)s + FIND_IN_SET(r.id, %(_idlist)s) - 1,
     r.lease_until = {now} + INTERVAL %(lease)s SECOND
 WHERE r.id IN %(_ids)s
 ;
-SELECT id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-       scheduled_for, started_at, lease_until, priority, UNIX_TIMESTAMP(due_at)
-FROM rota_runs WHERE id IN %(_ids)s
+{{claimed_columns}}
 
 -- name: flow_started
 INSERT INTO rota_rate_starts (name, `key`, started_at)
 SELECT rate_name, rate_key, started_at FROM rota_runs
-WHERE id IN (SELECT j.v FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j)
+WHERE id IN {{ids(%(ids)s)}}
   AND rate_name IS NOT NULL AND started_at IS NOT NULL
 
 -- name: flow_bump

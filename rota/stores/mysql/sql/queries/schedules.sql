@@ -219,8 +219,7 @@ SELECT next_run_at FROM rota_schedules WHERE name = %(name)s AND active <> 0
 -- name: backfill_release
 -- transition: backfill
 UPDATE rota_runs SET tick = NULL
-WHERE schedule = %(name)s AND status = 'skipped'
-  AND tick IN (SELECT j.v FROM JSON_TABLE(%(ticks)s, '$[*]' COLUMNS (v DATETIME(6) PATH '$')) AS j)
+WHERE schedule = %(name)s AND status = 'skipped' AND tick IN %(ticks)s
 
 -- name: insert_ahead
 -- transition: make_ahead

@@ -1,0 +1,49 @@
+-- SQLite queries: the workers' registry: leases, lost and stuck workers.
+-- (Conventions: see the head of enqueue.sql. Loaded with every .sql file here: rota/stores/sqlstore/queries.py.)
+
+-- name: register_worker
+INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at, last_seen)
+VALUES (:id, :host, :pid, :concurrency, :queues, 'running', {now}, {now})
+ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}
+
+-- name: worker_lease
+UPDATE rota_workers SET lease = :lease WHERE id = :id
+
+-- name: worker_seen
+UPDATE rota_workers SET last_seen = {now}, state = :state WHERE id = :id
+
+-- name: list_workers
+-- A worker whose heartbeat is older than its own lease reads lost, not alive; a worker without
+-- one (an older release) or with a lease no release writes (a damaged row) is judged by
+-- stale_after (the viewer's lease).
+SELECT id, host, pid, concurrency, queues,
+       CASE WHEN state NOT IN ('stopped', 'lost') AND last_seen < {now} - stale
+            THEN 'lost' ELSE state END,
+       started_at, last_seen,
+       last_seen >= {now} - stale AND state NOT IN ('stopped', 'lost'),
+       lease
+FROM (SELECT *, CASE WHEN lease > 0 AND lease <= 31536000 THEN lease ELSE :stale_after END AS stale
+      FROM rota_workers) AS w
+WHERE last_seen >= {now} - stale * 10 OR state NOT IN ('stopped', 'lost')
+ORDER BY started_at
+
+-- name: mark_lost_workers
+UPDATE rota_workers SET state = 'lost'
+WHERE state NOT IN ('stopped', 'lost')
+  AND last_seen < {now} - max(:lost_after, CASE WHEN lease > 0 AND lease <= 31536000 THEN lease * 3 ELSE 0 END)
+RETURNING id
+
+-- name: prune_workers
+DELETE FROM rota_workers
+WHERE state IN ('stopped', 'lost') AND last_seen < {now} - :older_than
+RETURNING id
+
+-- ===== issue 10, worker side (branch faults-worker) =====================================
+-- name: worker_seen_stuck
+UPDATE rota_workers SET last_seen = {now}, state = :state, stuck = :stuck WHERE id = :id
+
+-- name: workers_stuck
+SELECT id, stuck FROM rota_workers
+
+-- name: database_started
+SELECT NULL

@@ -174,10 +174,20 @@ class MySQLHotPath:
         return {o.id for o in mine}
 
     def _finish_batch(self, s: Session, outcomes: Sequence[Outcome]) -> None:
-        plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
-        refused = [o for o in outcomes if o.status == REFUSED]
-        other = [o for o in outcomes if o not in plain and o.status not in OWN_STATEMENT]
-        self._park(s, [o for o in outcomes if o.status == PARKED])  # (rota.durable: their own statements)
+        plain: list[Outcome] = []
+        refused: list[Outcome] = []
+        parked: list[Outcome] = []
+        other: list[Outcome] = []  # (one pass: `o not in plain` compared dataclasses, n² a batch)
+        for o in outcomes:
+            if o.status == REFUSED:
+                refused.append(o)
+            elif o.status == PARKED:
+                parked.append(o)
+            elif o.status == "succeeded" and o.history is None:
+                plain.append(o)
+            elif o.status not in OWN_STATEMENT:
+                other.append(o)
+        self._park(s, parked)  # (rota.durable: their own statements)
         if refused:
             self._refuse(s, refused)
         if plain:

@@ -347,10 +347,13 @@ WHERE id IN %(_ids)s
 SELECT id, task, status, owner, error FROM rota_runs WHERE id IN %(_ids)s ORDER BY id
 
 -- name: poll_state
+-- The first due run by the due index, in its order (min(due_at) read every pending run
+-- through another index: 60 ms with 10,000 pending).
 SELECT {now},
-       (SELECT min(due_at) FROM rota_runs
+       (SELECT due_at FROM rota_runs FORCE INDEX (rota_runs_due)
         WHERE status = 'pending' AND held = 0 AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND {{not_paused(rota_runs.queue)}}),
+          AND {{not_paused(rota_runs.queue)}}
+        ORDER BY due_at LIMIT 1),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active <> 0 AND paused = 0
             UNION ALL
@@ -359,10 +362,11 @@ SELECT {now},
 
 -- name: poll_state_in_queues
 SELECT {now},
-       (SELECT min(due_at) FROM rota_runs
+       (SELECT due_at FROM rota_runs FORCE INDEX (rota_runs_due)
         WHERE status = 'pending' AND held = 0 AND (misfire_at IS NULL OR misfire_at >= {now})
           AND queue IN {{queues}}
-          AND {{not_paused(rota_runs.queue)}}),
+          AND {{not_paused(rota_runs.queue)}}
+        ORDER BY due_at LIMIT 1),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active <> 0 AND paused = 0
             UNION ALL

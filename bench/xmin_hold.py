@@ -13,6 +13,7 @@ median claim time with the holder to the median without (target: at most 2x).
 
     .venv/bin/python -m bench.xmin_hold --minutes 10
     .venv/bin/python -m bench.xmin_hold --minutes 2 --rate 200   # a shorter look
+    .venv/bin/python -m bench.xmin_hold --minutes 10 --free-minutes 3   # the holder's 10 minutes
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def report(store: PostgresStore, label: str, rate: float, win: list[float]) -> N
 
 def phase(url: str, args: argparse.Namespace, held: bool) -> float:
     """One phase; the median claim time of its last window."""
+    minutes = args.minutes if held or args.free_minutes is None else args.free_minutes
     holder: AbstractContextManager[Any] = psycopg.connect(url) if held else nullcontext()
     with holder as conn:
         if conn is not None:
@@ -88,18 +90,21 @@ def phase(url: str, args: argparse.Namespace, held: bool) -> float:
         producer = threading.Thread(target=produce, args=(store, args.rate, stop), daemon=True)
         producer.start()
         try:
-            times = consume(store, args.batch, args.minutes * 60, args.window, "held" if held else "free")
+            times = consume(store, args.batch, minutes * 60, args.window, "held" if held else "free")
         finally:
             stop.set()
             producer.join()
             store.close()
-    tail = times[-max(1, len(times) // max(1, int(args.minutes * 60 / args.window))) :]
+    tail = times[-max(1, len(times) // max(1, int(minutes * 60 / args.window))) :]
     return statistics.median(tail)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.xmin_hold", description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="length of each phase (default 10)")
+    parser.add_argument(
+        "--free-minutes", type=float, help="length of the phase without the holder (default: --minutes)"
+    )
     parser.add_argument("--rate", type=float, default=300.0, help="runs enqueued a second (default 300)")
     parser.add_argument("--batch", type=int, default=10, help="runs per claim (default 10)")
     parser.add_argument("--window", type=float, default=30.0, help="seconds per report line (default 30)")

@@ -8,6 +8,7 @@ dies, a clean shutdown and a complete history. SQLite by default, PostgreSQL acr
 from ._version import __version__
 from .app import App, ScheduleSpec
 from .clock import Clock, FakeClock
+from .durable import Parked, Signal, StepError, StepRefused
 from .errors import (
     Cancelled,
     ConfigurationError,
@@ -44,6 +45,7 @@ from .models import (
     ScheduleInfo,
     WorkerInfo,
 )
+from .signals import SignalRefused, SignalSent
 from .tasks import Backoff, RunContext, RunHandle, Task, TaskCall, TaskOptions
 from .timing import explain, next_fire_times
 from .worker import Worker
@@ -72,6 +74,7 @@ __all__ = [
     "LockInfo",
     "LockLost",
     "LockUnavailable",
+    "Parked",
     "PermissionDenied",
     "QueueInfo",
     "Rate",
@@ -85,6 +88,11 @@ __all__ = [
     "ScheduleSpec",
     "SchemaVersionError",
     "SerializationError",
+    "Signal",
+    "SignalRefused",
+    "SignalSent",
+    "StepError",
+    "StepRefused",
     "Task",
     "TaskCall",
     "TaskNotFound",

@@ -45,6 +45,7 @@ CLIENT_OPERATIONS = (
     "list_queues",
     "backfill",  # the twins of these two are in flow_ops.FlowClient
     "retry_many",
+    "signal",  # its twin is in signals.SignalClient (rota.durable)
 )
 TASK_OPERATIONS = ("enqueue", "enqueue_many")
 _GRACE = timedelta(seconds=60)  # add_schedule's default misfire_grace

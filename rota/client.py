@@ -21,8 +21,10 @@ from .errors import (
 from .events import check_notify_on
 from .limit_specs import stamp_lenient
 from .models import FINAL_STATUSES, STATUSES, Run, ScheduleInfo, WorkerInfo
+from .models import parse_run_id as _run_id
 from .quarantine import DamagedRowError
 from .serialization import encode_arguments
+from .signals import SignalClient
 from .stores.base import DueSchedule, NewRun, RunFilter, ScheduleDef, Store, run_stats
 from .tasks import Backoff, RunHandle, Task, TaskOptions, check_int, check_schedule_call
 from .timing.frequency import is_high_frequency
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rota")
 
 
-class Client(Declarations):
+class Client(SignalClient, Declarations):
     """Operations on what is stored; App supplies the store (connected and migrated on first use)."""
 
     lease: float
@@ -178,7 +180,7 @@ class Client(Declarations):
         run = self.store.get_run(_run_id(run_id))
         if run is None:
             raise RunNotFound(f"no run with id {run_id!r}")
-        return run
+        return self._with_durable(run)
 
     def run_links(self, run_id: str | int) -> dict[str, Any]:
         """A run's `after=` links: {"parents": [ids], "dependents": [ids], "waiting_on": n},
@@ -357,21 +359,6 @@ def _notify_change(changes: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[bo
     """update_schedule's changes without notify_on, and (whether it is given, its words)."""
     rest = dict(changes)
     return rest, ("notify_on" in rest, check_notify_on(rest.pop("notify_on", None)))
-
-
-def _run_id(run_id: object) -> int:
-    """An int, or a string of ASCII digits only, as the API reads them: int() would also take
-    '1_0' (10), '١' (an Arabic-Indic 1), '+1' and ' 1 '."""
-    value = -1
-    if isinstance(run_id, int) and not isinstance(run_id, bool):
-        value = run_id
-    elif isinstance(run_id, str) and run_id.isascii() and run_id.isdigit() and len(run_id) <= 19:
-        value = int(run_id)
-    if not 1 <= value <= 2**63 - 1:
-        raise RunNotFound(
-            f"no run with id {run_id!r}: run ids are integers from 1 to {2**63 - 1}, written in ASCII digits"
-        )
-    return value
 
 
 # The stored fields of a damaged schedule and the update_schedule() argument that repairs each.

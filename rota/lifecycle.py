@@ -68,6 +68,14 @@ attempt the claim counted given back (no handler ran). Claims are made by the wo
 loop alone, one at a time, so none is in flight meanwhile. This relies on worker ids being
 unique among live workers (host:pid), as the registry does.
 
+A *parked* run (rota/durable.py: `ctx.sleep`, `ctx.wait_for`) is pending, due when its wait
+ends, with its wait in rota_waits (kind, signal name, until) under the token of the execution
+that parked (`Run.waiting`, read by App.get_run; a run claimed since has another token, so an
+old row is over). The park gives its attempt back (a park is not an attempt's end) and clears
+its start; a worker claims it like any due run when it is due, or at once after `signal`. A
+schedule's pause, update or removal does not withdraw it (it is in progress, as a running
+run is); `cancel` cancels it at once.
+
 Ticks made ahead (`make_ahead`) are pending runs due later; they meet the misfire and overlap
 policies exactly as ticks made at their time (rota/worker/ticks.py, rota/stores/sqlstore/schedules.py).
 """
@@ -87,13 +95,14 @@ DUE: Final = "due"  # pending, due now: the next claim may take it
 QUEUED: Final = "queued"  # pending behind its exclusive schedule's active run (column `held`)
 WAITING: Final = "waiting on parents"  # pending, after=: parents yet to succeed (column `held`, waiting_on > 0)
 HANDED_BACK: Final = "handed back"  # pending again at once (or at its due time), given back by a stopping worker
+PARKED: Final = "parked"  # pending, waiting on ctx.sleep / ctx.wait_for (rota_waits), due when the wait ends
 HELD: Final = "held"  # running, claimed by a worker, its handler not started
 STARTED: Final = "running"  # running, its handler started
 CANCEL_REQUESTED: Final = "cancel requested"  # held or running, asked to stop: it never runs again
 FINAL: Final = (SUCCEEDED, FAILED, SKIPPED, CANCELLED)
 
-STATES: Final = (DUE_LATER, AHEAD, DUE, QUEUED, WAITING, HANDED_BACK, HELD, STARTED, CANCEL_REQUESTED, *FINAL)
-PENDING_STATES: Final = (DUE_LATER, AHEAD, DUE, QUEUED, WAITING, HANDED_BACK)
+STATES: Final = (DUE_LATER, AHEAD, DUE, QUEUED, WAITING, HANDED_BACK, PARKED, HELD, STARTED, CANCEL_REQUESTED, *FINAL)
+PENDING_STATES: Final = (DUE_LATER, AHEAD, DUE, QUEUED, WAITING, HANDED_BACK, PARKED)
 ACTIVE_STATES: Final = (HELD, STARTED, CANCEL_REQUESTED)
 
 # who may make a transition
@@ -192,7 +201,7 @@ TRANSITIONS: Final = (
        "status pending, due, not queued, cancellation not requested; FOR UPDATE SKIP LOCKED / the write lock; "
        "a new token and a lease per run",
        "priority, due time, id order; the first `start` (the free slots) start at once, the rest are held"),
-    _t("claim_ahead", (DUE_LATER, AHEAD, DUE, HANDED_BACK), (HELD,), ANY_WORKER,
+    _t("claim_ahead", (DUE_LATER, AHEAD, DUE, HANDED_BACK, PARKED), (HELD,), ANY_WORKER,
        "an idle worker, just before the run's due time: due within the lead (20 ms, the database's clock), "
        "plain (no limit or rate), not queued, cancellation not requested; FOR UPDATE SKIP LOCKED / the write "
        "lock; a new token and a lease; held, never started by the claim",
@@ -233,6 +242,16 @@ TRANSITIONS: Final = (
        "as before that claim (no handler ran: a started one's attempt given back, its start cleared, a rated "
        "run's start leaves its rate's window; due time and history kept); cancellation requested: cancelled",
        "a worker gives back the runs of a claim whose reply it never got (the connection cut after the commit)"),
+    _t("park", (HELD, STARTED, CANCEL_REQUESTED), (PARKED, DUE, CANCELLED), WORKER,
+       "the token and status running; the handler called ctx.sleep or ctx.wait_for (rota.durable) and its wait is "
+       "not over: pending, due when it ends (the database's clock), its attempt given back and its start "
+       "cleared (a park is not an attempt's end), its wait recorded in rota_waits; waiting for a signal already "
+       "sent: due at once (park_signalled, in that transaction); cancellation requested: cancelled",
+       "a run sleeps or waits for a signal without holding a worker slot or a limit slot"),
+    _t("signal", (PARKED,), (DUE,), CLIENT,
+       "App.signal: the run's row locked first; the signal kept in rota_signals if the run is pending or "
+       "running; a run parked waiting for that signal's name is due now (NOTIFY on PostgreSQL)",
+       "a signal resumes the run waiting for it, on any worker"),
     _t("rescue", (HELD, STARTED, CANCEL_REQUESTED), (DUE, DUE_LATER, FAILED, CANCELLED), ANY_WORKER,
        "lease expired on the database clock; the rescue rule (not during this worker's outage); held: pending "
        "without an attempt (due at its due time if that is still to come: claimed ahead), a 'lost' history "
@@ -244,7 +263,8 @@ TRANSITIONS: Final = (
        "past now on the database clock (a lease is at most a year); swept with the rescue, the same index "
        "probe first: failed as damaged (DamagedRow, never retried), named once in the log",
        "a running run no rescue would ever take is set aside, its schedule, limit and key freed"),
-    _t("cancel", (DUE_LATER, AHEAD, DUE, QUEUED, WAITING, HANDED_BACK, HELD, STARTED), (CANCELLED, CANCEL_REQUESTED),
+    _t("cancel", (DUE_LATER, AHEAD, DUE, QUEUED, WAITING, HANDED_BACK, PARKED, HELD, STARTED),
+       (CANCELLED, CANCEL_REQUESTED),
        CLIENT,
        "pending: cancelled at once; held or running: cancellation requested (NOTIFY on PostgreSQL), the owner "
        "ends it",
@@ -270,6 +290,8 @@ def state_of(run: Run, now: datetime) -> str:
         return run.status
     if run.queued:
         return WAITING if run.waiting_on else QUEUED
+    if run.waiting is not None and run.due_at > now:  # (Run.waiting: read by App.get_run)
+        return PARKED
     if run.due_at > now:
         made_ahead = run.schedule is not None and run.attempt == 0 and not run.history and run.error is None
         return AHEAD if made_ahead else DUE_LATER  # (a refused tick has its error: due later)

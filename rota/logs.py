@@ -25,6 +25,8 @@ Event names (stable; operators alert on them):
   worker that registers it (no attempt counted; attempt: the last one counted). Refused for
   longer than UNKNOWN_TASK_GRACE (600 s) since its first refusal, the database fails it
   instead (run_failed, TaskNotFound).
+- run_parked: info, a handler called ctx.sleep or ctx.wait_for (rota.durable): its run is
+  pending until its wait ends or its signal comes (wake_in: seconds at most), no attempt counted.
 - lease_lost: a worker lost a run's lease (run_id, worker).
 - run_missing: warning, as lease_lost, when the database has no row for the run at all
   (deleted, or a write lost in a failover to an asynchronous replica): stopped, result
@@ -81,6 +83,7 @@ EVENTS = (
     "run_cancelled",
     "run_timed_out",
     "run_refused",
+    "run_parked",
     "runs_succeeded",
     "lease_lost",
     "run_missing",

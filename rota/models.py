@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from .errors import RunNotFound
+
 PENDING: Final = "pending"
 RUNNING: Final = "running"
 SUCCEEDED: Final = "succeeded"
@@ -73,6 +75,12 @@ class Run:
     # damaged): JSON that is not valid, a time past year 9999. They read as [] / {} / None (a
     # time as datetime.max) here and as null in to_json(), with a "corrupt" note saying why.
     corrupt: tuple[str, ...] = ()
+    # Durable steps (rota/durable.py), read by App.get_run (not by listings): each saved step
+    # {name, seq, attempt, started_at, finished_at, outcome, error}; the wait of a parked run
+    # {kind: sleep|signal, signal, until, since}; the last progress {fraction, message, at}.
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    waiting: dict[str, Any] | None = None
+    progress: dict[str, Any] | None = None
 
     @property
     def is_final(self) -> bool:
@@ -118,33 +126,48 @@ class Run:
 
     def to_json(self) -> dict[str, Any]:
         """The CLI/API shape (`--json`, the JSON API): these field names, times as ISO-8601 UTC."""
-        return {
-            "id": self.id,
-            "task": self.task,
-            "schedule": self.schedule,
-            "status": self.status,
-            "attempt": self.attempt,
-            "max_attempts": self.max_attempts,
-            "queue": self.queue,
-            "priority": self.priority,
-            "key": self.key,
-            "args": self.args,
-            "kwargs": self.kwargs,
-            "scheduled_for": _iso(self.scheduled_for),
-            "created_at": _iso(self.created_at),
-            "started_at": _iso(self.started_at),
-            "finished_at": _iso(self.finished_at),
-            "worker": self.worker,
-            "token": self.token,
-            "lease_until": _iso(self.lease_until),
-            "cancel_requested": self.cancel_requested,
-            "held": self.held,
-            "result": self.result,
-            "error": self.error,
-            "attempts": self.attempts,
-            "retry_of": self.retry_of,
-            "backfill": self.backfill,
-        } | self._corrupt_json()
+        return (
+            {
+                "id": self.id,
+                "task": self.task,
+                "schedule": self.schedule,
+                "status": self.status,
+                "attempt": self.attempt,
+                "max_attempts": self.max_attempts,
+                "queue": self.queue,
+                "priority": self.priority,
+                "key": self.key,
+                "args": self.args,
+                "kwargs": self.kwargs,
+                "scheduled_for": _iso(self.scheduled_for),
+                "created_at": _iso(self.created_at),
+                "started_at": _iso(self.started_at),
+                "finished_at": _iso(self.finished_at),
+                "worker": self.worker,
+                "token": self.token,
+                "lease_until": _iso(self.lease_until),
+                "cancel_requested": self.cancel_requested,
+                "held": self.held,
+                "result": self.result,
+                "error": self.error,
+                "attempts": self.attempts,
+                "retry_of": self.retry_of,
+                "backfill": self.backfill,
+            }
+            | self._durable_json()
+            | self._corrupt_json()
+        )
+
+    def _durable_json(self) -> dict[str, Any]:
+        """steps / waiting / progress, for a run that has them (App.get_run's)."""
+        out: dict[str, Any] = {}
+        if self.steps:
+            out["steps"] = self.steps
+        if self.waiting is not None:
+            out["waiting"] = self.waiting
+        if self.progress is not None:
+            out["progress"] = self.progress
+        return out
 
     @property
     def corrupt_reason(self) -> str | None:
@@ -326,3 +349,18 @@ def iso(value: datetime | None) -> str | None:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, default=str)
+
+
+def parse_run_id(run_id: object) -> int:
+    """An int, or a string of ASCII digits only, as the API reads them: int() would also take
+    '1_0' (10), '١' (an Arabic-Indic 1), '+1' and ' 1 '."""
+    value = -1
+    if isinstance(run_id, int) and not isinstance(run_id, bool):
+        value = run_id
+    elif isinstance(run_id, str) and run_id.isascii() and run_id.isdigit() and len(run_id) <= 19:
+        value = int(run_id)
+    if not 1 <= value <= 2**63 - 1:
+        raise RunNotFound(
+            f"no run with id {run_id!r}: run ids are integers from 1 to {2**63 - 1}, written in ASCII digits"
+        )
+    return value

@@ -14,6 +14,7 @@ from .models import Run
 
 if TYPE_CHECKING:
     from .app import App
+    from .durable import Durable, Signal
 
 
 class RunContext:
@@ -29,6 +30,7 @@ class RunContext:
     __slots__ = (
         "_cancel",
         "_connection",
+        "_durable",
         "_parents",
         "attempt",
         "max_attempts",
@@ -51,7 +53,9 @@ class RunContext:
         cancel: threading.Event | None = None,
         connection: Any = None,
         parents: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
+        durable: Durable | None = None,
     ) -> None:
+        self._durable = durable
         self._connection = connection
         self._parents = parents
         self.run_id = run_id
@@ -90,6 +94,48 @@ class RunContext:
         """Raise `rota.Cancelled` if the run should stop (see `cancelled`)."""
         if self._cancel.is_set():
             raise Cancelled(f"run {self.run_id} was asked to stop")
+
+    # -- durable steps (rota/durable.py) ----------------------------------------------------
+    @property
+    def durable(self) -> Durable:
+        if self._durable is None:
+            from .durable import StepError
+
+            raise StepError(
+                f"durable steps (ctx.step, ctx.sleep, ctx.wait_for, ctx.progress) need a worker's process: "
+                f"{self.task!r} runs without one here (isolation='process', a context made by hand, or a store "
+                "without durable statements)"
+            )
+        return self._durable
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run `fn(*args, **kwargs)` once per run: its JSON result is saved (fenced by this
+        attempt's token) and returned again, without running it, by every later execution."""
+        return self.durable.step(name, fn, args, kwargs)
+
+    async def step_async(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """`step` for async handlers: `fn` may be a coroutine function."""
+        return await self.durable.step_async(name, fn, args, kwargs)
+
+    def sleep(self, duration: Any, *, name: str | None = None) -> None:
+        """Park the run for `duration` (timedelta or seconds): the handler's execution ends
+        here and the run resumes on any worker once it is over (no slot held meanwhile)."""
+        self.durable.sleep(duration, name)
+
+    async def sleep_async(self, duration: Any, *, name: str | None = None) -> None:
+        await asyncio.to_thread(self.durable.sleep, duration, name)
+
+    def wait_for(self, signal: str, *, timeout: Any = None) -> Signal | None:
+        """The signal `signal` sent to this run (App.signal), parking the run until it comes;
+        None once `timeout` (timedelta or seconds; default and at most 366 days) has passed."""
+        return self.durable.wait_for(signal, timeout)
+
+    async def wait_for_async(self, signal: str, *, timeout: Any = None) -> Signal | None:
+        return await asyncio.to_thread(self.durable.wait_for, signal, timeout)
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """How far the run is (0 to 1) and what it does: saved with the next heartbeat."""
+        self.durable.set_progress(fraction, message)
 
     def __repr__(self) -> str:
         return f"RunContext(run_id={self.run_id!r}, task={self.task!r}, attempt={self.attempt}, token={self.token})"

@@ -173,6 +173,8 @@ def _attempt(
         with store.handler_transaction() as tx:
             handler = True
             ctx._connection = tx.connection
+            if ctx._durable is not None:  # steps checkpoint in this transaction
+                ctx._durable.in_transaction(tx.connection)
             result = encode_result(task.name, task.fn(ctx, *args, **kwargs))
             handler = False
             if not tx.succeed(int(ctx.run_id), ctx.token, result):

@@ -60,3 +60,23 @@ def database(url: str) -> Iterator[str]:
                 cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
         finally:
             conn.close()
+
+
+# A time no API writes that DATETIME(6) can still hold when a client's sql_mode allows it (a
+# hand edit, an old client, a dump restored without strict mode): the zero date.
+ZERO_DATE = "'0000-00-00 00:00:00'"
+
+
+def execute(url: str, sql: str) -> None:
+    """Run `sql` on the test database at `url` (a mysql:// URL from database()) as a hand edit
+    would: autocommit, without strict mode, so it may leave values rota never writes."""
+    import pymysql
+
+    parsed = urlparse(url)
+    conn = pymysql.connect(**_parts(url), database=parsed.path.lstrip("/"), autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = ''")
+            cur.execute(sql)
+    finally:
+        conn.close()

@@ -8,6 +8,7 @@ import socket
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -16,7 +17,15 @@ import rota
 import rota.testing
 from rota.cli import main
 
-from .conftest import make_app
+from . import mysql_db
+from .conftest import WITH_MYSQL, make_app, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 BASIC = "tests.apps.basic:app"
 PLAIN = "tests.apps.flow_limited:app"  # sets no lease, poll interval or shutdown timeout in code
@@ -188,6 +197,9 @@ def _corrupt(url: str, sql: str) -> None:
         with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
             conn.execute(sql)
         return
+    if url.startswith("mysql"):
+        mysql_db.execute(url, sql)
+        return
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
@@ -218,7 +230,7 @@ def test_a_far_future_row_is_shown_not_a_crash(db_url: str) -> None:
     Python's datetime cannot hold (the store reads it as a marker, not a driver error)."""
     app = make_app(db_url)
     handle = app.task(name="t")(lambda: None).options(delay=60).enqueue()
-    far = "1e12" if db_url.startswith("sqlite") else "'10000-01-01 00:00:00+00'"
+    far = {"sqlite": "1e12", "mysql": mysql_db.ZERO_DATE}.get(db_url.split(":")[0], "'10000-01-01 00:00:00+00'")
     _corrupt(db_url, f"UPDATE rota_runs SET scheduled_for = {far}, due_at = {far} WHERE id = {handle.id}")
     for args in (("runs",), ("run", handle.id), ("cancel", handle.id), ("runs", "--json")):
         code, out = cli("--database-url", db_url, *args)

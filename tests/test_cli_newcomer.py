@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,15 @@ from click.testing import CliRunner
 import rota
 from rota.cli import main
 
-from .conftest import PG_URL, make_app, require
+from .conftest import PG_URL, WITH_MYSQL, make_app, require, store_url
 from .procs import ROOT, wait_until
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 BASIC = "tests.apps.basic:app"
 READ_AND_STEER = (

@@ -4,6 +4,7 @@ schedule that cannot be planned (issue 14 follow-ups)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +14,13 @@ import rota
 from rota.cli import main
 from rota.stores.base import NewRun, Outcome
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def cli(url: str, *args: str, columns: int = 140) -> tuple[int, str]:

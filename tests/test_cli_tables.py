@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -15,7 +17,14 @@ from rota.cli import main
 from rota.cli.display import Column, duration, fit, when
 from rota.cli.inspect import RUN_COLUMNS
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 NAMES = ("demo.heartbeat", "demo.minutely-report", "billing.reconcile-ledgers-nightly")
 ISO_MICRO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+")

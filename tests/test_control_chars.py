@@ -17,7 +17,14 @@ import rota.notify
 from rota import logs
 from rota.events import Event
 
-from .conftest import start_worker
+from .conftest import WITH_MYSQL, start_worker, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 BAD_NAMES = ["a\nb", "a\rb", "tab\there", "esc\x1b[31m", "del\x7f", "c1\x85", "line\u2028sep", "trailing\n"]
 

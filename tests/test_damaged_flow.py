@@ -25,10 +25,18 @@ from rota.limit_specs import UNRESOLVED
 from rota.web import create_app
 from rota.worker import maintenance
 
-from .conftest import start_worker, wait_for
+from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 # a value no API writes, per store: (PostgreSQL, SQLite); None where the store cannot hold it
 PER = {"huge": ("1e300", "1e300"), "infinite": ("'Infinity'::float8", "9e999"), "nan": ("'NaN'::float8", None)}
+MYSQL_PER = {"huge": "1e300", "infinite": "1e308", "nan": None}  # DOUBLE holds no NaN or Infinity
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +59,16 @@ def _sql(app: rota.App, sql: str, **params: Any) -> list[Any]:
 
 def _pg(app: rota.App) -> bool:
     return bool(app.store.dialect == "postgresql")
+
+
+def _key(app: rota.App) -> str:
+    """The column `key`, quoted where it is a reserved word (MySQL)."""
+    return "`key`" if app.store.dialect == "mysql" else "key"
+
+
+def _sqlite(app: rota.App) -> bool:
+    """SQLite keeps times as numbers and run counts in a table; the servers do neither."""
+    return bool(app.store.dialect == "sqlite")
 
 
 def _damage_named(caplog: pytest.LogCaptureFixture, key: str) -> list[str]:
@@ -105,9 +123,9 @@ def test_a_rate_with_a_damaged_window_holds_its_own_runs_and_the_rest_run(
     app_factory: Callable[..., rota.App], caplog: pytest.LogCaptureFixture, how: str
 ) -> None:
     app = _flow_app(app_factory)
-    value = PER[how][0 if _pg(app) else 1]
+    value = MYSQL_PER[how] if app.store.dialect == "mysql" else PER[how][0 if _pg(app) else 1]
     if value is None:
-        pytest.skip("SQLite stores NaN as NULL, which the column refuses")
+        pytest.skip("SQLite stores NaN as NULL, which the column refuses; MySQL's DOUBLE holds no NaN")
     _running(app)
     _sql(app, f"UPDATE rota_rates SET per = {value} WHERE name = 'bad'")
     held = app.tasks["bad"].enqueue()
@@ -129,7 +147,7 @@ def test_a_limit_with_a_damaged_size_holds_its_own_runs_and_the_rest_run(
 ) -> None:
     app = _flow_app(app_factory)
     _running(app)
-    huge = 2147483647 if _pg(app) else 9223372036854775807
+    huge = 9223372036854775807 if _sqlite(app) else 2147483647
     _sql(app, "UPDATE rota_limits SET max = :max WHERE name = 'capped'", max=huge)
     held = app.tasks["bad"].enqueue()
     others = [app.tasks["good"].enqueue(n) for n in range(3)] + [app.tasks["plain"].enqueue()]
@@ -145,9 +163,9 @@ def test_a_limit_with_a_damaged_size_holds_its_own_runs_and_the_rest_run(
 def test_a_start_logged_in_the_future_is_not_counted_and_goes(app_factory: Callable[..., rota.App]) -> None:
     app = _flow_app(app_factory)
     _running(app)
-    future = "'infinity'::timestamptz" if _pg(app) else "1e300"
+    future = "'infinity'::timestamptz" if _pg(app) else "1e300" if _sqlite(app) else "'9999-12-31 23:59:59'"
     for _ in range(5):  # the whole window of 'good', key '', claimed "forever"
-        _sql(app, f"INSERT INTO rota_rate_starts (name, key, started_at) VALUES ('good', '', {future})")
+        _sql(app, f"INSERT INTO rota_rate_starts (name, {_key(app)}, started_at) VALUES ('good', '', {future})")
     runs = [app.tasks["good"].enqueue(n) for n in range(3)]
     wait_for(lambda: all(_status(app, h.id) == "succeeded" for h in runs), what="the runs of the rate")
     wait_for(lambda: not _sql(app, "SELECT 1 FROM rota_rate_starts WHERE started_at > :t", t=_far(app)), what="pruned")
@@ -155,7 +173,7 @@ def test_a_start_logged_in_the_future_is_not_counted_and_goes(app_factory: Calla
 
 
 def _far(app: rota.App) -> Any:
-    return datetime(9000, 1, 1, tzinfo=UTC) if _pg(app) else 1e12
+    return 1e12 if _sqlite(app) else datetime(9000, 1, 1, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("spec", ["not json", "[]", '{"limit": {"by": null}}', '{"limit": "x"}'])
@@ -193,9 +211,9 @@ def test_the_rescue_survives_a_lost_run_it_cannot_describe(app_factory: Callable
     held = "status = 'running', owner = 'gone', token = 1, started_at = NULL, lease_until = :past, due_at = :due"
     now = datetime.now(UTC)
     past, due = (now - timedelta(seconds=60), now - timedelta(seconds=70))
-    if not _pg(app):
+    if _sqlite(app):
         past, due = past.timestamp(), due.timestamp()  # type: ignore[assignment]
-    broken = "attempt = 2147483647" if _pg(app) else "attempts = 'not json'"
+    broken = "attempts = 'not json'" if _sqlite(app) else "attempt = 2147483647"
     for run, damage in ((damaged, f", {broken}, cancel_requested = true"), (lost, "")):
         _sql(app, f"UPDATE rota_runs SET {held}{damage} WHERE id = :id", past=past, due=due, id=int(run.id))
     _running(app)
@@ -213,7 +231,7 @@ def test_a_schedule_counter_at_its_maximum_never_fails_a_finish(app_factory: Cal
     app.migrate()
     top = 9223372036854775807
     _sql(app, f"UPDATE rota_schedules SET run_count = {top}, success_count = {top}, skip_count = {top}")
-    if not _pg(app):  # SQLite's run counts too
+    if _sqlite(app):  # SQLite's run counts too
         _sql(app, f"UPDATE rota_run_counts SET n = {top} WHERE status IN ('pending', 'running', 'succeeded')")
     plain = t.enqueue()
     _running(app)
@@ -275,8 +293,8 @@ def test_a_run_waiting_on_a_parent_deleted_by_hand_is_set_aside(
 
 def test_pruning_survives_a_run_count_at_its_minimum(app_factory: Callable[..., rota.App]) -> None:
     app = app_factory(retention={"failed": timedelta(seconds=0.2)}, prune_interval=0.2)
-    if _pg(app):
-        pytest.skip("PostgreSQL keeps no run counts (its statistics estimate them)")
+    if not _sqlite(app):
+        pytest.skip("PostgreSQL and MySQL keep no run counts (their statistics estimate them)")
 
     @app.task(name="boom")
     def boom(n: int) -> None:
@@ -304,7 +322,11 @@ def test_a_uniqueness_record_made_in_the_future_frees_its_key(app_factory: Calla
     _sql(app, "UPDATE rota_runs SET status = 'succeeded', finished_at = created_at")  # ended, as a worker would
     # the key's record made "in year 3000": it held the key (returned the first run) forever
     year_3000 = datetime(3000, 1, 1, tzinfo=UTC)
-    _sql(app, "UPDATE rota_unique SET created_at = :t WHERE key = 'k'", t=year_3000 if _pg(app) else 32503680000.0)
+    _sql(
+        app,
+        f"UPDATE rota_unique SET created_at = :t WHERE {_key(app)} = 'k'",
+        t=32503680000.0 if _sqlite(app) else year_3000,
+    )
     time.sleep(0.3)  # past the window
     again = t.options(key="k", unique_for=0.2).enqueue(3)
     assert again.id != first.id and _status(app, again.id) == "pending"

@@ -10,6 +10,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +22,15 @@ from rota import quarantine
 from rota.cli import main
 from rota.web import create_app
 
-from .conftest import start_worker, wait_for
+from . import mysql_db
+from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 GOOD = 5
 SLEEP = 1.5  # longer than the lease: a good run succeeds only if its heartbeats renew it
@@ -33,8 +42,12 @@ def _pg(app: rota.App) -> bool:
 
 
 def _damage(app: rota.App, run_id: str, column: str, value: str) -> None:
-    """Write `value` (SQL) into one run's column through the store's own transaction."""
+    """Write `value` (SQL) into one run's column through the store's own transaction (on
+    MySQL/MariaDB as a hand edit would, without strict mode: mysql_db.execute)."""
     store: Any = app.store
+    if store.dialect == "mysql":
+        mysql_db.execute(app.database_url, f"UPDATE rota_runs SET {column} = {value} WHERE id = {int(run_id)}")
+        return
     with store._tx() as s:
         s.q_text(f"UPDATE rota_runs SET {column} = {value} WHERE id = {store._p('id')}", id=int(run_id))
 
@@ -81,7 +94,7 @@ def _assert_set_aside(caplog: pytest.LogCaptureFixture, bad: Any, good: list[Any
 
 
 def _attempt_max(app: rota.App) -> str:
-    return "2147483647" if _pg(app) else "9223372036854775807"  # the column's maximum
+    return "9223372036854775807" if app.store.dialect == "sqlite" else "2147483647"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("ahead", [False, True], ids=["due", "claimed-ahead"])
@@ -163,7 +176,7 @@ async def _async_noop(ctx: rota.RunContext) -> int:
 
 
 def _bad_times() -> list[Any]:
-    pg = pytest.mark.postgres
+    pg, my = pytest.mark.postgres, pytest.mark.mysql
     return [
         pytest.param("scheduled_for", "1e300", "sqlite", id="sqlite-scheduled_for-1e300"),
         pytest.param("scheduled_for", "-1e300", "sqlite", id="sqlite-scheduled_for-before-year-1"),
@@ -171,6 +184,8 @@ def _bad_times() -> list[Any]:
         pytest.param("scheduled_for", "'infinity'", "postgresql", marks=pg, id="pg-scheduled_for-infinity"),
         pytest.param("scheduled_for", "now() + interval '100000 years'", "postgresql", marks=pg, id="pg-year-102026"),
         pytest.param("due_at", "'-infinity'", "postgresql", marks=pg, id="pg-due_at-minus-infinity"),
+        pytest.param("scheduled_for", mysql_db.ZERO_DATE, "mysql", marks=my, id="mysql-scheduled_for-zero-date"),
+        pytest.param("due_at", mysql_db.ZERO_DATE, "mysql", marks=my, id="mysql-due_at-zero-date"),
     ]
 
 
@@ -293,13 +308,21 @@ def test_a_history_that_is_not_json_stops_no_rescue_and_no_retry(app_factory: An
     lost = [t.enqueue(n) for n in (1, 2)]
     retried = t.enqueue(3)
     store: Any = app.store
-    with store._tx() as s:  # two runs of a worker that died: one of them with a damaged history
-        s.q_text(
-            "UPDATE rota_runs SET status = 'running', owner = 'ghost', token = 1, attempt = 1, "
-            "started_at = unixepoch() - 60, lease_until = unixepoch() - 30 WHERE id IN (:a, :b)",
-            a=int(lost[0].id),
-            b=int(lost[1].id),
+    if store.dialect == "mysql":  # LONGTEXT, as SQLite's TEXT: it holds what is not JSON
+        ago = "UTC_TIMESTAMP(6) - INTERVAL {} SECOND"
+        mysql_db.execute(
+            app.database_url,
+            f"UPDATE rota_runs SET status = 'running', owner = 'ghost', token = 1, attempt = 1, "
+            f"started_at = {ago.format(60)}, lease_until = {ago.format(30)} WHERE id IN ({lost[0].id}, {lost[1].id})",
         )
+    else:
+        with store._tx() as s:  # two runs of a worker that died: one of them with a damaged history
+            s.q_text(
+                "UPDATE rota_runs SET status = 'running', owner = 'ghost', token = 1, attempt = 1, "
+                "started_at = unixepoch() - 60, lease_until = unixepoch() - 30 WHERE id IN (:a, :b)",
+                a=int(lost[0].id),
+                b=int(lost[1].id),
+            )
     for run in (lost[0], retried):
         _damage(app, run.id, "attempts", "'[{\"attempt\": 1,'")
     start_worker(app)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +20,14 @@ from rota import quarantine
 from rota.cli import main
 from rota.web import create_app
 
-from .conftest import start_worker
+from . import mysql_db
+from .conftest import WITH_MYSQL, start_worker, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def _wait_for(condition: Any, what: str, timeout: float = 15.0) -> None:
@@ -33,8 +41,14 @@ def _wait_for(condition: Any, what: str, timeout: float = 15.0) -> None:
 
 
 def _damage(app: rota.App, name: str, column: str, how: str) -> None:
-    """Write a time no API would write: `future` past year 9999, `past` before year 1."""
+    """Write a time no API would write: `future` past year 9999, `past` before year 1 (on
+    MySQL/MariaDB, which holds neither, the zero date a client without strict mode can write)."""
     store: Any = app.store
+    if store.dialect == "mysql":
+        mysql_db.execute(
+            app.database_url, f"UPDATE rota_schedules SET {column} = {mysql_db.ZERO_DATE} WHERE name = '{name}'"
+        )
+        return
     pg = store.dialect == "postgresql"
     values = {
         "future": f"{column} + interval '100000 years'" if pg else f"{column} + 1e12",

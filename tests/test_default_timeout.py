@@ -8,15 +8,22 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 import rota
 from rota import config
 
-from .conftest import start_worker
+from .conftest import WITH_MYSQL, start_worker, store_url
 from .procs import wait_until
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def test_the_default_is_one_hour_and_zero_is_none(monkeypatch: pytest.MonkeyPatch) -> None:

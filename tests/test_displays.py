@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,8 +19,14 @@ import rota
 import rota.testing
 from rota.cli import main
 
-from .conftest import make_app, start_worker
+from .conftest import WITH_MYSQL, make_app, start_worker, store_url
 from .procs import wait_until
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def cli(url: str, *args: str) -> tuple[int, str]:

@@ -3,11 +3,20 @@ integers too long for Python's int/str conversion in arguments and results."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import rota
+
+from .conftest import WITH_MYSQL, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -95,7 +104,7 @@ def test_a_stored_run_with_too_long_integers_still_lists(db_url: str) -> None:
 
     good, bad = t.options(delay=60).enqueue(1), t.options(delay=60).enqueue(2)
     digits = "9" * 5000
-    cast = "::jsonb" if not db_url.startswith("sqlite") else ""
+    cast = "::jsonb" if db_url.startswith("postgres") else ""
     _corrupt(
         db_url,
         f"UPDATE rota_runs SET args = '[{digits}]'{cast}, kwargs = '{{\"n\": {digits}}}'{cast}, "

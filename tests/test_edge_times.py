@@ -5,6 +5,7 @@ correct answer or one clear line, never an OverflowError (the low item)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -15,16 +16,24 @@ import rota
 from rota import timing
 from rota.cli import main
 
-from .conftest import start_worker, wait_for
+from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 LAST = datetime.max.replace(tzinfo=UTC)
 
 
 def _write_next_run_at(app: rota.App, name: str, seconds: float) -> None:
     """Set a schedule's next_run_at by hand to Unix `seconds` (on PostgreSQL the server keeps
-    whole microseconds; SQLite keeps the REAL as written)."""
+    whole microseconds, as MySQL/MariaDB's DATETIME(6) does; SQLite keeps the REAL as written)."""
     store: Any = app.store
-    value = f"to_timestamp({seconds!r})" if store.dialect == "postgresql" else repr(seconds)
+    server = {"postgresql": "to_timestamp({})", "mysql": "FROM_UNIXTIME({})"}.get(store.dialect, "{}")
+    value = server.format(repr(seconds))
     with store._tx() as s:
         s.q_text(f"UPDATE rota_schedules SET next_run_at = {value} WHERE name = {store._p('name')}", name=name)
 

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
 
 import rota
 import rota.testing
 from rota import timing
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
 from .test_cli import cli
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def test_backfill_makes_the_missing_ticks_once_and_reports_them(db_url: str) -> None:

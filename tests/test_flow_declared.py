@@ -7,7 +7,7 @@ it: never unlimited."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +16,15 @@ import pytest
 import rota
 from rota.limit_specs import UNRESOLVED
 from rota.stores.base import Outcome
+
+from .conftest import WITH_MYSQL, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 START = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
 ERROR = '{"type": "Boom", "message": "no"}'

@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
 
 import rota
 
-from .conftest import start_worker
+from .conftest import WITH_MYSQL, start_worker, store_url
 from .procs import wait_until
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 HANDLER = 1.0  # seconds the handler runs, ignoring its timeout
 TIMEOUT = 0.3

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 import rota
 from rota.cli import main
+from rota.stores.postgres.claim_from import FRONT
 
 from .conftest import WITH_MYSQL, make_app, store_url
 from .procs import WorkerProcs, wait_until
@@ -119,11 +120,12 @@ def test_the_claim_keeps_its_index_with_the_paused_queues_guard(pg_url: str) -> 
         conn.execute("ANALYZE rota_runs")
         conn.execute("ANALYZE rota_queue_pauses")
     store: Any = app.store
-    params = {"owner": "w", "limit": 10, "start": 10, "lease": 30.0, "now": None, "queues": ["default"]}
+    params = {"owner": "w", "limit": 10, "start": 10, "lease": 30.0, "now": None, "queues": ["default"], **FRONT}
     with store._tx() as s:
+        s.q("claim_plan")  # as every claim's transaction
         for query in ("claim", "claim_in_queues"):
             plan = "\n".join(str(r[0]) for r in s.q_text("EXPLAIN " + store.queries[query], **params))
-            assert "rota_runs_claim" in plan and "Seq Scan on rota_runs " not in plan, plan
+            assert "rota_runs_claim_from" in plan and "Seq Scan on rota_runs " not in plan, plan
             assert "rota_queue_pauses" in plan, plan
     app.close()
 

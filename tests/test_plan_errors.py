@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 import rota
 from rota.cli import main as cli
 
-from .conftest import start_worker
+from .conftest import WITH_MYSQL, start_worker, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
@@ -26,7 +33,9 @@ def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -
 def _break_zone(app: rota.App, name: str) -> None:
     """Give a stored schedule a zone this host does not know, overdue (as if written elsewhere)."""
     store: Any = app.store
-    overdue = "next_run_at - 3600" if store.dialect == "sqlite" else "now() - interval '1 hour'"
+    overdue = {"sqlite": "next_run_at - 3600", "mysql": "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR"}.get(
+        store.dialect, "now() - interval '1 hour'"
+    )
     with store._tx() as s:
         s.q_text(f"UPDATE rota_schedules SET tz = 'Mars/Olympus', next_run_at = {overdue} WHERE name = '{name}'")
 
@@ -83,7 +92,9 @@ def test_cli_schedules_json_shows_the_plan_error(app: rota.App) -> None:
 def _due_now(app: rota.App) -> list[Any]:
     """Every active schedule as the worker would see it once due (next_run_at moved to now)."""
     store: Any = app.store
-    now = "strftime('%s','now') - 1" if store.dialect == "sqlite" else "now() - interval '1 second'"
+    now = {"sqlite": "strftime('%s','now') - 1", "mysql": "UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"}.get(
+        store.dialect, "now() - interval '1 second'"
+    )
     names = [s.name for s in app.list_schedules()]
     olds = {s.name: s.next_run_at for s in app.list_schedules()}
     with store._tx() as s:

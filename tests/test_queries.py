@@ -29,7 +29,13 @@ NOW = {"postgres": "now()", "sqlite": ":now", "mysql": "UTC_TIMESTAMP(6)"}
 # one writer with nothing changing meanwhile, takes them step by step).
 ONLY = {
     "sqlite": {"next_token", "take_token", "token_rebase", "finish_holding", "refuse_unlog", "disown_unlog"},
-    "postgres": {"flow_walk_plan", "flow_take_limits", "move_history", "history_estimate"},  # the last two: schema 17
+    "postgres": {
+        "flow_walk_plan",
+        "claim_plan",
+        "flow_take_limits",
+        "move_history",
+        "history_estimate",
+    },  # 2 last: schema 17
     # MySQL/MariaDB orchestrates as SQLite does (the token counter, finish_holding, the unlog
     # statements), and has these of its own: the claim's first step that locks the due runs'
     # ids (no UPDATE ... RETURNING), what PostgreSQL's and SQLite's triggers do to rota_runs

@@ -6,13 +6,23 @@ App.retry of one, after its row was repaired, copies the repaired row. On both s
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 import rota
 import rota.testing
 from rota import quarantine
 
+from .conftest import WITH_MYSQL, store_url
 from .test_cli import cli
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def _sql(app: rota.App, text: str, **params: Any) -> None:

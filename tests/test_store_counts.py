@@ -3,12 +3,21 @@ active counts plus planner estimates for final statuses on a big PostgreSQL tabl
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import rota
 from rota.stores.base import NewRun, Outcome
+
+from .conftest import WITH_MYSQL, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 def _scanned(store: Any) -> dict[str, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,7 +23,15 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import rota
 from rota.stores.base import Outcome
 
+from .conftest import WITH_MYSQL, store_url
 from .test_ticks_ahead import START
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 pytestmark = pytest.mark.slow
 LEAD = 0.3

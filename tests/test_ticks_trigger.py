@@ -5,7 +5,7 @@ judged by the policy at the tick with the triggered run as the active one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +14,15 @@ import pytest
 import rota
 from rota.stores.base import Outcome
 
+from .conftest import WITH_MYSQL, store_url
 from .test_ticks_ahead import fake, minute, runs_of, tick_pass
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 __all__ = ["fake"]  # the fixture, used by name
 

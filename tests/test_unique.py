@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,8 +17,15 @@ import pytest
 import rota
 from rota.stores.base import Outcome
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
 from .test_txn import caller_connection
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 TEN_MINUTES = timedelta(minutes=10)
 

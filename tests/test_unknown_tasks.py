@@ -7,15 +7,24 @@ fails with TaskNotFound. Contract tests, both stores."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
+
+import pytest
 
 import rota
 from rota.stores.base import Outcome
 from rota.stores.records import REFUSE_DELAY, REFUSED, UNKNOWN_TASK_GRACE
 
-from .conftest import start_worker, wait_for
+from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 TASK_NOT_FOUND = json.dumps({"type": "TaskNotFound", "message": "not here", "traceback": None})
 
@@ -51,7 +60,13 @@ def test_a_new_tasks_run_claimed_by_an_old_worker_is_given_back_and_runs_on_a_ne
 def _refused_long_ago(app: rota.App, run_id: str) -> None:
     """Move the run's first refusal (and its due time) an hour back (a time seam: no sleep)."""
     store: Any = app.store
-    shift = "- 3600" if app.database_url.startswith("sqlite") else "- interval '3600 seconds'"
+    shift = (
+        "- 3600"
+        if app.database_url.startswith("sqlite")
+        else "- interval '3600' second"
+        if app.database_url.startswith("mysql")
+        else "- interval '3600 seconds'"
+    )
     with store._tx() as s:
         s.q_text(
             f"UPDATE rota_runs SET refused_at = refused_at {shift}, due_at = due_at {shift} WHERE id = {int(run_id)}"

@@ -22,7 +22,15 @@ from rota.models import iso
 from rota.web import create_app
 from rota.web.static import FILES
 
+from .conftest import WITH_MYSQL, store_url
 from .ports import free_port
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 RUN_FIELDS = {
     "id",

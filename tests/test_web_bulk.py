@@ -5,6 +5,7 @@ both stores."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +15,15 @@ import rota
 import rota.testing
 from rota.errors import ConfigurationError
 from rota.web import bulk, create_app
+
+from .conftest import WITH_MYSQL, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 TOKEN, VIEWER = "full-token-1", "look-only-2"
 ADMIN = {"authorization": f"Bearer {TOKEN}"}

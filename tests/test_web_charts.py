@@ -16,6 +16,14 @@ import rota
 import rota.testing
 from rota.web import charts, create_app
 
+from .conftest import WITH_MYSQL, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 @pytest.fixture(autouse=True)
 def _no_env_token(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,6 +126,8 @@ def test_bad_chart_input_is_one_clear_line(client: TestClient, query: str, messa
 
 def test_the_chart_queries_read_the_finished_at_index(done: rota.App, db_url: str) -> None:
     """Each bucket is a range read of rota_runs_finished (migration 0007), never a table scan."""
+    if db_url.startswith("mysql"):
+        pytest.skip("MySQL's EXPLAIN of a query with bound parameters plans the derived table away")
     store: Any = done.store
     params = {"lo": 0.0, "hi": 1e10, "cap": 10, "task": None, "queue": None, "now": store.now()}
     for name in ("web_throughput", "web_throughput_where", "web_lateness"):

@@ -4,6 +4,7 @@ stores, over a database holding runs of every kind (including a corrupt one)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +15,14 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 import rota  # noqa: E402
 import rota.testing  # noqa: E402
 from rota.web import create_app  # noqa: E402
+
+from .conftest import WITH_MYSQL, store_url  # noqa: E402
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +18,16 @@ from rota.web import create_app
 from rota.web.auth import COOKIE, LOGIN_BODY_LIMIT, MAX_BODY
 from rota.web.openapi import document
 from rota.web.sessions import FREE_FAILURES, LoginThrottle, Sessions
+
+from . import mysql_db
+from .conftest import WITH_MYSQL, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 TOKEN = "s3cret-token"
 LOCAL = "http://localhost"
@@ -47,8 +58,12 @@ def filled(app: rota.App) -> rota.App:
 
 def raw_sql(app: rota.App, sql: str, **params: Any) -> None:
     """Write a row no API would write (a damaged or hand-edited database). On PostgreSQL an
-    UPDATE of a run is made in the history table too (a succeeded run is kept there)."""
+    UPDATE of a run is made in the history table too (a succeeded run is kept there). On
+    MySQL/MariaDB as a hand edit would, without strict mode (mysql_db.execute)."""
     store: Any = app.store
+    if store.dialect == "mysql":
+        mysql_db.execute(app.database_url, sql.replace(":id", str(int(params["id"]))))
+        return
     with store._tx() as s:
         s.q_text(sql.replace(":id", store._p("id")), **params)
         if store.dialect == "postgresql" and sql.startswith("UPDATE rota_runs "):
@@ -58,7 +73,9 @@ def raw_sql(app: rota.App, sql: str, **params: Any) -> None:
 # -- rows a listing must survive -----------------------------------------------------------
 def test_corrupt_json_and_far_future_dates_are_shown_not_fatal(filled: rota.App) -> None:
     first, bad, last = sorted(int(r.id) for r in filled.list_runs())
-    far = "finished_at + interval '100000 years'" if filled.store.dialect == "postgresql" else "finished_at + 1e12"
+    far = {"postgresql": "finished_at + interval '100000 years'", "mysql": mysql_db.ZERO_DATE}.get(
+        filled.store.dialect, "finished_at + 1e12"
+    )
     raw_sql(
         filled, f"UPDATE rota_runs SET args = '[1,', result = '{{nope', finished_at = {far} WHERE id = :id", id=first
     )

@@ -4,6 +4,7 @@ the same records as `rota limits --json`, on both stores."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +13,14 @@ from starlette.testclient import TestClient
 import rota
 from rota.web import create_app
 
+from .conftest import WITH_MYSQL, store_url
 from .test_cli import cli
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,7 @@ the database (on both stores)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,6 +13,15 @@ from starlette.testclient import TestClient
 import rota
 from rota.web import create_app
 from rota.web.auth import COOKIE
+
+from .conftest import WITH_MYSQL, store_url
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
 
 TOKEN = "s3cret-token"
 

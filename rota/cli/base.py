@@ -23,10 +23,10 @@ import click
 from .. import config, logs
 from .._version import __version__
 from ..app import App
-from ..client import _run_id as check_run_id
 from ..errors import ConfigurationError, RotaError, RunNotFound
 from ..logs import log_event
 from ..models import Run
+from ..models import parse_run_id as check_run_id
 from ..tasks import check_queue as check_queue_name
 from .display import clean
 

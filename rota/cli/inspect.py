@@ -245,6 +245,25 @@ def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
             click.echo(clean(f"  {error.get('type')}: {error.get('message')}"))
             if error.get("traceback"):
                 click.echo(clean("  " + str(error["traceback"]).rstrip().replace("\n", "\n  ")))
+    _show_durable(run)
+
+
+def _show_durable(run: Run) -> None:
+    """A parked run's wait, the last progress and each saved step (rota.durable)."""
+    if run.waiting is not None:
+        what = f"signal {run.waiting['signal']!r}" if run.waiting["kind"] == "signal" else "sleep"
+        click.echo(clean(f"\n{'parked':>14}: {what} until {run.waiting['until']} (since {run.waiting['since']})"))
+    if run.progress is not None:
+        message = f" {run.progress['message']}" if run.progress["message"] else ""
+        click.echo(clean(f"{'progress':>14}: {run.progress['fraction']:.0%}{message} (at {run.progress['at']})"))
+    if run.steps:
+        click.echo("\nsteps:")
+    for step in run.steps:
+        took = _took(step["started_at"], step["finished_at"])
+        line = f"  {step['seq'] + 1}. {step['name']}: {step['outcome']} (attempt {step['attempt']}, {step['finished_at']}{took})"
+        if step["error"]:
+            line += f": {step['error'].get('type')}: {step['error'].get('message')}"
+        click.echo(clean(line, newlines=False))
 
 
 def _took(started: str | None, finished: str | None) -> str:

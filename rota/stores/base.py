@@ -169,6 +169,10 @@ class Store(FlowStore, abc.ABC):
         """Extend the leases of (id, token) runs still held. Returns (ids still held, ids
         whose cancellation was requested); a run missing from the first set is lost."""
 
+    def save_progress(self, rows: Sequence[tuple[int, int, float, str | None]]) -> set[int]:
+        """ctx.progress of (id, token, fraction, message) runs still held (rota/stores/sqlstore/durable.py)."""
+        raise NotImplementedError
+
     @abc.abstractmethod
     def finish(self, outcomes: Sequence[Outcome]) -> set[int]:
         """Record attempt outcomes; return the ids written. Stale tokens are not written."""

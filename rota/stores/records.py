@@ -111,6 +111,31 @@ def claimed_rows(rows: list[Any], build: Callable[[Any], Claimed]) -> list[Claim
     return claims
 
 
+def typed_sound(claims: list[Claimed]) -> bool:
+    """Whether every claim of a batch decoded from typed columns (PostgreSQL's: text, integer,
+    double precision and timestamptz, NOT NULL where rota needs a value) holds only values a
+    release writes: the checks of `_damage` that such columns leave open, inline, in one
+    pass over the batch (the hot path: a per-row check cost a tenth of a no-op run's worker
+    CPU, issue 41). False (or a value of a type the columns cannot hold): look row by row
+    (claimed_rows), which names the damage."""
+    inf = _INF
+    try:
+        for c in claims:
+            t = c.timeout
+            if not (
+                0 <= c.attempt < ATTEMPT_MAX
+                and (t is None or 0 < t < inf)  # (NaN fails)
+                and -inf < c.due < inf
+                and type(c.scheduled_for) is datetime  # (not a time out of Python's range)
+                and type(c.lease_until) is datetime
+                and (c.started_at is None or type(c.started_at) is datetime)
+            ):
+                return False
+    except TypeError:  # a value no such column holds: the row-by-row checks say which
+        return False
+    return True
+
+
 def claim_of_unix(r: Any) -> Claimed:
     """A claimed row whose times are Unix seconds (SQLite's), as Claimed."""
     ts = datetime.fromtimestamp
@@ -182,6 +207,8 @@ def _set_aside(row: Any, reason: str) -> Claimed:
 
 
 REFUSED = "refused"  # Outcome.status of a run given back by a worker that lacks its task
+PARKED = "parked"  # Outcome.status of a run that parks (rota/durable.py): result [kind, name], retry_in: its wait
+OWN_STATEMENT = (REFUSED, PARKED)  # Outcome statuses written by statements of their own
 #: A refused run fails once it has been refused for this long since its first refusal, on the
 #: database's clock: no worker that registers its task took it meanwhile.
 UNKNOWN_TASK_GRACE = 600.0

@@ -36,6 +36,7 @@ from ..errors import (
 from ..models import FINAL_STATUSES, STATUSES, iso
 from ..quarantine import DamagedRowError
 from ..serialization import check_text
+from ..signals import durable_fields
 from ..stores.base import RunFilter
 from ..stores.flow_damage import damaged_specs
 from . import records
@@ -212,11 +213,18 @@ async def _detail(request: Request, run_id: int) -> dict[str, Any]:
         raise RunNotFound(f"no run with id '{run_id}'")
     parents, dependents = await _call(store.run_links, run_id)
     waiting = await _call(store.run_rows, "web_run_waiting", run_id=run_id)
-    return records.detail(tuple(rows[0])) | {
-        "parents": [str(i) for i in parents],
-        "dependents": [str(i) for i in dependents],
-        "waiting_on": int(waiting[0][0]) if waiting else 0,
-    }
+    detail = records.detail(tuple(rows[0]))
+    durable = await _call(durable_fields, store, run_id, detail.get("status"))  # steps, a park's wait, progress
+    durable = {k: v for k, v in durable.items() if v}  # as Run.to_json: only what the run has
+    return (
+        detail
+        | durable
+        | {
+            "parents": [str(i) for i in parents],
+            "dependents": [str(i) for i in dependents],
+            "waiting_on": int(waiting[0][0]) if waiting else 0,
+        }
+    )
 
 
 async def workers(request: Request) -> Response:

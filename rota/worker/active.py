@@ -8,9 +8,11 @@ import threading
 import time
 from typing import Any
 
+from ..durable import Durable
 from ..stores.base import Claimed
 from ..tasks import RunContext, Task
 from ..tracing import AttemptSpan
+from .deadlines import Deadlines
 
 
 class Active:
@@ -22,6 +24,7 @@ class Active:
         "cancel_requested",
         "claim",
         "done",
+        "durable",
         "kind",
         "returned",
         "started",
@@ -46,8 +49,9 @@ class Active:
         self.timed_out = False
         self.returned = False  # its pool call (a thread's handler, a child's watcher) has returned
         self.async_task: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: Deadlines | None = None  # what times it out (a thread's: its executor's)
         self.trace: AttemptSpan | None = None  # its span, when the worker traces (rota.tracing)
+        self.durable: Durable | None = None  # its handler's steps and progress (rota.durable)
 
     @property
     def cancel(self) -> threading.Event:
@@ -63,6 +67,8 @@ class CorruptArguments(ValueError):
 
 
 def decode_arguments(c: Claimed) -> tuple[Any, Any]:
+    if c.args == "[]" and c.kwargs == "{}":  # most runs take no arguments (the hot path)
+        return [], {}
     try:
         args = [] if c.args == "[]" else json.loads(c.args)  # most runs take no arguments
         kwargs = {} if c.kwargs == "{}" else json.loads(c.kwargs)
@@ -78,9 +84,11 @@ def decode_arguments(c: Claimed) -> tuple[Any, Any]:
 def run_context(active: Active) -> RunContext:
     c = active.claim
     parents = _parents_of(active.task, c.id) if active.task is not None else None
+    if active.task is not None and getattr(active.task.app.store, "durable_supported", False):
+        active.durable = Durable(active.task.app.store, c.id, c.token, c.task)
     return RunContext(
         str(c.id), c.task, c.attempt, c.max_attempts, c.token, c.scheduled_for, c.schedule, active.cancel,
-        parents=parents,
+        parents=parents, durable=active.durable,
     )  # fmt: skip
 
 

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..durable import Parked
 from ..executor import handler_path
 from ..serialization import encode_result
 from ..stores.base import Claimed, Store
@@ -26,6 +27,7 @@ from ..tracing import attempt_span
 from ..transactional import AFTER_SYNC_CALL, after_sync_call, call_transactional, committing
 from .active import Active, child_context, decode_arguments, parent_results, run_context
 from .child import run_in_child
+from .deadlines import Deadlines
 from .handoff import Deliver, Handoff, Result
 
 log = logging.getLogger("rota.worker")
@@ -80,7 +82,7 @@ class CoroutineExecutor(_Decidable):
             outcome = "cancelled", exc
         except TimeoutError as exc:
             outcome = ("timeout", None) if scope.expired() else ("error", exc)
-        except Exception as exc:
+        except (Exception, Parked) as exc:  # Parked: ctx.sleep_async / wait_for_async (rota.durable)
             outcome = "error", exc
         finally:
             if active.trace is not None:
@@ -102,12 +104,13 @@ class ThreadExecutor(_Decidable):
 
     def __init__(self, slots: Executors) -> None:
         self.slots = slots
+        self.deadlines = Deadlines(self._on_timeout)  # one loop timer for every run's timeout
 
     def submit(self, active: Active, task: Task[Any, Any]) -> None:
         self.slots.handoff.run(active, lambda: self._body(active, task), self._returned)
         if active.claim.timeout is not None:
-            loop = asyncio.get_running_loop()
-            active.timer = loop.call_later(active.claim.timeout, self._on_timeout, active)
+            self.deadlines.add(active, active.claim.timeout)
+            active.timer = self.deadlines
 
     def _body(self, active: Active, task: Task[Any, Any]) -> Result:
         """On a pool thread: the handler's call; a limited run that outlived its timeout is
@@ -351,7 +354,7 @@ class Executors:
             return False
         active.done = True
         if active.timer is not None:
-            active.timer.cancel()
+            active.timer.discard(active)
         if self.inflight.get(active.claim.id) is active:  # not a newer attempt of the same run
             del self.inflight[active.claim.id]
         self.slot_freed.set()

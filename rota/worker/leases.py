@@ -84,7 +84,23 @@ class Leases:
         except DatabaseError as exc:
             self.outage.failed(exc)
             return
+        await self.save_progress()
         await self.seen()
+
+    async def save_progress(self) -> None:
+        """ctx.progress of the runs in flight (rota.durable): the last value each handler set
+        since the previous heartbeat, in one transaction; at most one write per run per beat."""
+        rows = []
+        for run_id, active in self.executors.inflight.items():
+            durable = active.durable
+            if durable is not None and durable.progress is not None:
+                (fraction, message), durable.progress = durable.progress, None
+                rows.append((run_id, active.claim.token, fraction, message))
+        if rows:
+            try:  # secondary, as the registry: a failure loses one beat's progress, not the renewal
+                await self.db(self.store().save_progress, rows)
+            except DatabaseError as exc:
+                log.debug("could not save the runs' progress: %s", exc)
 
     async def seen(self) -> None:
         """Write the worker registry row (state, stuck threads)."""

@@ -12,11 +12,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import config, quarantine
+from ..durable import Parked
 from ..errors import Cancelled, ConfigurationError
 from ..logs import log_event
 from ..serialization import encode, encode_error, error_payload, simple_error, storable
 from ..stores.base import Claimed, Outcome
-from ..stores.records import REFUSED, UNKNOWN_TASK_GRACE
+from ..stores.records import PARKED, REFUSED, UNKNOWN_TASK_GRACE
 from ..tasks import Backoff
 from ..tracing import end_attempt
 from ..transactional import COMMITTED
@@ -34,6 +35,7 @@ _EVENTS = {
     "failed": "run_failed",
     "cancelled": "run_cancelled",
     REFUSED: "run_refused",
+    PARKED: "run_parked",
 }
 _LEVELS = {
     "succeeded": logging.INFO,
@@ -41,6 +43,7 @@ _LEVELS = {
     "failed": logging.WARNING,
     "cancelled": logging.INFO,
     REFUSED: logging.WARNING,
+    PARKED: logging.INFO,
 }
 
 
@@ -79,6 +82,8 @@ class Decider:
         if (active.cancel_requested and kind in _STOPPED) or (kind == "error" and isinstance(value, Cancelled)):
             self.counters.cancelled += 1
             return Outcome(c.id, c.token, "cancelled", error=simple_error("Cancelled", "cancelled on request"))
+        if kind == "error" and isinstance(value, Parked):  # ctx.sleep / ctx.wait_for (rota.durable)
+            return Outcome(c.id, c.token, PARKED, result=json.dumps([value.kind, value.name]), retry_in=value.wake_in)
         error, retryable = self._error_of(active, kind, value)
         if c.attempt < c.max_attempts and retryable and _may_retry(active, value):
             try:
@@ -168,6 +173,10 @@ class Decider:
         if status == REFUSED:
             fields["attempt"] = c.attempt - (c.started_at is not None)  # this attempt is not counted
             message = f"run {c.id} {c.task} given back: its task is not registered here"
+        elif status == PARKED:
+            fields["attempt"] = c.attempt - (c.started_at is not None)  # a park is not an attempt's end
+            fields["wake_in"] = round(record.retry_in, 3)
+            message = f"run {c.id} {c.task} parked ({record.result}) for up to {record.retry_in:g} s"
         elif status == "pending":  # the attempt's duration, then the backoff before the next one
             fields["retry_in"] = retry_in = round(record.retry_in, 3)
             message = f"run {c.id} {c.task} failed after {duration:.3f} s {attempt}; retrying in {retry_in:g} s"

@@ -75,3 +75,36 @@ if os.environ.get("ROTA_TEST_RELEASE") == "2":  # the next release adds a task (
     @app.task(name="added", pass_context=True)
     def added(ctx: rota.RunContext, i: int) -> dict[str, int]:
         return record.fn(ctx, i, 0.0)  # type: ignore[no-any-return]
+
+
+@app.task(name="durable", pass_context=True, retries=3, backoff=0)
+def durable(ctx: rota.RunContext, hang: float) -> list[str]:
+    """Steps 'one' and 'two' (each logs `step NAME run attempt pid`), 'two' hanging `hang`
+    seconds on the first attempt (a kill -9 test kills its worker there), then 'three'."""
+
+    def step(name: str, seconds: float = 0.0) -> str:
+        _log(f"step {name} {ctx.run_id} {ctx.attempt} {os.getpid()}")
+        time.sleep(seconds)
+        return name
+
+    return [
+        ctx.step("one", step, "one"),
+        ctx.step("two", step, "two", hang if ctx.attempt == 1 else 0.0),
+        ctx.step("three", step, "three"),
+    ]
+
+
+@app.task(name="durable_async", pass_context=True, retries=3, backoff=0)
+async def durable_async(ctx: rota.RunContext, hang: float) -> list[str]:
+    """As `durable`, async: step 'two' awaits `hang` seconds until its run was handed back once."""
+    import asyncio
+
+    async def step(name: str, seconds: float = 0.0) -> str:
+        _log(f"step {name} {ctx.run_id} {ctx.attempt} {os.getpid()}")
+        await asyncio.sleep(seconds)
+        return name
+
+    first = await ctx.step_async("one", step, "one")
+    handed = os.environ.get("ROTA_TEST_HANG") == "1"
+    second = await ctx.step_async("two", step, "two", hang if handed else 0.0)
+    return [first, second, await ctx.step_async("three", step, "three")]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..base import Claimed, Outcome
-from ..records import REFUSED
+from ..records import OWN_STATEMENT, PARKED, REFUSED
 from ..sqlite.flow import next_token
 from .session import Session
 
@@ -34,6 +34,8 @@ class MySQLHotPath:
         def _notify(self, s: Any, payload: str) -> None: ...
 
         def _refuse(self, s: Any, refused: Sequence[Outcome]) -> None: ...
+
+        def _park(self, s: Any, outcomes: Sequence[Outcome]) -> set[int]: ...
 
     def _plain_claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
@@ -177,9 +179,20 @@ class MySQLHotPath:
         return {o.id for o in mine}
 
     def _finish_batch(self, s: Session, outcomes: Sequence[Outcome]) -> None:
-        plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
-        refused = [o for o in outcomes if o.status == REFUSED]
-        other = [o for o in outcomes if o not in plain and o not in refused]
+        plain: list[Outcome] = []
+        refused: list[Outcome] = []
+        parked: list[Outcome] = []
+        other: list[Outcome] = []  # (one pass: `o not in plain` compared dataclasses, n² a batch)
+        for o in outcomes:
+            if o.status == REFUSED:
+                refused.append(o)
+            elif o.status == PARKED:
+                parked.append(o)
+            elif o.status == "succeeded" and o.history is None:
+                plain.append(o)
+            elif o.status not in OWN_STATEMENT:
+                other.append(o)
+        self._park(s, parked)  # (rota.durable: their own statements)
         if refused:
             self._refuse(s, refused)
         if plain:
@@ -214,12 +227,22 @@ def settle(s: Session, ids: Sequence[int]) -> None:
     while ended:
         for schedule in sorted({str(r[2]) for r in ended if r[2] is not None and r[3]}):
             s.q("promote_held", schedule=schedule)
+            _wake_if_changed(s)
         parents = [r for r in ended if r[4]]
         ended = []
         for parent_id, status, *_ in parents:
             if status == "succeeded":
                 s.q("release_dependents", parent=parent_id)
+                _wake_if_changed(s)
             else:
                 cancelled = s.q("cancel_dependents", parent=parent_id)
                 if cancelled:
                     ended += [tuple(r) for r in s.q("ended_runs", ids=[int(r[0]) for r in cancelled])]
+
+
+def _wake_if_changed(s: Session) -> None:
+    """A run made due or handed its schedule's slot by the statement just run wakes this
+    process's workers after COMMIT (PostgreSQL's triggers NOTIFY; MySQL has no NOTIFY, and the
+    other processes see it through their change probe)."""
+    if s.cur.rowcount > 0 and "run" not in s.wake:
+        s.wake.append("run")

@@ -256,7 +256,7 @@ class Session:
 ENDING = frozenset({
     "cancel_pending", "rescue", "lease_damaged", "cancel_active_pending", "cancel_held", "cancel_schedule_pending",
     "withdraw_ahead", "misfire_ahead", "deps_orphaned", "flow_keyless", "flow_skip_unkeyed", "refuse",
-    "disown", "finish_transactional",
+    "disown", "finish_transactional", "park",
 })  # fmt: skip
 
 _split: dict[str, list[str]] = {}

@@ -201,6 +201,11 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
     def cancel(self, run_id: int, reason: str) -> str | None:
         return self._again(super().cancel, run_id, reason)
 
+    def _flow_finish_and_claim(self, *args: Any) -> tuple[set[int], int, list[Claimed], bool, bool]:
+        """The flow claim's one transaction, run again at once after a deadlock as the plain
+        claim is (concurrent claimers of one limit's keys deadlocked: the error reached them)."""
+        return self._again(super()._flow_finish_and_claim, *args)
+
     # -- enqueue -------------------------------------------------------------------------
     def _insert_plain(self, s: Any, runs: Sequence[NewRun]) -> list[int]:
         """Multi-row INSERTs of up to 500 runs each: InnoDB gives the rows of one statement

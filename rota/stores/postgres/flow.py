@@ -27,16 +27,25 @@ class PostgresFlow(FlowMixin):
         self, outcomes: Sequence[Any], owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int
     ) -> tuple[set[int], list[Claimed], bool]:
         """As the store's finish_and_claim (one pipelined transaction), with the probe last."""
-        from ..postgres.session import claim_call, claimed, finish_batches, finished_schedules_lock, settle_refused
+        from ..postgres.session import (
+            CLAIM_PLAN,
+            claim_call,
+            claimed,
+            finish_batches,
+            finished_schedules_lock,
+            settle_refused,
+        )
 
         batches = finish_batches(outcomes)
         lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
         probe = flow_due_call(None if queues is None else list(queues))
-        calls = [*lock, *batches, claim_call(owner, limit, queues, lease, start), probe]
+        since = self.claim_from.params(queues)  # type: ignore[attr-defined]
+        calls = [*lock, *batches, CLAIM_PLAN, claim_call(owner, limit, queues, lease, start, since), probe]
         with self._session(False, pipeline=True) as s:  # type: ignore[attr-defined]
             for query, params in calls:
                 s.send(query, **params)
-        *written, claims, due = s.received[len(lock) :]
+        *written, _, claims, due = s.received[len(lock) :]
+        self.claim_from.claimed(queues, claims)  # type: ignore[attr-defined]
         settle_refused(outcomes, batches, written)
         return {r[0] for rows in written for r in rows}, claimed(claims), bool(due and due[0][0])
 

@@ -31,9 +31,10 @@ from ...errors import (
 )
 from ...models import FINAL_STATUSES, PENDING, RUNNING, SUCCEEDED
 from ..base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
-from ..records import rescued_rows
+from ..records import PARKED, rescued_rows
 from ..sqlstore.queries import load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, Row, SqlStore
+from .claim_from import ClaimFrom
 from .failover import check_interval, read_only
 from .flow import PostgresFlow
 from .foreign import PgForeignSessions
@@ -42,6 +43,7 @@ from .listen import CHECK_EVERY
 from .lists import runs_where, status_terms, web_rows
 from .migrate import PgMigrations
 from .session import (
+    CLAIM_PLAN,
     _connect_kwargs,
     _is_retry_at_once,
     _json,
@@ -133,6 +135,7 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         self._wakeups = _WakeupLimiter(self._send_wakeup)
         self._own_identity: Row | None = None
         self._handler_conns = PostgresHandlerConnections(self)  # rota.transactional
+        self.claim_from = ClaimFrom()  # where a busy worker's next claim starts
 
     def _open(self) -> psycopg_pool.ConnectionPool[Any]:
         pool = self._pool
@@ -172,10 +175,12 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
             conn.execute(f"SET {name} = {value}")
 
     @contextmanager
-    def _session(self, transaction: bool, pipeline: bool = False) -> Iterator[_Session]:
+    def _session(self, transaction: bool, pipeline: bool = False, local: bool = True) -> Iterator[_Session]:
         """A session on a pooled connection. `transaction`: one transaction, committed at
         the block's end. `pipeline`: one transaction whose statements, queued with `send`,
-        travel with BEGIN and COMMIT in one round trip (rows in `received`; no NOTIFY)."""
+        travel with BEGIN and COMMIT in one round trip (rows in `received`; no NOTIFY);
+        `local` False: without the timeouts a transaction pooler needs set in it (a
+        transaction of one statement, as the statement alone would be)."""
         pool = self._open()
         now = self.clock.now() if self.clock is not None else None
         used: psycopg.Connection[Any] | None = None
@@ -183,7 +188,7 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
             with pool.connection() as conn:
                 used = conn
                 if pipeline:
-                    with pipelined(conn, self._local) as cur:
+                    with pipelined(conn, self._local if local else None) as cur:
                         session = _Session(cur, self.queries, now)
                         yield session
                     session.receive()
@@ -303,7 +308,12 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
     def insert_runs(self, runs: Sequence[NewRun], *, notify: bool = True) -> list[tuple[int, bool]]:
         """Again at once after a deadlock (a dependent's parents locked in id order while a
         finisher locks some of them in another order): PostgreSQL rolled it all back."""
+        self.claim_from.enqueued(runs)
         return self._again(functools.partial(super().insert_runs, notify=notify), runs)
+
+    def insert_runs_in(self, s: Any, runs: Sequence[NewRun]) -> list[tuple[int, bool]]:
+        self.claim_from.enqueued(runs)
+        return super().insert_runs_in(s, runs)
 
     # Plain runs may be COPYed in a caller's transaction: their ids come from the sequence.
     bulk_in_foreign_tx = True
@@ -315,9 +325,13 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
     def _plain_claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
-        query, params = claim_call(owner, limit, queues, lease, start)
-        with self._read() as s:
-            return claimed(s.q(query, **params))
+        query, params = claim_call(owner, limit, queues, lease, start, self.claim_from.params(queues))
+        with self._session(False, pipeline=True, local=False) as s:  # BEGIN, claim_plan, the claim, COMMIT: one trip
+            s.send(CLAIM_PLAN[0])
+            s.send(query, **params)
+        rows = s.received[1]
+        self.claim_from.claimed(queues, rows)
+        return claimed(rows)
 
     def claim_ahead(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, ahead: float
@@ -348,7 +362,8 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         first locks the schedules of its runs in name order (the rota_run_finished trigger
         updates them), so concurrent finishers never lock them in opposite orders; a
         deadlock that happens anyway is retried at once."""
-        done: set[int] = set()
+        done = self.park_runs([o for o in outcomes if o.status == PARKED])
+        outcomes = [o for o in outcomes if o.status != PARKED]
         batches = finish_batches(outcomes)
         written = [self._again(self._write_rows, query, params) for query, params in batches]
         settle_refused(outcomes, batches, written)
@@ -365,11 +380,14 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         batches = finish_batches(outcomes)
         # two statements in one transaction: their schedules locked in one order first
         lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
-        calls = [*lock, *batches, claim_call(*claim)]
+        owner, limit, queues, lease, start = claim
+        claim_ = claim_call(owner, limit, queues, lease, start, self.claim_from.params(queues))
+        calls = [*lock, *batches, CLAIM_PLAN, claim_]
         with self._session(False, pipeline=True) as s:
             for query, params in calls:
                 s.send(query, **params)
-        *written, claims = s.received[len(lock) :]
+        *written, _, claims = s.received[len(lock) :]
+        self.claim_from.claimed(queues, claims)
         settle_refused(outcomes, batches, written)
         return {r[0] for rows in written for r in rows}, claimed(claims)
 
@@ -402,6 +420,7 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         return self._again(self._hand_back, sorted(held), reason)
 
     def _hand_back(self, held: Sequence[tuple[int, int]], reason: str) -> set[int]:
+        self.claim_from.front()  # (pending again where they were: perhaps before the last claim)
         with self._tx() as s:
             rows = s.q("hand_back", rows=_json(held), reason=reason)
             self._notify(s, "run")
@@ -416,6 +435,8 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
                 return []
             damaged = s.q("lease_damaged", limit=limit)
             rows = s.q("rescue", limit=limit)
+        if rows:
+            self.claim_from.front()  # (pending again where they were)
         return rescued_rows(damaged, True) + rescued_rows(rows)
 
     def poll_state(self, queues: Sequence[str] | None) -> PollState:

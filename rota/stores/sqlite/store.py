@@ -32,7 +32,8 @@ from ...errors import (
     PermissionDenied,
 )
 from ..base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
-from ..records import REFUSED, claim_of_unix, claimed_rows, rescued_rows
+from ..records import OWN_STATEMENT as _OWN
+from ..records import PARKED, REFUSED, claim_of_unix, claimed_rows, rescued_rows
 from ..sqlstore.flow import _gates
 from ..sqlstore.queries import latest_version, load_migrations, load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
@@ -423,7 +424,8 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         now = s.now
         plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
         refused = [o for o in outcomes if o.status == REFUSED]
-        other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None) and o.status != REFUSED]
+        other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None) and o.status not in _OWN]
+        self._park(s, [o for o in outcomes if o.status == PARKED])  # (rota.durable: their own statements)
         if refused:
             self._refuse(s, refused)
         if plain:

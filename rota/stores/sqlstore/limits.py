@@ -95,7 +95,7 @@ from typing import Any
 from ...errors import DatabaseError
 from ..base import Claimed
 from ..flow_damage import limit_damage, rate_damage, report_damaged
-from ..records import PollState
+from ..records import PARKED, PollState
 
 # Keys taken per flow claim: a few more than the runs asked for (a full rate key is taken
 # too, to push its runs' due time), at most _MAX_KEYS: on PostgreSQL each is an advisory
@@ -226,6 +226,11 @@ class FlowMixin:
         lease: float,
         start: int | None = None,
     ) -> tuple[set[int], list[Claimed]]:
+        if any(o.status == PARKED for o in outcomes):  # parked runs (rota/durable.py): written first
+            parked = self.park_runs([o for o in outcomes if o.status == PARKED])  # type: ignore[attr-defined]
+            rest = [o for o in outcomes if o.status != PARKED]
+            written, got = self.finish_and_claim(rest, owner, limit, queues, lease, start)
+            return written | parked, got
         if not self._flow_on():
             return self._plain_finish_and_claim(outcomes, owner, limit, queues, lease, start)  # type: ignore[attr-defined, no-any-return]
         free = limit if start is None else start

@@ -23,13 +23,14 @@ from ..base import (
     run_stats,
 )
 from .base import NOTIFY_CHANNEL, Row, Session, SqlBase, _plain
+from .durable import SqlDurable
 from .enqueue import gate_steps, insert_one
 from .flow import SqlFlow
 from .registry_rows import lock_from_row, worker_from_row
 from .steps import AsyncSession, InsertSteps, drive, drive_async
 
 
-class SqlStore(SqlFlow):
+class SqlStore(SqlDurable, SqlFlow):
     """Enqueue, inspection and control of runs, workers, named locks and retention; schedules
     come from SqlSchedules, row decoding from SqlRows, the backend hooks from SqlBase."""
 
@@ -293,7 +294,9 @@ class SqlStore(SqlFlow):
 
     # -- retention -----------------------------------------------------------------------
     def prune_from(self, status: str, older_than: float, limit: int, after: float) -> tuple[int, float]:
-        rows = self._one("prune", status=status, older_than=older_than, limit=limit, after=after)
+        with self._tx() as s:
+            rows = s.q("prune", status=status, older_than=older_than, limit=limit, after=after)
+            self.forget_durable(s, [int(r[0]) for r in rows])
         # a microsecond back: the cursor must not pass a run finished at the same time
         return len(rows), max((float(r[1]) - 1e-6 for r in rows), default=after)
 

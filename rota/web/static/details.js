@@ -40,6 +40,15 @@ function runLinks(ids, kind) {
   return el("span", { "data-links": kind }, ids.flatMap((id, i) => (i ? [", ", runLink(id)] : [runLink(id)])));
 }
 
+// Durable steps (ctx.step, ctx.sleep, ctx.wait_for): each saved step, in the order first made.
+function stepsSection(run) {
+  if (!run.steps || !run.steps.length) return null;
+  const rows = run.steps.map((s) => el("tr", { class: "step" }, el("td", { class: "num" }, s.seq + 1), el("td", {}, s.name),
+    el("td", { class: "num" }, s.attempt), el("td", {}, s.started_at || ""), el("td", {}, s.finished_at || ""),
+    el("td", {}, badge(s.outcome)), el("td", { class: "wrap" }, s.error ? [fault(s.error), " — ", s.error.message || ""] : "")));
+  return el("section", { id: "steps" }, el("h2", {}, "Steps"), table(["#", "step", "try", "started", "ended", "outcome", "fault"], rows, "No steps.", true));
+}
+
 function back(view, text) { return el("p", {}, link("← " + text, view)); }
 
 function attemptRows(run) {
@@ -114,6 +123,8 @@ function renderRun(root, r, refresh, known) {
         ["cancel requested", r.cancel_requested ? "yes" : null], ["retry of", r.retry_of ? runLink(r.retry_of) : null],
         ["backfill", r.backfill ? "yes: made for a past tick" : null],
         ["waiting on", r.waiting_on ? r.waiting_on + " parent run(s) to succeed" : null],
+        ["parked", r.waiting ? (r.waiting.kind === "signal" ? "waiting for signal " + r.waiting.signal : "sleeping") + " until " + r.waiting.until : null],
+        ["progress", r.progress ? Math.round(r.progress.fraction * 100) + "%" + (r.progress.message ? " — " + r.progress.message : "") : null],
         ["parents", runLinks(r.parents, "parents")], ["dependents", runLinks(r.dependents, "dependents")]]),
       r.corrupt.length ? el("p", { class: "bad" }, badge("corrupt"), " stored value(s) that cannot be read: " + r.corrupt.join(", ")) : null,
       Object.entries(r.raw || {}).map(([k, v]) => [el("strong", {}, k + " as stored"), el("pre", {}, v)]),
@@ -121,6 +132,7 @@ function renderRun(root, r, refresh, known) {
       r.result !== null && r.result !== undefined ? [el("strong", {}, "result"), el("pre", {}, json(r.result))] : null,
       r.error ? [el("strong", {}, "error"), errorBlock(r.error)] : null),
     flowSection(r, known),
+    stepsSection(r),
     el("section", {}, el("h2", {}, "Attempts"), attemptRows(r), (r.attempts || []).map((a) => a.error && a.error.traceback ? el("details", {}, el("summary", {}, "traceback of attempt " + a.attempt), el("pre", {}, a.error.traceback)) : null)));
 }
 

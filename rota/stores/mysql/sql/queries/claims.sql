@@ -128,7 +128,7 @@ SET result = %(result)s, error = %(error)s, lease_until = NULL,
     finished_at = CASE WHEN %(status)s = 'pending' AND cancel_requested = 0 THEN NULL ELSE {now} END,
     attempt = CASE WHEN %(started)s IS NOT NULL AND started_at IS NULL THEN attempt + 1 ELSE attempt END,
     started_at = coalesce(started_at, {now} - INTERVAL %(started)s SECOND),
-    due_at = CASE WHEN %(status)s = 'pending' THEN {now} + INTERVAL %(retry_in)s SECOND ELSE due_at END,
+    due_at = CASE WHEN %(status)s = 'pending' THEN {now} + INTERVAL %(retry_in)s SECOND ELSE {{kept(due_at)}} END,
     attempts = CASE WHEN %(history)s IS NULL OR NOT JSON_VALID(attempts) THEN attempts
                     ELSE JSON_ARRAY_APPEND(attempts, '$', JSON_COMPACT(%(history)s)) END,
     refused_at = NULL,
@@ -158,8 +158,8 @@ UPDATE rota_runs c
 JOIN rota_deps d ON d.child = c.id AND d.parent = %(parent)s
 JOIN rota_runs p ON p.id = d.parent
 SET c.scheduled_for = CASE WHEN c.waiting_on = 1 THEN GREATEST(c.scheduled_for, coalesce(p.finished_at, {now}))
-                           ELSE c.scheduled_for END,
-    c.due_at = CASE WHEN c.waiting_on = 1 THEN GREATEST(c.due_at, coalesce(p.finished_at, {now})) ELSE c.due_at END,
+                           ELSE {{kept(c.scheduled_for)}} END,
+    c.due_at = CASE WHEN c.waiting_on = 1 THEN GREATEST(c.due_at, coalesce(p.finished_at, {now})) ELSE {{kept(c.due_at)}} END,
     c.after_depth = CASE WHEN c.waiting_on = 1 THEN 0 ELSE c.after_depth END,
     c.held = c.waiting_on > 1,
     c.waiting_on = c.waiting_on - 1
@@ -216,7 +216,7 @@ SET attempts = CASE WHEN started_at IS NULL OR cancel_requested <> 0 OR NOT JSON
                  ELSE error END,
     attempt = CASE WHEN started_at IS NULL OR cancel_requested <> 0 THEN attempt ELSE attempt - 1 END,
     due_at = CASE WHEN started_at IS NULL THEN GREATEST(due_at, {now}) ELSE {now} END, lease_until = NULL,
-    refused_at = CASE WHEN started_at IS NULL THEN refused_at END,
+    refused_at = CASE WHEN started_at IS NULL THEN {{kept(refused_at)}} END,
     finished_at = CASE WHEN cancel_requested <> 0 THEN {now} END,
     started_at = CASE WHEN cancel_requested <> 0 THEN started_at END,
     status = CASE WHEN cancel_requested <> 0 THEN 'cancelled' ELSE 'pending' END
@@ -374,7 +374,7 @@ SET error = CASE
             'status', 'lost', 'error', JSON_COMPACT(error)))
         ELSE attempts END,
     due_at = CASE WHEN started_at IS NULL THEN GREATEST(due_at, {now}) ELSE {now} END,
-    refused_at = CASE WHEN started_at IS NULL THEN refused_at END,
+    refused_at = CASE WHEN started_at IS NULL THEN {{kept(refused_at)}} END,
     finished_at = CASE WHEN cancel_requested = 0 AND (started_at IS NULL OR attempt < max_attempts) THEN NULL
                        ELSE {now} END,
     status = CASE WHEN cancel_requested <> 0 THEN 'cancelled'
@@ -385,10 +385,13 @@ WHERE id IN %(_ids)s
 SELECT id, task, status, owner, error FROM rota_runs WHERE id IN %(_ids)s ORDER BY id
 
 -- name: poll_state
+-- The first due run by the due index, in its order (min(due_at) read every pending run
+-- through another index: 60 ms with 10,000 pending).
 SELECT {now},
-       (SELECT min(due_at) FROM rota_runs
+       (SELECT due_at FROM rota_runs FORCE INDEX (rota_runs_due)
         WHERE status = 'pending' AND held = 0 AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND {{not_paused(rota_runs.queue)}}),
+          AND {{not_paused(rota_runs.queue)}}
+        ORDER BY due_at LIMIT 1),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active <> 0 AND paused = 0
             UNION ALL
@@ -397,10 +400,11 @@ SELECT {now},
 
 -- name: poll_state_in_queues
 SELECT {now},
-       (SELECT min(due_at) FROM rota_runs
+       (SELECT due_at FROM rota_runs FORCE INDEX (rota_runs_due)
         WHERE status = 'pending' AND held = 0 AND (misfire_at IS NULL OR misfire_at >= {now})
           AND queue IN {{queues}}
-          AND {{not_paused(rota_runs.queue)}}),
+          AND {{not_paused(rota_runs.queue)}}
+        ORDER BY due_at LIMIT 1),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active <> 0 AND paused = 0
             UNION ALL

@@ -157,9 +157,11 @@ UPDATE rota_locks SET owner = NULL, expires_at = NULL WHERE name IN %(_ids)s
 SELECT token FROM rota_locks WHERE name IN %(_ids)s
 
 -- name: list_locks
+-- (token 0: lock_acquire's placeholder, never taken; a negative token is a damaged row and
+-- is listed as one, as on the other stores)
 SELECT name, owner, token, acquired_at, expires_at,
        owner IS NOT NULL AND expires_at > {now}
-FROM rota_locks WHERE token > 0 ORDER BY name
+FROM rota_locks WHERE token <> 0 ORDER BY name
 
 -- Dashboard sign-outs (rota.web.sessions); times are the dashboard's Unix seconds (at).
 -- name: signout_add

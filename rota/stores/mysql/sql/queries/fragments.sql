@@ -69,3 +69,17 @@ CASE WHEN {{kind}} = 'l'
                             AND s.started_at > {now} - INTERVAL t.per SECOND
                             AND s.started_at <= {now} + INTERVAL t.per SECOND) ELSE 0 END
            FROM rota_rates t WHERE t.name = {{name}}) END
+
+-- fragment: kept(t)
+-- A stored time kept as it is by an update that sets it only in some cases, except the zero
+-- date, which DATETIME holds when a client without strict mode wrote it (a hand edit, an old
+-- dump): under rota's strict sql_mode no expression may yield it (the row's column would be
+-- NULL: error 1048, and the whole statement failed, e.g. the failure of a run set aside as
+-- damaged). A zero date becomes the time of the update.
+CASE WHEN {{t}} < '1000-01-01' THEN {now} ELSE {{t}} END
+
+-- fragment: epoch(t)
+-- A stored time as Unix seconds for a listing; the zero date (see kept) as a time no
+-- datetime holds, so the listing names the field as corrupt (UNIX_TIMESTAMP gives NULL for
+-- it, which read as "no time": a damaged finished_at showed as a run not finished).
+CASE WHEN {{t}} < '1000-01-01' THEN -100000000000000 ELSE UNIX_TIMESTAMP({{t}}) END

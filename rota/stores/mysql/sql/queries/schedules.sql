@@ -101,7 +101,9 @@ UPDATE rota_schedules SET active = 0, updated_at = {now} WHERE name IN %(_ids)s
 
 -- name: cancel_schedule_pending
 -- transition: withdraw
-SELECT id FROM rota_runs WHERE schedule = %(name)s AND status = 'pending' ORDER BY id FOR UPDATE
+SELECT id FROM rota_runs WHERE schedule = %(name)s AND status = 'pending'
+  AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id AND w.token = rota_runs.token)  -- parked: in progress (0022)
+ORDER BY id FOR UPDATE
 ;
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = %(error)s WHERE id IN %(_ids)s
 
@@ -115,6 +117,7 @@ WHERE schedule = %(name)s AND status = 'pending' AND tick IS NOT NULL AND attemp
   AND (%(definition)s IS NULL OR EXISTS (
        SELECT 1 FROM rota_schedules
        WHERE name = %(name)s AND NOT (definition <=> %(definition)s)))
+  AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id AND w.token = rota_runs.token)  -- parked (0022)
 ORDER BY id FOR UPDATE
 ;
 UPDATE rota_runs SET status = 'cancelled', tick = NULL, finished_at = {now}, error = %(error)s

@@ -4,24 +4,24 @@
 -- WHERE/ORDER/LIMIT of a RunFilter or of one id.
 
 -- name: web_run_summaries
-SELECT id, task, status, queue, priority, `key`, schedule, UNIX_TIMESTAMP(scheduled_for), attempt, max_attempts,
-       owner, token, UNIX_TIMESTAMP(lease_until), cancel_requested, UNIX_TIMESTAMP(created_at),
-       UNIX_TIMESTAMP(started_at), UNIX_TIMESTAMP(finished_at), retry_of,
+SELECT id, task, status, queue, priority, `key`, schedule, {{epoch(scheduled_for)}}, attempt, max_attempts,
+       owner, token, {{epoch(lease_until)}}, cancel_requested, {{epoch(created_at)}},
+       {{epoch(started_at)}}, {{epoch(finished_at)}}, retry_of,
        substr(args, 1, %(preview)s), char_length(args), substr(kwargs, 1, %(preview)s), char_length(kwargs),
        substr(result, 1, %(preview)s), char_length(result), substr(error, 1, %(error_prefix)s), char_length(error),
        backfill, waiting_on
 FROM rota_runs
 
 -- name: web_run_detail
-SELECT id, task, status, queue, priority, `key`, schedule, UNIX_TIMESTAMP(scheduled_for), attempt, max_attempts,
-       owner, token, UNIX_TIMESTAMP(lease_until), cancel_requested, UNIX_TIMESTAMP(created_at),
-       UNIX_TIMESTAMP(started_at), UNIX_TIMESTAMP(finished_at), retry_of,
-       args, kwargs, result, error, attempts, backfill, UNIX_TIMESTAMP(due_at)
+SELECT id, task, status, queue, priority, `key`, schedule, {{epoch(scheduled_for)}}, attempt, max_attempts,
+       owner, token, {{epoch(lease_until)}}, cancel_requested, {{epoch(created_at)}},
+       {{epoch(started_at)}}, {{epoch(finished_at)}}, retry_of,
+       args, kwargs, result, error, attempts, backfill, {{epoch(due_at)}}
 FROM rota_runs
 
 -- name: web_timeline
-SELECT id, task, schedule, status, attempt, UNIX_TIMESTAMP(scheduled_for), UNIX_TIMESTAMP(started_at),
-       UNIX_TIMESTAMP(finished_at), owner
+SELECT id, task, schedule, status, attempt, {{epoch(scheduled_for)}}, {{epoch(started_at)}},
+       {{epoch(finished_at)}}, owner
 FROM rota_runs
 
 -- name: web_throughput

@@ -12,13 +12,25 @@
 -- LIMIT changes from call to call, so PostgreSQL plans this statement every time). No one
 -- else can update a row we locked; a candidate whose newest version our snapshot cannot see
 -- (changed and committed just before we locked it) stays pending for the next claim.
-{{claim_candidates({now}, )}}
+-- The walk starts at `from` in the claim index: a busy worker's claim skips what it claimed
+-- before, whose dead row versions a transaction held open elsewhere keeps in the index (see
+-- rota.stores.postgres.claim_from; the front: FRONT). Sent after claim_plan.
+{{claim_candidates({now}, , AND ((-priority::bigint), due_at, id) > (%(from_p)s::bigint, to_timestamp(%(from_due)s::float8), %(from_id)s::bigint))}}
 {{claim_update}}
+
+-- name: claim_plan
+-- Before a claim, for the rest of its transaction: no sort. The claim's only plan without one
+-- walks rota_runs_claim_from from `from`; PostgreSQL's statistics count live rows only, so
+-- with few runs pending it would rather fetch every due run through rota_runs_due and sort
+-- them (a handful, it guesses), and under a transaction held open elsewhere that fetch
+-- visits the dead row version of every run claimed since: measured, the claim's median
+-- doubled within a minute (bench/xmin_hold.py).
+SELECT set_config('enable_sort', 'off', true)
 
 -- name: claim_in_queues
 -- transition: claim
 -- as claim, for some queues only
-{{claim_candidates({now}, AND queue = ANY(%(queues)s::text[]))}}
+{{claim_candidates({now}, AND queue = ANY(%(queues)s::text[]), AND ((-priority::bigint), due_at, id) > (%(from_p)s::bigint, to_timestamp(%(from_due)s::float8), %(from_id)s::bigint))}}
 {{claim_update}}
 
 -- name: claim_ahead
@@ -28,13 +40,13 @@
 -- claim's round trip is taken out of a due run's start. Held (started_at NULL, the attempt
 -- not counted until its start); plain runs only (limited and rated runs are claimed at their
 -- time, by the flow claim); never one queued, waiting on parents or asked to cancel.
-{{claim_candidates({now} + make_interval(secs => %(ahead)s), )}}
+{{claim_candidates({now} + make_interval(secs => %(ahead)s), , )}}
 {{claim_ahead_update}}
 
 -- name: claim_ahead_in_queues
 -- transition: claim_ahead
 -- as claim_ahead, for some queues only
-{{claim_candidates({now} + make_interval(secs => %(ahead)s), AND queue = ANY(%(queues)s::text[]))}}
+{{claim_candidates({now} + make_interval(secs => %(ahead)s), AND queue = ANY(%(queues)s::text[]), )}}
 {{claim_ahead_update}}
 
 -- name: start
@@ -47,7 +59,7 @@ SET attempt = r.attempt + (r.attempt < 2147483647)::int, started_at = {now} - ma
 FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, (e->>2)::float8 AS ago
       FROM json_array_elements(%(rows)s::json) AS e) AS v
 WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
-  AND r.id = v.id AND r.token = v.token AND r.status = 'running' AND r.started_at IS NULL
+  AND r.id = v.id AND r.token = v.token AND (r.status = 'running') IS TRUE AND r.started_at IS NULL
   AND NOT r.cancel_requested
 RETURNING r.id
 
@@ -57,7 +69,7 @@ UPDATE rota_runs r SET lease_until = {now} + make_interval(secs => %(lease)s)
 FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
       FROM json_array_elements(%(rows)s::json) AS e) AS v
 WHERE r.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM json_array_elements(%(rows)s::json) AS e))
-  AND r.id = v.id AND r.token = v.token AND r.status = 'running'
+  AND r.id = v.id AND r.token = v.token AND (r.status = 'running') IS TRUE
 RETURNING r.id, r.cancel_requested
 
 -- name: poll_state

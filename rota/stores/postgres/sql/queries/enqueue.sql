@@ -3,6 +3,11 @@
 -- `{now}` stands for the store's clock: the configured clock if any, else now().
 -- Batch writes take one JSON parameter `rows`; `r.id = ANY(ARRAY(...))` makes the planner
 -- fetch those rows by key instead of hashing every running run.
+-- A status tested where rows are found by id is written `(status = 'running') IS TRUE`: the
+-- same test for a NOT NULL column, but no index on status can serve it, so the planner takes
+-- the ids through the primary key. Written plainly, it may walk rota_runs_active's entries of
+-- that status instead, dead ones included: under a transaction held open elsewhere, those of
+-- every run claimed since (bench/xmin_hold.py: the finish, not only the claim, slowed down).
 
 -- name: insert_run
 -- transition: enqueue, make_ahead, tick, trigger, retry

@@ -14,7 +14,7 @@ sched AS MATERIALIZED (
     -- Found by key: every index the planner could pick here has `id` in its key, so no plan
     -- walks all running runs (and the dead entries a burst leaves among them).
     SELECT id, schedule FROM rota_runs
-    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND schedule IS NOT NULL AND status = 'running'
+    WHERE id = ANY(ARRAY(SELECT id FROM v)) AND schedule IS NOT NULL AND (status = 'running') IS TRUE
 ),
 locked AS (
     -- The schedules of these runs, locked in name order before any run is updated: the
@@ -40,7 +40,7 @@ moved AS (
     -- here, inserted final below. The rota_run_moved trigger releases its dependents.
     DELETE FROM rota_runs r USING v
     WHERE r.id = ANY(ARRAY(SELECT id FROM v))
-      AND r.id = v.id AND r.token = v.token AND r.status = 'running' AND r.schedule IS NULL
+      AND r.id = v.id AND r.token = v.token AND (r.status = 'running') IS TRUE AND r.schedule IS NULL
       AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) + (SELECT count(*) FROM told) >= 0
     RETURNING r.*, v.result AS v_result, v.started AS v_started
 ),
@@ -71,7 +71,7 @@ updated AS (
         started_at = coalesce(r.started_at, {now} - make_interval(secs => v.started))
     FROM v
     WHERE r.id = ANY(ARRAY(SELECT id FROM sched))  -- (a schedule never changes: the same runs)
-      AND r.id = v.id AND r.token = v.token AND r.status = 'running' AND r.schedule IS NOT NULL
+      AND r.id = v.id AND r.token = v.token AND (r.status = 'running') IS TRUE AND r.schedule IS NOT NULL
       AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) + (SELECT count(*) FROM told) >= 0
     RETURNING r.id
 )
@@ -88,7 +88,7 @@ locked AS (
     -- as in finish_succeeded: schedules locked in name order first
     {{lock_schedules(SELECT schedule FROM rota_runs
                      WHERE id = ANY(ARRAY(SELECT id FROM v))
-                       AND schedule IS NOT NULL AND status = 'running')}}
+                       AND schedule IS NOT NULL AND (status = 'running') IS TRUE)}}
 ),
 told AS MATERIALIZED (
     -- as in finish_succeeded: one wake-up for the batch's freed limit slots
@@ -111,7 +111,7 @@ SET status = CASE WHEN v.status = 'pending' AND r.cancel_requested THEN 'cancell
     refused_at = NULL  -- a handler ran: a later refusal (a retry on an old worker) counts anew
 FROM v
 WHERE r.id = ANY(ARRAY(SELECT id FROM v))
-  AND r.id = v.id AND r.token = v.token AND r.status = 'running'
+  AND r.id = v.id AND r.token = v.token AND (r.status = 'running') IS TRUE
   AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) + (SELECT count(*) FROM told) >= 0
 RETURNING r.id
 
@@ -128,7 +128,7 @@ SELECT 1 FROM rota_runs WHERE id = ANY(%(ids)s::bigint[]) AND has_dependents LIM
 -- finish_succeeded). One row: the counts.
 WITH locked AS (
     {{lock_schedules(SELECT schedule FROM rota_runs
-                     WHERE id = ANY(%(ids)s::bigint[]) AND schedule IS NOT NULL AND status = 'running')}}
+                     WHERE id = ANY(%(ids)s::bigint[]) AND schedule IS NOT NULL AND (status = 'running') IS TRUE)}}
 ),
 deps AS (
     {{lock_dependents(%(ids)s::bigint[])}}

@@ -30,7 +30,7 @@ FOR UPDATE OF s
 -- orders. Found by key (`= ANY(ARRAY(...))`): an IN here lets the planner hash every pending run.
 SELECT c.id FROM rota_runs c
 WHERE c.id = ANY(ARRAY(SELECT d.child FROM rota_deps d WHERE d.parent = ANY({{parents}})))
-  AND c.status = 'pending'
+  AND (c.status = 'pending') IS TRUE
 ORDER BY c.id
 FOR UPDATE OF c
 
@@ -63,11 +63,14 @@ WHERE s.ctid = ANY(ARRAY(
         WHERE l.name = g.rate_name AND l.key = g.rate_key AND l.started_at = g.started_at
         LIMIT g.n) x))
 
--- fragment: claim_candidates(due, queues)
+-- fragment: claim_candidates(due, queues, start)
 -- The plain runs a claim takes (`picked`: their row versions' addresses), due by `due`, of
 -- the queues `queues` (a condition, or nothing for every queue), locked SKIP LOCKED in claim
 -- order, never a held one, one past its misfire deadline, one asked to cancel or one in a
--- paused queue.
+-- paused queue; after `start` in the claim index (a condition, or nothing: from the front).
+-- The claim order is rota_runs_claim_from's key, (-priority, due_at, id) ascending (0023):
+-- the same order as priority descending, due_at, id, in which a row comparison is a start
+-- position (see rota.stores.postgres.claim_from).
 WITH picked AS MATERIALIZED (
     SELECT ARRAY(
         SELECT ctid FROM rota_runs
@@ -77,7 +80,8 @@ WITH picked AS MATERIALIZED (
           {{queues}}
           AND NOT cancel_requested
           AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)  -- paused queues (0018)
-        ORDER BY priority DESC, due_at, id
+          {{start}}
+        ORDER BY (-priority::bigint), due_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS tids
 )

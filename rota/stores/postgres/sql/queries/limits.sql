@@ -146,7 +146,7 @@ SELECT EXISTS (SELECT 1 FROM (
       AND (misfire_at IS NULL OR misfire_at >= {now})
       AND limit_name IS NULL AND rate_name IS NULL AND NOT cancel_requested
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])) AND coalesce(rota_runs.queue <> ALL (ARRAY(SELECT queue FROM rota_queue_pauses)), true)
-    ORDER BY priority DESC, due_at, id
+    ORDER BY (-priority::bigint), due_at, id
     LIMIT 1) AS first)
 
 -- name: flow_poll_later

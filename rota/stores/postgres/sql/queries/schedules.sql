@@ -66,6 +66,7 @@ WITH locked AS (
 runs AS (
     SELECT id FROM rota_runs
     WHERE schedule = %(name)s AND status = 'pending' AND (SELECT count(*) FROM locked) >= 0
+      AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id AND w.token = rota_runs.token)  -- parked: in progress (0022)
     ORDER BY id
     FOR UPDATE
 ),
@@ -91,6 +92,7 @@ WHERE schedule = %(name)s AND status = 'pending' AND tick IS NOT NULL AND attemp
   AND (%(definition)s::text IS NULL OR EXISTS (
        SELECT 1 FROM rota_schedules
        WHERE name = %(name)s AND definition IS DISTINCT FROM %(definition)s::text))
+  AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id AND w.token = rota_runs.token)  -- parked (0022)
 RETURNING scheduled_for
 
 -- name: rewind_schedule

@@ -59,6 +59,7 @@ RETURNING name
 -- transition: withdraw
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = :error
 WHERE schedule = :name AND status = 'pending'
+  AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id AND w.token = rota_runs.token)  -- parked: in progress (0022)
 RETURNING id
 
 -- name: withdraw_ahead
@@ -73,6 +74,7 @@ WHERE schedule = :name AND status = 'pending' AND tick IS NOT NULL AND attempt =
   AND (:definition IS NULL OR EXISTS (
        SELECT 1 FROM rota_schedules
        WHERE name = :name AND definition IS NOT :definition))
+  AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id AND w.token = rota_runs.token)  -- parked (0022)
 RETURNING scheduled_for
 
 -- name: rewind_schedule

@@ -1,0 +1,291 @@
+"""Durable steps (issue 43): `ctx.step`, `ctx.sleep`, `ctx.wait_for`, `ctx.progress` and
+`App.signal`. The small model, not a replay runtime:
+
+- A step's result is saved (rota_steps, JSON) the first time it succeeds, by the worker whose
+  fencing token holds the run: the save reads the run's token in the same statement, so a
+  worker whose lease was taken over saves nothing, and its handler is stopped
+  (`StepRefused`) before it can use that result. A later execution of the handler (a retry,
+  a rescue after a crash, a hand-back, a resume after a park) calls the same steps in the
+  same order and gets the saved results back without running them again. The step that was
+  running when a worker died has no checkpoint and runs again.
+- `ctx.sleep` and `ctx.wait_for` park the run: the handler's execution ends (the `Parked`
+  exception, which handlers must not swallow: it derives from BaseException), the run goes
+  back to pending, due when the wait ends, with no token, no lease, no worker slot and no
+  limit slot; a signal makes it due at once. Any worker resumes it by running the handler
+  again from the top: everything before the wait is either a saved step (skipped) or plain
+  code (run again).
+- Everything else in the handler runs again on every execution: keep side effects inside
+  steps.
+
+Bounds (one clear error each, `StepError`): a step name is 1 to 200 characters and used once
+per run; at most MAX_STEPS steps, sleeps and waits per run; a step's result must encode as
+JSON; a sleep or a wait's timeout lasts at most MAX_WAIT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigurationError, RotaError, SerializationError
+from .serialization import encode_error, encode_result
+
+if TYPE_CHECKING:
+    from .stores.sqlstore.durable import StepRecord
+
+MAX_STEPS = 1000  # steps, sleeps and waits in one run
+MAX_NAME = 200  # characters of a step's or a signal's name
+MAX_WAIT = timedelta(days=366)  # the longest sleep, and a wait's longest timeout (also its default)
+MAX_MESSAGE = 500  # characters of a progress message
+
+WAITING = "waiting"  # rota_steps.outcome of a sleep or wait that has parked the run
+SUCCEEDED, FAILED = "succeeded", "failed"
+
+
+class StepError(ConfigurationError):
+    """A step used wrongly: a name repeated in a run, a result that is not JSON, more steps
+    than MAX_STEPS, a bad name, duration or timeout, or a call where steps are unavailable."""
+
+
+class StepRefused(RotaError):
+    """The run's lease is no longer this worker's (another worker took it over): a checkpoint
+    was refused, and the handler is stopped so that its result is not used."""
+
+
+class Parked(BaseException):
+    """Ends a handler's execution to park its run (ctx.sleep, ctx.wait_for). Not an error:
+    derived from BaseException so that `except Exception` in a handler lets it through."""
+
+    def __init__(self, kind: str, name: str | None, wake_in: float) -> None:
+        super().__init__(f"parked ({kind}{'' if name is None else ' ' + repr(name)}) for {wake_in:.3f} s")
+        self.kind = kind
+        self.name = name
+        self.wake_in = wake_in
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A signal a run received (App.signal): `ctx.wait_for` returns it (None on timeout)."""
+
+    name: str
+    payload: Any
+    sent_at: datetime | None
+
+
+def check_name(name: object, what: str = "step") -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
+        raise StepError(f"invalid {what} name {name!r}: a non-blank string of at most {MAX_NAME} characters")
+    return name
+
+
+def seconds_of(delta: object, what: str) -> float:
+    """A sleep's duration or a wait's timeout in seconds (timedelta or seconds), checked."""
+    if isinstance(delta, timedelta):
+        seconds = delta.total_seconds()
+    elif isinstance(delta, int | float) and not isinstance(delta, bool):
+        seconds = float(delta)
+    else:
+        raise StepError(f"invalid {what} {delta!r}: a timedelta or a number of seconds")
+    if not 0 <= seconds <= MAX_WAIT.total_seconds():
+        raise StepError(f"invalid {what} {delta!r}: from 0 to {MAX_WAIT.days} days")
+    return seconds
+
+
+class Durable:
+    """One execution's view of its run's steps: the saved ones (read once, on the first
+    step), the names used so far, and the progress waiting for the next heartbeat."""
+
+    def __init__(self, store: Any, run_id: int, token: int, task: str, connection: Any = None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.token = token
+        self.task = task
+        self.connection = connection  # a transactional handler's: checkpoints in its transaction
+        self._saved: dict[str, StepRecord] | None = None
+        self._seen: set[str] = set()
+        self._sleeps = 0
+        self.progress: tuple[float, str | None] | None = None  # taken by the next heartbeat
+
+    def in_transaction(self, connection: Any) -> None:
+        """A transactional handler's (new) transaction: its steps checkpoint there, and a
+        transaction begun again starts the handler over (what the last one saved rolled back)."""
+        self.connection = connection
+        self._saved = None
+        self._seen.clear()
+        self._sleeps = 0
+
+    # -- bookkeeping ---------------------------------------------------------------------
+    def _use(self, name: str) -> int:
+        if name in self._seen:
+            raise StepError(
+                f"step name {name!r} is used twice in run {self.run_id} of {self.task}: each step of a run "
+                "needs its own name (in a loop, add the index: f'charge-{i}')"
+            )
+        if len(self._seen) >= MAX_STEPS:
+            raise StepError(
+                f"run {self.run_id} of {self.task} passed {MAX_STEPS} steps, sleeps and waits at step {name!r} "
+                f"(rota.durable.MAX_STEPS): split the work into several runs"
+            )
+        self._seen.add(name)
+        return len(self._seen) - 1
+
+    def saved(self, name: str) -> StepRecord | None:
+        if self._saved is None:
+            self._saved = {s.name: s for s in self.store.steps_of(self.run_id)}
+        return self._saved.get(name)
+
+    def save(self, name: str, seq: int, outcome: str, took: float, result: str | None = None,
+             error: str | None = None) -> None:  # fmt: skip
+        """The checkpoint, fenced by the token; refused: StepRefused (the handler stops)."""
+        from .stores.sqlstore.durable import StepRecord
+
+        record = StepRecord(name, seq, 0, None, None, outcome, result, error)
+        if self.connection is not None:
+            with self.store.foreign_session(self.connection) as s:
+                ok = self.store.save_step(self.run_id, self.token, record, took, session=s)
+        else:
+            ok = self.store.save_step(self.run_id, self.token, record, took)
+        if not ok:
+            raise StepRefused(
+                f"run {self.run_id} ({self.task}): the checkpoint of step {name!r} was refused: token {self.token} "
+                "no longer holds the run (its lease was taken over by another worker); this execution stops "
+                "and its result is not used"
+            )
+        if self._saved is not None and outcome != FAILED:
+            self._saved[name] = record
+
+    def encode(self, name: str, value: Any) -> str:
+        try:
+            return encode_result(f"step {name!r} of {self.task}", value)
+        except (SerializationError, TypeError, ValueError) as exc:
+            raise StepError(
+                f"the result of step {name!r} of {self.task} (run {self.run_id}) cannot be saved as JSON "
+                f"({type(value).__name__}: {exc}); return JSON data: dict, list, str, int, float, bool or None"
+            ) from None
+
+    # -- steps ---------------------------------------------------------------------------
+    def begin(self, name: object) -> tuple[str, int, StepRecord | None]:
+        name = check_name(name)
+        seq = self._use(name)
+        saved = self.saved(name)
+        return name, seq, saved if saved is not None and saved.outcome == SUCCEEDED else None
+
+    def end(self, name: str, seq: int, started: float, value: Any) -> Any:
+        text = self.encode(name, value)
+        self.save(name, seq, SUCCEEDED, time.monotonic() - started, result=text)
+        return json.loads(text)  # what a resume gets back: the same JSON
+
+    def failed(self, name: str, seq: int, started: float, exc: BaseException) -> None:
+        if isinstance(exc, Parked | StepRefused | StepError):
+            return
+        with contextlib.suppress(StepRefused):  # the handler's own exception says more; the finish is fenced
+            self.save(name, seq, FAILED, time.monotonic() - started, error=encode_error(exc))
+
+    def step(self, name: object, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        name, seq, saved = self.begin(name)
+        if saved is not None:
+            return json.loads(saved.result or "null")
+        started = time.monotonic()
+        try:
+            value = fn(*args, **kwargs)
+        except BaseException as exc:
+            self.failed(name, seq, started, exc)
+            raise
+        return self.end(name, seq, started, value)
+
+    async def step_async(self, name: object, fn: Callable[..., Any], args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> Any:  # fmt: skip
+        checked, seq, saved = await asyncio.to_thread(self.begin, name)
+        if saved is not None:
+            return json.loads(saved.result or "null")
+        started = time.monotonic()
+        try:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        except BaseException as exc:
+            await asyncio.to_thread(self.failed, checked, seq, started, exc)
+            raise
+        return await asyncio.to_thread(self.end, checked, seq, started, value)
+
+    # -- parks ---------------------------------------------------------------------------
+    def _no_transaction(self, what: str) -> None:
+        if self.connection is not None:
+            raise StepError(
+                f"{what} in {self.task}, a transactional task: its transaction would stay open for the whole "
+                "wait. Wait in a plain task and enqueue the transactional part after it (after=, or from a step)"
+            )
+
+    def sleep(self, delta: object, name: str | None = None) -> None:
+        self._no_transaction("ctx.sleep")
+        seconds = seconds_of(delta, "sleep duration")
+        self._sleeps += 1
+        name = check_name(name or f"sleep#{self._sleeps}")
+        self._wait("sleep", name, None, seconds)
+
+    def wait_for(self, signal: object, timeout: object = None) -> Signal | None:
+        self._no_transaction("ctx.wait_for")
+        signal = check_name(signal, "signal")
+        seconds = MAX_WAIT.total_seconds() if timeout is None else seconds_of(timeout, "wait timeout")
+        name = f"wait:{signal}"
+        saved = self.saved(name)
+        if saved is None or saved.outcome != SUCCEEDED:
+            sent = self.store.signal_of(self.run_id, signal)
+            if sent is not None:
+                seq = self._use(name)
+                kept = {"signal": json.loads(sent[0]), "sent_at": _iso(sent[1])}
+                self.save(name, seq, SUCCEEDED, 0.0, result=json.dumps(kept))
+                self.store.unpark(self.run_id, self.token)
+                return Signal(signal, kept["signal"], sent[1])
+        got = self._wait("signal", name, signal, seconds)
+        if got is None or "signal" not in got:
+            return None
+        return Signal(signal, got["signal"], _parse(got.get("sent_at")))
+
+    def _wait(self, kind: str, name: str, signal: str | None, seconds: float) -> dict[str, Any] | None:
+        """Pass a sleep or wait that is over (its result), or park the run until it is."""
+        seq = self._use(name)
+        saved = self.saved(name)
+        if saved is not None and saved.outcome == SUCCEEDED:
+            result: dict[str, Any] | None = json.loads(saved.result or "null")
+            return result
+        now, holding = self.store.step_clock(self.run_id, self.token)
+        if not holding:
+            raise StepRefused(f"run {self.run_id} ({self.task}): token {self.token} no longer holds the run")
+        if saved is None or saved.outcome != WAITING:
+            until = now + timedelta(seconds=seconds)
+            self.save(name, seq, WAITING, 0.0, result=json.dumps({"until": _iso(until)}))
+        else:
+            until = _parse(json.loads(saved.result or "{}").get("until")) or now
+        if now >= until:
+            done = {"timeout": True} if kind == "signal" else {"slept_until": _iso(until)}
+            self.save(name, seq, SUCCEEDED, 0.0, result=json.dumps(done))
+            self.store.unpark(self.run_id, self.token)
+            return done
+        raise Parked(kind, signal, (until - now).total_seconds())
+
+    # -- progress ------------------------------------------------------------------------
+    def set_progress(self, fraction: object, message: object = None) -> None:
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction <= 1:
+            raise StepError(f"invalid progress fraction {fraction!r}: a number from 0 to 1")
+        if message is not None and (not isinstance(message, str) or len(message) > MAX_MESSAGE):
+            raise StepError(f"invalid progress message {message!r}: a string of at most {MAX_MESSAGE} characters")
+        self.progress = (float(fraction), message)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat()
+
+
+def _parse(value: object) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
+
+
+__all__ = ["MAX_STEPS", "MAX_WAIT", "Durable", "Parked", "Signal", "StepError", "StepRefused"]

@@ -1,0 +1,111 @@
+-- SQLite queries: durable steps (issue 43): checkpoints, parked runs, signals, progress
+-- (rota/stores/sqlstore/durable.py, rota/durable.py). Conventions: see the head of enqueue.sql.
+
+-- name: steps_of
+SELECT name, seq, attempt, started_at, finished_at, outcome, result, error
+FROM rota_steps WHERE run_id = :id ORDER BY seq, name
+
+-- name: save_step
+-- As on PostgreSQL: only while (id, token) holds the run; a succeeded step is never overwritten.
+INSERT INTO rota_steps (run_id, name, seq, attempt, started_at, finished_at, outcome, result, error)
+SELECT r.id, :name, :seq, r.attempt, {now} - :took, {now}, :outcome, :result, :error
+FROM rota_runs r WHERE r.id = :id AND r.token = :token AND r.status = 'running'
+ON CONFLICT (run_id, name) DO UPDATE
+SET seq = excluded.seq, attempt = excluded.attempt, started_at = excluded.started_at,
+    finished_at = excluded.finished_at, outcome = excluded.outcome, result = excluded.result,
+    error = excluded.error
+WHERE rota_steps.outcome <> 'succeeded'
+RETURNING run_id
+
+-- name: step_clock
+SELECT {now}, EXISTS (SELECT 1 FROM rota_runs WHERE id = :id AND token = :token AND status = 'running')
+
+-- name: park
+-- transition: park
+-- As on PostgreSQL, one run at a time (in the finish's write transaction).
+UPDATE rota_runs
+SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    attempt = CASE WHEN started_at IS NULL OR attempt = 0 THEN attempt ELSE attempt - 1 END,
+    started_at = NULL, lease_until = NULL,
+    due_at = {now} + max(:wake_in, 0),
+    finished_at = CASE WHEN cancel_requested THEN {now} END,
+    error = CASE WHEN cancel_requested
+                 THEN json_object('type', 'Cancelled', 'message', 'cancelled on request', 'traceback', NULL)
+                 ELSE error END
+WHERE id = :id AND token = :token AND status = 'running'
+RETURNING status, due_at
+
+-- name: park_wait
+INSERT INTO rota_waits (run_id, token, kind, name, until, since) VALUES (:id, :token, :kind, :name, :until, {now})
+ON CONFLICT (run_id) DO UPDATE SET token = excluded.token, kind = excluded.kind, name = excluded.name, until = excluded.until,
+                                   since = excluded.since
+
+-- name: park_signalled
+-- transition: park
+UPDATE rota_runs SET due_at = {now}
+WHERE id = :id AND status = 'pending' AND due_at > {now}
+  AND EXISTS (SELECT 1 FROM rota_waits w JOIN rota_signals s ON s.run_id = w.run_id AND s.name = w.name
+              WHERE w.run_id = :id AND w.token = rota_runs.token AND w.kind = 'signal')
+RETURNING id
+
+-- name: unpark
+DELETE FROM rota_waits
+WHERE run_id = :id
+  AND EXISTS (SELECT 1 FROM rota_runs r WHERE r.id = :id AND r.token = :token AND r.status = 'running')
+
+-- name: signal_lock
+-- (SQLite: the write transaction holds the whole file)
+SELECT status FROM rota_runs WHERE id = :id
+
+-- name: signal_store
+INSERT INTO rota_signals (run_id, name, payload, sent_at)
+SELECT r.id, :name, :payload, {now} FROM rota_runs r
+WHERE r.id = :id AND r.status IN ('pending', 'running')
+ON CONFLICT (run_id, name) DO NOTHING
+RETURNING run_id
+
+-- name: signal_wake
+-- transition: signal
+UPDATE rota_runs SET due_at = {now}
+WHERE id = :id AND status = 'pending' AND due_at > {now}
+  AND EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = :id AND w.token = rota_runs.token AND w.kind = 'signal'
+              AND w.name = :name)
+RETURNING id
+
+-- name: signal_status
+SELECT r.status, EXISTS (SELECT 1 FROM rota_signals s WHERE s.run_id = :id AND s.name = :name)
+FROM rota_runs r WHERE r.id = :id
+
+-- name: signal_of
+SELECT payload, sent_at FROM rota_signals WHERE run_id = :id AND name = :name
+
+-- name: signals_of
+SELECT name, payload, sent_at FROM rota_signals WHERE run_id = :id ORDER BY sent_at, name
+
+-- name: wait_of
+SELECT w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id AND r.token = w.token
+WHERE w.run_id = :id AND r.status = 'pending'
+
+-- name: progress_save
+INSERT INTO rota_progress (run_id, fraction, message, updated_at)
+SELECT r.id, :fraction, :message, {now} FROM rota_runs r
+WHERE r.id = :id AND r.token = :token AND r.status = 'running'
+ON CONFLICT (run_id) DO UPDATE SET fraction = excluded.fraction, message = excluded.message,
+                                   updated_at = excluded.updated_at
+RETURNING run_id
+
+-- name: progress_of
+SELECT fraction, message, updated_at FROM rota_progress WHERE run_id = :id
+
+-- name: durable_forget
+-- (one statement per table: :ids a JSON array; see durable_forget_*)
+DELETE FROM rota_steps WHERE run_id IN (SELECT value FROM json_each(:ids))
+
+-- name: durable_forget_waits
+DELETE FROM rota_waits WHERE run_id IN (SELECT value FROM json_each(:ids))
+
+-- name: durable_forget_signals
+DELETE FROM rota_signals WHERE run_id IN (SELECT value FROM json_each(:ids))
+
+-- name: durable_forget_progress
+DELETE FROM rota_progress WHERE run_id IN (SELECT value FROM json_each(:ids))

@@ -1,0 +1,205 @@
+"""The stores' side of durable steps (issue 43; rota/durable.py is the handler's side): step
+checkpoints fenced by the run's token, parked runs (ctx.sleep, ctx.wait_for), signals and
+progress. Four tables of their own (schema 22): rota_steps, rota_waits, rota_signals and
+rota_progress; rota_runs gains no column.
+
+Named `durable`, not `steps`: `steps.py` is the (query, params) generator driver that
+enqueue and `signal_steps` below run on a sync or an async session."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..base import Outcome
+from .base import NOTIFY_CHANNEL, Session, SqlBase
+
+Row = tuple[Any, ...]
+SignalSteps = Generator[tuple[str, dict[str, Any]], list[Row], "SignalAnswer"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One saved step of a run (rota_steps)."""
+
+    name: str
+    seq: int
+    attempt: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    outcome: str  # succeeded | failed
+    result: str | None  # JSON text
+    error: str | None  # JSON text
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRecord:
+    """A parked run's wait (rota_waits): kind 'sleep' or 'signal' (name: the signal's)."""
+
+    kind: str
+    name: str | None
+    until: datetime | None
+    since: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalAnswer:
+    """What App.signal did: `stored` (kept for the run), `woken` (the run was parked waiting
+    for it and is due now), or why not: `status` of the run (None: no such run), `duplicate`
+    (a signal of that name was sent to the run before: the first is kept)."""
+
+    stored: bool
+    woken: bool
+    status: str | None
+    duplicate: bool
+
+
+def signal_steps(run_id: int, name: str, payload: str) -> SignalSteps:
+    """App.signal as (query, params) steps (rota/stores/_steps.py drives them on the store's
+    session, a caller's connection, or an async one)."""
+    params = {"id": run_id, "name": name}
+    yield "signal_lock", params
+    if (yield "signal_store", {**params, "payload": payload}):
+        woken = bool((yield "signal_wake", params))
+        if woken:
+            yield "notify", {"channel": NOTIFY_CHANNEL, "payload": "run"}
+        return SignalAnswer(True, woken, "pending" if woken else None, False)
+    rows = yield "signal_status", params
+    if not rows:
+        return SignalAnswer(False, False, None, False)
+    return SignalAnswer(False, False, str(rows[0][0]), bool(rows[0][1]))
+
+
+def drive_signal(s: Session, steps: SignalSteps) -> SignalAnswer:
+    try:
+        query, params = next(steps)
+        while True:
+            query, params = steps.send(s.q(query, **params))
+    except StopIteration as done:
+        answer: SignalAnswer = done.value
+        return answer
+
+
+async def drive_signal_async(s: Any, steps: SignalSteps) -> SignalAnswer:
+    try:
+        query, params = next(steps)
+        while True:
+            query, params = steps.send(await s.q(query, **params))
+    except StopIteration as done:
+        answer: SignalAnswer = done.value
+        return answer
+
+
+class SqlDurable(SqlBase):
+    """Steps, waits, signals and progress on a SQL store (all three have the statements). A
+    backend without the durable statements shows no steps, keeps nothing to forget, and refuses
+    `ctx.step` / `App.signal` with one clear error (`durable_supported`)."""
+
+    @property
+    def durable_supported(self) -> bool:
+        return "save_step" in self.queries
+
+    def steps_of(self, run_id: int) -> list[StepRecord]:
+        with self._read() as s:
+            rows = s.q("steps_of", id=run_id)
+        return [StepRecord(str(r[0]), int(r[1]), int(r[2]), self._dt(r[3]), self._dt(r[4]), str(r[5]), r[6], r[7])
+                for r in rows]  # fmt: skip
+
+    def step_clock(self, run_id: int, token: int) -> tuple[datetime, bool]:
+        """The database's time, and whether (run_id, token) still holds the run."""
+        with self._read() as s:
+            row = s.q("step_clock", id=run_id, token=token)[0]
+        now = self._dt(row[0])
+        assert now is not None
+        return now, bool(row[1])
+
+    def save_step(self, run_id: int, token: int, step: StepRecord, took: float, session: Session | None = None) -> bool:
+        """Save one step's checkpoint if (run_id, token) still holds the run; False: refused
+        (the lease was lost). `session`: a transactional handler's (its transaction)."""
+        params = {"id": run_id, "token": token, "name": step.name, "seq": step.seq, "took": took,
+                  "outcome": step.outcome, "result": step.result, "error": step.error}  # fmt: skip
+        if session is not None:
+            return bool(session.q("save_step", **params))
+        with self._one_write() as s:
+            return bool(s.q("save_step", **params))
+
+    def _one_write(self) -> AbstractContextManager[Session]:
+        """A session for one statement that writes: PostgreSQL's autocommit (one round trip,
+        no BEGIN/COMMIT), SQLite's write transaction (its lock taken at BEGIN IMMEDIATE)."""
+        return self._read() if self.dialect == "postgresql" else self._tx()
+
+    def unpark(self, run_id: int, token: int) -> None:
+        with self._one_write() as s:
+            s.q("unpark", id=run_id, token=token)
+
+    def signal_of(self, run_id: int, name: str) -> tuple[str, datetime | None] | None:
+        with self._read() as s:
+            rows = s.q("signal_of", id=run_id, name=name)
+        return (str(rows[0][0]), self._dt(rows[0][1])) if rows else None
+
+    def signals_of(self, run_id: int) -> list[tuple[str, str, datetime | None]]:
+        with self._read() as s:
+            rows = s.q("signals_of", id=run_id)
+        return [(str(r[0]), str(r[1]), self._dt(r[2])) for r in rows]
+
+    def signal(self, run_id: int, name: str, payload: str) -> SignalAnswer:
+        with self._tx() as s:
+            return drive_signal(s, signal_steps(run_id, name, payload))
+
+    def wait_of(self, run_id: int) -> WaitRecord | None:
+        with self._read() as s:
+            rows = s.q("wait_of", id=run_id)
+        if not rows:
+            return None
+        r = rows[0]
+        return WaitRecord(str(r[0]), r[1], self._dt(r[2]), self._dt(r[3]))
+
+    def save_progress(self, rows: Sequence[tuple[int, int, float, str | None]]) -> set[int]:
+        """ctx.progress of running runs (id, token, fraction, message): written with the
+        heartbeat, only where the token still holds the run."""
+        if not rows:
+            return set()
+        saved: set[int] = set()
+        with self._tx() as s:
+            for run_id, token, fraction, message in rows:
+                got = s.q("progress_save", id=run_id, token=token, fraction=fraction, message=message)
+                saved.update(int(r[0]) for r in got)
+        return saved
+
+    def progress_of(self, run_id: int) -> tuple[float, str | None, datetime | None] | None:
+        with self._read() as s:
+            rows = s.q("progress_of", id=run_id)
+        return (float(rows[0][0]), rows[0][1], self._dt(rows[0][2])) if rows else None
+
+    def park_runs(self, outcomes: Sequence[Outcome]) -> set[int]:
+        """Write PARKED outcomes (in one transaction): each run pending, due when its wait ends;
+        one parked for a signal already sent is due at once (park_signalled)."""
+        if not outcomes:
+            return set()
+        with self._tx() as s:
+            return self._park(s, outcomes)
+
+    def _park(self, s: Session, outcomes: Sequence[Outcome]) -> set[int]:
+        parked: set[int] = set()
+        for o in outcomes:
+            kind, name = json.loads(o.result or '["sleep", null]')
+            rows = s.q("park", id=o.id, token=o.token, wake_in=o.retry_in)
+            if not rows:
+                continue
+            parked.add(o.id)
+            if rows[0][0] == "pending":
+                s.q("park_wait", id=o.id, token=o.token, kind=kind, name=name, until=rows[0][1])
+                s.q("park_signalled", id=o.id)
+        return parked
+
+    def forget_durable(self, s: Session, ids: Sequence[int]) -> None:
+        """The steps, waits, signals and progress of runs retention deleted."""
+        if not ids or not self.durable_supported:
+            return
+        text = json.dumps(list(ids))
+        for query in ("durable_forget", "durable_forget_waits", "durable_forget_signals", "durable_forget_progress"):
+            s.q(query, ids=text)

@@ -69,7 +69,7 @@ BENCH_VENV ?= .venv-bench
 $(BENCH_VENV)/.installed: pyproject.toml bench/requirements.txt
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install --quiet -e ".[postgres,redis]" -r bench/requirements.txt
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e ".[postgres,mysql,redis]" -r bench/requirements.txt
 	touch $@
 
 bench: $(BENCH_VENV)/.installed

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from bench import machine, registry, report, runner
+from bench.core import DEFAULT_MYSQL_URL
 from bench.dbs import DEFAULT_PG_URL
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
@@ -28,7 +29,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         help="comma-separated: workloads (W1..W9), tables (W1.drain), 'peers', 'rota', "
-        "'postgres', 'sqlite' or system keys (see --list); default: everything",
+        "'postgres', 'sqlite', 'mysql' or system keys (see --list); default: everything",
     )
     p.add_argument("--runs", type=int, help="runs per system (median and spread); default 5")
     p.add_argument("--quick", action="store_true", help="small sizes, 1 run: a smoke test")
@@ -45,6 +46,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--pg-url",
         default=os.environ.get("BENCH_PG_URL", DEFAULT_PG_URL),
         help="admin URL of the PostgreSQL server; databases bench_* are created and dropped (env BENCH_PG_URL)",
+    )
+    p.add_argument(
+        "--mysql-url",
+        default=os.environ.get("BENCH_MYSQL_URL", os.environ.get("ROTA_BENCH_MYSQL_URL", DEFAULT_MYSQL_URL)),
+        help="admin URL of the MySQL/MariaDB server for the rota-mysql-* systems; databases bench_* are "
+        "created and dropped (env BENCH_MYSQL_URL or ROTA_BENCH_MYSQL_URL)",
     )
     p.add_argument(
         "--quiet-wait",
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if not systems:
         say(f"nothing matches --only {args.only!r}; see --list")
         return 2
-    skipped = runner.unavailable(systems, args.pg_url)
+    skipped = runner.unavailable(systems, args.pg_url, args.mysql_url)
     for reason in sorted(set(skipped.values())):
         n = sum(1 for r in skipped.values() if r == reason)
         say(f"skipping {n} system(s): {reason}")
@@ -112,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = (runner.Sizes.quick if args.quick else runner.Sizes.full)(args.jobs, args.real_jobs, args.memory_backlog)
     runs = args.runs or (1 if args.quick else 5)
     workdir = Path(tempfile.mkdtemp(prefix="rota-bench-"))
-    config = runner.Config(runs, args.quick, args.pg_url, workdir, sizes, args.quiet_wait, args.quiet_threshold)
+    config = runner.Config(
+        runs, args.quick, args.pg_url, workdir, sizes, args.quiet_wait, args.quiet_threshold, args.mysql_url
+    )
     tables = {t.key: t for t in registry.TABLES}
     started = time.monotonic()
     try:
@@ -131,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     outcomes.sort(key=lambda o: systems.index(o.system))
 
     meta = {
-        "machine": machine.describe(args.pg_url),
+        "machine": machine.describe(args.pg_url, args.mysql_url),
         "load_average_before": load_before,
         "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         "runs": runs,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 Backend = Literal["postgres", "sqlite", "mysql"]
+DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/mysql"
 Kind = Literal["rota", "peer", "ceiling"]
 Metrics = dict[str, float]
 
@@ -37,6 +38,7 @@ class Ctx:
     backlog_due: int  # W5 due runs drained in both halves
     real_jobs: int = 10_000  # W7 drain size (small real job)
     memory_backlog: int = 1_000_000  # W9 runs drained while the worker's memory is watched
+    mysql_url: str = DEFAULT_MYSQL_URL  # admin URL of the MySQL/MariaDB server (bench_* are created)
 
     @property
     def dir(self) -> Path:

@@ -1,17 +1,21 @@
-"""CPU and memory of the processes under test: worker processes and PostgreSQL backends.
+"""CPU and memory of the processes under test: worker processes and database backends.
 
 The PostgreSQL side counts the backends serving the run's bench_* database (found by their
 process titles, so the server must run on this host); background processes (WAL writer,
-checkpointer, autovacuum launcher) are not included. SQLite runs inside the worker
-processes, so there the worker's CPU is the database's CPU too.
+checkpointer, autovacuum launcher) are not included. MariaDB serves each connection on a
+thread of its one process: the threads of the connections to the run's database (the TID
+column of information_schema.PROCESSLIST, MariaDB 10.5+) are counted, not InnoDB's own
+background threads (log writer, purge). SQLite runs inside the worker processes, so there
+the worker's CPU is the database's CPU too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,69 @@ def db_backends(db: str) -> list[Any]:
         if title.startswith("postgres:") and marker in title:
             found.append(proc)
     return found
+
+
+class _Times:
+    def __init__(self, user: float, system: float) -> None:
+        self.user, self.system = user, system
+
+
+class ServerThread:
+    """One thread of the MariaDB server process, read from /proc/PID/task/TID/stat (a
+    psutil.Process look-alike for cpu_of: `pid` is the thread id)."""
+
+    _TICK = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+
+    def __init__(self, server_pid: int, tid: int) -> None:
+        self.pid = tid
+        self._path = Path(f"/proc/{server_pid}/task/{tid}/stat")
+
+    def exists(self) -> bool:
+        return self._path.exists()
+
+    def cpu_times(self) -> _Times:
+        fields = self._path.read_text().rpartition(")")[2].split()
+        return _Times(int(fields[11]) / self._TICK, int(fields[12]) / self._TICK)
+
+
+def _server_pid() -> int:
+    import psutil
+
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] in ("mariadbd", "mysqld"):
+            return int(proc.pid)
+    raise LookupError("no mariadbd process on this host")
+
+
+class MySQLThreads:
+    """The MariaDB server threads serving the connections to the database of `url` (none when
+    the server runs elsewhere, or is MySQL: its PROCESSLIST has no TID). A connection may be
+    served by a thread from the server's thread cache, which served others before: `baseline`
+    gives every server thread's CPU so far, so that such a thread counts from then, not in full."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.db = url.rpartition("/")[2].partition("?")[0]
+
+    def __call__(self) -> list[Any]:
+        from bench.dbs import mysql_rows
+
+        try:
+            query = "SELECT TID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()"
+            rows = mysql_rows(self.url, query, self.db)
+            pid = _server_pid()
+        except Exception:
+            return []
+        found = [ServerThread(pid, int(tid)) for (tid,) in rows if tid]
+        return [t for t in found if t.exists()]
+
+    def baseline(self) -> dict[int, float]:
+        try:
+            pid = _server_pid()
+        except Exception:
+            return {}
+        threads = [ServerThread(pid, int(tid.name)) for tid in Path(f"/proc/{pid}/task").iterdir()]
+        return cpu_of(threads)
 
 
 def cpu_of(procs_: Sequence[Any]) -> dict[int, float]:
@@ -65,8 +132,8 @@ class CpuMeter:
     stay out of the figure), `stop` once the database shows every run done.
     """
 
-    def __init__(self, db: str | None) -> None:
-        self.db = db
+    def __init__(self, backends: Callable[[], list[Any]] | None) -> None:
+        self.db = backends  # the database's server processes (or threads) serving the run
         self.started = False
         self._handled = 0
         self._workers: dict[int, float] = {}
@@ -84,10 +151,12 @@ class CpuMeter:
         except ImportError:
             return
         self._pids = list(worker_pids)
-        backends = db_backends(self.db) if self.db else []
+        backends = self.db() if self.db else []
         workers = process_tree(self._pids)
         self._procs = backends + workers
-        self._backends, self._workers = cpu_of(backends), cpu_of(workers)
+        baseline = getattr(self.db, "baseline", None)  # MariaDB: threads reused from its cache
+        self._backends = {**(baseline() if baseline else {}), **cpu_of(backends)}
+        self._workers = cpu_of(workers)
         self._handled = handled
         self._t0 = self._last_tick = time.monotonic()
 
@@ -114,7 +183,7 @@ class CpuMeter:
             "worker_cpu_pct": 100.0 * workers / wall if wall > 0 else math.nan,
         }
         if self.db and self._backends:  # none found: a server on another host
-            backends = _delta(self._backends, self._now(db_backends(self.db), self._backends))
+            backends = _delta(self._backends, self._now(self.db(), self._backends))
             metrics["db_us_per_run"] = 1e6 * backends / runs if runs > 0 else math.nan
             metrics["db_cpu_pct"] = 100.0 * backends / wall if wall > 0 else math.nan
         return metrics
@@ -125,6 +194,17 @@ def db_name(url: str | None) -> str | None:
     if not url or not url.startswith("postgres"):
         return None
     return url.rpartition("/")[2].partition("?")[0]
+
+
+def server_of(url: str | None) -> Callable[[], list[Any]] | None:
+    """How to find the server processes (PostgreSQL) or threads (MariaDB) serving the
+    database of `url` (None for SQLite or no URL)."""
+    name = db_name(url)
+    if name is not None:
+        return lambda: db_backends(name)
+    if url and url.startswith(("mysql", "mariadb")):
+        return MySQLThreads(url)
+    return None
 
 
 def memory_mb(pid: int) -> Metrics:

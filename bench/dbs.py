@@ -1,7 +1,9 @@
-"""Fresh databases per run: PostgreSQL databases named bench_*, SQLite files in the run dir."""
+"""Fresh databases per run: PostgreSQL and MySQL/MariaDB databases named bench_*, SQLite files
+in the run dir."""
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import tempfile
@@ -51,13 +53,19 @@ def _drop_db(admin_url: str, name: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+def run_db_name(ctx: Ctx, suffix: str = "") -> str:
+    """This run's bench_* database: the system's key and this process's id, so that two
+    benches on one server (a shared machine) never drop each other's database."""
+    return pg_db_name(f"{ctx.key}{suffix}")[:54] + f"_{os.getpid()}"
+
+
 def recreate_pg(ctx: Ctx, suffix: str = "") -> str:
-    """Drop and create this system's bench_* database; returns its URL."""
-    return _recreate_db(ctx.pg_url, pg_db_name(ctx.key + suffix))
+    """Drop and create this run's bench_* database; returns its URL."""
+    return _recreate_db(ctx.pg_url, run_db_name(ctx, suffix))
 
 
 def drop_pg(ctx: Ctx, suffix: str = "") -> None:
-    _drop_db(ctx.pg_url, pg_db_name(ctx.key + suffix))
+    _drop_db(ctx.pg_url, run_db_name(ctx, suffix))
 
 
 @contextmanager
@@ -116,6 +124,62 @@ class PgProbe:
         self._conn.close()
 
 
+def _mysql_admin(url: str) -> Any:
+    try:
+        import pymysql
+    except ImportError as exc:  # pragma: no cover - bench venv has it (rota[mysql])
+        raise Unsupported("PyMySQL is not installed (pip install 'rota[mysql]')") from exc
+    from rota.stores.mysql.session import connect_kwargs
+
+    kwargs = connect_kwargs(url, 5.0, 50)
+    kwargs.pop("conv", None)
+    return pymysql.connect(**kwargs)
+
+
+def _mysql_ddl(admin_url: str, *statements: str) -> None:
+    conn = _mysql_admin(admin_url)
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+    finally:
+        conn.close()
+
+
+@contextmanager
+def fresh_mysql(ctx: Ctx, suffix: str = "") -> Iterator[str]:
+    """A freshly created bench_* database on the MySQL/MariaDB server of ctx.mysql_url,
+    dropped afterwards (nothing else is touched)."""
+    name = run_db_name(ctx, suffix)
+    assert name.startswith("bench_"), name
+    drop = f"DROP DATABASE IF EXISTS `{name}`"
+    _mysql_ddl(ctx.mysql_url, drop, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    try:
+        yield _with_db(ctx.mysql_url, name)
+    finally:
+        _mysql_ddl(ctx.mysql_url, drop)
+
+
+def mysql_rows(url: str, query: str, *args: Any) -> list[Any]:
+    conn = _mysql_admin(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(query, args or None)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def mysql_scalar(url: str, query: str) -> Any:
+    rows = mysql_rows(url, query)
+    return rows[0][0] if rows else None
+
+
+def mysql_server_info(url: str) -> dict[str, str]:
+    keys = ("version", "innodb_flush_log_at_trx_commit", "sync_binlog", "log_bin", "innodb_buffer_pool_size")
+    return {k: str(mysql_scalar(url, f"SELECT @@{k}")) for k in keys}
+
+
 def fresh_sqlite(ctx: Ctx, name: str = "bench.db") -> Path:
     """A path for a new SQLite database in this run's directory (removed if present)."""
     path = ctx.dir / name
@@ -137,37 +201,3 @@ def pg_server_info(url: str) -> dict[str, str]:
     keys = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections")
     with _admin(url) as conn:
         return {k: str(conn.execute(f"SHOW {k}").fetchone()[0]) for k in keys}
-
-
-DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/mysql"
-
-
-@contextmanager
-def fresh_mysql(ctx: Ctx, suffix: str = "") -> Iterator[str]:
-    """A freshly created bench_* MySQL/MariaDB database for the body (the admin account of
-    ROTA_BENCH_MYSQL_URL, default root on this machine), dropped afterwards."""
-    import os
-    from urllib.parse import unquote, urlparse
-
-    try:
-        import pymysql
-    except ImportError as exc:  # pragma: no cover - bench venv has it
-        raise Unsupported("PyMySQL is not installed") from exc
-    admin_url = os.environ.get("ROTA_BENCH_MYSQL_URL", DEFAULT_MYSQL_URL)
-    name = pg_db_name(ctx.key + suffix)
-    parsed = urlparse(admin_url)
-    kwargs = {"host": parsed.hostname, "port": parsed.port or 3306, "user": unquote(parsed.username or "root"),
-              "password": unquote(parsed.password or ""), "autocommit": True}  # fmt: skip
-    try:
-        conn = pymysql.connect(**kwargs)
-    except pymysql.Error as exc:
-        raise Unsupported(f"MySQL/MariaDB at {parsed.hostname}:{parsed.port or 3306}: {exc}") from exc
-    with conn, conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    auth = parsed.netloc.rpartition("@")[0]
-    try:
-        yield f"mysql://{auth}@{parsed.hostname}:{parsed.port or 3306}/{name}"
-    finally:
-        with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")

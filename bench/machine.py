@@ -23,6 +23,7 @@ PACKAGES = (
     "procrastinate",
     "huey",
     "psutil",
+    "PyMySQL",
 )
 
 
@@ -71,11 +72,18 @@ def _postgres(url: str) -> dict[str, str] | str:
         return f"unavailable ({type(exc).__name__})"
 
 
+def _mysql(url: str) -> dict[str, str] | str:
+    try:
+        return dbs.mysql_server_info(url)
+    except Exception as exc:
+        return f"unavailable ({type(exc).__name__})"
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def describe(pg_url: str) -> dict[str, Any]:
+def describe(pg_url: str, mysql_url: str | None = None) -> dict[str, Any]:
     return {
         "load_average": load_average(),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -86,6 +94,7 @@ def describe(pg_url: str) -> dict[str, Any]:
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
         "postgres": _postgres(pg_url),
+        "mysql": _mysql(mysql_url) if mysql_url else "not asked",
         "packages": _versions(),
         "git_commit": _git_commit(),
     }
@@ -98,8 +107,15 @@ def one_line(info: dict[str, Any]) -> str:
         if isinstance(pg, dict)
         else f"PostgreSQL {pg}"
     )
+    my = info.get("mysql")
+    my_text = (
+        f", MariaDB/MySQL {my['version']} (innodb_flush_log_at_trx_commit={my['innodb_flush_log_at_trx_commit']}, "
+        f"log_bin={my['log_bin']})"
+        if isinstance(my, dict)
+        else ""
+    )
     return (
         f"{info['cpu_count']} CPUs ({info['cpu_model']}), {info['memory_gib']} GiB, "
-        f"{pg_text}, SQLite {info['sqlite']}, Python {info['python']}, "
+        f"{pg_text}{my_text}, SQLite {info['sqlite']}, Python {info['python']}, "
         f"commit {info['git_commit']}"
     )

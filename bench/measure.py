@@ -29,7 +29,7 @@ from pathlib import Path
 
 from bench import probe
 from bench.core import Ctx, Metrics, latency_metrics
-from bench.cpu import CpuMeter, db_name
+from bench.cpu import CpuMeter, server_of
 from bench.procs import Worker, stop_all, wait_for
 
 StartWorkers = Callable[[Path], Sequence[Worker]]
@@ -76,12 +76,12 @@ def measure_drain(
 ) -> Metrics:
     """Start the workers on a pre-filled queue and time the drain (see module docstring).
 
-    `pg_url` (the run's database) adds the PostgreSQL backends' CPU; `at_end(workers)` adds
+    `pg_url` (the run's database, PostgreSQL or MariaDB) adds the server's CPU for it; `at_end(workers)` adds
     metrics read from the live workers once every job is done (e.g. their peak memory).
     """
     probe_path, reader = new_probe(ctx, probe_name)
     progress: list[tuple[float, int]] = [(time.time(), 0)]
-    meter = CpuMeter(db_name(pg_url))
+    meter = CpuMeter(server_of(pg_url))
     workers: Sequence[Worker] = ()
 
     def all_handled() -> bool:

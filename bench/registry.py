@@ -24,11 +24,12 @@ TABLES: tuple[Table, ...] = (
             ("steady_rate", "steady 10-90 %"),
             ("cold_rate", "from spawn"),
             ("worker_us_per_run", "worker CPU µs/run"),
-            ("db_us_per_run", "PG CPU µs/run"),
+            ("db_us_per_run", "DB CPU µs/run"),
         ),
-        peer={"postgres": PG_PEER, "sqlite": SQLITE_PEER},
+        peer={"postgres": PG_PEER, "sqlite": SQLITE_PEER, "mysql": "rota-pg-drain-1w"},
         ceiling={"postgres": PG_CEILING, "sqlite": SQLITE_CEILING},
-        definition="first handler start -> database shows every job done",
+        definition="first handler start -> database shows every job done; MariaDB's peer is rota "
+        "on PostgreSQL; its CPU column counts the MariaDB threads of the run's connections",
     ),
     Table(
         key="W10.limits",
@@ -53,7 +54,7 @@ TABLES: tuple[Table, ...] = (
         primary="p50_ms",
         extras=(("p95_ms", "p95 ms"), ("p99_ms", "p99 ms")),
         lower_is_better=True,
-        peer={"postgres": "pgqueuer-pickup", "sqlite": "huey-pickup"},
+        peer={"postgres": "pgqueuer-pickup", "sqlite": "huey-pickup", "mysql": "rota-pg-pickup"},
         definition="handler start - time before the enqueue call",
     ),
     Table(
@@ -108,9 +109,9 @@ TABLES: tuple[Table, ...] = (
         extras=(
             ("steady_rate", "steady 10-90 %"),
             ("worker_us_per_run", "worker CPU µs/run"),
-            ("db_us_per_run", "PG CPU µs/run"),
+            ("db_us_per_run", "DB CPU µs/run"),
         ),
-        peer={"postgres": W7_PG_PEER, "sqlite": W7_SQLITE_PEER},
+        peer={"postgres": W7_PG_PEER, "sqlite": W7_SQLITE_PEER, "mysql": "rota-pg-w7-default"},
         ceiling={"postgres": W7_PG_CEILING, "sqlite": W7_SQLITE_CEILING},
         definition="first handler start -> database shows every job done (as W1); CPU per run "
         "from the first handler start on: worker process, PostgreSQL backends of the database",
@@ -317,7 +318,7 @@ def all_systems() -> tuple[System, ...]:
     from bench.bouncer import BOUNCER_SYSTEMS
     from bench.rota_flow import ROTA_FLOW_SYSTEMS
     from bench.rota_issue12 import ROTA_ISSUE12_SYSTEMS
-    from bench.rota_workloads import ROTA_SYSTEMS
+    from bench.rota_systems import ROTA_SYSTEMS
 
     return PEERS + ROTA_SYSTEMS + BOUNCER_SYSTEMS + ROTA_ISSUE12_SYSTEMS + ROTA_FLOW_SYSTEMS
 

@@ -131,7 +131,7 @@ def background_line(outcomes: Sequence[Outcome], threshold: float) -> str:
     )
 
 
-# --- targets (issues 5 and 12) -----------------------------------------------------------
+# --- targets (issues 5, 12 and 42) -----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -289,7 +289,23 @@ def _issue12() -> tuple[Target, ...]:
     return tuple(out)
 
 
-TARGETS = TARGETS + _issue12()
+def _issue42() -> tuple[Target, ...]:
+    """Issue 42's targets: the MariaDB store beside PostgreSQL's on the same machine."""
+    out = []
+    for what, suffix in (("W1 drain, 1 worker", "drain-1w"), ("W1 drain, 2 workers", "drain-2w"),
+                         ("W7 defaults, 1 worker", "w7-default"), ("W7 defaults, 2 workers", "w7-default-2w")):  # fmt: skip
+        measure = _ratio_of(f"rota-mysql-{suffix}", f"rota-pg-{suffix}")
+        out.append(Target(f"MariaDB {what} ≥ 0.7x PostgreSQL's", measure, _at_least(0.7), "x", "42"))
+    for n, suffix in ((1, ""), (2, "-2w")):
+        pickup, ticks = _value(f"rota-mysql-pickup{suffix}", "p95_ms"), _value(f"rota-mysql-lateness{suffix}", "p99_ms")
+        out.append(
+            Target(f"MariaDB pickup p95 ≤ 50 ms ({n} worker(s), no NOTIFY)", pickup, lambda v: v <= 50, " ms", "42")
+        )
+        out.append(Target(f"MariaDB tick lateness p99 ≤ 10 ms ({n} worker(s))", ticks, lambda v: v <= 10, " ms", "42"))
+    return tuple(out)
+
+
+TARGETS = TARGETS + _issue12() + _issue42()
 
 
 def target_rows(meds: Medians) -> list[dict[str, Any]]:
@@ -304,7 +320,7 @@ def target_rows(meds: Medians) -> list[dict[str, Any]]:
 def targets_markdown(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
-    lines = ["### Targets (issues 5 and 12, medians of this run)", ""]
+    lines = ["### Targets (issues 5, 12 and 42, medians of this run)", ""]
     table = [["Issue", "Target", "Measured", "Met"]]
     table += [
         [r["issue"], r["target"], f"{fmt(r['measured'])}{r['unit']}", "yes" if r["met"] else "**no**"] for r in rows

@@ -41,13 +41,15 @@ def cli_workers(ctx: Ctx, url: str, count: int = 1, concurrency: int | None = No
 # --- W7 ----------------------------------------------------------------------------------
 
 
-def small_job_drain(ctx: Ctx, backend: Backend, concurrency: int | None = None, use_async: bool = False) -> Metrics:
-    """W7: ctx.real_jobs runs each doing one Redis INCR, one `rota worker` process."""
+def small_job_drain(
+    ctx: Ctx, backend: Backend, concurrency: int | None = None, use_async: bool = False, processes: int = 1
+) -> Metrics:
+    """W7: ctx.real_jobs runs each doing one Redis INCR, `processes` `rota worker` processes."""
     with database(ctx, backend) as url, small_job.counter(ctx, ctx.real_jobs):
         m = load_app_module(url)
         enqueue_bulk(m.incr_async if use_async else m.incr, ctx.real_jobs)
-        start = cli_workers(ctx, url, 1, concurrency)
-        pg_url = url if backend == "postgres" else None
+        start = cli_workers(ctx, url, processes, concurrency)
+        pg_url = url if backend != "sqlite" else None
         return measure_drain(ctx, ctx.real_jobs, start, nothing_left(m.app), pg_url=pg_url)
 
 
@@ -89,7 +91,7 @@ def memory_backlog(ctx: Ctx, backend: Backend) -> Metrics:
         enqueue_bulk(m.noop, ctx.memory_backlog)
         setup_s = time.perf_counter() - started
         start = cli_workers(ctx, url)
-        pg_url = url if backend == "postgres" else None
+        pg_url = url if backend != "sqlite" else None
         metrics = measure_drain(
             ctx,
             ctx.memory_backlog,
@@ -120,9 +122,10 @@ def _system(key: str, table: str, label: str, backend: Backend, func: str, setti
     )
 
 
-_BACKENDS: tuple[tuple[Backend, str], ...] = (("postgres", "pg"), ("sqlite", "sqlite"))
+_BACKENDS: tuple[tuple[Backend, str], ...] = (("postgres", "pg"), ("sqlite", "sqlite"), ("mysql", "mysql"))
 _W7: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("default", "rota worker, defaults (concurrency 5)", "rota worker APP", {}),
+    ("default-2w", "2 x rota worker, defaults", "2 processes of rota worker APP", {"processes": 2}),
     ("c1", "rota worker -c 1", "rota worker APP --concurrency 1", {"concurrency": 1}),
     ("c100", "rota worker -c 100, def handler", "rota worker APP --concurrency 100", {"concurrency": 100}),
     (

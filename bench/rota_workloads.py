@@ -62,7 +62,8 @@ def rota_unavailable() -> str | None:
 
 @contextmanager
 def database(ctx: Ctx, backend: Backend, suffix: str = "") -> Iterator[str]:
-    """A fresh database URL for rota: a bench_* PostgreSQL database or a new SQLite file."""
+    """A fresh database URL for rota: a bench_* PostgreSQL or MySQL/MariaDB database or a new
+    SQLite file."""
     if backend == "postgres":
         with fresh_pg(ctx, suffix) as url:
             yield url
@@ -179,11 +180,12 @@ def enqueue(ctx: Ctx, backend: Backend, bulk: bool, chunk: int = ENQUEUE_CHUNK) 
 # --- W2 ----------------------------------------------------------------------------------
 
 
-def pickup(ctx: Ctx, backend: Backend, period: float = 0.05) -> Metrics:
-    """W2: one `stamp` run at a time enqueued to an idle worker; enqueue -> handler start."""
+def pickup(ctx: Ctx, backend: Backend, period: float = 0.05, workers: int = 1) -> Metrics:
+    """W2: one `stamp` run at a time enqueued to idle workers (`workers` processes);
+    enqueue -> handler start."""
     with database(ctx, backend) as url:
         m = load_app_module(url)
-        start = start_workers(ctx, url)
+        start = start_workers(ctx, url, workers)
         metrics = measure_pickup(ctx, start, lambda i: m.stamp.enqueue(i), ctx.samples, period=period)
         last = m.app.list_runs(task="bench.stamp", limit=1)
         metrics["result_recorded"] = float(bool(last) and last[0].result is not None)
@@ -203,12 +205,13 @@ def _db_lateness(app: Any) -> list[float]:
     ]
 
 
-def lateness(ctx: Ctx, backend: Backend, warmup_ticks: int = 2) -> Metrics:
-    """W3: an every-second schedule; handler start - scheduled_for over ctx.ticks ticks."""
+def lateness(ctx: Ctx, backend: Backend, warmup_ticks: int = 2, processes: int = 1) -> Metrics:
+    """W3: an every-second schedule, `processes` workers; handler start - scheduled_for over
+    ctx.ticks ticks."""
     with database(ctx, backend) as url:
         m = load_app_module(url)
         probe_path, reader = new_probe(ctx)
-        workers = start_workers(ctx, url, env={"BENCH_ROTA_TICK": "1"})(probe_path)
+        workers = start_workers(ctx, url, processes, env={"BENCH_ROTA_TICK": "1"})(probe_path)
         wanted = warmup_ticks + ctx.ticks
         try:
             procs.wait_for(lambda: reader.total() >= wanted, wanted + 120.0, f"{wanted} ticks", workers, 0.05)
@@ -396,90 +399,3 @@ def rescue(ctx: Ctx, backend: Backend, held: int = 4, hold_s: float = 3600.0) ->
             procs.stop_all(workers)
         delays = [reader.sample(j) - killed_at for j in retries]
         return {"rescue_s": max(delays), "first_s": min(delays)}
-
-
-# --- registry ---------------------------------------------------------------------------
-
-
-def _system(key: str, table: str, label: str, backend: Backend, func: str, settings: str = "", **params: Any) -> System:
-    timeout = 3600.0 if table == "W5.backlog" else 900.0
-    return System(
-        max_runs=LONG_RUNS.get(table),
-        key=key,
-        table=table,
-        label=label,
-        backend=backend,
-        kind="rota",
-        func=f"{__name__}:{func}",
-        params={"backend": backend, **params},
-        settings=settings,
-        timeout=timeout,
-    )
-
-
-_C = f"concurrency={DRAIN_CONCURRENCY}"
-# key suffix, table, label, function, settings, params (the same for both backends)
-_SPECS: tuple[tuple[str, str, str, str, str, dict[str, Any]], ...] = (
-    ("drain-1w", "W1.drain", "rota, 1 worker", "drain", f"run_worker({_C})", {"workers": 1}),
-    ("drain-2w", "W1.drain", "rota, 2 workers", "drain", f"2 x run_worker({_C})", {"workers": 2}),
-    ("enqueue-single", "W1.enqueue", "rota task.enqueue", "enqueue", "", {"bulk": False}),
-    (
-        "enqueue-bulk",
-        "W1.enqueue",
-        "rota task.enqueue_many",
-        "enqueue",
-        f"chunks of {ENQUEUE_CHUNK:,}",
-        {"bulk": True},
-    ),
-    ("pickup", "W2.pickup", "rota", "pickup", "run_worker() defaults", {}),
-    ("lateness", "W3.lateness", "rota", "lateness", "every=1s, first 2 ticks dropped", {}),
-    (
-        "delayed",
-        "W3.delayed",
-        "rota",
-        "delayed",
-        f"delay 0.5-8 s, one enqueue per {DELAYED_SPACING} s, poll_interval={DELAYED_POLL_INTERVAL:g}",
-        {},
-    ),
-    ("idle", "W4.idle", "rota", "idle", "app.add_schedule(cron='0 0 1 1 *') each", {}),
-    ("backlog", "W5.backlog", "rota", "backlog", "half succeeded, half due in 30 days", {}),
-    (
-        "backlog-vacuumed",
-        "W5.backlog",
-        "rota, table vacuumed first",
-        "backlog",
-        "as above, then VACUUM ANALYZE (PostgreSQL) before the measured drain",
-        {"vacuum": True},
-    ),
-    ("rescue", "W6.rescue", "rota", "rescue", "4 held runs, retries=1, default lease", {}),
-)
-_BACKENDS: tuple[tuple[Backend, str], ...] = (("postgres", "pg"), ("sqlite", "sqlite"), ("mysql", "mysql"))
-# a polling worker needs enqueues spread over its poll interval (see measure_pickup)
-_PICKUP_PERIOD: dict[Backend, float] = {"postgres": 0.05, "sqlite": 0.25, "mysql": 0.25}
-# MySQL/MariaDB (issue 42): the figures beside PostgreSQL's that the issue asks for
-_MYSQL_TABLES = {"W1.drain", "W2.pickup", "W3.lateness", "W7.small"}
-
-
-def _per_backend() -> Iterator[System]:
-    for backend, short in _BACKENDS:
-        for suffix, table, label, func, settings, params in _SPECS:
-            if params.get("vacuum") and backend != "postgres":
-                continue
-            if backend == "mysql" and table not in _MYSQL_TABLES:
-                continue  # SQLite has no VACUUM debt to pay: deleted space is reused at once
-            extra = {"period": _PICKUP_PERIOD[backend]} if func == "pickup" else {}
-            key = f"rota-{short}-{suffix}"
-            yield _system(key, table, label, backend, func, settings, **params, **extra)
-    yield _system(
-        "rota-pg-drain-async",
-        "W1.drain",
-        "rota, 1 worker, async def handler",
-        "postgres",
-        "drain",
-        f"run_worker_async({_C})",
-        workers=1,
-        use_async=True,
-    )
-
-
-ROTA_SYSTEMS: tuple[System, ...] = tuple(_per_backend())

@@ -21,7 +21,7 @@ from typing import Any
 
 from bench import dbs
 from bench.child import RESULT_PREFIX
-from bench.core import Ctx, System
+from bench.core import DEFAULT_MYSQL_URL, Ctx, System
 from bench.procs import REPO, child_env
 
 
@@ -69,6 +69,7 @@ class Config:
     sizes: Sizes
     quiet_wait: float = 60.0  # seconds to wait for the machine to calm down before a run
     quiet_threshold: float = 20.0  # % of all CPUs busy (others' work) that counts as calm
+    mysql_url: str = DEFAULT_MYSQL_URL  # admin URL of the MySQL/MariaDB server
 
 
 @dataclass
@@ -107,12 +108,21 @@ def _pg_unavailable(url: str) -> str | None:
     return None
 
 
-def unavailable(systems: Sequence[System], pg_url: str) -> dict[str, str]:
+def _mysql_unavailable(url: str) -> str | None:
+    try:
+        dbs.mysql_scalar(url, "SELECT 1")
+    except Exception as exc:
+        return f"MySQL/MariaDB at {url} does not answer ({type(exc).__name__}: {exc})"
+    return None
+
+
+def unavailable(systems: Sequence[System], pg_url: str, mysql_url: str = DEFAULT_MYSQL_URL) -> dict[str, str]:
     """system key -> one-line reason, for systems that cannot run here."""
     from bench.rota_workloads import rota_unavailable
 
     reasons: dict[str, str] = {}
     pg_reason = _pg_unavailable(pg_url) if any(s.backend == "postgres" for s in systems) else None
+    mysql_reason = _mysql_unavailable(mysql_url) if any(s.backend == "mysql" for s in systems) else None
     rota_reason = rota_unavailable() if any(s.kind == "rota" for s in systems) else None
     for s in systems:
         missing = _missing_modules(s)
@@ -122,6 +132,8 @@ def unavailable(systems: Sequence[System], pg_url: str) -> dict[str, str]:
             reasons[s.key] = f"not installed: {', '.join(missing)} (see bench/requirements.txt)"
         elif s.backend == "postgres" and pg_reason:
             reasons[s.key] = pg_reason
+        elif s.backend == "mysql" and mysql_reason:
+            reasons[s.key] = mysql_reason
     return reasons
 
 
@@ -146,6 +158,7 @@ def _ctx(system: System, config: Config, run: int) -> Ctx:
         backlog_due=sizes.backlog_due,
         real_jobs=min(sizes.real_jobs, system.max_jobs) if system.max_jobs else sizes.real_jobs,
         memory_backlog=sizes.memory_backlog,
+        mysql_url=config.mysql_url,
     )
 
 

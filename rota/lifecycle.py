@@ -258,6 +258,11 @@ TRANSITIONS: Final = (
        "entry marked held (its handler may have started just before); started: retry if "
        "attempts remain, else failed; cancel requested: cancelled",
        "runs of a lost worker are taken back"),
+    _t("lease_damaged", (HELD, STARTED, CANCEL_REQUESTED), (FAILED,), ANY_WORKER,
+       "status running with a lease no worker can have granted: none (NULL), infinite, or more than 366 days "
+       "past now on the database clock (a lease is at most a year); swept with the rescue, the same index "
+       "probe first: failed as damaged (DamagedRow, never retried), named once in the log",
+       "a running run no rescue would ever take is set aside, its schedule, limit and key freed"),
     _t("cancel", (DUE_LATER, AHEAD, DUE, QUEUED, WAITING, HANDED_BACK, PARKED, HELD, STARTED),
        (CANCELLED, CANCEL_REQUESTED),
        CLIENT,

@@ -96,6 +96,13 @@ def run_error(reason: str) -> dict[str, Any]:
     }
 
 
+def reason_of(message: str) -> str:
+    """The reason in a stored run_error message (as written by SQL that ends runs as damaged)."""
+    head, tail = "damaged row: ", "; not retried"
+    body = message[len(head) :] if message.startswith(head) else message
+    return body.split(tail)[0]
+
+
 def forget() -> None:
     """Forget which rows were named (tests; a long-lived process never needs it)."""
     with _named_lock:

@@ -368,6 +368,28 @@ def test_unreachable_postgres_fails_clearly() -> None:
         app.list_runs()
 
 
+@pytest.mark.parametrize("at_once", [False, True], ids=["timeout", "second-signal"])
+def test_a_fenced_run_says_whether_it_outlived_the_timeout_or_a_second_signal_stopped_it(
+    app: rota.App, clock: rota.FakeClock, at_once: bool
+) -> None:
+    """After a second stop signal the drain is skipped: the history said the handler
+    "outlived the shutdown timeout", which it never met; it says it was stopped at once."""
+    app = make_app(app.database_url, clock=clock)
+
+    @app.task(name="t", retries=1)
+    def t() -> None: ...
+
+    t.enqueue()
+    (a,) = app.store.claim("host-x:1", 1, None, 30)
+    assert app.store.fence([(a.id, a.token)], 2.0, "host-x:1", at_once) == {a.id}
+    clock.advance(3)
+    assert len(app.store.rescue()) == 1
+    message = app.get_run(a.id).attempts[-1]["error"]["message"]
+    said, wrong = "it was stopped at once by a second signal", "it outlived the shutdown timeout"
+    assert (said if at_once else wrong) in message and (wrong if at_once else said) not in message, message
+    app.close()
+
+
 def test_a_fenced_run_is_rescued_only_when_its_short_lease_ends_and_its_history_says_why(
     app: rota.App, clock: rota.FakeClock
 ) -> None:

@@ -118,28 +118,3 @@ def test_a_finished_run_with_an_infinite_time_never_breaks_the_lateness_chart(ap
 
 def _has_history(app: rota.App) -> bool:
     return bool(app.store.dialect == "postgresql")
-
-
-@pytest.mark.parametrize("value", ["9223372036854775807", "9223372036854000000", "-5"])
-def test_a_damaged_token_counter_never_stops_the_claims_sqlite(
-    app_factory: Any, db_url: str, caplog: pytest.LogCaptureFixture, value: str
-) -> None:
-    """SQLite keeps the fencing token counter in rota_counters: one at its column's maximum
-    failed every claim of every worker (OverflowError, the poll role restarting forever) and
-    was never named. It starts again past every token a run holds, named once."""
-    if not db_url.startswith("sqlite"):
-        pytest.skip("PostgreSQL takes tokens from a sequence, not a row")
-    caplog.set_level(logging.WARNING, logger="rota")
-    app = app_factory()
-    task = app.task(name="t")(lambda x: x)
-    first = task.enqueue(1)
-    rota.testing.run_pending(app)
-    held = app.get_run(first.id).token  # type: ignore[union-attr]
-    _sql(app, f"UPDATE rota_counters SET value = {value} WHERE name = 'token'")
-    handles = [task.enqueue(i) for i in range(3)]
-    rota.testing.run_pending(app)
-    runs = [app.get_run(h.id) for h in handles]
-    assert all(r is not None and r.status == "succeeded" for r in runs), runs
-    tokens = [r.token for r in runs if r is not None]
-    assert all(t is not None and held is not None and t > held for t in tokens) and len(set(tokens)) == 3
-    assert _named(caplog, quarantine.COUNTER) == {"token": 1}

@@ -45,6 +45,7 @@ ONLY = {
     "mysql": {
         "next_token",
         "take_token",
+        "token_rebase",
         "finish_holding",
         "refuse_unlog",
         "disown_unlog",

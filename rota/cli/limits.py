@@ -23,6 +23,7 @@ def limits(ctx: click.Context, as_json: bool) -> None:
     store: Any = app.store
     try:
         limit_rows, rate_rows, unresolved = store.list_limits(), store.list_rates(), store.count_unresolved()
+        unknown = store.unknown_limits(report=False)
         damaged = damaged_specs(store)
     except (AttributeError, DatabaseError) as exc:
         raise ConfigurationError(
@@ -30,7 +31,8 @@ def limits(ctx: click.Context, as_json: bool) -> None:
         ) from None
     if as_json:
         print_json({"limits": [i.to_json() for i in limit_rows], "rates": [r.to_json() for r in rate_rows],
-                    "unresolved": unresolved, "damaged_specs": damaged})  # fmt: skip
+                    "unresolved": unresolved, "damaged_specs": damaged,
+                    "unknown_limits": [{"name": n, "waiting": w} for n, w in unknown]})  # fmt: skip
         return
     line(database_line(app))
     for spec in damaged:
@@ -39,6 +41,11 @@ def limits(ctx: click.Context, as_json: bool) -> None:
         click.echo(
             f"{unresolved} run(s) wait for a worker that declares their task to compute their limit key "
             "(a callable by=, made where the task is not declared): start one"
+        )
+    for name, waiting in unknown:
+        click.echo(
+            f"{waiting} run(s) wait under limit {name!r}, which no stored limit defines: they wait until a "
+            "worker that declares it starts (or cancel them)"
         )
     if not limit_rows and not rate_rows:
         click.echo("no limits or rates stored (a worker stores its tasks' limit= and rate= when it starts)")

@@ -206,11 +206,12 @@ class Store(FlowStore, abc.ABC):
         logged); cancellation requested: cancelled. Returns (id, status) of each."""
 
     @abc.abstractmethod
-    def fence(self, held: Sequence[tuple[int, int]], lease: float, worker: str) -> set[int]:
+    def fence(self, held: Sequence[tuple[int, int]], lease: float, worker: str, at_once: bool = False) -> set[int]:
         """A stopping worker's last write for runs whose handlers still run: their leases
         end `lease` seconds from now (the database's clock), marked so that the rescue, which
         takes them once the worker's process has ended, records that the worker stopped
-        while the handler ran. Returns the ids fenced (token-checked)."""
+        while the handler ran (`at_once`: stopped at once by a second signal, else it
+        outlived the shutdown timeout). Returns the ids fenced (token-checked)."""
 
     @abc.abstractmethod
     def rescue(self, limit: int = 100) -> list[Rescued]:

@@ -4,6 +4,7 @@ counts (re-exported by rota.stores.base)."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -248,6 +249,13 @@ class Rescued:
     status: str
     owner: str | None
     message: str
+    damaged: bool = False  # a lease no worker can have granted: ended failed as damaged (lease_damaged)
+
+
+def rescued_rows(rows: list[Any], damaged: bool = False) -> list[Rescued]:
+    """The runs a rescue (or lease_damaged: `damaged`) ended or gave back: (id, task, status,
+    owner, error JSON) rows."""
+    return [Rescued(r[0], r[1], r[2], r[3], str(json.loads(r[4])["message"]), damaged) for r in rows]
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
+from .. import quarantine
 from ..errors import DatabaseError
 from ..events import OUTCOME_EVENTS
 from ..logs import log_event
@@ -40,11 +41,16 @@ class Rescuer:
         self.use_db_start = True  # False with a configured clock (its time is not the server's)
 
     async def rescue(self, db_now: datetime, limit: int = 100) -> int:
-        """Rescue expired leases if the rescue rule allows it now; the number rescued."""
+        """Rescue expired leases if the rescue rule allows it now; the number rescued (runs
+        whose lease no worker can have granted are ended as damaged and named instead)."""
         if not self.outage.may_rescue(db_now):
             return 0
         rescued = await self.db(self.store().rescue, limit)
         for r in rescued:
+            if r.damaged:  # a lease no worker can have granted: set aside, named once
+                quarantine.report(quarantine.RUN, r.id, quarantine.reason_of(r.message), task=r.task)
+                self.emit(OUTCOME_EVENTS[r.status], run_id=r.id, detail=r.message)
+                continue
             self.counters.rescued += 1
             log_event(
                 log,
@@ -59,7 +65,7 @@ class Rescuer:
             self.emit("run_rescued", run_id=r.id, detail=r.message)
             if r.status in OUTCOME_EVENTS:
                 self.emit(OUTCOME_EVENTS[r.status], run_id=r.id, detail=r.message)
-        return len(rescued)
+        return sum(not r.damaged for r in rescued)
 
     async def learn_db_started(self) -> None:
         """When the database server started (PostgreSQL), for the rescue rule."""

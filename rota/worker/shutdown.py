@@ -169,7 +169,7 @@ class Lifecycle:
         if not kept:
             return
         if self.exit_after_stop:
-            fence_and_exit(self.store, self.id, kept)
+            fence_and_exit(self.store, self.id, kept, self._force)
         Keeper(lambda: self.store, self.id, self.lease, self.heartbeat_interval, self._decider).start(kept)
 
     async def _withdraw_ticks_ahead(self, background: list[asyncio.Task[None]]) -> None:

@@ -40,12 +40,13 @@ FENCE = 2.0  # seconds (the database's clock) the last lease of a run whose hand
 WATCHDOG = 1.0  # seconds after which the process ends whatever blocks it (well before FENCE)
 
 
-def fence_and_exit(store: Store, worker: str, kept: list[Active]) -> None:
-    """The last write of a `rota worker` process whose handlers still run, then its end."""
+def fence_and_exit(store: Store, worker: str, kept: list[Active], at_once: bool = False) -> None:
+    """The last write of a `rota worker` process whose handlers still run, then its end
+    (`at_once`: after a second stop signal, which skipped the drain)."""
     arm_watchdog(WATCHDOG)
     rows = [(a.claim.id, a.claim.token) for a in kept]
     try:
-        store.fence(rows, FENCE, worker)
+        store.fence(rows, FENCE, worker, at_once)
     except Exception as exc:  # their leases end as last renewed: rescued later, never sooner
         message = (
             f"could not shorten the leases of {len(rows)} run(s) still running ({exc}); they are rescued when their "

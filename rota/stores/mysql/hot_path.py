@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base import Claimed, Outcome
 from ..records import OWN_STATEMENT, PARKED, REFUSED
+from ..sqlite.flow import next_token
 from .session import Session
 
 if TYPE_CHECKING:
@@ -82,7 +83,11 @@ class MySQLHotPath:
         if not ids:
             return []
         s.q("take_tokens", n=len(ids))  # one token per claimed run
-        token = int(s.cur.lastrowid) - len(ids) + 1
+        last = int(s.cur.lastrowid or 0)
+        if last < len(ids):  # the counter is damaged: it starts again past the runs' tokens
+            last = next_token(s) + len(ids) - 1
+            s.q("take_token", token=last)
+        token = last - len(ids) + 1
         return s.q(name, **params, token=token, _ids=ids, _idlist=",".join(map(str, ids)))
 
     def _plain_finish_and_claim(
@@ -174,10 +179,20 @@ class MySQLHotPath:
         return {o.id for o in mine}
 
     def _finish_batch(self, s: Session, outcomes: Sequence[Outcome]) -> None:
-        plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
-        refused = [o for o in outcomes if o.status == REFUSED]
-        other = [o for o in outcomes if o not in plain and o.status not in OWN_STATEMENT]
-        self._park(s, [o for o in outcomes if o.status == PARKED])  # (rota.durable: their own statements)
+        plain: list[Outcome] = []
+        refused: list[Outcome] = []
+        parked: list[Outcome] = []
+        other: list[Outcome] = []  # (one pass: `o not in plain` compared dataclasses, n² a batch)
+        for o in outcomes:
+            if o.status == REFUSED:
+                refused.append(o)
+            elif o.status == PARKED:
+                parked.append(o)
+            elif o.status == "succeeded" and o.history is None:
+                plain.append(o)
+            elif o.status not in OWN_STATEMENT:
+                other.append(o)
+        self._park(s, parked)  # (rota.durable: their own statements)
         if refused:
             self._refuse(s, refused)
         if plain:

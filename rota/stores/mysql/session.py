@@ -254,7 +254,7 @@ class Session:
 # The statements that may end runs whose end changes others (an exclusive schedule's held
 # run, dependents): what PostgreSQL's and SQLite's triggers do after them, the store does.
 ENDING = frozenset({
-    "cancel_pending", "rescue", "cancel_active_pending", "cancel_held", "cancel_schedule_pending",
+    "cancel_pending", "rescue", "lease_damaged", "cancel_active_pending", "cancel_held", "cancel_schedule_pending",
     "withdraw_ahead", "misfire_ahead", "deps_orphaned", "flow_keyless", "flow_skip_unkeyed", "refuse",
     "disown", "finish_transactional", "park",
 })  # fmt: skip

@@ -36,7 +36,7 @@ from ...clock import Clock
 from ...config import redact_url as redact
 from ...errors import ConfigurationError, DatabaseError, DatabaseTransient
 from ..base import Claimed, NewRun, PollState, Rescued, ScheduleDef, run_stats
-from ..records import claimed_rows
+from ..records import claimed_rows, rescued_rows
 from ..sqlite.flow import SQLiteFlow  # the flow claim step by step, as SQLite takes it
 from ..sqlstore.queries import load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
@@ -302,8 +302,9 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         with self._read() as s:
             if not s.q("any_expired"):
                 return []
+        damaged = self._again(self._one, "lease_damaged", limit=limit)
         rows = self._again(self._one, "rescue", limit=limit)
-        return [Rescued(r[0], r[1], r[2], r[3], json.loads(r[4])["message"]) for r in rows]
+        return rescued_rows(damaged, True) + rescued_rows(rows)
 
     def _flow_rows(self, s: Any, owner: str, limit: int, names: Any, lease: float, start: int) -> list[Any]:
         """The flow claim, after the token counter's row is locked: claimers take turns from

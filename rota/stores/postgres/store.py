@@ -31,7 +31,7 @@ from ...errors import (
 )
 from ...models import FINAL_STATUSES, PENDING, RUNNING, SUCCEEDED
 from ..base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
-from ..records import PARKED
+from ..records import PARKED, rescued_rows
 from ..sqlstore.queries import load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, Row, SqlStore
 from .claim_from import ClaimFrom
@@ -47,7 +47,6 @@ from .session import (
     _connect_kwargs,
     _is_retry_at_once,
     _json,
-    _message,
     _reason,
     _Session,
     _session_settings,
@@ -434,10 +433,11 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         with self._read() as s:
             if not s.q("any_expired"):  # the usual answer, without an UPDATE
                 return []
+            damaged = s.q("lease_damaged", limit=limit)
             rows = s.q("rescue", limit=limit)
         if rows:
             self.claim_from.front()  # (pending again where they were)
-        return [Rescued(r[0], r[1], r[2], r[3], _message(r[4])) for r in rows]
+        return rescued_rows(damaged, True) + rescued_rows(rows)
 
     def poll_state(self, queues: Sequence[str] | None) -> PollState:
         with self._read() as s:

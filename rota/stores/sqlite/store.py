@@ -33,7 +33,7 @@ from ...errors import (
 )
 from ..base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from ..records import OWN_STATEMENT as _OWN
-from ..records import PARKED, REFUSED, claim_of_unix, claimed_rows
+from ..records import PARKED, REFUSED, claim_of_unix, claimed_rows, rescued_rows
 from ..sqlstore.flow import _gates
 from ..sqlstore.queries import latest_version, load_migrations, load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
@@ -451,8 +451,9 @@ class SQLiteStore(SQLiteFlow, SqlStore):
             if not s.q("any_expired"):
                 return []
         with self._tx() as s:
+            damaged = s.q("lease_damaged", limit=limit)
             rows = s.q("rescue", limit=limit)
-        return [Rescued(r[0], r[1], r[2], r[3], json.loads(r[4])["message"]) for r in rows]
+        return rescued_rows(damaged, True) + rescued_rows(rows)
 
     def poll_state(self, queues: Sequence[str] | None) -> PollState:
         with self._read() as s:

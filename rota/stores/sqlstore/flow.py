@@ -133,6 +133,17 @@ class SqlFlow(SqlSchedules):
         with self._read() as s:
             return int(s.q("flow_unresolved_count", unresolved=UNRESOLVED)[0][0])
 
+    def unknown_limits(self, *, report: bool = True) -> list[tuple[str, int]]:
+        """The limit names that pending runs wait under and no stored limit defines, with how
+        many wait under each (they wait, never unlimited); each named once (kind limit) if
+        `report`. A worker asks now and then; `rota limits` lists them."""
+        with self._read() as s:
+            rows = s.q("flow_unknown_limits", unresolved=UNRESOLVED)
+        found = [(str(r[0]), int(r[1])) for r in rows]
+        for name, _ in found if report else ():
+            quarantine.report(quarantine.LIMIT, name, UNKNOWN_LIMIT)
+        return found
+
     def last_run_id(self) -> int:
         return int(self._select("last_run_id")[0][0])
 
@@ -156,6 +167,10 @@ class SqlFlow(SqlSchedules):
         return [int(r[0]) for r in rows]
 
 
+UNKNOWN_LIMIT = (
+    "pending runs wait under this limit's name and no stored limit defines it: they wait (never unlimited) "
+    "until a worker that declares the limit starts and stores it; or cancel them"
+)
 KEYLESS = "it has the name of a limit or a rate and no key: no claim can take it"
 ORPHANED = "it waits on parents none of which is pending or running (one deleted by hand, or its count damaged)"
 

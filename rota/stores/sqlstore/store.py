@@ -168,14 +168,14 @@ class SqlStore(SqlDurable, SqlFlow):
         with self._read() as s:
             return {int(r[0]) for r in s.q("cancel_requests", owner=owner)}
 
-    def fence(self, held: Sequence[tuple[int, int]], lease: float, worker: str) -> set[int]:
+    def fence(self, held: Sequence[tuple[int, int]], lease: float, worker: str, at_once: bool = False) -> set[int]:
         """A stopping worker's last write (see Store.fence): shorten these runs' leases to
         `lease` seconds and note why, for the rescue's history entry."""
         fenced: set[int] = set()
         with self._tx() as s:
             for run_id, token in held:
                 error = json.dumps({
-                    "type": "WorkerStopped", "token": token, "traceback": None,
+                    "type": "WorkerStopped", "token": token, "at_once": at_once, "traceback": None,
                     "message": f"worker {worker} stopped while the handler still ran; its process ends before "
                                f"this lease does, then the run is taken back as a lost worker's",
                 })  # fmt: skip

@@ -33,17 +33,29 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: next_token
--- The counter's row, locked until the claim commits: tokens are never handed out twice.
--- (The next token and the counter as stored: SQLite's shape, which sqlite/flow.next_token reads.)
-SELECT value + 1, value FROM rota_counters WHERE name = 'token' FOR UPDATE
+-- The counter's row, locked until the claim commits: tokens are never handed out twice. The
+-- next token and the counter as stored; NULL when the counter is damaged (at its column's
+-- maximum, past it, or below 0: no claim could take a token): see token_rebase.
+SELECT CASE WHEN value BETWEEN 0 AND 9223372036854775807 - 1000000 THEN value + 1 END, value
+FROM rota_counters WHERE name = 'token' FOR UPDATE
+
+-- name: token_rebase
+-- A damaged token counter (rota/quarantine.py) starts again past every token a run holds or
+-- held, so fencing still holds (as SQLite's).
+SELECT coalesce(max(token), 0) + 1 FROM rota_runs
+WHERE token BETWEEN 0 AND 9223372036854775807 - 1000000
 
 -- name: take_token
 UPDATE rota_counters SET value = %(token)s WHERE name = 'token'
 
 -- name: take_tokens
 -- A claim's %(n)s tokens in one statement: the counter's row locked until the claim commits,
--- its new value back in the OK packet (LAST_INSERT_ID(expr): the cursor's lastrowid).
-UPDATE rota_counters SET value = LAST_INSERT_ID(value + %(n)s) WHERE name = 'token'
+-- its new value back in the OK packet (LAST_INSERT_ID(expr): the cursor's lastrowid). A
+-- damaged counter (see next_token) is left as it is and the lastrowid is 0: the store rebases it.
+UPDATE rota_counters
+SET value = CASE WHEN value BETWEEN 0 AND 9223372036854775807 - 1000000 THEN LAST_INSERT_ID(value + %(n)s)
+                 ELSE value END
+WHERE name = 'token'
 
 -- name: claim
 -- transition: claim
@@ -294,9 +306,33 @@ WHERE id IN %(_ids)s
 SELECT id, status FROM rota_runs WHERE id IN %(_ids)s
 
 -- name: any_expired
-SELECT 1 FROM rota_runs FORCE INDEX (rota_runs_lease)
-WHERE status = 'running' AND lease_until < {now}
-LIMIT 1
+-- A lease run out, or one no worker can have granted (see lease_damaged): each an index probe.
+SELECT 1 FROM DUAL
+WHERE EXISTS (SELECT 1 FROM rota_runs FORCE INDEX (rota_runs_lease) WHERE status = 'running' AND lease_until < {now})
+   OR EXISTS (SELECT 1 FROM rota_runs FORCE INDEX (rota_runs_lease) WHERE status = 'running' AND lease_until IS NULL)
+   OR EXISTS (SELECT 1 FROM rota_runs FORCE INDEX (rota_runs_lease)
+              WHERE status = 'running' AND lease_until > {now} + INTERVAL 366 DAY)
+
+-- name: lease_damaged
+-- transition: lease_damaged
+-- Running runs whose lease no worker can have granted (see SQLite's): none (NULL) or more
+-- than 366 days past now. Ended failed as damaged (DamagedRow), never retried.
+SELECT id FROM rota_runs FORCE INDEX (rota_runs_lease)
+WHERE status = 'running' AND (lease_until IS NULL OR lease_until > {now} + INTERVAL 366 DAY)
+ORDER BY id LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+;
+UPDATE rota_runs
+SET error = CONCAT('{"type":"DamagedRow","message":', JSON_QUOTE(CONCAT('damaged row: a running run whose lease ',
+                          CASE WHEN lease_until IS NULL THEN 'is NULL (none)'
+                               ELSE CONCAT('ends at ', {{iso(lease_until)}}, ', more than 366 days past now') END,
+                          ' (no worker grants a lease longer than a year): no rescue would ever take it',
+                          '; not retried (repair the row and `rota retry` it, or delete it)')),
+        ',"traceback":null}'),  -- compact, as rota writes it (`rota runs --damaged`)
+    status = 'failed', finished_at = {now}, lease_until = NULL
+WHERE id IN %(_ids)s
+;
+SELECT id, task, status, owner, error FROM rota_runs WHERE id IN %(_ids)s ORDER BY id
 
 -- name: rescue
 -- transition: rescue
@@ -314,8 +350,10 @@ UPDATE rota_runs
 SET error = CASE
         WHEN started_at IS NOT NULL AND error LIKE CONCAT('{"type": "WorkerStopped", "token": ', token, ',%%')
         THEN JSON_OBJECT('type', 'WorkerStopped',
-            'message', CONCAT('worker ', coalesce(owner, '?'), ' stopped while the handler still ran (it outlived ',
-                              'the shutdown timeout): its process was ended before the lease expired at ',
+            'message', CONCAT('worker ', coalesce(owner, '?'), ' stopped while the handler still ran (',
+                              CASE WHEN error LIKE '%%"at_once": true%%' THEN 'it was stopped at once by a second signal'
+                                   ELSE 'it outlived the shutdown timeout' END,
+                              '): its process was ended before the lease expired at ',
                               {{iso(lease_until)}},
                               ' (attempt ', attempt, ' of ', max_attempts, ')'),
             'traceback', NULL)
@@ -353,10 +391,13 @@ WHERE id IN %(_ids)s
 SELECT id, task, status, owner, error FROM rota_runs WHERE id IN %(_ids)s ORDER BY id
 
 -- name: poll_state
+-- The first due run by the due index, in its order (min(due_at) read every pending run
+-- through another index: 60 ms with 10,000 pending).
 SELECT {now},
-       (SELECT min(due_at) FROM rota_runs
+       (SELECT due_at FROM rota_runs FORCE INDEX (rota_runs_due)
         WHERE status = 'pending' AND held = 0 AND (misfire_at IS NULL OR misfire_at >= {now})
-          AND {{not_paused(rota_runs.queue)}}),
+          AND {{not_paused(rota_runs.queue)}}
+        ORDER BY due_at LIMIT 1),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active <> 0 AND paused = 0
             UNION ALL
@@ -365,10 +406,11 @@ SELECT {now},
 
 -- name: poll_state_in_queues
 SELECT {now},
-       (SELECT min(due_at) FROM rota_runs
+       (SELECT due_at FROM rota_runs FORCE INDEX (rota_runs_due)
         WHERE status = 'pending' AND held = 0 AND (misfire_at IS NULL OR misfire_at >= {now})
           AND queue IN {{queues}}
-          AND {{not_paused(rota_runs.queue)}}),
+          AND {{not_paused(rota_runs.queue)}}
+        ORDER BY due_at LIMIT 1),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active <> 0 AND paused = 0
             UNION ALL

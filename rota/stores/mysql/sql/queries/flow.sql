@@ -276,6 +276,17 @@ WHERE id = %(id)s AND status = 'pending'
 -- name: flow_specs_table
 SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'rota_task_flow'
 
+-- name: flow_unknown_limits
+-- The names of limits that pending runs wait under and no stored limit defines (rota_limits:
+-- deleted by hand, or a run made by a process that declared a limit no worker has stored
+-- yet), with how many runs wait under each: they wait (never unlimited) until a worker that
+-- declares the limit stores it. `rota limits` counts them; a worker's check names each once.
+SELECT r.limit_name, count(*) FROM rota_runs r
+WHERE r.status = 'pending' AND r.held = 0 AND r.limit_name IS NOT NULL AND r.limit_name <> %(unresolved)s
+  AND NOT EXISTS (SELECT 1 FROM rota_limits l WHERE l.name = r.limit_name)
+GROUP BY r.limit_name ORDER BY r.limit_name
+LIMIT 100
+
 -- name: flow_unresolved_count
 SELECT count(*) FROM rota_runs
 WHERE limit_name = %(unresolved)s AND status = 'pending' AND held = 0

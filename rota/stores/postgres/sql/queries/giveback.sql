@@ -155,9 +155,47 @@ WHERE r.id = ANY(ARRAY(SELECT id FROM v))
 RETURNING r.id, r.status
 
 -- name: any_expired
+-- A lease run out, or one no worker can have granted (see lease_damaged): the running runs only
+-- (rota_runs_active).
 SELECT 1 FROM rota_runs
-WHERE status = 'running' AND lease_until < {now}
+WHERE status = 'running'
+  AND (lease_until < {now} OR lease_until IS NULL OR lease_until > {now} + interval '366 days')
 LIMIT 1
+
+-- name: lease_damaged
+-- transition: lease_damaged
+-- Running runs whose lease no worker can have granted: none (NULL), infinite, or more than
+-- 366 days past now (a lease is at most a year, rota/config.py MAX_SECONDS). The rescue never
+-- takes them (their lease never runs out): they are damaged (rota/quarantine.py), ended failed
+-- with a DamagedRow error, never retried, which frees their schedule, limit and key. Locked
+-- as the rescue locks (the runs, their schedules, their dependents).
+WITH bad AS (
+    SELECT id FROM rota_runs
+    WHERE status = 'running' AND (lease_until IS NULL OR lease_until > {now} + interval '366 days')
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+locked AS (
+    {{lock_schedules(SELECT r.schedule FROM rota_runs r JOIN bad ON bad.id = r.id)}}
+),
+deps AS (
+    {{lock_dependents(ARRAY(SELECT id FROM bad))}}
+)
+UPDATE rota_runs r
+SET status = 'failed', finished_at = {now}, lease_until = NULL,
+    -- (compact, as rota writes it: `rota runs --damaged` looks for '{"type":"DamagedRow",')
+    error = '{"type":"DamagedRow","message":' || to_json(
+        'damaged row: a running run whose lease '
+            || CASE WHEN r.lease_until IS NULL THEN 'is NULL (none)'
+                    ELSE 'ends at ' || coalesce(to_char(r.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                                                r.lease_until::text)
+                         || ', more than 366 days past now' END
+            || ' (no worker grants a lease longer than a year): no rescue would ever take it'
+            || '; not retried (repair the row and `rota retry` it, or delete it)')::text || ',"traceback":null}'
+FROM bad
+WHERE r.id = bad.id AND r.status = 'running' AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM deps) >= 0
+RETURNING r.id, r.task, r.status, r.owner, r.error
 
 -- name: rescue
 -- transition: rescue
@@ -199,15 +237,18 @@ seen AS (
                'traceback', NULL) AS lost_error,
            -- fenced by a stopping worker (see fence): it says so
            r.started_at IS NOT NULL AND r.error LIKE '{"type": "WorkerStopped", "token": ' || r.token || ',%%'
-               AS stopped
+               AS stopped,
+           r.error LIKE '%%"at_once": true%%' AS at_once  -- fenced after a second stop signal
     FROM rota_runs r JOIN lost ON lost.id = r.id
 ),
 decided AS (
     SELECT d.*,
            CASE WHEN d.stopped THEN jsonb_build_object(
                'type', 'WorkerStopped',
-               'message', 'worker ' || coalesce(d.owner, '?') || ' stopped while the handler still ran (it outlived '
-                          || 'the shutdown timeout): its process was ended before the lease expired at '
+               'message', 'worker ' || coalesce(d.owner, '?') || ' stopped while the handler still ran ('
+                          || CASE WHEN d.at_once THEN 'it was stopped at once by a second signal'
+                                  ELSE 'it outlived the shutdown timeout' END
+                          || '): its process was ended before the lease expired at '
                           || to_char(d.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
                           || ' (attempt ' || d.attempt || ' of ' || d.max_attempts || ')',
                'traceback', NULL) ELSE d.lost_error END AS error

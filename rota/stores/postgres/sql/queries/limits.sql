@@ -426,6 +426,17 @@ WHERE id = %(id)s AND status = 'pending'
 -- whether migration 0011 ran (a store asks once; older schemas have no stored specs)
 SELECT to_regclass('rota_task_flow') IS NOT NULL
 
+-- name: flow_unknown_limits
+-- The names of limits that pending runs wait under and no stored limit defines (rota_limits:
+-- deleted by hand, or a run made by a process that declared a limit no worker has stored
+-- yet), with how many runs wait under each: they wait (never unlimited) until a worker that
+-- declares the limit stores it. `rota limits` counts them; a worker's check names each once.
+SELECT r.limit_name, count(*) FROM rota_runs r
+WHERE r.status = 'pending' AND NOT r.held AND r.limit_name IS NOT NULL AND r.limit_name <> %(unresolved)s
+  AND NOT EXISTS (SELECT 1 FROM rota_limits l WHERE l.name = r.limit_name)
+GROUP BY r.limit_name ORDER BY r.limit_name
+LIMIT 100
+
 -- name: flow_unresolved_count
 -- runs waiting for a worker that declares their task to compute their keys (rota limits)
 SELECT count(*) FROM rota_runs

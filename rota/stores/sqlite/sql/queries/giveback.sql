@@ -106,9 +106,36 @@ WHERE status = 'running' AND owner = :owner AND lease_until > {now}
 RETURNING id, status
 
 -- name: any_expired
-SELECT 1 FROM rota_runs INDEXED BY rota_runs_lease
-WHERE status = 'running' AND lease_until < {now}
-LIMIT 1
+-- A lease run out, or one no worker can have granted (see lease_damaged): each an index probe.
+SELECT 1
+WHERE EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_lease WHERE status = 'running' AND lease_until < {now})
+   OR EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_lease WHERE status = 'running' AND lease_until IS NULL)
+   OR EXISTS (SELECT 1 FROM rota_runs INDEXED BY rota_runs_lease
+              WHERE status = 'running' AND lease_until > {now} + 31622400)
+
+-- name: lease_damaged
+-- transition: lease_damaged
+-- Running runs whose lease no worker can have granted: none (NULL), infinite, not a time, or
+-- more than 366 days past now (a lease is at most a year, rota/config.py MAX_SECONDS). The rescue
+-- never takes them (their lease never runs out): they are damaged (rota/quarantine.py), ended
+-- failed with a DamagedRow error, never retried, which frees their schedule, limit and key.
+UPDATE rota_runs
+SET status = 'failed', finished_at = {now}, lease_until = NULL,
+    error = json_object('type', 'DamagedRow', 'message', 'damaged row: a running run whose lease '
+        || CASE WHEN lease_until IS NULL THEN 'is NULL (none)'
+                ELSE 'ends at ' || CASE WHEN typeof(lease_until) IN ('integer', 'real') AND lease_until < 1e12
+                                        THEN strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
+                                        ELSE quote(lease_until) END
+                     || ', more than 366 days past now' END
+        || ' (no worker grants a lease longer than a year): no rescue would ever take it'
+        || '; not retried (repair the row and `rota retry` it, or delete it)', 'traceback', NULL)
+WHERE id IN (SELECT id FROM (SELECT id FROM rota_runs INDEXED BY rota_runs_lease
+                             WHERE status = 'running' AND lease_until IS NULL LIMIT :limit)
+             UNION ALL
+             SELECT id FROM (SELECT id FROM rota_runs INDEXED BY rota_runs_lease
+                             WHERE status = 'running' AND lease_until > {now} + 31622400 LIMIT :limit))
+  AND status = 'running'
+RETURNING id, task, status, owner, error
 
 -- name: rescue
 -- transition: rescue
@@ -146,8 +173,10 @@ FROM (SELECT id AS lost_id, CASE
           WHEN started_at IS NOT NULL AND error LIKE '{"type": "WorkerStopped", "token": ' || token || ',%'
           THEN json_object(
           'type', 'WorkerStopped',
-          'message', 'worker ' || coalesce(owner, '?') || ' stopped while the handler still ran (it outlived '
-                     || 'the shutdown timeout): its process was ended before the lease expired at '
+          'message', 'worker ' || coalesce(owner, '?') || ' stopped while the handler still ran ('
+                     || CASE WHEN error LIKE '%"at_once": true%' THEN 'it was stopped at once by a second signal'
+                             ELSE 'it outlived the shutdown timeout' END
+                     || '): its process was ended before the lease expired at '
                      || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
                      || ' (attempt ' || attempt || ' of ' || max_attempts || ')',
           'traceback', NULL)

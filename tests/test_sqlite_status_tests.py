@@ -108,6 +108,7 @@ def test_a_populated_version_12_database_migrates_in_place_and_keeps_refusing_ba
             "0013_cheap_status_tests", "0014_rate_waited", "0015_refused_at", "0016_limit_told", "0017_history",
             "0018_saturated_counters", "0019_traceparent", "0020_worker_lease", "0021_operators",
             "0022_durable_steps",
+            "0023_claim_from",
         ]  # fmt: skip
         assert {r.id: r.status for r in app.list_runs()} == before
         assert [name for name, sql in _definitions(tmp_path / "rota.db") if LONG_IN.search(sql)] == []
@@ -188,6 +189,7 @@ def test_a_worker_of_the_previous_schema_works_on_through_the_migration(tmp_path
             "0020_worker_lease",
             "0021_operators",
             "0022_durable_steps",
+            "0023_claim_from",
         ]  # while the worker claims and finishes
         assert _finished(tmp_path / "rota.db") < 400
         t.enqueue_many([((i,), {}) for i in range(400, 800)])

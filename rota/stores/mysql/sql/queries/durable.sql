@@ -9,6 +9,8 @@ SELECT name, seq, attempt, started_at, finished_at, outcome, result, error
 FROM rota_steps WHERE run_id = %(id)s ORDER BY seq, name
 
 -- name: save_step
+-- (The step's attempt is the handler's: a held run's start may not be written yet, and
+-- then the attempt it will count is one more than the row holds.)
 -- One step's checkpoint, only while (id, token) holds the run (status running); a succeeded
 -- step is never overwritten, a failed one is replaced by its next try. First the gate (no
 -- row: refused, nothing written), then the write (the token checked again, the succeeded
@@ -19,7 +21,7 @@ WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'
   AND NOT EXISTS (SELECT 1 FROM rota_steps s WHERE s.run_id = r.id AND s.name = %(name)s AND s.outcome = 'succeeded')
 ;
 INSERT INTO rota_steps (run_id, name, seq, attempt, started_at, finished_at, outcome, result, error)
-SELECT r.id, %(name)s, %(seq)s, r.attempt, {now} - INTERVAL ROUND(%(took)s * 1000000) MICROSECOND, {now},
+SELECT r.id, %(name)s, %(seq)s, r.attempt + (r.started_at IS NULL), {now} - INTERVAL ROUND(%(took)s * 1000000) MICROSECOND, {now},
        %(outcome)s, %(result)s, %(error)s
 FROM rota_runs r WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'
 ON DUPLICATE KEY UPDATE

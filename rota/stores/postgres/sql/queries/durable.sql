@@ -7,11 +7,13 @@ SELECT name, seq, attempt, started_at, finished_at, outcome, result, error
 FROM rota_steps WHERE run_id = %(id)s ORDER BY seq, name
 
 -- name: save_step
+-- (The step's attempt is the handler's: a held run's start may not be written yet, and
+-- then the attempt it will count is one more than the row holds.)
 -- One step's checkpoint, only while (id, token) holds the run (status running): a worker whose
 -- lease was taken over saves nothing and gets no row back. A succeeded step is never
 -- overwritten; a failed one is replaced by its next try.
 INSERT INTO rota_steps (run_id, name, seq, attempt, started_at, finished_at, outcome, result, error)
-SELECT r.id, %(name)s, %(seq)s, r.attempt, {now} - make_interval(secs => %(took)s::float8), {now},
+SELECT r.id, %(name)s, %(seq)s, r.attempt + (r.started_at IS NULL)::int, {now} - make_interval(secs => %(took)s::float8), {now},
        %(outcome)s, %(result)s, %(error)s
 FROM rota_runs r WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'
 ON CONFLICT (run_id, name) DO UPDATE

@@ -6,9 +6,11 @@ SELECT name, seq, attempt, started_at, finished_at, outcome, result, error
 FROM rota_steps WHERE run_id = :id ORDER BY seq, name
 
 -- name: save_step
+-- (The step's attempt is the handler's: a held run's start may not be written yet, and
+-- then the attempt it will count is one more than the row holds.)
 -- As on PostgreSQL: only while (id, token) holds the run; a succeeded step is never overwritten.
 INSERT INTO rota_steps (run_id, name, seq, attempt, started_at, finished_at, outcome, result, error)
-SELECT r.id, :name, :seq, r.attempt, {now} - :took, {now}, :outcome, :result, :error
+SELECT r.id, :name, :seq, r.attempt + (r.started_at IS NULL), {now} - :took, {now}, :outcome, :result, :error
 FROM rota_runs r WHERE r.id = :id AND r.token = :token AND r.status = 'running'
 ON CONFLICT (run_id, name) DO UPDATE
 SET seq = excluded.seq, attempt = excluded.attempt, started_at = excluded.started_at,

@@ -90,6 +90,24 @@ def test_a_failed_step_is_recorded_and_runs_again_on_the_retry(app: rota.App) ->
     assert run.steps[0]["outcome"] == "succeeded" and run.steps[0]["attempt"] == 2
 
 
+def test_a_step_saved_before_a_held_runs_start_is_written_records_the_handlers_attempt(app: rota.App) -> None:
+    """A run claimed ahead (held) counts its attempt when its start is written, which may come
+    after its handler's first step: the step still records the handler's attempt."""
+    url = app.store.url
+    seen: list[int] = []
+
+    @app.task(name="early_step", pass_context=True)
+    def early_step(ctx: rota.RunContext) -> str:
+        seen.append(ctx.attempt)  # as a held run whose start is not written yet:
+        sql(url, "UPDATE rota_runs SET started_at = NULL, attempt = attempt - 1 WHERE id = ?", int(ctx.run_id))
+        return str(ctx.step("first", lambda: "x"))
+
+    start_worker(app)
+    run = early_step.enqueue().wait(15)
+    assert run.status == "succeeded" and seen == [1]
+    assert run.steps[0]["attempt"] == 1
+
+
 def test_a_stale_workers_checkpoint_is_refused_and_its_result_not_used(app: rota.App) -> None:
     url = app.store.url
     after: list[Any] = []

@@ -112,3 +112,11 @@ def test_a_postgres_workers_own_metrics_show_the_vacuum_figures(
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"rota_db_oldest_xmin_age_seconds", "rota_db_dead_tuples", "rota_db_autovacuum"} <= names
+
+
+def test_a_snapshot_no_transaction_has_aged_still_holds_back_cleanup() -> None:
+    # Held 5 s while no new transaction id was handed out: age(backend_xmin) is 0, yet the
+    # session holds the horizon (seen in CI when nothing else wrote meanwhile).
+    line = _pg_vacuum.VacuumHealth(0, 5.0, True, {"rota_runs": 2}).line()
+    assert line.startswith("oldest transaction holding back cleanup 5 s (0 transactions) old"), line
+    assert _pg_vacuum.VacuumHealth(0, 0.2).line().startswith("nothing holds back cleanup")

@@ -49,7 +49,8 @@ _WARNED: set[str] = set()  # database URLs this process warned about
 class VacuumHealth:
     """The numbers `/metrics` and `rota status` show (see the module's docstring)."""
 
-    oldest_xmin_xids: int = 0  # 0: nothing holds cleanup back
+    oldest_xmin_xids: int = 0  # 0 (and under 1 s): nothing holds cleanup back; a snapshot taken
+    # before any new transaction id was handed out is 0 transactions old however long it is held
     oldest_xmin_seconds: float = 0.0
     autovacuum: bool = True
     dead_tuples: dict[str, int] = field(default_factory=dict)
@@ -69,7 +70,7 @@ class VacuumHealth:
         held = (
             f"oldest transaction holding back cleanup {self.oldest_xmin_seconds:.0f} s "
             f"({self.oldest_xmin_xids} transactions) old"
-            if self.oldest_xmin_xids
+            if self.oldest_xmin_xids or self.oldest_xmin_seconds >= 1.0
             else "nothing holds back cleanup"
         )
         return f"{held}; dead rows: {dead}" + ("" if self.autovacuum else "; autovacuum is OFF")

@@ -74,7 +74,10 @@ that parked (`Run.waiting`, read by App.get_run; a run claimed since has another
 old row is over). The park gives its attempt back (a park is not an attempt's end) and clears
 its start; a worker claims it like any due run when it is due, or at once after `signal`. A
 schedule's pause, update or removal does not withdraw it (it is in progress, as a running
-run is); `cancel` cancels it at once.
+run is); `cancel` cancels it at once, and so does a replacing tick (overlap='replace': it is
+its schedule's active run). Once its wait is over it is *due*; a flow claim that finds its
+rate full moves it to the window (`rate_wait`, rate_waited set): *due later*, no longer
+parked, and `Run.waiting` says it waits for the rate (kind "rate", read by `rate_wait_of`).
 
 Ticks made ahead (`make_ahead`) are pending runs due later; they meet the misfire and overlap
 policies exactly as ticks made at their time (rota/worker/ticks.py, rota/stores/sqlstore/schedules.py).
@@ -193,8 +196,9 @@ TRANSITIONS: Final = (
     _t("promote", (QUEUED,), (DUE,), DATABASE,
        "the schedule has no active run (the exclusive index)",
        "the active run of an exclusive schedule ended: its oldest queued tick becomes due"),
-    _t("overlap", (DUE, QUEUED), (CANCELLED,), ANY_WORKER,
-       "overlap='replace': the pending active run and queued ticks are cancelled; a running one is asked to "
+    _t("overlap", (DUE_LATER, DUE, HANDED_BACK, PARKED, QUEUED), (CANCELLED,), ANY_WORKER,
+       "overlap='replace': the pending active run (due, due later for its backoff, handed back, or parked: a "
+       "parked run is its schedule's active run) and queued ticks are cancelled; a running one is asked to "
        "cancel (see cancel)",
        "a replacing tick or trigger takes the exclusive slot"),
     _t("claim", (DUE, HANDED_BACK), (STARTED, HELD), ANY_WORKER,
@@ -290,7 +294,8 @@ def state_of(run: Run, now: datetime) -> str:
         return run.status
     if run.queued:
         return WAITING if run.waiting_on else QUEUED
-    if run.waiting is not None and run.due_at > now:  # (Run.waiting: read by App.get_run)
+    parked = run.waiting is not None and run.waiting.get("kind") != "rate"  # (Run.waiting: App.get_run's)
+    if parked and run.due_at > now:
         return PARKED
     if run.due_at > now:
         made_ahead = run.schedule is not None and run.attempt == 0 and not run.history and run.error is None

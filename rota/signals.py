@@ -93,13 +93,22 @@ def durable_fields(store: Any, run_id: int, status: str) -> dict[str, Any]:
     if not getattr(store, "durable_supported", False):
         return {"steps": [], "waiting": None, "progress": None}
     steps = [_step_json(s) for s in store.steps_of(run_id)]
-    wait = store.wait_of(run_id) if status == "pending" else None
-    waiting = None
-    if wait is not None:
-        waiting = {"kind": wait.kind, "signal": wait.name, "until": _iso(wait.until), "since": _iso(wait.since)}
+    waiting = _waiting(store, run_id) if status == "pending" else None
     got = store.progress_of(run_id)
     progress = None if got is None else {"fraction": got[0], "message": got[1], "at": _iso(got[2])}
     return {"steps": steps, "waiting": waiting, "progress": progress}
+
+
+def _waiting(store: Any, run_id: int) -> dict[str, Any] | None:
+    """What a pending run waits for: its park's sleep or signal, or, once that is over (or
+    for any run over its rate), its rate's window (kind "rate": the rate's name and key)."""
+    wait = store.wait_of(run_id)
+    if wait is not None:
+        return {"kind": wait.kind, "signal": wait.name, "until": _iso(wait.until), "since": _iso(wait.since)}
+    rate = store.rate_wait_of(run_id)
+    if rate is not None:
+        return {"kind": "rate", "rate": rate[0], "key": rate[1] or None, "until": _iso(rate[2])}
+    return None
 
 
 def _supported(store: Any) -> None:

@@ -250,9 +250,13 @@ def run_detail(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 def _show_durable(run: Run) -> None:
     """A parked run's wait, the last progress and each saved step (rota.durable)."""
-    if run.waiting is not None:
-        what = f"signal {run.waiting['signal']!r}" if run.waiting["kind"] == "signal" else "sleep"
-        click.echo(clean(f"\n{'parked':>14}: {what} until {run.waiting['until']} (since {run.waiting['since']})"))
+    wait = run.waiting
+    if wait is not None and wait["kind"] == "rate":  # over its rate (a resumed parked run, or any)
+        key = f" (key {wait['key']!r})" if wait.get("key") else ""
+        click.echo(clean(f"\n{'waiting':>14}: rate {wait['rate']!r}{key} full until {wait['until']}"))
+    elif wait is not None:
+        what = f"signal {wait['signal']!r}" if wait["kind"] == "signal" else "sleep"
+        click.echo(clean(f"\n{'parked':>14}: {what} until {wait['until']} (since {wait['since']})"))
     if run.progress is not None:
         message = f" {run.progress['message']}" if run.progress["message"] else ""
         click.echo(clean(f"{'progress':>14}: {run.progress['fraction']:.0%}{message} (at {run.progress['at']})"))

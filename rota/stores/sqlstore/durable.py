@@ -158,6 +158,13 @@ class SqlDurable(SqlBase):
         r = rows[0]
         return WaitRecord(str(r[0]), r[1], self._dt(r[2]), self._dt(r[3]))
 
+    def rate_wait_of(self, run_id: int) -> tuple[str, str | None, datetime | None] | None:
+        """A pending run waiting for its rate's window (the flow claim moved it there): the
+        rate's name, its key and when the window opens; None otherwise."""
+        with self._read() as s:
+            rows = s.q("rate_wait_of", id=run_id)
+        return (str(rows[0][0]), rows[0][1], self._dt(rows[0][2])) if rows else None
+
     def save_progress(self, rows: Sequence[tuple[int, int, float, str | None]]) -> set[int]:
         """ctx.progress of running runs (id, token, fraction, message): written with the
         heartbeat, only where the token still holds the run."""

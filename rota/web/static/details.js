@@ -49,6 +49,16 @@ function stepsSection(run) {
   return el("section", { id: "steps" }, el("h2", {}, "Steps"), table(["#", "step", "try", "started", "ended", "outcome", "fault"], rows, "No steps.", true));
 }
 
+// What a pending run waits for (Run.waiting): a park's sleep or signal, or its rate's window.
+function parked(w) {
+  if (!w || w.kind === "rate") return null;
+  return el("span", { "data-wait": w.kind }, (w.kind === "signal" ? "waiting for signal " + w.signal : "sleeping") + " until " + w.until + (w.since ? " (since " + w.since + ")" : ""));
+}
+function rateWait(w) {
+  if (!w || w.kind !== "rate") return null;
+  return el("span", { "data-wait": "rate" }, "rate " + w.rate + (w.key ? " (key " + w.key + ")" : "") + " is full until " + w.until);
+}
+
 function back(view, text) { return el("p", {}, link("← " + text, view)); }
 
 function attemptRows(run) {
@@ -123,7 +133,7 @@ function renderRun(root, r, refresh, known) {
         ["cancel requested", r.cancel_requested ? "yes" : null], ["retry of", r.retry_of ? runLink(r.retry_of) : null],
         ["backfill", r.backfill ? "yes: made for a past tick" : null],
         ["waiting on", r.waiting_on ? r.waiting_on + " parent run(s) to succeed" : null],
-        ["parked", r.waiting ? (r.waiting.kind === "signal" ? "waiting for signal " + r.waiting.signal : "sleeping") + " until " + r.waiting.until : null],
+        ["parked", parked(r.waiting)], ["waiting for rate", rateWait(r.waiting)],
         ["progress", r.progress ? Math.round(r.progress.fraction * 100) + "%" + (r.progress.message ? " — " + r.progress.message : "") : null],
         ["parents", runLinks(r.parents, "parents")], ["dependents", runLinks(r.dependents, "dependents")]]),
       r.corrupt.length ? el("p", { class: "bad" }, badge("corrupt"), " stored value(s) that cannot be read: " + r.corrupt.join(", ")) : null,

@@ -112,8 +112,15 @@ SELECT payload, sent_at FROM rota_signals WHERE run_id = %(id)s AND name = %(nam
 SELECT name, payload, sent_at FROM rota_signals WHERE run_id = %(id)s ORDER BY sent_at, name
 
 -- name: wait_of
+-- (a run the flow claim moved to its rate's window, rate_waited, is past its wait: rate_wait_of)
 SELECT w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id AND r.token = w.token
-WHERE w.run_id = %(id)s AND r.status = 'pending'
+WHERE w.run_id = %(id)s AND r.status = 'pending' AND NOT r.rate_waited
+
+-- name: rate_wait_of
+-- A pending run waiting for its rate's window (flow_bump moved it there: a resumed parked run
+-- as any other): the rate, its key and when the window opens.
+SELECT rate_name, rate_key, due_at FROM rota_runs
+WHERE id = %(id)s AND status = 'pending' AND rate_waited AND rate_name IS NOT NULL AND due_at > {now}
 
 -- name: progress_save
 -- ctx.progress, with the heartbeat: written only while the token holds the run.

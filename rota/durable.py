@@ -269,7 +269,15 @@ class Durable:
             self.save(name, seq, SUCCEEDED, 0.0, result=json.dumps(done))
             self.store.unpark(self.run_id, self.token)
             return done
+        self._progress_now()
         raise Parked(kind, signal, (until - now).total_seconds())
+
+    def _progress_now(self) -> None:
+        """Write the progress set since the last heartbeat before the run parks: a parked run
+        has no heartbeat to carry it (fenced by the token as the heartbeat's write)."""
+        if self.progress is not None:
+            (fraction, message), self.progress = self.progress, None
+            self.store.save_progress([(self.run_id, self.token, fraction, message)])
 
     # -- progress ------------------------------------------------------------------------
     def set_progress(self, fraction: object, message: object = None) -> None:

@@ -94,3 +94,21 @@ def test_the_run_page_shows_steps_the_wait_and_progress_and_a_signal_resumes(
     assert _cells(page, 2)[5] == "succeeded" and _cells(page, 3)[1:3] == ["first-tip", "2"]
     assert page.locator('#detail [data-wait="signal"]').count() == 0
     assert ref.wait(5).result == "done"
+
+
+def test_the_run_page_says_a_run_waits_for_its_rate(app: rota.App, page: Any, serve: Any) -> None:
+    @app.task(name="quota_call", rate=rota.Rate(1, per=timedelta(hours=1), name="quota"))
+    def quota_call(n: int) -> int:
+        return n
+
+    start_worker(app)
+    assert quota_call.enqueue(1).wait(10).result == 1
+    second = quota_call.enqueue(2)
+    wait_for(lambda: (app.get_run(second.id).waiting or {}).get("kind") == "rate", what="the wait for the rate")
+    until = app.get_run(second.id).waiting["until"]  # type: ignore[index]
+    served = serve(create_app(app))
+    page.goto(served.url + f"#/run/{second.id}")
+    shown = page.locator('#detail [data-wait="rate"]')
+    expect(shown).to_have_text(f"rate quota is full until {until}")
+    assert page.locator('#detail [data-wait="signal"], #detail [data-wait="sleep"]').count() == 0
+    app.cancel(second.id)

@@ -31,6 +31,7 @@ class RunContext:
         "_cancel",
         "_connection",
         "_durable",
+        "_isolation",
         "_parents",
         "attempt",
         "max_attempts",
@@ -54,8 +55,10 @@ class RunContext:
         connection: Any = None,
         parents: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
         durable: Durable | None = None,
+        isolation: str = "none",
     ) -> None:
         self._durable = durable
+        self._isolation = isolation  # "process": a child process's context (no durable steps)
         self._connection = connection
         self._parents = parents
         self.run_id = run_id
@@ -98,44 +101,53 @@ class RunContext:
     # -- durable steps (rota/durable.py) ----------------------------------------------------
     @property
     def durable(self) -> Durable:
+        return self._steps("durable steps")
+
+    def _steps(self, call: str) -> Durable:
         if self._durable is None:
             from .durable import StepError
 
+            if self._isolation == "process":
+                raise StepError(
+                    f"{call} in task {self.task!r}, declared with isolation='process': durable steps (ctx.step, "
+                    "ctx.sleep, ctx.wait_for, ctx.progress) work only in the worker's process; declare the task "
+                    "with isolation='none' (the default), or enqueue the isolated work as a task of its own"
+                )
             raise StepError(
                 f"durable steps (ctx.step, ctx.sleep, ctx.wait_for, ctx.progress) need a worker's process: "
-                f"{self.task!r} runs without one here (isolation='process', a context made by hand, or a store "
-                "without durable statements)"
+                f"{self.task!r} runs without one here (a context made by hand, or a store without durable "
+                "statements)"
             )
         return self._durable
 
     def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run `fn(*args, **kwargs)` once per run: its JSON result is saved (fenced by this
         attempt's token) and returned again, without running it, by every later execution."""
-        return self.durable.step(name, fn, args, kwargs)
+        return self._steps("ctx.step").step(name, fn, args, kwargs)
 
     async def step_async(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """`step` for async handlers: `fn` may be a coroutine function."""
-        return await self.durable.step_async(name, fn, args, kwargs)
+        return await self._steps("ctx.step_async").step_async(name, fn, args, kwargs)
 
     def sleep(self, duration: Any, *, name: str | None = None) -> None:
         """Park the run for `duration` (timedelta or seconds): the handler's execution ends
         here and the run resumes on any worker once it is over (no slot held meanwhile)."""
-        self.durable.sleep(duration, name)
+        self._steps("ctx.sleep").sleep(duration, name)
 
     async def sleep_async(self, duration: Any, *, name: str | None = None) -> None:
-        await asyncio.to_thread(self.durable.sleep, duration, name)
+        await asyncio.to_thread(self._steps("ctx.sleep_async").sleep, duration, name)
 
     def wait_for(self, signal: str, *, timeout: Any = None) -> Signal | None:
         """The signal `signal` sent to this run (App.signal), parking the run until it comes;
         None once `timeout` (timedelta or seconds; default and at most 366 days) has passed."""
-        return self.durable.wait_for(signal, timeout)
+        return self._steps("ctx.wait_for").wait_for(signal, timeout)
 
     async def wait_for_async(self, signal: str, *, timeout: Any = None) -> Signal | None:
-        return await asyncio.to_thread(self.durable.wait_for, signal, timeout)
+        return await asyncio.to_thread(self._steps("ctx.wait_for_async").wait_for, signal, timeout)
 
     def progress(self, fraction: float, message: str | None = None) -> None:
         """How far the run is (0 to 1) and what it does: saved with the next heartbeat."""
-        self.durable.set_progress(fraction, message)
+        self._steps("ctx.progress").set_progress(fraction, message)
 
     def __repr__(self) -> str:
         return f"RunContext(run_id={self.run_id!r}, task={self.task!r}, attempt={self.attempt}, token={self.token})"

@@ -119,4 +119,5 @@ def child_context(c: Claimed, parents: dict[str, Any] | None = None) -> dict[str
         "token": c.token,
         "scheduled_for": c.scheduled_for,
         "schedule": c.schedule,
+        "isolation": "process",  # no durable steps there: ctx.step refuses with one clear error
     }

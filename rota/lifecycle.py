@@ -189,9 +189,10 @@ TRANSITIONS: Final = (
        "the next_run_at compare-and-set; one row per (schedule, tick); misfire policy on missed ticks; overlap "
        "policy against the active run (the exclusive index is the backstop)",
        "a due tick becomes a run: due, queued behind the active run (queue), or recorded skipped"),
-    _t("withdraw", (AHEAD, DUE_LATER, DUE, QUEUED), (CANCELLED,), CLIENT,
-       "pending runs only; made-ahead ticks only if not due yet and the definition changed (their tick is "
-       "cleared and planned again)",
+    _t("withdraw", (AHEAD, DUE_LATER, DUE, QUEUED, HANDED_BACK), (CANCELLED,), CLIENT,
+       "pending runs only, never a parked one (its wait in rota_waits under the run's token); made-ahead "
+       "ticks only if not due yet and the definition changed (their tick is cleared and planned again); "
+       "a removed schedule: every other pending run, a handed-back one too",
        "a schedule paused, updated, redeployed or removed takes back its pending runs"),
     _t("promote", (QUEUED,), (DUE,), DATABASE,
        "the schedule has no active run (the exclusive index)",

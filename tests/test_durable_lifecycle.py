@@ -1,7 +1,8 @@
 """Parked runs against the lifecycle table (rota/lifecycle.py, issue 43), on every store: each
 move a parked run makes through the stores' statements (park, signal, cancel, a replacing
 tick, the rate's wait after a resume, a schedule's pause) is a transition the table lists,
-from the state `state_of` reads before to the one it reads after."""
+from the state `state_of` reads before to the one it reads after. So is a removed schedule's
+withdrawal of a handed-back run (a pending state the parked one sits beside)."""
 
 from __future__ import annotations
 
@@ -121,6 +122,26 @@ def test_a_resume_over_the_rate_is_the_rate_wait_transition(clocked: tuple[rota.
     assert _moved(app, run.id, "rate_wait", lifecycle.DUE) == lifecycle.DUE_LATER
     waiting = app.get_run(run.id).waiting
     assert waiting is not None and (waiting["kind"], waiting["rate"]) == ("rate", "api")
-    clock.advance(60)
+    clock.advance(1)
+    newer = make_app(app.store.url, clock=clock)  # a deploy that raises the rate: due again at once
+    newer.task(name="rated", rate=rota.Rate(2, per=60, name="api"))(lambda: None)
+    newer.prepare()
+    newer.close()
+    assert _moved(app, run.id, "rate_reopen", lifecycle.DUE_LATER) == lifecycle.DUE
     (c,) = app.store.claim("w", 100, None, 30.0)
     assert c.id == int(run.id) and _state(app, run.id) == lifecycle.STARTED
+
+
+def test_a_removed_schedule_withdraws_its_handed_back_run(clocked: tuple[rota.App, rota.FakeClock]) -> None:
+    app, _ = clocked
+
+    @app.task(name="t")
+    def t() -> None: ...
+
+    app.add_schedule("handed", "t", every=3600)
+    run = app.trigger("handed")
+    (c,) = [c for c in app.store.claim("w", 100, None, 30.0) if c.id == int(run.id)]
+    app.store.hand_back([(c.id, c.token)], "stop")
+    assert _state(app, run.id) == lifecycle.HANDED_BACK
+    app.remove_schedule("handed")  # every pending run of a removed schedule is taken back
+    assert _moved(app, run.id, "withdraw", lifecycle.HANDED_BACK) == "cancelled"

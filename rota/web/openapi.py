@@ -72,6 +72,14 @@ ATTEMPT = {
         "token": INT,
     },
 }
+# durable steps (rota/durable.py): a run's saved steps, what a pending run waits for, its progress
+STEP = _obj({"name": STR, "seq": INT, "attempt": INT, "started_at": _null(TIME), "finished_at": _null(TIME),
+             "outcome": STR, "error": ANY})  # fmt: skip
+WAITING = _obj(
+    {"kind": {"type": "string", "enum": ["sleep", "signal", "rate"]}, "until": _null(TIME)},
+    {"signal": _null("string"), "since": _null(TIME), "rate": STR, "key": _null("string")},  # rate: its window
+)
+PROGRESS = _obj({"fraction": NUM, "message": _null("string"), "at": _null(TIME)})
 SCHEMAS: dict[str, Any] = {
     "Error": ERROR,
     "RunSummary": _obj(
@@ -100,6 +108,9 @@ SCHEMAS: dict[str, Any] = {
             "dependents": {"type": "array", "items": ID},
             "waiting_on": INT,
             "due_at": _null(TIME),
+            "steps": {"type": "array", "items": STEP},
+            "waiting": _null(WAITING),
+            "progress": _null(PROGRESS),
         },
     ),
     "Schedule": _obj(

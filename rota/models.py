@@ -76,8 +76,9 @@ class Run:
     # time as datetime.max) here and as null in to_json(), with a "corrupt" note saying why.
     corrupt: tuple[str, ...] = ()
     # Durable steps (rota/durable.py), read by App.get_run (not by listings): each saved step
-    # {name, seq, attempt, started_at, finished_at, outcome, error}; the wait of a parked run
-    # {kind: sleep|signal, signal, until, since}; the last progress {fraction, message, at}.
+    # {name, seq, attempt, started_at, finished_at, outcome, error}; what a pending run waits
+    # for: a parked run's wait {kind: sleep|signal, signal, until, since}, or the window of the
+    # rate it is over {kind: rate, rate, key, until}; the last progress {fraction, message, at}.
     steps: list[dict[str, Any]] = field(default_factory=list)
     waiting: dict[str, Any] | None = None
     progress: dict[str, Any] | None = None

@@ -49,6 +49,7 @@ def operator_paths() -> dict[str, Any]:
         _json(_obj({"id": ID, "created": BOOL}), "The run"),
         status="201",
         params=[_path("name", {"type": "string", "minLength": 1})],
+        errors=("404",),  # a name no route matches (a newline in it): not found, as JSON
     )
     enqueued["responses"]["200"] = _json(_obj({"id": ID, "created": BOOL}), "The pending run of the same key")
     return {

@@ -407,8 +407,11 @@ def test_a_schedule_added_by_another_process_is_ticked_on_time_by_an_idle_worker
 
     worker_app, admin = app_factory(), app_factory()
     worker_app.task(name="stamp", pass_context=True)(lambda ctx: time.time() - ctx.scheduled_for.timestamp())
+    worker_app.task(name="warm")(lambda: None)
+    warm = admin.task(name="warm")(lambda: None)
     start_worker(worker_app, poll_interval=30.0)
-    time.sleep(0.5)  # idle: its first looks are done
+    assert warm.enqueue().wait(timeout=10).status == "succeeded"  # it has started
+    time.sleep(0.3)  # idle, its change watch looking
     admin.add_schedule("s", "stamp", every=2)
     (run,) = _until(lambda: [r for r in runs_of(admin, "s") if r.finished_at], timeout=8)
     assert run.status == "succeeded" and 0 <= run.result < 0.25, run.result

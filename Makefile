@@ -12,10 +12,15 @@ STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test lint typecheck pytest docs docs-serve package-smoke bench soak chaos clean
 
+# mysqlclient (Django's MySQL driver, tests/test_django.py) builds against MariaDB's or MySQL's
+# client headers: installed where pkg-config finds them, else its tests skip saying so (CI
+# installs the headers first: .ci/run).
 $(STAMP): pyproject.toml rota/_version.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	if pkg-config --exists mariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null; then \
+	  $(BIN)/python -m pip install --quiet -e ".[mysqlclient]"; fi
 	touch $(STAMP)
 
 DEMO_PORT ?= 8000

@@ -1,6 +1,7 @@
 """FastAPI + rota: enqueue in the request's own transaction, await results, mount the dashboard.
 
     ROTA_DATABASE_URL=postgresql://localhost/shop uvicorn examples.fastapi_app:api
+    (or sqlite:///shop.db, or mysql://user:password@localhost/shop for MySQL/MariaDB)
 
 A worker runs inside the web process here (started and drained by the lifespan), which suits
 small deployments; at scale, set EMBEDDED_WORKER=0 and run `rota worker examples.fastapi_app:app`
@@ -15,6 +16,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, closing
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from fastapi import FastAPI, HTTPException
 
@@ -35,20 +37,36 @@ async def quote(items: int) -> dict[str, int]:
     return {"items": items, "total_cents": items * 1250}
 
 
+MYSQL = DATABASE_URL.startswith(("mysql://", "mariadb://"))
+
+
 def connect() -> Any:
-    """The web app's own connection to the same database rota uses (psycopg or sqlite3)."""
+    """The web app's own connection to the same database rota uses (sqlite3, psycopg or PyMySQL)."""
     if DATABASE_URL.startswith("sqlite:///"):
         return sqlite3.connect(DATABASE_URL.removeprefix("sqlite:///"))
+    if MYSQL:
+        import pymysql
+
+        url = urlsplit(DATABASE_URL)
+        return pymysql.connect(
+            host=url.hostname, port=url.port or 3306, user=unquote(url.username or ""),
+            password=unquote(url.password or ""), database=url.path.lstrip("/"), charset="utf8mb4",
+        )  # fmt: skip
     import psycopg
 
     return psycopg.connect(DATABASE_URL)
 
 
 def create_tables() -> None:
-    sqlite = DATABASE_URL.startswith("sqlite:///")
-    key = "INTEGER PRIMARY KEY" if sqlite else "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
-    with closing(connect()) as conn, conn:
-        conn.execute(f"CREATE TABLE IF NOT EXISTS users (id {key}, email TEXT NOT NULL UNIQUE)")
+    if DATABASE_URL.startswith("sqlite:///"):
+        columns = "id INTEGER PRIMARY KEY, email TEXT NOT NULL UNIQUE"
+    elif MYSQL:
+        columns = "id BIGINT AUTO_INCREMENT PRIMARY KEY, email VARCHAR(255) NOT NULL UNIQUE"
+    else:
+        columns = "id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email TEXT NOT NULL UNIQUE"
+    with closing(connect()) as conn:
+        conn.cursor().execute(f"CREATE TABLE IF NOT EXISTS users ({columns})")
+        conn.commit()
 
 
 @asynccontextmanager
@@ -73,12 +91,22 @@ api.mount("/rota", create_app(app))
 @api.post("/signup")
 def signup(email: str, fail_after_enqueue: bool = False) -> dict[str, Any]:
     """The user's row and the welcome mail's run commit together, or neither does."""
-    with closing(connect()) as conn, conn:  # one transaction: commit on success, roll back on error
-        sql = f"INSERT INTO users (email) VALUES ({placeholder()}) RETURNING id"
-        user_id = conn.execute(sql, (email,)).fetchone()[0]
-        handle = send_welcome.options(connection=conn).enqueue(user_id)
-        if fail_after_enqueue:
-            raise HTTPException(status_code=409, detail="signup refused; nothing was written")
+    with closing(connect()) as conn:
+        try:  # one transaction: commit on success, roll back on error
+            cursor = conn.cursor()
+            if MYSQL:  # no INSERT ... RETURNING on MySQL
+                cursor.execute("INSERT INTO users (email) VALUES (%s)", (email,))
+                user_id = cursor.lastrowid
+            else:
+                sql = f"INSERT INTO users (email) VALUES ({placeholder()}) RETURNING id"
+                user_id = cursor.execute(sql, (email,)).fetchone()[0]
+            handle = send_welcome.options(connection=conn).enqueue(user_id)
+            if fail_after_enqueue:
+                raise HTTPException(status_code=409, detail="signup refused; nothing was written")
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
     return {"user_id": user_id, "run_id": handle.id}
 
 

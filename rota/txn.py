@@ -6,7 +6,8 @@ the app's row and its run commit or roll back together. Accepted connections:
 - a `sqlite3.Connection` to the app's SQLite file;
 - a psycopg 3 `Connection` (or, through the async API, an `AsyncConnection`) to the app's
   PostgreSQL database, seeing rota's tables on its search_path;
-- a PyMySQL `Connection` to the app's MySQL/MariaDB database;
+- a PyMySQL `Connection` to the app's MySQL/MariaDB database, or a mysqlclient (MySQLdb)
+  one: Django's MySQL backend's connection (`django.db.connection.connection`);
 - a SQLAlchemy `Connection` or `Session` whose driver is one of the above, or (async API) an
   `AsyncConnection`/`AsyncSession` over psycopg (`rota[sqlalchemy]`; a transaction is begun
   on it if none is, as SQLAlchemy's autobegin would).
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 _ACCEPTED = (
     "a sqlite3.Connection, a psycopg Connection (AsyncConnection with the *_async methods), "
-    "a PyMySQL Connection, or a SQLAlchemy Connection or Session"
+    "a PyMySQL or mysqlclient Connection, or a SQLAlchemy Connection or Session"
 )
 
 
@@ -75,8 +76,13 @@ def dbapi_connection(connection: object) -> Any:
 
 
 def _pymysql(connection: object) -> bool:
-    module = sys.modules.get("pymysql")  # (not imported: no PyMySQL connection can exist)
-    return module is not None and isinstance(connection, module.connections.Connection)
+    """A PyMySQL connection, or mysqlclient's (MySQLdb: Django's MySQL driver), which takes the
+    same %(name)s parameters and writes a list as (a, b, ...) too."""
+    for name in ("pymysql.connections", "MySQLdb.connections"):
+        module = sys.modules.get(name)  # (not imported: no connection of its can exist)
+        if module is not None and isinstance(connection, module.Connection):
+            return True
+    return False
 
 
 def is_async_psycopg(raw: object) -> bool:
@@ -110,8 +116,8 @@ def _from_sqlalchemy(connection: object) -> Any:
         return raw
     raise ConfigurationError(
         f"the SQLAlchemy connection uses the driver {type(raw).__module__}.{type(raw).__name__}; "
-        "rota enqueues through sqlite3 (sqlite://), psycopg 3 (postgresql+psycopg://) or PyMySQL "
-        "(mysql+pymysql://)"
+        "rota enqueues through sqlite3 (sqlite://), psycopg 3 (postgresql+psycopg://), PyMySQL "
+        "(mysql+pymysql://) or mysqlclient (mysql+mysqldb://)"
     )
 
 
@@ -140,7 +146,7 @@ async def _from_sqlalchemy_async(connection: object) -> object:
 def _check_dialect(dialect: str, raw: object) -> None:
     kind = "sqlite" if isinstance(raw, sqlite3.Connection) else "mysql" if _pymysql(raw) else "postgresql"
     if kind != dialect:
-        wanted = {"sqlite": "a sqlite3 connection", "mysql": "a PyMySQL connection"}.get(
+        wanted = {"sqlite": "a sqlite3 connection", "mysql": "a PyMySQL or mysqlclient connection"}.get(
             dialect, "a psycopg connection"
         )
         raise ConfigurationError(

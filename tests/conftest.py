@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import os
 import time
 import uuid
@@ -84,6 +85,18 @@ def require(service: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true but {message}", pytrace=False)
     pytest.skip(message)
+
+
+def require_module(name: str, install: str) -> Any:
+    """The module `name`, imported; without it the test skips in one line saying how to
+    install it (under CI=true it fails instead: CI installs it, .ci/run)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        message = f"{name} is not installed ({exc}); {install} to enable these tests"
+        if IN_CI:
+            pytest.fail(f"CI=true but {message}", pytrace=False)
+        pytest.skip(message)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -1,4 +1,4 @@
-"""docs/how-to/testing.md cannot rot: its two patterns' files are taken from the page and run
+"""docs/how-to/testing.md cannot rot: its patterns' files are taken from the page and run
 as a user's project would run them (pytest with the rota plugin)."""
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import pytest
 
 import rota.stores.postgres  # noqa: F401  (loaded here, not first inside pytester's run, which drops what it imported)
 
-from .conftest import PG_URL, require
+from .conftest import MYSQL_URL, PG_URL, require
 from .test_testing_plugin import plugin_args
 
 pytest_plugins = ("pytester",)
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "how-to" / "testing.md"
 DOC_DATABASE = "postgresql://app@127.0.0.1:5432/orders_test"
+DOC_SERVER = "mysql://root@127.0.0.1:3306/mysql"
 
 
 def files_of(section: str) -> dict[str, str]:
@@ -57,4 +58,14 @@ def test_the_postgresql_pattern_runs_as_written(pytester: pytest.Pytester, monke
     assert set(files) == {"orders.py", "conftest.py", "test_orders.py"}
     assert DOC_DATABASE in files["conftest.py"]
     files["conftest.py"] = files["conftest.py"].replace(DOC_DATABASE, PG_URL)
+    run(pytester, monkeypatch, files, ("orders",)).assert_outcomes(passed=2)
+
+
+@pytest.mark.mysql
+def test_the_mysql_pattern_runs_as_written(pytester: pytest.Pytester, monkeypatch: Any) -> None:
+    require("mysql")
+    files = files_of("MySQL or MariaDB")
+    assert set(files) == {"orders.py", "conftest.py", "test_orders.py"}
+    assert DOC_SERVER in files["conftest.py"]
+    files["conftest.py"] = files["conftest.py"].replace(DOC_SERVER, MYSQL_URL)
     run(pytester, monkeypatch, files, ("orders",)).assert_outcomes(passed=2)

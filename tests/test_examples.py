@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,6 +18,8 @@ import pytest
 
 import rota
 
+from .conftest import WITH_MYSQL, require_module, store_url
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 TRANSACTIONAL = "connection" in inspect.signature(rota.Task.options).parameters
@@ -24,6 +27,11 @@ NEEDS_TXN = pytest.mark.skipif(
     not TRANSACTIONAL,
     reason="transactional enqueue, task.options(connection=...), comes from branch embed-client; runs once merged",
 )
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from store_url(request, tmp_path)
 
 
 def env_with(**extra: str) -> dict[str, str]:
@@ -89,8 +97,13 @@ def test_fastapi_signup_commits_the_user_and_its_run_together(db_url: str, monke
         assert rota.RunHandle(example.app, ok.json()["run_id"]).wait(10).status == "succeeded"
         refused = client.post("/signup", params={"email": "bob@example.com", "fail_after_enqueue": True})
         assert refused.status_code == 409
-        with example.connect() as conn:
-            emails = [row[0] for row in conn.execute("SELECT email FROM users").fetchall()]
+        conn = example.connect()
+        try:
+            cursor = conn.cursor()
+            cursor.execute("SELECT email FROM users")
+            emails = [row[0] for row in cursor.fetchall()]
+        finally:
+            conn.close()
         assert emails == ["ada@example.com"]
         assert len(example.app.list_runs(task="shop.send_welcome")) == 1
 
@@ -101,13 +114,22 @@ def test_fastapi_signup_commits_the_user_and_its_run_together(db_url: str, monke
 DJANGO = EXAMPLES / "django_project"
 
 
+def django_env(db_url: str) -> dict[str, str]:
+    """The example project's environment on `db_url` (on MySQL: Django's driver, mysqlclient)."""
+    if db_url.startswith("mysql"):
+        from .test_txn import MYSQLCLIENT
+
+        require_module("MySQLdb", MYSQLCLIENT)
+    return env_with(DATABASE_URL=db_url, DJANGO_SETTINGS_MODULE="mysite.settings")
+
+
 def manage(db_url: str, *args: str) -> str:
-    return run(["manage.py", *args], DJANGO, env_with(DATABASE_URL=db_url, DJANGO_SETTINGS_MODULE="mysite.settings"))
+    return run(["manage.py", *args], DJANGO, django_env(db_url))
 
 
 def manage_worker(db_url: str, *args: str) -> subprocess.Popen[str]:
     """`python manage.py rota_worker` in the background (stop it with SIGINT)."""
-    env = env_with(DATABASE_URL=db_url, DJANGO_SETTINGS_MODULE="mysite.settings")
+    env = django_env(db_url)
     command = [sys.executable, "manage.py", "rota_worker", "--poll-interval", "0.1", *args]
     return subprocess.Popen(command, cwd=DJANGO, env=env, stderr=subprocess.PIPE, text=True)
 

@@ -187,6 +187,82 @@ def test_the_app_is_restored_after_each_test():
 """
 
 
+ORDERS_MYSQL = """
+from urllib.parse import unquote, urlsplit
+
+import pymysql
+
+import rota
+
+app = rota.App("mysql://orders@db.internal:3306/orders")  # production; tests bind it
+
+
+@app.task(name="orders.confirm")
+def confirm(order_id: int) -> str:
+    return f"order {order_id} confirmed"
+
+
+def connect(database_url: str) -> pymysql.connections.Connection:
+    url = urlsplit(database_url)
+    return pymysql.connect(host=url.hostname, port=url.port or 3306, user=unquote(url.username or ""),
+                           password=unquote(url.password or ""), database=url.path.lstrip("/"))
+
+
+def place_order(database_url: str, order_id: int, *, declined: bool = False) -> None:
+    \"\"\"The endpoint: the order row and its confirmation commit together, or neither.\"\"\"
+    conn = connect(database_url)
+    try:
+        conn.cursor().execute("INSERT INTO orders (id) VALUES (%s)", (order_id,))
+        confirm.options(connection=conn).enqueue(order_id)
+        if declined:
+            raise RuntimeError("payment declined")
+        conn.commit()
+    finally:
+        conn.close()  # uncommitted: rolled back
+"""
+
+ORDERS_MYSQL_CONFTEST = """
+import os
+
+import pytest
+
+import orders
+import rota.testing
+
+
+@pytest.fixture
+def rota_database_url():
+    with rota.testing.mysql_database(os.environ["ORDERS_TEST_DATABASE"]) as url:
+        yield url
+
+
+@pytest.fixture
+def rota_app(rota_bind):
+    return rota_bind(orders.app)
+
+
+@pytest.fixture
+def orders_db(rota_database_url):
+    conn = orders.connect(rota_database_url)
+    conn.cursor().execute("CREATE TABLE orders (id int PRIMARY KEY)")
+    conn.close()
+    return rota_database_url
+"""
+
+ORDERS_MYSQL_TESTS = (
+    ORDERS_TESTS.replace('and "search_path" in orders_db', 'and "/rota_test_" in orders_db')
+    .replace(
+        """    with psycopg.connect(orders_db) as conn:
+        assert conn.execute("SELECT count(*) FROM orders").fetchone() == (0,)""",
+        """    cur = orders.connect(orders_db).cursor()
+    cur.execute("SELECT count(*) FROM orders")
+    assert cur.fetchone() == (0,)""",
+    )
+    .replace("orders@db.internal:5432", "orders@db.internal:3306")
+    .replace("postgresql://", "mysql://")
+)
+
+
 def plugin_args() -> list[str]:
     """-p loads the plugin unless rota is installed with its entry point (then it autoloads)."""
     installed = any(ep.name == "rota" for ep in entry_points(group="pytest11"))
@@ -216,6 +292,21 @@ def test_the_plugin_on_a_postgresql_schema_with_the_callers_transaction(
     sys.modules.pop("orders", None)
 
 
+@pytest.mark.mysql
+def test_the_plugin_on_a_mysql_database_with_the_callers_transaction(
+    pytester: pytest.Pytester, monkeypatch: Any
+) -> None:
+    from tests.conftest import MYSQL_URL, require
+
+    require("mysql")
+    monkeypatch.setenv("ORDERS_TEST_DATABASE", MYSQL_URL)
+    pytester.makepyfile(orders=ORDERS_MYSQL, conftest=ORDERS_MYSQL_CONFTEST, test_orders=ORDERS_MYSQL_TESTS)
+    monkeypatch.syspath_prepend(str(pytester.path))
+    result = pytester.runpytest(*plugin_args(), "-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=3)
+    sys.modules.pop("orders", None)
+
+
 def test_every_fixture_has_a_docstring(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_nothing="def test_nothing(): pass")
     result = pytester.runpytest(*plugin_args(), "-p", "no:cacheprovider", "--fixtures")
@@ -235,8 +326,10 @@ def test_bind_is_public_and_restores_the_app(tmp_path: Any) -> None:
     with rota.testing.bind(app, f"sqlite:///{tmp_path}/test.db", clock) as bound:
         assert bound is app and app.clock is clock and app.database_url.endswith("test.db")
     assert app.database_url.endswith("prod.db") and app.clock is None
-    assert "bind" in rota.testing.__all__ and "postgres_schema" in rota.testing.__all__
+    assert {"bind", "postgres_schema", "mysql_database"} <= set(rota.testing.__all__)
     with pytest.raises(ValueError, match="is not a postgresql:// URL"), rota.testing.postgres_schema("sqlite:///x.db"):
+        pass
+    with pytest.raises(ValueError, match="is not a mysql:// URL"), rota.testing.mysql_database("sqlite:///x.db"):
         pass
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,7 +17,7 @@ import pytest
 import rota
 from rota.worker.wakeups import CLAIM_AHEAD, EARLY, DueTimes, Wakeups
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
 from .test_wakeups import listener as listener_of
 
 START = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
@@ -26,6 +26,11 @@ LEAD = 0.3
 
 def minute(m: int, s: float = 0) -> datetime:
     return datetime(2030, 1, 1, 0, m, tzinfo=UTC) + timedelta(seconds=s)
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    yield from store_url(request, tmp_path)
 
 
 @pytest.fixture
@@ -389,6 +394,27 @@ def test_stopping_one_of_two_workers_inside_the_lead_still_runs_the_tick_once_on
     (run,) = _until(lambda: [r for r in runs_of(apps[0], "s") if r.scheduled_for == tick and r.id != ahead.id])
     run = _until(lambda: (got := apps[0].get_run(run.id)).finished_at and got)
     assert run.status == "succeeded" and 0 <= run.result < 0.25, run.result  # on time (usual lateness: ms)
+
+
+def test_a_schedule_added_by_another_process_is_ticked_on_time_by_an_idle_worker(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    """Another App (its own store: as another process) adds a schedule: the idle worker,
+    polling every 30 s, hears of it: NOTIFY, the SQLite file's data_version, MySQL's change
+    probe (which did not look at the schedules: the first tick waited for the poll; a run
+    made ahead and withdrawn by a stopping worker fired up to a poll interval late)."""
+    from .conftest import start_worker
+
+    worker_app, admin = app_factory(), app_factory()
+    worker_app.task(name="stamp", pass_context=True)(lambda ctx: time.time() - ctx.scheduled_for.timestamp())
+    worker_app.task(name="warm")(lambda: None)
+    warm = admin.task(name="warm")(lambda: None)
+    start_worker(worker_app, poll_interval=30.0)
+    assert warm.enqueue().wait(timeout=10).status == "succeeded"  # it has started
+    time.sleep(0.3)  # idle, its change watch looking
+    admin.add_schedule("s", "stamp", every=2)
+    (run,) = _until(lambda: [r for r in runs_of(admin, "s") if r.finished_at], timeout=8)
+    assert run.status == "succeeded" and 0 <= run.result < 0.25, run.result
 
 
 def test_a_database_error_while_withdrawing_does_not_block_shutdown(

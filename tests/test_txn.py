@@ -20,7 +20,7 @@ import pytest
 import rota
 from rota.stores.sqlite import sqlite_path
 
-from .conftest import MYSQL, STORES, make_app, postgres_schema, start_worker, store_url
+from .conftest import MYSQL, STORES, make_app, postgres_schema, require_module, start_worker, store_url
 
 
 @pytest.fixture(params=[*STORES, MYSQL])
@@ -188,6 +188,50 @@ def test_failed_transaction_is_refused_clearly(app_factory: Callable[..., rota.A
             welcome.options(connection=conn).enqueue("x")
         conn.rollback()
     assert app.list_runs() == []
+
+
+MYSQLCLIENT = "pip install 'rota[mysqlclient]' (it builds against libmariadb-dev or libmysqlclient-dev)"
+
+
+@pytest.mark.parametrize("db_url", [MYSQL], indirect=True)
+def test_a_mysqlclient_connection_enqueues_in_its_transaction(
+    app_factory: Callable[..., rota.App], db_url: str
+) -> None:
+    """mysqlclient (MySQLdb) is Django's MySQL driver: its connection is taken as PyMySQL's is,
+    directly and through SQLAlchemy (mysql+mysqldb://). Refused before 0.x."""
+    mysqldb = require_module("MySQLdb", MYSQLCLIENT)
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    app, welcome = welcome_app(app_factory, poll_interval=WAKE_ONLY)
+    start_worker(app)
+    time.sleep(0.3)  # the worker is idle, waiting for a wake-up
+    parsed = urlparse(db_url)
+    conn = mysqldb.connect(
+        host=parsed.hostname, port=parsed.port or 3306, user=unquote(parsed.username or ""),
+        password=unquote(parsed.password or ""), database=parsed.path.lstrip("/"), charset="utf8mb4",
+    )  # fmt: skip
+    try:
+        cur = conn.cursor()
+        cur.execute("CREATE TABLE signups (email TEXT)")
+        cur.execute("INSERT INTO signups (email) VALUES (%s)", ("gone@example.com",))
+        assert welcome.options(connection=conn).enqueue("gone@example.com").created
+        conn.rollback()
+        assert app.list_runs() == []
+        cur.execute("INSERT INTO signups (email) VALUES (%s)", ("kept@example.com",))
+        kept = welcome.options(connection=conn, key="k").enqueue("kept@example.com")
+        twin = welcome.options(connection=conn, key="k").enqueue("kept@example.com")
+        assert kept.created and (twin.id, twin.created) == (kept.id, False)
+        conn.commit()
+    finally:
+        conn.close()
+    assert kept.wait(timeout=10).result == "hello kept@example.com"
+    engine = sqlalchemy.create_engine(db_url.replace("mysql://", "mysql+mysqldb://", 1))
+    try:
+        with engine.begin() as connection:
+            also = welcome.options(connection=connection).enqueue("also@example.com")
+    finally:
+        engine.dispose()
+    assert also.wait(timeout=10).status == "succeeded"
+    assert signups(db_url) == ["kept@example.com"]
 
 
 def sqlalchemy_url(url: str) -> str:

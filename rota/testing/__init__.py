@@ -14,7 +14,8 @@ and schedules: `clock.advance(hours=1); run_pending(app)`.
 
 Code that enqueues inside its own psycopg transaction needs the App on PostgreSQL: bind it
 to a fresh schema, `with postgres_schema(url) as test_url, bind(app, test_url, clock): ...`,
-and give the code under test `test_url` for its own connections (docs/how-to/testing.md).
+and give the code under test `test_url` for its own connections (docs/how-to/testing.md);
+on MySQL/MariaDB, a fresh database: `mysql_database(url)`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from ..app import App
 from ..clock import FakeClock
@@ -43,6 +44,7 @@ __all__ = [
     "bind",
     "call",
     "fake_context",
+    "mysql_database",
     "postgres_schema",
     "run_pending",
 ]
@@ -189,3 +191,40 @@ def postgres_schema(database_url: str, *, prefix: str = "rota_test") -> Iterator
     finally:
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@contextlib.contextmanager
+def mysql_database(server_url: str, *, prefix: str = "rota_test") -> Iterator[str]:
+    """A fresh, empty MySQL/MariaDB database on the server of `server_url` (a mysql:// URL
+    naming any database there, of an account that may CREATE and DROP databases), dropped
+    (with everything in it) afterwards. Yields the URL of the same account on the new
+    database: pass it to `bind` (or override the `rota_database_url` fixture with it), and to
+    the code under test for its own connections (a transactional enqueue sees the App's tables).
+
+        with rota.testing.mysql_database("mysql://root@127.0.0.1:3306/mysql") as url:
+            ...
+
+    MySQL's counterpart of `postgres_schema` (a MySQL schema is a database). Needs PyMySQL
+    (`pip install 'rota[mysql]'`)."""
+    if not server_url.startswith(("mysql://", "mariadb://")):
+        raise ValueError(f"{server_url!r} is not a mysql:// URL")
+    import pymysql
+
+    from ..stores.mysql.session import connect_kwargs
+
+    kwargs = {k: v for k, v in connect_kwargs(server_url, 5, 5).items() if k not in ("database", "conv")}
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+    def execute(sql: str) -> None:
+        conn = pymysql.connect(**kwargs)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+        finally:
+            conn.close()
+
+    execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    try:
+        yield urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
+    finally:
+        execute(f"DROP DATABASE IF EXISTS `{name}`")

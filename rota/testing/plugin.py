@@ -10,6 +10,7 @@
           with rota.testing.postgres_schema("postgresql://app@127.0.0.1:5432/myapp_test") as url:
               yield url
 
+  (on MySQL/MariaDB, a fresh database per test: `rota.testing.mysql_database(url)`).
 - `rota_bind`: binds an existing App to `rota_database_url` and `rota_clock` (restored after
   the test); `rota_bind(app, "postgresql://...")` names another database for that App.
 - `rota_app`: an App on `rota_database_url` using `rota_clock`, closed afterwards.
@@ -55,7 +56,8 @@ def rota_database_url(tmp_path: Path) -> str:
     """The URL of this test's empty database: a temporary SQLite file. Override it in your
     conftest.py to test on PostgreSQL, a fresh schema per test:
     `with rota.testing.postgres_schema("postgresql://app@127.0.0.1:5432/myapp_test") as url:
-    yield url`; rota_bind and rota_app then use it."""
+    yield url`, or on MySQL/MariaDB a fresh database per test, `rota.testing.mysql_database(url)`;
+    rota_bind and rota_app then use it."""
     return f"sqlite:///{tmp_path}/rota-0.db"
 
 

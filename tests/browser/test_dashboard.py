@@ -14,6 +14,7 @@ import rota
 import rota.testing
 from rota.web import create_app
 
+from ..conftest import WITH_MYSQL
 from .conftest import in_thread
 
 TOKEN = "browser-s3cret"
@@ -55,6 +56,9 @@ def row(page: Any, attribute: str, value: str) -> Any:
     return page.locator(f'tr[data-{attribute}="{value}"]')
 
 
+# The one browser flow on MySQL too (the views' data comes through the store's API, which the
+# web and contract suites run on every store; each browser test costs seconds).
+@pytest.mark.parametrize("db_url", WITH_MYSQL, indirect=True)
 def test_views_and_actions_by_clicking(
     filled: dict[str, Any], page: Any, serve: Any, screenshots: Path, db_url: str
 ) -> None:
@@ -66,7 +70,7 @@ def test_views_and_actions_by_clicking(
     assert "corrupt" in row(page, "run", filled["corrupt"]).inner_text()
     assert "bad input <b>not bold</b>" in page.locator("main").inner_text()  # markup shown as text
     assert page.locator("main b", has_text="not bold").count() == 0
-    store = "postgres" if db_url.startswith("postgres") else "sqlite"
+    store = {"postgresql": "postgres"}.get(db_url.split(":", 1)[0], db_url.split(":", 1)[0])
     shot = screenshots / f"runs-{store}.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000

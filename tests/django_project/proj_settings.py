@@ -1,4 +1,4 @@
-"""Settings of the test project: DATABASE_URL (sqlite:///path or postgresql://...), shared by
+"""Settings of the test project: DATABASE_URL (sqlite:///path, postgresql://... or mysql://...), shared by
 Django and rota (settings.ROTA names only the App: the database is Django's)."""
 
 from __future__ import annotations
@@ -10,6 +10,24 @@ URL = os.environ["DATABASE_URL"]
 if URL.startswith("sqlite:///"):
     path = URL.removeprefix("sqlite:///")
     DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": path, "TEST": {"NAME": path + ".test"}}}
+elif URL.startswith("mysql://"):  # Django's MySQL backend on mysqlclient, or on PyMySQL as MySQLdb
+    if os.environ.get("DJANGO_MYSQL_DRIVER") == "pymysql":
+        import pymysql
+
+        pymysql.install_as_MySQLdb()
+    parts = urlsplit(URL)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": parts.path.lstrip("/"),
+            "USER": parts.username or "",
+            "PASSWORD": parts.password or "",
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+            "OPTIONS": {"charset": "utf8mb4"},
+            "TEST": {"NAME": os.environ["DJANGO_TEST_DATABASE"], "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"},
+        }
+    }
 else:
     parts = urlsplit(URL)
     DATABASES = {

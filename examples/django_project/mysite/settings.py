@@ -1,6 +1,8 @@
 """Settings of the example project: Django and rota share one database.
 
-DATABASE_URL: sqlite:///path/db.sqlite3 or postgresql://user@host/db (psycopg 3 backend).
+DATABASE_URL: sqlite:///path/db.sqlite3, postgresql://user@host/db (psycopg 3 backend) or
+mysql://user:password@host/db (MySQL or MariaDB: Django's backend on mysqlclient; without it,
+`import pymysql; pymysql.install_as_MySQLdb()` at the top of this file, see the Django tutorial).
 rota uses Django's default database (rota.contrib.django), so a run enqueued with Django's
 connection commits with the request's rows (see shop/views.py). Deploy with
 `python manage.py migrate && python manage.py rota_migrate` (rota's tables must exist before
@@ -19,9 +21,12 @@ def django_database(url: str) -> dict[str, object]:
     if url.startswith("sqlite:///"):
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": url.removeprefix("sqlite:///")}
     parts = urlsplit(url)
-    options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    options: dict[str, object] = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    mysql = parts.scheme in ("mysql", "mariadb")
+    if mysql:  # Django's MySQL backend: mysqlclient (`pip install mysqlclient`)
+        options = {"charset": "utf8mb4", **options}
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "django.db.backends.mysql" if mysql else "django.db.backends.postgresql",
         "NAME": parts.path.lstrip("/"),
         "USER": parts.username or "",
         "PASSWORD": parts.password or "",

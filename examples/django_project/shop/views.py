@@ -16,7 +16,7 @@ def place_order(request: HttpRequest) -> JsonResponse:
     with transaction.atomic():
         order = Order.objects.create(email=request.POST["email"])
         connection.ensure_connection()
-        # connection.connection: the psycopg (or sqlite3) connection Django's transaction is on
+        # connection.connection: the driver connection (psycopg, sqlite3, mysqlclient) Django's transaction is on
         handle = send_receipt.options(connection=connection.connection).enqueue(order.id)
         if request.POST.get("fail"):
             raise ValueError("refused after enqueue: the order and the run roll back together")

@@ -1,7 +1,7 @@
 """rota in a Django project: add "rota.contrib.django" to INSTALLED_APPS.
 
 - settings.ROTA = {"APP": "shop.tasks:app", "DATABASE_URL": ...} (both optional; the database
-  defaults to Django's own "default" database when it is PostgreSQL or SQLite);
+  defaults to Django's own "default" database when it is PostgreSQL, MySQL or SQLite);
 - `python manage.py rota_worker`, `rota_dashboard`, `rota_migrate`, and `rota <command>` for
   the read-only commands (`rota status`, `rota runs`, ...), with Django set up and logging on;
 - `database_url()` for the App: `app = rota.App(rota.contrib.django.database_url())`;

@@ -6,8 +6,8 @@
     }
 
 Both keys are optional. Without DATABASE_URL, rota uses the database of
-`DATABASES["default"]` when it is PostgreSQL or SQLite (so a run enqueued on Django's
-connection commits with the request's rows); another engine needs DATABASE_URL.
+`DATABASES["default"]` when it is PostgreSQL, MySQL/MariaDB or SQLite (so a run enqueued on
+Django's connection commits with the request's rows); another engine needs DATABASE_URL.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def rota_settings() -> dict[str, Any]:
 
 
 def database_url(alias: str = "default") -> str:
-    """ROTA["DATABASE_URL"], else the URL of Django's database `alias` (PostgreSQL or SQLite)."""
+    """ROTA["DATABASE_URL"], else the URL of Django's database `alias` (PostgreSQL, MySQL or SQLite)."""
     configured = rota_settings().get("DATABASE_URL")
     if configured:
         return str(configured)
@@ -48,7 +48,7 @@ def database_url(alias: str = "default") -> str:
 
 
 def url_of(db: dict[str, Any]) -> str:
-    """A rota database URL for a Django DATABASES entry (sqlite3 or postgresql engine)."""
+    """A rota database URL for a Django DATABASES entry (sqlite3, postgresql or mysql engine)."""
     engine = str(db.get("ENGINE", ""))
     name = str(db.get("NAME") or "")
     if engine.endswith("sqlite3"):
@@ -59,17 +59,50 @@ def url_of(db: dict[str, Any]) -> str:
             )
         return f"sqlite:///{name}"
     if engine.endswith(("postgresql", "postgis")):
-        user = quote(str(db.get("USER") or ""), safe="")
-        password = quote(str(db.get("PASSWORD") or ""), safe="")
-        auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-        port = f":{db['PORT']}" if db.get("PORT") else ""
         options = {k: str(v) for k, v in (db.get("OPTIONS") or {}).items() if k not in _DJANGO_ONLY}
-        query = f"?{urlencode(options)}" if options else ""
-        return f"postgresql://{auth}{db.get('HOST') or ''}{port}/{quote(name, safe='')}{query}"
+        return f"postgresql://{_auth(db)}{db.get('HOST') or ''}{_port(db)}/{quote(name, safe='')}{_query(options)}"
+    if engine.endswith("mysql"):
+        return _mysql_url(db, name)
     raise ConfigurationError(
         f"Django's database engine {engine!r} is not one rota runs on: set ROTA['DATABASE_URL'] "
-        "to a postgresql:// or sqlite:/// URL"
+        "to a postgresql://, mysql:// or sqlite:/// URL"
     )
+
+
+def _mysql_url(db: dict[str, Any], name: str) -> str:
+    """mysql://user:password@host:port/name for Django's MySQL backend (mysqlclient, or PyMySQL
+    installed as MySQLdb): a HOST that is a path, or OPTIONS unix_socket, is the socket; OPTIONS
+    ssl's ca is kept; the rest (charset, init_command, isolation_level) rota sets its own way."""
+    options = dict(db.get("OPTIONS") or {})
+    if "read_default_file" in options:
+        raise ConfigurationError(
+            "Django's MySQL database reads its settings from an option file (OPTIONS read_default_file), "
+            "which rota cannot read: set ROTA['DATABASE_URL'] to its mysql:// URL"
+        )
+    host = str(db.get("HOST") or "")
+    query: dict[str, str] = {}
+    if host.startswith("/"):
+        host, query["unix_socket"] = "localhost", host
+    if options.get("unix_socket"):
+        query["unix_socket"] = str(options["unix_socket"])
+    ssl = options.get("ssl")
+    if isinstance(ssl, dict) and ssl.get("ca"):
+        query["ssl_ca"] = str(ssl["ca"])
+    return f"mysql://{_auth(db)}{host or '127.0.0.1'}{_port(db)}/{quote(name, safe='')}{_query(query)}"
+
+
+def _auth(db: dict[str, Any]) -> str:
+    user = quote(str(db.get("USER") or ""), safe="")
+    password = quote(str(db.get("PASSWORD") or ""), safe="")
+    return f"{user}:{password}@" if password else (f"{user}@" if user else "")
+
+
+def _port(db: dict[str, Any]) -> str:
+    return f":{db['PORT']}" if db.get("PORT") else ""
+
+
+def _query(options: dict[str, str]) -> str:
+    return f"?{urlencode(options)}" if options else ""
 
 
 def app_path() -> str | None:

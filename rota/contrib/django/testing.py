@@ -46,4 +46,4 @@ def empty_rota_tables(alias: str = "default") -> None:
     tables = [t for t in connection.introspection.table_names() if t.startswith("rota_") and t not in _KEEP]
     with transaction.atomic(using=alias), connection.cursor() as cursor:
         for table in tables:
-            cursor.execute(f'DELETE FROM "{table}"')
+            cursor.execute(f"DELETE FROM {connection.ops.quote_name(table)}")  # MySQL: `name`

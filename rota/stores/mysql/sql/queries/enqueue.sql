@@ -86,8 +86,10 @@ SELECT %(channel)s, %(at)s, %(delay)s
 -- cancellation is requested (the running runs asked to cancel), or a run becomes due (the
 -- due runs, counted up to 100: a count of a whole backlog at every look cost the server
 -- 4 ms a look with 10,000 due, a third of its CPU in a drain; past 100 due, the workers
--- are claiming anyway).
+-- are claiming anyway), or the next tick of the schedules moves (a withdrawn run made ahead
+-- rewinds it, a pause, resume or update from another process: told by NOTIFY on PostgreSQL).
 SELECT (SELECT coalesce(max(id), 0) FROM rota_runs),
+       (SELECT min(next_run_at) FROM rota_schedules WHERE active = 1 AND paused = 0),
        (SELECT value FROM rota_counters WHERE name = 'token'),
        (SELECT count(*) FROM rota_runs WHERE status = 'running' AND cancel_requested <> 0),
        (SELECT count(*) FROM (SELECT 1 FROM rota_runs WHERE status = 'pending' AND held = 0 AND due_at <= {now}

@@ -49,8 +49,9 @@ WHERE token BETWEEN 0 AND 9223372036854775807 - 1000000
 UPDATE rota_counters SET value = %(token)s WHERE name = 'token'
 
 -- name: take_tokens
--- A claim's %(n)s tokens in one statement: the counter's row locked until the claim commits,
--- its new value back in the OK packet (LAST_INSERT_ID(expr): the cursor's lastrowid). A
+-- A claim's %(n)s tokens in one statement, committed on its own on the store's token
+-- connection (the counter's row is locked for this statement only, not to the claim's
+-- commit); its new value back in the OK packet (LAST_INSERT_ID(expr): the cursor's lastrowid). A
 -- damaged counter (see next_token) is left as it is and the lastrowid is 0: the store rebases it.
 UPDATE rota_counters
 SET value = CASE WHEN value BETWEEN 0 AND 9223372036854775807 - 1000000 THEN LAST_INSERT_ID(value + %(n)s)

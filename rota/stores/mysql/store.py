@@ -319,6 +319,14 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": redact(self.url)}
 
+    def _status_terms(self, flt: Any, params: dict[str, Any]) -> list[str]:
+        """A listing by schedule and status names sched_status too: rota_runs_schedule_status
+        keys it (migration 0024; MySQL matches an index on a virtual column only by name)."""
+        terms = super()._status_terms(flt, params)
+        if flt.schedule is not None:
+            terms.append("sched_status = %(status)s")
+        return terms
+
     def poll_state(self, queues: Sequence[str] | None) -> PollState:
         with self._read() as s:
             if queues is None:

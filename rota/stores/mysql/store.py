@@ -9,6 +9,9 @@ Where the engine forces a design of its own (docs/deploy.md says what each costs
   statement, not for the length of their transaction; a claim rolled back leaves a gap);
 - the exclusive-schedule rule without partial indexes: a generated column that is the
   schedule's name while its run is active and not held (NULL otherwise) with a unique index;
+- PostgreSQL's partial indexes for limits, rates, schedules, misfires, finished and pending
+  runs: indexes on virtual columns NULL outside the index's predicate (migration 0024), named
+  by the queries that read them (MariaDB matches such an index only by the column's name);
 - what PostgreSQL's triggers do to rota_runs itself (a MySQL trigger may not update the table
   that fired it): the exclusive slot's hand-over and the release or cancellation of
   dependents, done by the statements that end runs (`settle`);

@@ -37,6 +37,8 @@ class MySQLHotPath:
 
         def _park(self, s: Any, outcomes: Sequence[Outcome]) -> set[int]: ...
 
+        def _take_tokens(self, n: int) -> int: ...
+
     def _plain_claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
@@ -70,8 +72,12 @@ class MySQLHotPath:
         ahead: float | None = None,
     ) -> list[Any]:
         """claim (the first `start` started), or with `ahead` claim_ahead (all held). The due
-        runs' ids first (FOR UPDATE SKIP LOCKED), then the token counter (locked to the
-        commit), then the UPDATE of those ids: a claim that finds nothing locks nothing."""
+        runs' ids first (FOR UPDATE SKIP LOCKED), then their tokens (taken and committed on the
+        store's token connection: the counter's row is locked for that one statement, not to
+        this claim's commit), then the UPDATE of those ids: a claim that finds nothing locks
+        nothing. Tokens are taken after the runs are locked: a run's previous claim committed
+        before, with a smaller token. A transaction that locked the counter already (a flow
+        claim's, a rebase) takes them in itself."""
         params: dict[str, Any] = {"owner": owner, "lease": lease, "limit": limit}
         if ahead is None:
             params["start"], name = limit if start is None else start, "claim"
@@ -82,8 +88,11 @@ class MySQLHotPath:
         ids = [int(r[0]) for r in s.q(name + "_ids", **params)]
         if not ids:
             return []
-        s.q("take_tokens", n=len(ids))  # one token per claimed run
-        last = int(s.cur.lastrowid or 0)
+        if s.counter:  # this transaction holds the counter's row already (a flow claim's)
+            s.q("take_tokens", n=len(ids))
+            last = int(s.cur.lastrowid or 0)
+        else:
+            last = self._take_tokens(len(ids))  # one token per claimed run
         if last < len(ids):  # the counter is damaged: it starts again past the runs' tokens
             last = next_token(s) + len(ids) - 1
             s.q("take_token", token=last)

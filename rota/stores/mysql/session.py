@@ -45,7 +45,15 @@ _STEP = re.compile(r"^;\s*$", re.MULTILINE)  # the line that ends one step of a 
 
 
 def _utc_datetime(text: str | bytes) -> Any:
-    """DATETIME columns as aware UTC datetimes (the session's time_zone is UTC)."""
+    """DATETIME columns as aware UTC datetimes (the session's time_zone is UTC): the server's
+    text read by fromisoformat with the offset appended (a tenth of PyMySQL's regular
+    expression's cost: three a claimed run), anything else (a zero date, a hand edit) as
+    PyMySQL reads it."""
+    if len(text) >= 19:  # date and time (a date alone: PyMySQL's date)
+        try:
+            return datetime.fromisoformat(f"{text.decode() if isinstance(text, bytes) else text}+00:00")
+        except ValueError:
+            pass
     value = pymysql.converters.convert_datetime(text)
     return value.replace(tzinfo=UTC) if isinstance(value, datetime) else value
 
@@ -119,6 +127,10 @@ class Pool:
         self._closed = False
         self.isolation: str | None = None  # the statement that sets READ COMMITTED (by server)
 
+    def new_connection(self) -> pymysql.connections.Connection[Any]:
+        """A connection set up as the pool's, outside the pool (the store's token connection)."""
+        return self._new()
+
     def _new(self) -> pymysql.connections.Connection[Any]:
         try:
             conn = pymysql.connect(**self.kwargs)
@@ -150,14 +162,14 @@ class Pool:
             yield conn
         except pymysql.Error:
             if conn is not None:  # it may be broken: a new one for the next session
-                _close_quietly(conn)
+                close_quietly(conn)
                 conn = None
             raise
         finally:
             if conn is not None:
                 with self._lock:
                     if self._closed:
-                        _close_quietly(conn)
+                        close_quietly(conn)
                     else:
                         self._idle.append(conn)
             self._slots.release()
@@ -166,14 +178,14 @@ class Pool:
         with self._lock:
             idle, self._idle = list(self._idle), deque()
         for conn in idle:
-            _close_quietly(conn)
+            close_quietly(conn)
 
     def close(self) -> None:
         self._closed = True
         self.drop_idle()
 
 
-def _close_quietly(conn: pymysql.connections.Connection[Any]) -> None:
+def close_quietly(conn: pymysql.connections.Connection[Any]) -> None:
     try:
         conn.close()
     except Exception:  # a broken connection fails to say goodbye: drop its socket
@@ -189,7 +201,7 @@ class Session:
     last step that returned rows are the query's rows. No ids: nothing more runs. Steps
     before the first SELECT (an INSERT) just run."""
 
-    __slots__ = ("conn", "cur", "in_tx", "now", "queries", "settle", "wake")
+    __slots__ = ("conn", "counter", "cur", "in_tx", "now", "queries", "settle", "wake")
 
     def __init__(
         self,
@@ -206,8 +218,11 @@ class Session:
         self.in_tx = in_tx
         self.settle = settle  # after a query in ENDING, with the ids it changed (see hot_path.settle)
         self.wake: list[str] = []
+        self.counter = False  # this transaction locked the token counter's row (COUNTER)
 
     def q(self, name: str, /, **params: Any) -> list[Row]:
+        if name in COUNTER:
+            self.counter = self.in_tx
         return self.q_text(self.queries[name], _ending=name in ENDING, **params)
 
     def q_text(self, sql: str, /, _ending: bool = False, **params: Any) -> list[Row]:
@@ -258,6 +273,10 @@ ENDING = frozenset({
     "withdraw_ahead", "misfire_ahead", "deps_orphaned", "flow_keyless", "flow_skip_unkeyed", "refuse",
     "disown", "finish_transactional", "park",
 })  # fmt: skip
+
+# The queries that lock the token counter's row to the transaction's end: a claim later in
+# that transaction takes its tokens in it too (its token connection would wait for this one).
+COUNTER = frozenset({"flow_lock", "next_token", "take_token", "take_tokens"})
 
 _split: dict[str, list[str]] = {}
 

@@ -4,10 +4,14 @@ Where the engine forces a design of its own (docs/deploy.md says what each costs
 
 - claims: `SELECT ... FOR UPDATE SKIP LOCKED` of the due runs' ids, then one UPDATE of those
   ids and a read of them, in one transaction (no `UPDATE ... RETURNING`); fencing tokens come
-  from a counter row locked by the claim (claims queue on it for the length of their
-  transaction, never on each other's runs);
+  from a counter row bumped by one statement committed on its own on the store's token
+  connection once the claim's runs are locked (claims take turns on the counter for that
+  statement, not for the length of their transaction; a claim rolled back leaves a gap);
 - the exclusive-schedule rule without partial indexes: a generated column that is the
   schedule's name while its run is active and not held (NULL otherwise) with a unique index;
+- PostgreSQL's partial indexes for limits, rates, schedules, misfires, finished and pending
+  runs: indexes on virtual columns NULL outside the index's predicate (migration 0024), named
+  by the queries that read them (MariaDB matches such an index only by the column's name);
 - what PostgreSQL's triggers do to rota_runs itself (a MySQL trigger may not update the table
   that fired it): the exclusive slot's hand-over and the release or cancellation of
   dependents, done by the statements that end runs (`settle`);
@@ -42,7 +46,7 @@ from ..sqlstore.queries import load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
 from .hot_path import MySQLHotPath, settle
 from .migrate import MySQLMigrations
-from .session import DriverError, Pool, Session, connect_kwargs, is_retry_at_once, translate
+from .session import DriverError, Pool, Session, close_quietly, connect_kwargs, is_retry_at_once, translate
 
 log = logging.getLogger("rota.store")
 T = TypeVar("T")
@@ -86,6 +90,8 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         self.listeners: list[Callable[[str], None]] = []  # this process's workers (told at commit)
         self.server: str | None = None  # "MariaDB 10.11", after the version check
         self._own_identity: tuple[Any, ...] | None = None
+        self._token_conn: Any = None  # autocommit: the claims' tokens (_take_tokens)
+        self._token_lock = threading.Lock()
 
     # -- connections ---------------------------------------------------------------------
     def _open(self) -> Pool:
@@ -133,11 +139,39 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+        self._drop_token_conn()
 
     def recover(self) -> None:
         """After an outage: drop the idle connections (they most likely broke with it)."""
         if self._pool is not None:
             self._pool.drop_idle()
+        self._drop_token_conn()
+
+    def _take_tokens(self, n: int) -> int:
+        """`n` fencing tokens for a claim whose runs are locked: the last one, from one UPDATE
+        of the counter committed at once on a connection of its own (the claim's transaction
+        never holds the counter's row lock: two workers' claims do not take turns for their
+        whole length). 0 when the counter is damaged (take_tokens leaves it as it is)."""
+        pool = self._open()
+        with self._token_lock:
+            conn, self._token_conn = self._token_conn, None
+            try:
+                conn = conn or pool.new_connection()
+                with conn.cursor() as cur:
+                    cur.execute(self.queries["take_tokens"], {"n": n})
+                    last = int(cur.lastrowid or 0)
+            except DriverError as exc:
+                if conn is not None:
+                    close_quietly(conn)
+                raise translate(exc, self.url) from exc
+            self._token_conn = conn
+        return last
+
+    def _drop_token_conn(self) -> None:
+        with self._token_lock:
+            conn, self._token_conn = self._token_conn, None
+        if conn is not None:
+            close_quietly(conn)
 
     def data_version(self) -> tuple[Any, ...]:
         """Changes when a run is enqueued or claimed or a cancellation is requested: the
@@ -287,6 +321,14 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": redact(self.url)}
+
+    def _status_terms(self, flt: Any, params: dict[str, Any]) -> list[str]:
+        """A listing by schedule and status names sched_status too: rota_runs_schedule_status
+        keys it (migration 0024; MySQL matches an index on a virtual column only by name)."""
+        terms = super()._status_terms(flt, params)
+        if flt.schedule is not None:
+            terms.append("sched_status = %(status)s")
+        return terms
 
     def poll_state(self, queues: Sequence[str] | None) -> PollState:
         with self._read() as s:

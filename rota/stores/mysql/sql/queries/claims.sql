@@ -49,8 +49,9 @@ WHERE token BETWEEN 0 AND 9223372036854775807 - 1000000
 UPDATE rota_counters SET value = %(token)s WHERE name = 'token'
 
 -- name: take_tokens
--- A claim's %(n)s tokens in one statement: the counter's row locked until the claim commits,
--- its new value back in the OK packet (LAST_INSERT_ID(expr): the cursor's lastrowid). A
+-- A claim's %(n)s tokens in one statement, committed on its own on the store's token
+-- connection (the counter's row is locked for this statement only, not to the claim's
+-- commit); its new value back in the OK packet (LAST_INSERT_ID(expr): the cursor's lastrowid). A
 -- damaged counter (see next_token) is left as it is and the lastrowid is 0: the store rebases it.
 UPDATE rota_counters
 SET value = CASE WHEN value BETWEEN 0 AND 9223372036854775807 - 1000000 THEN LAST_INSERT_ID(value + %(n)s)
@@ -395,27 +396,25 @@ SELECT id, task, status, owner, error FROM rota_runs WHERE id IN %(_ids)s ORDER 
 -- through another index: 60 ms with 10,000 pending).
 SELECT {now},
        (SELECT due_at FROM rota_runs FORCE INDEX (rota_runs_due)
-        WHERE status = 'pending' AND held = 0 AND (misfire_at IS NULL OR misfire_at >= {now})
+        WHERE status = 'pending' AND held = 0 AND pending_held = 0 AND (misfire_at IS NULL OR misfire_at >= {now})
           AND {{not_paused(rota_runs.queue)}}
         ORDER BY due_at LIMIT 1),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active <> 0 AND paused = 0
             UNION ALL
-            SELECT min(misfire_at) FROM rota_runs
-            WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}) AS x)
+            SELECT min(misfire_pending) FROM rota_runs WHERE misfire_pending < {now}) AS x)
 
 -- name: poll_state_in_queues
 SELECT {now},
        (SELECT due_at FROM rota_runs FORCE INDEX (rota_runs_due)
-        WHERE status = 'pending' AND held = 0 AND (misfire_at IS NULL OR misfire_at >= {now})
+        WHERE status = 'pending' AND held = 0 AND pending_held = 0 AND (misfire_at IS NULL OR misfire_at >= {now})
           AND queue IN {{queues}}
           AND {{not_paused(rota_runs.queue)}}
         ORDER BY due_at LIMIT 1),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active <> 0 AND paused = 0
             UNION ALL
-            SELECT min(misfire_at) FROM rota_runs
-            WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}) AS x)
+            SELECT min(misfire_pending) FROM rota_runs WHERE misfire_pending < {now}) AS x)
 
 -- name: now
 SELECT {now}

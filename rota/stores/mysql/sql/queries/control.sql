@@ -48,7 +48,7 @@ SELECT `key`, backoff FROM rota_runs WHERE id = %(id)s
 -- (%(after)s, epoch seconds); finish times back as epoch seconds.
 SELECT id, UNIX_TIMESTAMP(finished_at) FROM rota_runs FORCE INDEX (rota_runs_finished)
 WHERE finished_at < {now} - INTERVAL %(older_than)s SECOND
-  AND finished_at >= FROM_UNIXTIME(GREATEST(%(after)s, 0)) AND status = %(status)s
+  AND finished_at >= FROM_UNIXTIME(GREATEST(%(after)s, 0)) AND finished_status = %(status)s
 ORDER BY finished_at LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 ;
@@ -59,7 +59,7 @@ DELETE FROM rota_runs WHERE id IN %(_ids)s
 -- Runs waiting on parents none of which is pending or running any more, each ended failed
 -- as damaged (rota/quarantine.py); their dependents are cancelled by the store (settle).
 SELECT w.id FROM rota_runs w
-WHERE w.held <> 0 AND w.status = 'pending' AND w.waiting_on > 0
+WHERE w.held <> 0 AND w.status = 'pending' AND w.pending_held > 0 AND w.waiting_on > 0
   AND NOT EXISTS (SELECT 1 FROM rota_deps d JOIN rota_runs p ON p.id = d.parent
                   WHERE d.child = w.id AND p.status IN ('pending', 'running'))
 ORDER BY w.id LIMIT %(limit)s

@@ -92,7 +92,7 @@ SELECT (SELECT coalesce(max(id), 0) FROM rota_runs),
        (SELECT min(next_run_at) FROM rota_schedules WHERE active = 1 AND paused = 0),
        (SELECT value FROM rota_counters WHERE name = 'token'),
        (SELECT count(*) FROM rota_runs WHERE status = 'running' AND cancel_requested <> 0),
-       (SELECT count(*) FROM (SELECT 1 FROM rota_runs WHERE status = 'pending' AND held = 0 AND due_at <= {now}
+       (SELECT count(*) FROM (SELECT 1 FROM rota_runs WHERE status = 'pending' AND held = 0 AND pending_held = 0 AND due_at <= {now}
                               LIMIT 100) AS due)
 
 -- name: set_traceparent

@@ -12,12 +12,12 @@ WITH firsts AS (
     SELECT kind, name, k, priority, due_at, id,
            ROW_NUMBER() OVER (PARTITION BY kind, name, k ORDER BY priority DESC, due_at, id) AS rn
     FROM (SELECT 'l' AS kind, limit_name AS name, limit_key AS k, priority, due_at, id, queue FROM rota_runs
-          WHERE status = 'pending' AND held = 0 AND limit_name IS NOT NULL AND limit_key IS NOT NULL
-            AND due_at <= {now}
+          WHERE status = 'pending' AND limit_status = 'pending' AND held = 0
+            AND limit_name IS NOT NULL AND limit_key IS NOT NULL AND due_at <= {now}
           UNION ALL
           SELECT 'r', rate_name, rate_key, priority, due_at, id, queue FROM rota_runs
-          WHERE status = 'pending' AND held = 0 AND rate_name IS NOT NULL AND rate_key IS NOT NULL
-            AND due_at <= {now}) AS w
+          WHERE status = 'pending' AND rate_status = 'pending' AND held = 0
+            AND rate_name IS NOT NULL AND rate_key IS NOT NULL AND due_at <= {now}) AS w
     WHERE (%(queues)s IS NULL
            OR queue IN {{queues}})
       AND {{not_paused(w.queue)}}
@@ -36,7 +36,7 @@ LIMIT %(n)s
 -- As flow_heads, among the first %(m)s waiting runs in the claim's order only.
 WITH walked AS (
     SELECT limit_name, limit_key, rate_name, rate_key, priority, due_at, id FROM rota_runs
-    WHERE status = 'pending' AND held = 0 AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
+    WHERE status = 'pending' AND held = 0 AND pending_held = 0 AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
       AND (%(queues)s IS NULL
            OR queue IN {{queues}})
       AND {{not_paused(rota_runs.queue)}}
@@ -64,20 +64,20 @@ LIMIT %(n)s
 
 -- name: flow_due
 SELECT EXISTS (SELECT 1 FROM rota_runs
-               WHERE status = 'pending' AND held = 0 AND due_at <= {now}
+               WHERE status = 'pending' AND held = 0 AND pending_held = 0 AND due_at <= {now}
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
                  AND {{not_paused(rota_runs.queue)}})
 
 -- name: flow_due_in_queues
 SELECT EXISTS (SELECT 1 FROM rota_runs
-               WHERE status = 'pending' AND held = 0 AND due_at <= {now}
+               WHERE status = 'pending' AND held = 0 AND pending_held = 0 AND due_at <= {now}
                  AND (limit_name IS NOT NULL OR rate_name IS NOT NULL)
                  AND queue IN {{queues}}
                  AND {{not_paused(rota_runs.queue)}})
 
 -- name: plain_due
 SELECT EXISTS (SELECT 1 FROM rota_runs
-               WHERE status = 'pending' AND held = 0 AND due_at <= {now}
+               WHERE status = 'pending' AND held = 0 AND pending_held = 0 AND due_at <= {now}
                  AND (misfire_at IS NULL OR misfire_at >= {now})
                  AND cancel_requested = 0
                  AND limit_name IS NULL AND rate_name IS NULL
@@ -88,15 +88,14 @@ SELECT EXISTS (SELECT 1 FROM rota_runs
 -- name: flow_poll_later
 SELECT {now},
        (SELECT min(due_at) FROM rota_runs
-        WHERE status = 'pending' AND held = 0 AND due_at > {now} AND (misfire_at IS NULL OR misfire_at >= {now})
+        WHERE status = 'pending' AND held = 0 AND pending_held = 0 AND due_at > {now} AND (misfire_at IS NULL OR misfire_at >= {now})
           AND (%(queues)s IS NULL
                OR queue IN {{queues}})
           AND {{not_paused(rota_runs.queue)}}),
        (SELECT min(t) FROM (
             SELECT min(next_run_at) AS t FROM rota_schedules WHERE active <> 0 AND paused = 0
             UNION ALL
-            SELECT min(misfire_at) FROM rota_runs
-            WHERE status = 'pending' AND misfire_at IS NOT NULL AND misfire_at < {now}) AS x)
+            SELECT min(misfire_pending) FROM rota_runs WHERE misfire_pending < {now}) AS x)
 
 -- name: flow_room
 SELECT e.kind, e.name, e.k,
@@ -107,7 +106,7 @@ FROM JSON_TABLE(%(keys)s, '$[*]' COLUMNS (kind VARCHAR(1) PATH '$[0]', name VARC
 -- name: flow_waiting_limit
 SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs
 WHERE limit_name = %(name)s AND limit_key = %(key)s
-  AND status = 'pending' AND held = 0 AND due_at <= {now}
+  AND status = 'pending' AND limit_status = 'pending' AND held = 0 AND due_at <= {now}
   AND (misfire_at IS NULL OR misfire_at >= {now})
   AND (%(queues)s IS NULL
        OR queue IN {{queues}})
@@ -119,7 +118,7 @@ FOR UPDATE SKIP LOCKED
 -- name: flow_waiting_rate
 SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs
 WHERE rate_name = %(name)s AND rate_key = %(key)s
-  AND status = 'pending' AND held = 0 AND due_at <= {now}
+  AND status = 'pending' AND rate_status = 'pending' AND held = 0 AND due_at <= {now}
   AND (misfire_at IS NULL OR misfire_at >= {now})
   AND (%(queues)s IS NULL
        OR queue IN {{queues}})
@@ -169,7 +168,7 @@ JOIN (SELECT w.started_at + INTERVAL t.per SECOND AS at
       WHERE t.name = %(name)s AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400) AS o
 SET r.due_at = o.at, r.rate_waited = 1
 WHERE r.rate_name = %(name)s AND r.rate_key = %(key)s
-  AND r.status = 'pending' AND r.held = 0 AND r.due_at <= {now} AND r.due_at < o.at
+  AND r.status = 'pending' AND r.rate_status = 'pending' AND r.held = 0 AND r.due_at <= {now} AND r.due_at < o.at
 
 -- name: flow_prune
 DELETE FROM rota_rate_starts
@@ -181,14 +180,14 @@ WHERE name = %(name)s AND `key` = %(key)s
 -- transition: keyless
 SELECT id FROM (
     SELECT r.id FROM rota_limits l JOIN rota_runs r ON r.limit_name = l.name
-    WHERE r.limit_key IS NULL AND r.status = 'pending' AND r.held = 0
+    WHERE r.limit_key IS NULL AND r.status = 'pending' AND r.limit_status = 'pending' AND r.held = 0
     UNION
     SELECT r.id FROM rota_rates t JOIN rota_runs r ON r.rate_name = t.name
-    WHERE r.rate_key IS NULL AND r.status = 'pending' AND r.held = 0) AS k
+    WHERE r.rate_key IS NULL AND r.status = 'pending' AND r.rate_status = 'pending' AND r.held = 0) AS k
 ORDER BY id LIMIT %(limit)s
 ;
 UPDATE rota_runs SET status = 'failed', finished_at = {now}, error = %(error)s
-WHERE id IN %(_ids)s AND status = 'pending' AND held = 0
+WHERE id IN %(_ids)s AND status = 'pending' AND held = 0 AND pending_held = 0
 ;
 SELECT id, task FROM rota_runs WHERE id IN %(_ids)s AND status = 'failed'
 
@@ -202,7 +201,7 @@ ON DUPLICATE KEY UPDATE max = VALUES(max), updated_at = VALUES(updated_at)
 -- name: flow_rate_reopen
 -- transition: rate_reopen
 UPDATE rota_runs SET due_at = {now}, rate_waited = 0
-WHERE rate_name = %(name)s AND rate_waited <> 0 AND status = 'pending' AND held = 0
+WHERE rate_name = %(name)s AND rate_waited <> 0 AND status = 'pending' AND rate_status = 'pending' AND held = 0
   AND EXISTS (SELECT 1 FROM rota_rates t WHERE t.name = %(name)s AND (t.max <> %(max)s OR t.per <> %(per)s))
 
 -- name: flow_upsert_rate
@@ -211,9 +210,9 @@ ON DUPLICATE KEY UPDATE max = VALUES(max), per = VALUES(per), updated_at = VALUE
 
 -- name: flow_limits
 SELECT l.name, l.max,
-       (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'running'),
-       (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'pending'),
-       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.status IN ('pending', 'running'))
+       (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.limit_status = 'running'),
+       (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.limit_status = 'pending'),
+       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.limit_status IN ('pending', 'running'))
 FROM rota_limits l ORDER BY l.name
 
 -- name: flow_rates
@@ -221,8 +220,8 @@ SELECT t.name, t.max, t.per,
        (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name
           AND s.started_at > {now} - INTERVAL t.per SECOND AND s.started_at <= {now} + INTERVAL t.per SECOND
           AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400),
-       (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
-       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
+       (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.rate_status = 'pending'),
+       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.rate_status = 'pending')
 FROM rota_rates t ORDER BY t.name
 
 -- name: flow_damaged
@@ -247,7 +246,7 @@ SELECT spec FROM rota_task_flow WHERE task = %(task)s
 -- name: flow_unresolved
 SELECT id, task, args, kwargs, schedule, CASE WHEN schedule IS NOT NULL AND backfill = 0 THEN tick END
 FROM rota_runs
-WHERE limit_name = %(unresolved)s AND status = 'pending' AND held = 0
+WHERE limit_name = %(unresolved)s AND status = 'pending' AND limit_status = 'pending' AND held = 0
   AND task IN (SELECT j.v FROM JSON_TABLE(%(tasks)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j)
 ORDER BY limit_name, limit_key, priority DESC, due_at, id
 LIMIT %(n)s
@@ -282,11 +281,11 @@ SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() A
 -- yet), with how many runs wait under each: they wait (never unlimited) until a worker that
 -- declares the limit stores it. `rota limits` counts them; a worker's check names each once.
 SELECT r.limit_name, count(*) FROM rota_runs r
-WHERE r.status = 'pending' AND r.held = 0 AND r.limit_name IS NOT NULL AND r.limit_name <> %(unresolved)s
+WHERE r.limit_status = 'pending' AND r.held = 0 AND r.limit_name IS NOT NULL AND r.limit_name <> %(unresolved)s
   AND NOT EXISTS (SELECT 1 FROM rota_limits l WHERE l.name = r.limit_name)
 GROUP BY r.limit_name ORDER BY r.limit_name
 LIMIT 100
 
 -- name: flow_unresolved_count
 SELECT count(*) FROM rota_runs
-WHERE limit_name = %(unresolved)s AND status = 'pending' AND held = 0
+WHERE limit_name = %(unresolved)s AND status = 'pending' AND limit_status = 'pending' AND held = 0

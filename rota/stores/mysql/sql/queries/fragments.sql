@@ -50,7 +50,7 @@ WHERE id IN %(_ids)s
 -- fragment: claimable(due)
 -- A plain run a claim may take: pending, not held, due by {{due}}, not past its misfire
 -- deadline, not asked to cancel, without a limit or a rate (flow_*), its queue not paused.
-status = 'pending' AND held = 0 AND due_at <= {{due}}
+status = 'pending' AND held = 0 AND pending_held = 0 AND due_at <= {{due}}
   AND (misfire_at IS NULL OR misfire_at >= {now})
   AND cancel_requested = 0
   AND limit_name IS NULL AND rate_name IS NULL
@@ -62,7 +62,7 @@ status = 'pending' AND held = 0 AND due_at <= {{due}}
 CASE WHEN {{kind}} = 'l'
      THEN (SELECT l.max FROM rota_limits l WHERE l.name = {{name}} AND l.max BETWEEN 1 AND 1000000)
           - (SELECT count(*) FROM rota_runs x
-             WHERE x.limit_name = {{name}} AND x.limit_key = {{key}} AND x.status = 'running')
+             WHERE x.limit_name = {{name}} AND x.limit_key = {{key}} AND x.limit_status = 'running')
      ELSE (SELECT CASE WHEN t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400
                        THEN t.max - (SELECT count(*) FROM rota_rate_starts s
                           WHERE s.name = {{name}} AND s.`key` = {{key}}

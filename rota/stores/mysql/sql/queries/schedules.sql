@@ -101,7 +101,7 @@ UPDATE rota_schedules SET active = 0, updated_at = {now} WHERE name IN %(_ids)s
 
 -- name: cancel_schedule_pending
 -- transition: withdraw
-SELECT id FROM rota_runs WHERE schedule = %(name)s AND status = 'pending'
+SELECT id FROM rota_runs WHERE schedule = %(name)s AND sched_status = 'pending'
   AND NOT EXISTS (SELECT 1 FROM rota_waits w WHERE w.run_id = rota_runs.id AND w.token = rota_runs.token)  -- parked: in progress (0022)
 ORDER BY id FOR UPDATE
 ;
@@ -112,7 +112,7 @@ UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = %(error)
 -- A schedule paused, updated or redeployed: its tick runs made ahead and not due yet are
 -- cancelled (with `definition` given: only if the stored one differs); their tick cleared.
 SELECT id, scheduled_for FROM rota_runs
-WHERE schedule = %(name)s AND status = 'pending' AND tick IS NOT NULL AND attempt = 0
+WHERE schedule = %(name)s AND sched_status = 'pending' AND tick IS NOT NULL AND attempt = 0
   AND held = 0 AND due_at > {now}
   AND (%(definition)s IS NULL OR EXISTS (
        SELECT 1 FROM rota_schedules
@@ -132,7 +132,7 @@ UPDATE rota_schedules SET next_run_at = %(tick)s WHERE name IN %(_ids)s
 
 -- name: schedule_busy
 SELECT 1 FROM rota_runs
-WHERE schedule = %(schedule)s AND exclusive <> 0 AND status IN ('pending', 'running')
+WHERE schedule = %(schedule)s AND exclusive <> 0 AND sched_status IN ('pending', 'running')
 LIMIT 1
 
 -- name: set_paused
@@ -190,7 +190,7 @@ UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = %(error)
 
 -- name: cancel_held
 -- transition: overlap
-SELECT id FROM rota_runs WHERE schedule = %(schedule)s AND held <> 0 AND status = 'pending' ORDER BY id FOR UPDATE
+SELECT id FROM rota_runs WHERE schedule = %(schedule)s AND held <> 0 AND sched_status = 'pending' ORDER BY id FOR UPDATE
 ;
 UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = %(error)s WHERE id IN %(_ids)s
 
@@ -198,7 +198,7 @@ UPDATE rota_runs SET status = 'cancelled', finished_at = {now}, error = %(error)
 -- transition: promote
 -- The oldest held run of an exclusive schedule whose slot is free takes it.
 SELECT id FROM rota_runs
-WHERE schedule = %(schedule)s AND held <> 0 AND status = 'pending' AND waiting_on = 0
+WHERE schedule = %(schedule)s AND held <> 0 AND sched_status = 'pending' AND waiting_on = 0
   AND NOT EXISTS (SELECT 1 FROM (SELECT id FROM rota_runs WHERE exclusive_slot = %(schedule)s) AS busy)
 ORDER BY scheduled_for, id LIMIT 1
 FOR UPDATE
@@ -222,7 +222,7 @@ SELECT next_run_at FROM rota_schedules WHERE name = %(name)s AND active <> 0
 -- name: backfill_release
 -- transition: backfill
 UPDATE rota_runs SET tick = NULL
-WHERE schedule = %(name)s AND status = 'skipped' AND tick IN %(ticks)s
+WHERE schedule = %(name)s AND sched_status = 'skipped' AND tick IN %(ticks)s
 
 -- name: insert_ahead
 -- transition: make_ahead
@@ -243,8 +243,8 @@ SELECT r.id, r.schedule, r.tick, s.misfire, s.misfire_grace,
            SELECT 1 FROM rota_runs l
            WHERE l.schedule = r.schedule AND l.tick > r.tick AND l.tick <= {now})
 FROM rota_runs r JOIN rota_schedules s ON s.name = r.schedule
-WHERE r.status = 'pending' AND r.misfire_at IS NOT NULL AND r.misfire_at < {now}
-ORDER BY r.misfire_at
+WHERE r.status = 'pending' AND r.misfire_pending < {now}
+ORDER BY r.misfire_pending
 LIMIT %(limit)s
 
 -- name: misfire_ahead

@@ -29,7 +29,8 @@ SELECT count(*), UNIX_TIMESTAMP(max(finished_at)), count(*),
        coalesce(sum(status = 'succeeded'), 0), coalesce(sum(status = 'failed'), 0),
        coalesce(sum(status = 'skipped'), 0), coalesce(sum(status = 'cancelled'), 0),
        coalesce(sum(GREATEST(attempt - 1, 0)), 0)
-FROM (SELECT finished_at, status, attempt FROM rota_runs FORCE INDEX (rota_runs_finished)
+FROM (SELECT finished_at, finished_status AS status, finished_attempt AS attempt
+      FROM rota_runs FORCE INDEX (rota_runs_finished)
       WHERE finished_at >= FROM_UNIXTIME(%(lo)s) AND finished_at < FROM_UNIXTIME(%(hi)s)
       ORDER BY finished_at LIMIT %(cap)s) AS w
 
@@ -55,7 +56,7 @@ ORDER BY finished_at LIMIT %(cap)s
 -- name: web_backlog
 SELECT queue, coalesce(sum(due_at <= {now}), 0), coalesce(sum(due_at > {now}), 0), count(*)
 FROM (SELECT queue, due_at FROM rota_runs
-      WHERE status = 'pending' AND held = 0 ORDER BY due_at LIMIT %(cap)s) AS w
+      WHERE status = 'pending' AND held = 0 AND pending_held = 0 ORDER BY due_at LIMIT %(cap)s) AS w
 GROUP BY queue ORDER BY queue
 
 -- name: web_queue_running

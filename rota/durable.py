@@ -81,8 +81,17 @@ class Signal:
 
 def check_name(name: object, what: str = "step") -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
-        raise StepError(f"invalid {what} name {name!r}: a non-blank string of at most {MAX_NAME} characters")
+        raise StepError(f"invalid {what} name {shown(name)}: a non-blank string of at most {MAX_NAME} characters")
     return name
+
+
+def shown(value: object, width: int = 60) -> str:
+    """`value`'s repr for an error's one line: a long one is cut, with its length."""
+    text = repr(value)
+    if len(text) <= width:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return f"{text[:width]}...{size}"
 
 
 def seconds_of(delta: object, what: str) -> float:
@@ -163,11 +172,10 @@ class Durable:
 
     def encode(self, name: str, value: Any) -> str:
         try:
-            return encode_result(f"step {name!r} of {self.task}", value)
+            return encode_result(self.task, value, label="the value")
         except (SerializationError, TypeError, ValueError) as exc:
             raise StepError(
-                f"the result of step {name!r} of {self.task} (run {self.run_id}) cannot be saved as JSON "
-                f"({type(value).__name__}: {exc}); return JSON data: dict, list, str, int, float, bool or None"
+                f"the result of step {name!r} of {self.task} (run {self.run_id}) cannot be saved as JSON: {exc}"
             ) from None
 
     # -- steps ---------------------------------------------------------------------------
@@ -284,7 +292,7 @@ class Durable:
         if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction <= 1:
             raise StepError(f"invalid progress fraction {fraction!r}: a number from 0 to 1")
         if message is not None and (not isinstance(message, str) or len(message) > MAX_MESSAGE):
-            raise StepError(f"invalid progress message {message!r}: a string of at most {MAX_MESSAGE} characters")
+            raise StepError(f"invalid progress message {shown(message)}: a string of at most {MAX_MESSAGE} characters")
         self.progress = (float(fraction), message)
 
 

@@ -1,0 +1,94 @@
+"""Durable steps used wrongly, as a new user does (issue 43): each mistake gets one clear line
+naming the value and what is valid, on every store; and `rota run` shows a step's start."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import rota
+from rota.cli import main
+
+from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """This suite runs on MySQL/MariaDB too (conftest.WITH_MYSQL)."""
+    yield from store_url(request, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("body", "line"),
+    [
+        (
+            "set",
+            "the result of step 'b' of wrong (run {id}) cannot be saved as JSON: the value is a builtins.set "
+            "({{1, 2}}), which is not JSON; pass str, int, float, bool, None, list or dict",
+        ),
+        ("nan", "the result of step 'b' of wrong (run {id}) cannot be saved as JSON: the value is nan, which"),
+        ("nested", "cannot be saved as JSON: the value['at'] is a builtins.object"),
+        ("called", "ctx.step('b', {{'id': 1}}): pass the step's function and its arguments"),
+        ("long_name", "invalid step name 'xxxxxxxxxx"),
+    ],
+)
+def test_a_step_used_wrongly_fails_with_one_line_naming_the_value(app: rota.App, body: str, line: str) -> None:
+    @app.task(name="wrong", pass_context=True)
+    def wrong(ctx: rota.RunContext) -> None:
+        if body == "set":
+            ctx.step("b", lambda: {1, 2})
+        elif body == "nan":
+            ctx.step("b", lambda: float("nan"))
+        elif body == "nested":
+            ctx.step("b", lambda: {"at": object()})
+        elif body == "called":  # the function's result passed instead of the function
+            ctx.step("b", {"id": 1})
+        else:
+            ctx.step("x" * 1000, lambda: 1)
+
+    start_worker(app)
+    ref = wrong.enqueue()
+    run = ref.wait(15)
+    assert run.status == "failed" and run.error is not None
+    message = run.error["message"]
+    assert run.error["type"] == "StepError", run.error
+    assert line.format(id=ref.id) in message
+    assert "\n" not in message and message.count("the result of") <= 1, message
+    assert len(message) < 300, message  # a long value is cut, not printed whole
+
+
+def test_a_signal_payload_that_is_not_json_is_named_once(app: rota.App) -> None:
+    @app.task(name="waits", pass_context=True)
+    def waits(ctx: rota.RunContext) -> None:
+        ctx.wait_for("go", timeout=60)
+
+    ref = waits.enqueue()
+    with pytest.raises(rota.SerializationError) as info:
+        app.signal(ref.id, "go", {"when": {1, 2}})
+    assert str(info.value).startswith(
+        "the payload of signal 'go'['when'] is a builtins.set ({1, 2}), which is not JSON; pass str, int"
+    ), str(info.value)
+
+
+def test_rota_run_shows_when_a_step_started_and_a_wait_that_ended_with_the_run(app: rota.App, db_url: str) -> None:
+    import time
+
+    @app.task(name="slow", pass_context=True)
+    def slow(ctx: rota.RunContext) -> None:
+        ctx.step("nap", time.sleep, 0.3)
+        ctx.wait_for("go", timeout=60)
+
+    start_worker(app, poll_interval=0.05)
+    ref = slow.enqueue()
+    wait_for(lambda: app.get_run(ref.id).waiting is not None, what="the park")
+    run = app.get_run(ref.id)
+    nap = run.steps[0]
+    shown = CliRunner().invoke(main, ["--database-url", db_url, "run", ref.id]).output
+    assert f"1. nap: succeeded (attempt 1, {nap['started_at']}, took 3" in shown, shown
+    assert f"2. wait:go: waiting (attempt 1, {run.steps[1]['started_at']})\n" in shown, shown  # no "took"
+    app.cancel(ref.id)
+    shown = CliRunner().invoke(main, ["--database-url", db_url, "run", ref.id]).output
+    assert "2. wait:go: not resumed, the run was cancelled (attempt 1, " in shown, shown

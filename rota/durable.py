@@ -243,6 +243,12 @@ class Durable:
         signal = check_name(signal, "signal")
         seconds = MAX_WAIT.total_seconds() if timeout is None else seconds_of(timeout, "wait timeout")
         name = f"wait:{signal}"
+        if name in self._seen:
+            raise StepError(
+                f"ctx.wait_for({signal!r}) is called twice in run {self.run_id} of {self.task} (or a step is named "
+                f"{name!r}): a run waits once per signal name, and keeps the first signal of a name; wait for "
+                "another name the second time"
+            )
         saved = self.saved(name)
         if saved is None or saved.outcome != SUCCEEDED:
             sent = self.store.signal_of(self.run_id, signal)

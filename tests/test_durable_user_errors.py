@@ -33,6 +33,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
         ("nested", "cannot be saved as JSON: the value['at'] is a builtins.object"),
         ("called", "ctx.step('b', {{'id': 1}}): pass the step's function and its arguments"),
         ("long_name", "invalid step name 'xxxxxxxxxx"),
+        ("wait_twice", "ctx.wait_for('go') is called twice in run {id} of wrong (or a step is named 'wait:go')"),
     ],
 )
 def test_a_step_used_wrongly_fails_with_one_line_naming_the_value(app: rota.App, body: str, line: str) -> None:
@@ -46,6 +47,9 @@ def test_a_step_used_wrongly_fails_with_one_line_naming_the_value(app: rota.App,
             ctx.step("b", lambda: {"at": object()})
         elif body == "called":  # the function's result passed instead of the function
             ctx.step("b", {"id": 1})
+        elif body == "wait_twice":
+            ctx.wait_for("go", timeout=0)
+            ctx.wait_for("go", timeout=0)
         else:
             ctx.step("x" * 1000, lambda: 1)
 
@@ -92,3 +96,26 @@ def test_rota_run_shows_when_a_step_started_and_a_wait_that_ended_with_the_run(a
     app.cancel(ref.id)
     shown = CliRunner().invoke(main, ["--database-url", db_url, "run", ref.id]).output
     assert "2. wait:go: not resumed, the run was cancelled (attempt 1, " in shown, shown
+
+
+def test_a_signalled_run_in_a_paused_queue_is_due_not_parked(app: rota.App, db_url: str) -> None:
+    from rota import lifecycle
+
+    @app.task(name="confirm", pass_context=True)
+    def confirm(ctx: rota.RunContext) -> str:
+        got = ctx.wait_for("go", timeout=3600)
+        return "expired" if got is None else f"got {got.payload}"
+
+    start_worker(app, poll_interval=0.05)
+    ref = confirm.enqueue()
+    wait_for(lambda: app.get_run(ref.id).waiting is not None, what="the park")
+    assert lifecycle.state_of(app.get_run(ref.id), app.store.now()) == lifecycle.PARKED
+    app.pause_queue("default")
+    app.signal(ref.id, "go", 1)
+    run = app.get_run(ref.id)
+    assert run.status == "pending" and run.waiting is None, run.waiting  # its signal came: due, not parked
+    assert lifecycle.state_of(run, app.store.now()) == lifecycle.DUE
+    shown = CliRunner().invoke(main, ["--database-url", db_url, "run", ref.id]).output
+    assert "parked:" not in shown, shown
+    app.resume_queue("default")
+    assert ref.wait(15).result == "got 1"

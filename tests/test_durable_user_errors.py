@@ -119,3 +119,17 @@ def test_a_signalled_run_in_a_paused_queue_is_due_not_parked(app: rota.App, db_u
     assert "parked:" not in shown, shown
     app.resume_queue("default")
     assert ref.wait(15).result == "got 1"
+
+
+def test_the_worker_log_says_what_a_parked_run_waits_for(app: rota.App, caplog: pytest.LogCaptureFixture) -> None:
+    @app.task(name="parks", pass_context=True)
+    def parks(ctx: rota.RunContext) -> None:
+        ctx.wait_for("email-confirmed", timeout=60)
+
+    caplog.set_level("INFO", logger="rota")
+    start_worker(app, poll_interval=0.05)
+    ref = parks.enqueue()
+    wait_for(lambda: app.get_run(ref.id).waiting is not None, what="the park")
+    wait_for(lambda: "parked" in caplog.text, what="the log line")
+    line = f"run {ref.id} parks parked, waiting for signal 'email-confirmed', for up to 60 s"
+    assert line in caplog.text, caplog.text

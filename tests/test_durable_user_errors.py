@@ -133,3 +133,25 @@ def test_the_worker_log_says_what_a_parked_run_waits_for(app: rota.App, caplog: 
     wait_for(lambda: "parked" in caplog.text, what="the log line")
     line = f"run {ref.id} parks parked, waiting for signal 'email-confirmed', for up to 60 s"
     assert line in caplog.text, caplog.text
+
+
+def test_a_handler_taking_a_run_context_without_pass_context_is_refused_at_registration(tmp_path: Any) -> None:
+    app = rota.App(f"sqlite:///{tmp_path}/rota.db")
+
+    def onboard(ctx: rota.RunContext, user_id: int) -> str:  # the example, pass_context forgotten
+        return str(ctx.step("create-account", lambda: user_id))
+
+    with pytest.raises(rota.ConfigurationError) as info:
+        app.task(retries=5)(onboard)
+    assert str(info.value) == (
+        f"task '{__name__}.{onboard.__qualname__}': its first parameter 'ctx' is annotated RunContext, but the task "
+        "is declared without pass_context=True, so it would get the run's first argument: declare "
+        "@app.task(pass_context=True, ...)"
+    )
+    assert app.task(pass_context=True)(onboard).name.endswith("onboard")
+
+    def plain(user_id: int) -> int:
+        return user_id
+
+    app.task()(plain)  # other handlers as before
+    app.close()

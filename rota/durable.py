@@ -100,6 +100,11 @@ def seconds_of(delta: object, what: str) -> float:
         seconds = delta.total_seconds()
     elif isinstance(delta, int | float) and not isinstance(delta, bool):
         seconds = float(delta)
+    elif isinstance(delta, datetime):  # a point in time, naive or not: the time left is asked for
+        raise StepError(
+            f"invalid {what} {delta!r}: a timedelta or a number of seconds, not a datetime (to wait until a "
+            "time, pass the time left: until - datetime.now(UTC), with an aware until)"
+        )
     else:
         raise StepError(f"invalid {what} {delta!r}: a timedelta or a number of seconds")
     if not 0 <= seconds <= MAX_WAIT.total_seconds():

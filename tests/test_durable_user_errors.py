@@ -4,6 +4,7 @@ naming the value and what is valid, on every store; and `rota run` shows a step'
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -33,6 +34,14 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
         ("nested", "cannot be saved as JSON: the value['at'] is a builtins.object"),
         ("called", "ctx.step('b', {{'id': 1}}): pass the step's function and its arguments"),
         ("long_name", "invalid step name 'xxxxxxxxxx"),
+        (
+            "naive_sleep",
+            "invalid sleep duration datetime.datetime(2026, 12, 8, 10, 0): a timedelta or a number of seconds, not a datetime",
+        ),
+        (
+            "aware_timeout",
+            "invalid wait timeout datetime.datetime(2026, 12, 8, 10, 0, tzinfo=datetime.timezone.utc): a timedelta",
+        ),
         ("wait_twice", "ctx.wait_for('go') is called twice in run {id} of wrong (or a step is named 'wait:go')"),
     ],
 )
@@ -47,6 +56,10 @@ def test_a_step_used_wrongly_fails_with_one_line_naming_the_value(app: rota.App,
             ctx.step("b", lambda: {"at": object()})
         elif body == "called":  # the function's result passed instead of the function
             ctx.step("b", {"id": 1})
+        elif body == "naive_sleep":
+            ctx.sleep(datetime(2026, 12, 8, 10, 0))
+        elif body == "aware_timeout":
+            ctx.wait_for("go", timeout=datetime(2026, 12, 8, 10, 0, tzinfo=UTC))
         elif body == "wait_twice":
             ctx.wait_for("go", timeout=0)
             ctx.wait_for("go", timeout=0)

@@ -4,6 +4,7 @@ turn their options into a ScheduleSpec (mixed into App by rota.app)."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +21,7 @@ from .errors import (
 )
 from .events import Events, check_notify_on
 from .limits import Limit, Rate, declared
+from .runs import RunContext
 from .serialization import check_name as check_name
 from .serialization import check_text, encode_arguments
 from .stores.base import ScheduleDef
@@ -195,6 +197,26 @@ def _task_options(options: Mapping[str, Any], base: TaskOptions | None = None) -
     return (base or TaskOptions()).merged(**options)
 
 
+def _check_context(name: str, fn: Callable[..., Any], opts: TaskOptions) -> None:
+    """A handler whose first parameter is annotated RunContext, declared without
+    pass_context=True, would get the run's first argument there: refused at registration."""
+    if opts.pass_context or opts.transactional:
+        return
+    try:
+        first = next(iter(inspect.signature(fn).parameters.values()), None)
+    except (TypeError, ValueError):
+        return
+    if first is None:
+        return
+    hint = first.annotation
+    if hint is RunContext or (isinstance(hint, str) and hint.rsplit(".", 1)[-1] == "RunContext"):
+        raise ConfigurationError(
+            f"task {name!r}: its first parameter {first.name!r} is annotated RunContext, but the task is declared "
+            "without pass_context=True, so it would get the run's first argument: declare "
+            "@app.task(pass_context=True, ...)"
+        )
+
+
 def _stored_backoff(text: str | None) -> Backoff:
     return Backoff.from_json(json.loads(text)) if text else Backoff()
 
@@ -283,6 +305,7 @@ class Declarations:
             )
         opts = _task_options(options)
         check_handler(name, fn, opts)  # rota.transactional: no async def, no process isolation
+        _check_context(name, fn, opts)
         if opts.isolation == "process":
             from .executor import handler_path
 

@@ -81,8 +81,17 @@ class Signal:
 
 def check_name(name: object, what: str = "step") -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
-        raise StepError(f"invalid {what} name {name!r}: a non-blank string of at most {MAX_NAME} characters")
+        raise StepError(f"invalid {what} name {shown(name)}: a non-blank string of at most {MAX_NAME} characters")
     return name
+
+
+def shown(value: object, width: int = 60) -> str:
+    """`value`'s repr for an error's one line: a long one is cut, with its length."""
+    text = repr(value)
+    if len(text) <= width:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return f"{text[:width]}...{size}"
 
 
 def seconds_of(delta: object, what: str) -> float:
@@ -91,6 +100,11 @@ def seconds_of(delta: object, what: str) -> float:
         seconds = delta.total_seconds()
     elif isinstance(delta, int | float) and not isinstance(delta, bool):
         seconds = float(delta)
+    elif isinstance(delta, datetime):  # a point in time, naive or not: the time left is asked for
+        raise StepError(
+            f"invalid {what} {delta!r}: a timedelta or a number of seconds, not a datetime (to wait until a "
+            "time, pass the time left: until - datetime.now(UTC), with an aware until)"
+        )
     else:
         raise StepError(f"invalid {what} {delta!r}: a timedelta or a number of seconds")
     if not 0 <= seconds <= MAX_WAIT.total_seconds():
@@ -163,11 +177,10 @@ class Durable:
 
     def encode(self, name: str, value: Any) -> str:
         try:
-            return encode_result(f"step {name!r} of {self.task}", value)
+            return encode_result(self.task, value, label="the value")
         except (SerializationError, TypeError, ValueError) as exc:
             raise StepError(
-                f"the result of step {name!r} of {self.task} (run {self.run_id}) cannot be saved as JSON "
-                f"({type(value).__name__}: {exc}); return JSON data: dict, list, str, int, float, bool or None"
+                f"the result of step {name!r} of {self.task} (run {self.run_id}) cannot be saved as JSON: {exc}"
             ) from None
 
     # -- steps ---------------------------------------------------------------------------
@@ -235,6 +248,12 @@ class Durable:
         signal = check_name(signal, "signal")
         seconds = MAX_WAIT.total_seconds() if timeout is None else seconds_of(timeout, "wait timeout")
         name = f"wait:{signal}"
+        if name in self._seen:
+            raise StepError(
+                f"ctx.wait_for({signal!r}) is called twice in run {self.run_id} of {self.task} (or a step is named "
+                f"{name!r}): a run waits once per signal name, and keeps the first signal of a name; wait for "
+                "another name the second time"
+            )
         saved = self.saved(name)
         if saved is None or saved.outcome != SUCCEEDED:
             sent = self.store.signal_of(self.run_id, signal)
@@ -284,7 +303,7 @@ class Durable:
         if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction <= 1:
             raise StepError(f"invalid progress fraction {fraction!r}: a number from 0 to 1")
         if message is not None and (not isinstance(message, str) or len(message) > MAX_MESSAGE):
-            raise StepError(f"invalid progress message {message!r}: a string of at most {MAX_MESSAGE} characters")
+            raise StepError(f"invalid progress message {shown(message)}: a string of at most {MAX_MESSAGE} characters")
         self.progress = (float(fraction), message)
 
 

@@ -123,11 +123,11 @@ class RunContext:
     def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run `fn(*args, **kwargs)` once per run: its JSON result is saved (fenced by this
         attempt's token) and returned again, without running it, by every later execution."""
-        return self._steps("ctx.step").step(name, fn, args, kwargs)
+        return self._steps("ctx.step").step(name, _callable(name, fn), args, kwargs)
 
     async def step_async(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """`step` for async handlers: `fn` may be a coroutine function."""
-        return await self._steps("ctx.step_async").step_async(name, fn, args, kwargs)
+        return await self._steps("ctx.step_async").step_async(name, _callable(name, fn), args, kwargs)
 
     def sleep(self, duration: Any, *, name: str | None = None) -> None:
         """Park the run for `duration` (timedelta or seconds): the handler's execution ends
@@ -151,6 +151,18 @@ class RunContext:
 
     def __repr__(self) -> str:
         return f"RunContext(run_id={self.run_id!r}, task={self.task!r}, attempt={self.attempt}, token={self.token})"
+
+
+def _callable(name: object, fn: object) -> Callable[..., Any]:
+    """The step's function, or one line when its result was passed instead (ctx.step("a", f(x)))."""
+    if not callable(fn):
+        from .durable import StepError, shown
+
+        raise StepError(
+            f"ctx.step({name!r}, {shown(fn)}): pass the step's function and its arguments, "
+            f"ctx.step(name, fn, *args), not what calling it returns (a {type(fn).__name__})"
+        )
+    return fn
 
 
 class RunHandle:

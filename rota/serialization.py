@@ -215,16 +215,19 @@ def check_text(what: str, value: str, *, nul: bool = True) -> str:
     return value
 
 
-def encode_result(task: str, value: Any) -> str:
+def encode_result(task: str, value: Any, label: str | None = None) -> str:
+    """`value` as JSON text; what is not JSON raises naming it as `label` (by default "the
+    result of TASK()") followed by its path in the value."""
+    where = label or f"the result of {task}()"
     try:
         return storable(_encoder.encode(value))
     except RecursionError:
         raise SerializationError(
-            f"the result of {task}() is nested too deeply to store as JSON (lists and objects inside "
+            f"{where} is nested too deeply to store as JSON (lists and objects inside "
             "each other, beyond Python's recursion limit); return something flatter"
         ) from None
     except (TypeError, ValueError):
-        _check(value, f"the result of {task}()", limit=sys.maxsize, ints=True)  # what is not JSON; any depth
+        _check(value, where, limit=sys.maxsize, ints=True)  # what is not JSON; any depth
         raise  # pragma: no cover
 
 

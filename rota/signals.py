@@ -120,9 +120,9 @@ def _checked(run_id: str | int, name: str, payload: Any) -> tuple[int, str, str]
     rid = parse_run_id(run_id)
     check_name(name, "signal")
     try:
-        text = encode_result(f"signal {name!r}", payload)
+        text = encode_result(f"signal {name!r}", payload, label=f"the payload of signal {name!r}")
     except (SerializationError, TypeError, ValueError) as exc:
-        raise SerializationError(f"the payload of signal {name!r} is not JSON: {exc}") from None
+        raise SerializationError(str(exc)) from None
     return rid, name, text
 
 

@@ -263,8 +263,12 @@ def _show_durable(run: Run) -> None:
     if run.steps:
         click.echo("\nsteps:")
     for step in run.steps:
-        took = _took(step["started_at"], step["finished_at"])
-        line = f"  {step['seq'] + 1}. {step['name']}: {step['outcome']} (attempt {step['attempt']}, {step['finished_at']}{took})"
+        outcome, took = step["outcome"], _took(step["started_at"], step["finished_at"])
+        if outcome == "waiting":  # no end yet; a run that ended while parked never resumes it
+            took = ""
+            if run.status not in ("pending", "running"):
+                outcome = f"not resumed, the run was {run.status}"
+        line = f"  {step['seq'] + 1}. {step['name']}: {outcome} (attempt {step['attempt']}, {step['started_at']}{took})"
         if step["error"]:
             line += f": {step['error'].get('type')}: {step['error'].get('message')}"
         click.echo(clean(line, newlines=False))

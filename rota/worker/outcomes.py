@@ -176,13 +176,19 @@ class Decider:
         elif status == PARKED:
             fields["attempt"] = c.attempt - (c.started_at is not None)  # a park is not an attempt's end
             fields["wake_in"] = round(record.retry_in, 3)
-            message = f"run {c.id} {c.task} parked ({record.result}) for up to {record.retry_in:g} s"
+            message = f"run {c.id} {c.task} parked, {_parked(record.result)}, for up to {record.retry_in:g} s"
         elif status == "pending":  # the attempt's duration, then the backoff before the next one
             fields["retry_in"] = retry_in = round(record.retry_in, 3)
             message = f"run {c.id} {c.task} failed after {duration:.3f} s {attempt}; retrying in {retry_in:g} s"
         else:
             message = f"run {c.id} {c.task} {status} after {duration:.3f} s {attempt}"
         _line(_LEVELS[status], _EVENTS[status], message, fields)
+
+
+def _parked(result: str | None) -> str:
+    """What a park waits for, in its log line (its result: [kind, signal name])."""
+    kind, name = json.loads(result or "[null, null]")
+    return f"waiting for signal {name!r}" if kind == "signal" else "sleeping"
 
 
 def damaged_error(reason: str) -> str:

@@ -85,9 +85,10 @@ SELECT payload, sent_at FROM rota_signals WHERE run_id = :id AND name = :name
 SELECT name, payload, sent_at FROM rota_signals WHERE run_id = :id ORDER BY sent_at, name
 
 -- name: wait_of
--- (a run the flow claim moved to its rate's window, rate_waited, is past its wait: rate_wait_of)
+-- (a run the flow claim moved to its rate's window, rate_waited, is past its wait: rate_wait_of;
+-- one due now, its wait over or its signal come, is past it too: due, not parked, as lifecycle.state_of)
 SELECT w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id AND r.token = w.token
-WHERE w.run_id = :id AND r.status = 'pending' AND NOT r.rate_waited
+WHERE w.run_id = :id AND r.status = 'pending' AND NOT r.rate_waited AND r.due_at > {now}
 
 -- name: rate_wait_of
 -- A pending run waiting for its rate's window (flow_bump moved it there: a resumed parked run

@@ -104,3 +104,13 @@ def kill_sessions(url: str, database: str | None = None, ports: set[int] | None 
     finally:
         conn.close()
     return ended
+
+
+def kill_query(url: str, session: int) -> None:
+    """End the statement session `session` runs (KILL QUERY), not the session."""
+    conn = admin(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"KILL QUERY {int(session)}")
+    finally:
+        conn.close()

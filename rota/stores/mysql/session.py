@@ -39,6 +39,20 @@ DriverError = pymysql.Error
 SQL_MODE = "STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 DEADLOCK, LOCK_WAIT = 1213, 1205
 _GONE = {2003, 2006, 2013, 2055, 1927, 4031}  # refused, gone away, lost, cut by the server
+# An outage as PostgreSQL's OperationalErrors and 57P01 are: no connection to be had now.
+_BUSY = {
+    1040: "too many connections",
+    1203: "the server's max_user_connections",
+    1226: "the account's connection or query limit",
+    1053: "server shutting down",
+}
+# The statement (not the session) ended for a passing reason, as PostgreSQL's 57014.
+_INTERRUPTED = {
+    1317: "statement interrupted (KILL QUERY)",
+    1969: "statement timeout (max_statement_time)",
+    3024: "statement timeout (max_execution_time)",
+    1637: "too many active transactions",
+}
 _FOR_GOOD = {1044, 1045, 1049, 1698}  # access denied, unknown database: no retry helps
 _DENIED = {1142, 1143, 1227, 1370}  # a command refused on a table, a column, a privilege
 _STEP = re.compile(r"^;\s*$", re.MULTILINE)  # the line that ends one step of a named query
@@ -279,6 +293,10 @@ def translate(exc: pymysql.Error, url: str) -> DatabaseError:
         return DatabaseRefused(f"cannot connect to {where}: {text}")
     if code in _GONE or isinstance(exc, pymysql.err.InterfaceError):
         return DatabaseUnavailable(f"{where}: {text or 'the connection is closed'}")
+    if code in _BUSY:
+        return DatabaseUnavailable(f"{where}: {text} ({_BUSY[code]}; transient, try again)")
+    if code in _INTERRUPTED:
+        return DatabaseTransient(f"{where}: {text} ({_INTERRUPTED[code]}; transient, try again)")
     if code in _DENIED:
         return PermissionDenied(f"{where}: {text}")
     if code == 1290 or "read-only" in str(text) or "read only" in str(text):

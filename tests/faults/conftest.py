@@ -16,7 +16,7 @@ import pytest
 import rota
 from rota.stores.base import NewRun
 
-from ..conftest import IN_CI, MYSQL, MYSQL_URL, PG_URL, make_app, store_url
+from ..conftest import IN_CI, MYSQL, MYSQL_URL, PG_URL, WITH_MYSQL, make_app, store_url
 from ..procs import WorkerProcs, wait_until
 from .netns import Host, netns_problem
 from .proxy import FaultProxy
@@ -43,6 +43,12 @@ def upstream_of(url: str) -> tuple[str, int]:
     """The host and port a database URL connects to."""
     parts = urlsplit(url)
     return parts.hostname or "127.0.0.1", parts.port or (3306 if parts.scheme in ("mysql", "mariadb") else 5432)
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Every fault test that takes a store runs on SQLite, PostgreSQL and MySQL/MariaDB."""
+    yield from store_url(request, tmp_path)
 
 
 @pytest.fixture(params=SERVERS)

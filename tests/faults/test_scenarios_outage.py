@@ -72,7 +72,7 @@ def test_database_restart_loses_no_run_to_missed_heartbeats(
     for _ in range(2):
         procs.start(APP, concurrency=4, lease=LEASE, poll=0.1)
     wait_until(lambda: starts(exec_log) >= 8, 30, "eight runs to start")
-    end_sessions(server_url, name, proxy)  # (first: MySQL's are found by the proxy's open connections)
+    assert end_sessions(server_url, name, proxy) > 0  # (first: MySQL's are found by the proxy's open connections)
     proxy.blackhole()
     time.sleep(LEASE * 2.5)
     proxy.restore()

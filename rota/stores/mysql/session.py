@@ -299,7 +299,8 @@ def translate(exc: pymysql.Error, url: str) -> DatabaseError:
         return DatabaseTransient(f"{where}: {text} ({_INTERRUPTED[code]}; transient, try again)")
     if code in _DENIED:
         return PermissionDenied(f"{where}: {text}")
-    if code == 1290 or "read-only" in str(text) or "read only" in str(text):
+    said = str(text).lower()  # (1792: "... in a READ ONLY transaction", also under tx_read_only)
+    if code in (1290, 1792, 1836) or "read-only" in said or "read only" in said:
         return DatabaseTransient(f"{where}: {text} (the server is read-only for now)")
     return DatabaseError(f"{where}: {text}")
 

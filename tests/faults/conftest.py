@@ -57,6 +57,12 @@ def server_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from store_url(request, tmp_path)
 
 
+@pytest.fixture(params=[MYSQL])
+def mysql_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty MySQL/MariaDB database (a MySQL mechanism's own test)."""
+    yield from store_url(request, tmp_path)
+
+
 @pytest.fixture
 def server_client(server_url: str) -> Iterator[rota.App]:
     """The test's own app on server_url (direct, never through a proxy)."""

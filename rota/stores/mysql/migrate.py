@@ -6,7 +6,10 @@ it. So each migration's statements run first and its version is recorded right a
 one process migrates at a time (GET_LOCK on the database's name). A migration that failed
 halfway leaves the statements before the failure applied and its version unrecorded: the
 error names the migration and the statement, and `rota migrate` after the fix runs it again
-(every statement of a migration here can be run again only where it says so)."""
+(every statement of a migration here can be run again only where it says so). A migration
+cut short (a connection cut, a server restart, a worker killed while it migrated) is run again
+the same way: what it had made is already there (a table, column, index, trigger or row: the
+"already exists" errors of _APPLIED) and is passed over."""
 
 from __future__ import annotations
 
@@ -20,6 +23,9 @@ from ..sqlstore.queries import latest_version, load_migrations
 from .session import Pool, check_version
 
 _LOCK_WAIT = 600  # seconds a migrating process waits for another one
+# A statement of a migration whose version is not recorded that made what exists already: a
+# table (1050), column (1060), index (1061), row (1062) or trigger (1359).
+_APPLIED = (1050, 1060, 1061, 1062, 1359)
 
 
 class MySQLMigrations:
@@ -86,6 +92,8 @@ class MySQLMigrations:
                 try:
                     s.cur.execute(statement)
                 except Exception as exc:
+                    if _code(exc) in _APPLIED:
+                        continue  # made by an earlier attempt cut short before the version was recorded
                     if _denied(exc):
                         raise PermissionDenied(
                             f"migration {m.version:04d}_{m.name} on {redact(self.url)} was refused: {exc}; the "
@@ -100,8 +108,13 @@ class MySQLMigrations:
         return applied
 
 
+def _code(exc: Exception) -> object:
+    args = getattr(exc, "args", None)
+    return args[0] if args else None
+
+
 def _denied(exc: Exception) -> bool:
-    return bool(getattr(exc, "args", None)) and exc.args[0] in (1044, 1142, 1227, 1419)
+    return _code(exc) in (1044, 1142, 1227, 1419)
 
 
 _END = re.compile(r";\s*$")

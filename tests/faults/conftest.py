@@ -35,10 +35,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 SERVERS = [pytest.param("postgres", marks=pytest.mark.postgres), MYSQL]
 
 
-def pg_upstream() -> tuple[str, int]:
-    return upstream_of(PG_URL)
-
-
 def upstream_of(url: str) -> tuple[str, int]:
     """The host and port a database URL connects to."""
     parts = urlsplit(url)
@@ -203,7 +199,7 @@ def hosts(tmp_path: Path, exec_log: Path) -> Iterator[Callable[[int, str], Host]
     made: list[Host] = []
 
     def factory(n: int, url: str) -> Host:
-        host = Host(n, pg_upstream(), tmp_path / f"host-{n}", url)
+        host = Host(n, upstream_of(url), tmp_path / f"host-{n}", url)
         host.procs.env["ROTA_TEST_LOG"] = str(exec_log)
         made.append(host)
         return host

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ...config import redact_url as redact
 from ...errors import DatabaseError, PermissionDenied, SchemaVersionError
 from ..sqlstore.queries import latest_version, load_migrations
-from .session import Pool, check_version
+from .session import IDLE_IN_TRANSACTION, Pool, check_version
 
 _LOCK_WAIT = 600  # seconds a migrating process waits for another one
 # A statement of a migration whose version is not recorded that made what exists already: a
@@ -42,12 +42,16 @@ class MySQLMigrations:
 
     def _check_server(self, pool: Pool) -> None:
         """The version check, on the pool's first connection: MariaDB 10.6+ or MySQL 8.0.4+.
-        MariaDB spells the isolation variable tx_isolation before 11.1, MySQL transaction_isolation."""
+        MariaDB spells the isolation variable tx_isolation before 11.1, MySQL transaction_isolation.
+        On MariaDB every session is ended after IDLE_IN_TRANSACTION seconds idle in a transaction."""
         with pool.connection() as conn, conn.cursor() as cur:
             cur.execute("SELECT VERSION()")
             version = str(cur.fetchone()[0])
             self.server = check_version(version, self.url)
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            if self.server.startswith("MariaDB"):  # (MySQL has no idle bound: docs/how-to/deploy.md)
+                pool.bounds = f"SET SESSION idle_transaction_timeout = {IDLE_IN_TRANSACTION}"
+                cur.execute(pool.bounds)
 
     def schema_version(self) -> tuple[int, int]:
         latest = latest_version(load_migrations("mysql"))

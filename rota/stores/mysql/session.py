@@ -132,6 +132,7 @@ class Pool:
         self._lock = threading.Lock()
         self._closed = False
         self.isolation: str | None = None  # the statement that sets READ COMMITTED (by server)
+        self.bounds: str | None = None  # the session bounds the server has (see migrate._check_server)
 
     def _new(self) -> pymysql.connections.Connection[Any]:
         try:
@@ -141,6 +142,8 @@ class Pool:
         try:
             with conn.cursor() as cur:
                 cur.execute(self.isolation or "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                if self.bounds:
+                    cur.execute(self.bounds)
         except pymysql.Error as exc:
             conn.close()
             raise translate(exc, self.url) from exc
@@ -203,7 +206,7 @@ class Session:
     last step that returned rows are the query's rows. No ids: nothing more runs. Steps
     before the first SELECT (an INSERT) just run."""
 
-    __slots__ = ("conn", "cur", "in_tx", "now", "queries", "settle", "wake")
+    __slots__ = ("after", "conn", "cur", "in_tx", "now", "queries", "settle", "wake")
 
     def __init__(
         self,
@@ -220,6 +223,7 @@ class Session:
         self.in_tx = in_tx
         self.settle = settle  # after a query in ENDING, with the ids it changed (see hot_path.settle)
         self.wake: list[str] = []
+        self.after: list[str] = []  # run once the transaction ended (a setting put back)
 
     def q(self, name: str, /, **params: Any) -> list[Row]:
         return self.q_text(self.queries[name], _ending=name in ENDING, **params)
@@ -281,6 +285,15 @@ def _steps(sql: str) -> list[str]:
     if steps is None:
         steps = _split[sql] = [s.strip() for s in _STEP.split(sql) if s.strip()]
     return steps
+
+
+# A session idle inside a transaction for this long is ended by the server (MariaDB's
+# idle_transaction_timeout; MySQL has none): a host frozen or cut off without a reset after it
+# locked the token counter (a claim) or a schedule's row (a tick) would else hold them until
+# wait_timeout (8 hours). As PostgreSQL's idle_in_transaction_session_timeout, 60 s; a tick's
+# transaction, whose statements go back to back, 1 s (PostgreSQL's tick_idle_timeout), and it
+# waits at most 1 s for a row another host holds (innodb_lock_wait_timeout's least).
+IDLE_IN_TRANSACTION, TICK_IDLE, TICK_LOCK_WAIT = 60, 1, 1
 
 
 def translate(exc: pymysql.Error, url: str) -> DatabaseError:

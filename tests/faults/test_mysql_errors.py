@@ -155,3 +155,34 @@ def test_a_migration_cut_short_before_its_version_was_recorded_runs_again(db_url
         assert app.get_run(run_id).status == "pending"
     finally:
         app.close()
+
+
+def test_sessions_are_bounded_and_keepalives_set(db_url: str) -> None:
+    """As the PostgreSQL store's: TCP keepalives notice a dead peer in about 20 s; on MariaDB a
+    session idle in a transaction for 60 s is ended (a frozen host's claim holding the token
+    counter held every claim for wait_timeout, 8 hours), a tick's transaction after 1 s, and
+    the session's settings are put back after the tick."""
+    import socket
+
+    app = make_app(db_url)
+    try:
+        store: Any = app.store
+        with store._read() as s:
+            sock = s.conn._sock
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
+            maria = "MariaDB" in s.q_text("SELECT VERSION()")[0][0]
+            idle = "idle_transaction_timeout" if maria else "wait_timeout"
+            before = s.q_text(f"SELECT @@SESSION.{idle}, @@SESSION.innodb_lock_wait_timeout")[0]
+        if maria:
+            assert before == (60, 5)
+        with store._tx() as s:
+            store._bound_tick_locks(s)
+            during = s.q_text(f"SELECT @@SESSION.{idle}, @@SESSION.innodb_lock_wait_timeout")[0]
+            conn = s.conn
+        assert during == ((1, 1) if maria else (before[0], 1))
+        with store._read() as s:
+            assert s.conn is conn  # the same pooled session, its settings put back
+            assert s.q_text(f"SELECT @@SESSION.{idle}, @@SESSION.innodb_lock_wait_timeout")[0] == before
+    finally:
+        app.close()

@@ -9,6 +9,7 @@ rows they touch and nothing between them), a strict `sql_mode`, and a lock wait 
 from __future__ import annotations
 
 import re
+import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -139,6 +140,7 @@ class Pool:
             conn = pymysql.connect(**self.kwargs)
         except pymysql.Error as exc:
             raise translate(exc, self.url) from exc
+        keepalive(conn)
         try:
             with conn.cursor() as cur:
                 cur.execute(self.isolation or "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
@@ -188,6 +190,20 @@ class Pool:
     def close(self) -> None:
         self._closed = True
         self.drop_idle()
+
+
+# TCP keepalives as the PostgreSQL store's: a server, host or network gone without a reset is
+# noticed in about 20 s (PyMySQL turns keepalives on with the kernel's timing: 2 hours).
+_KEEPALIVE = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 3, "TCP_KEEPCNT": 3}
+
+
+def keepalive(conn: pymysql.connections.Connection[Any]) -> None:
+    sock = getattr(conn, "_sock", None)
+    if sock is None or sock.family != socket.AF_INET and sock.family != socket.AF_INET6:
+        return  # (a Unix socket has no peer to lose)
+    for option, value in _KEEPALIVE.items():
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 def _close_quietly(conn: pymysql.connections.Connection[Any]) -> None:

@@ -87,9 +87,7 @@ def test_the_server_errors_are_classified_as_postgresqls(code: int, kind: type[D
     assert type(error) is kind
 
 
-def test_a_worker_started_at_its_accounts_connection_limit_waits_for_a_free_one(
-    db_url: str, tmp_path: Path
-) -> None:
+def test_a_worker_started_at_its_accounts_connection_limit_waits_for_a_free_one(db_url: str, tmp_path: Path) -> None:
     """An account at its connection limit (its MAX_USER_CONNECTIONS: 1226; the server's
     max_user_connections: 1203; max_connections: 1040) is an outage for a worker that starts, as PostgreSQL's "too many
     clients" is: it waits with one warning, starts once a connection is free and runs."""

@@ -71,9 +71,7 @@ def test_a_cut_in_the_middle_of_a_worker_statement_loses_nothing_and_runs_nothin
     wait_until(all_final(server_client, ids), 30, "every run to end")
     runs = check_invariants(server_client, exec_log, enqueued=warm + ids, leases_lost=False)
     started = read_log(exec_log).starts
-    assert {i: (runs[i].status, runs[i].attempt, len(started[i])) for i in ids} == {
-        i: ("succeeded", 1, 1) for i in ids
-    }
+    assert {i: (runs[i].status, runs[i].attempt, len(started[i])) for i in ids} == {i: ("succeeded", 1, 1) for i in ids}
     assert starts(exec_log) == 7
     assert "database is back" in procs.output(0)
     assert procs.procs[0].poll() is None

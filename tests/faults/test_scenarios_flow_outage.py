@@ -14,8 +14,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 import rota
 from rota.stores.base import NewRun
 

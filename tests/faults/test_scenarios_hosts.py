@@ -10,8 +10,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 import rota
 
 from ..procs import WorkerProcs, wait_until

@@ -11,8 +11,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 import rota
 from rota.stores.base import NewRun
 

@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-
-import pytest
 
 import rota
 from rota.stores.base import NewRun

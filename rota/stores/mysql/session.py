@@ -199,7 +199,7 @@ _KEEPALIVE = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 3, "TCP_KEEPCNT": 3}
 
 def keepalive(conn: pymysql.connections.Connection[Any]) -> None:
     sock = getattr(conn, "_sock", None)
-    if sock is None or sock.family != socket.AF_INET and sock.family != socket.AF_INET6:
+    if sock is None or (sock.family != socket.AF_INET and sock.family != socket.AF_INET6):
         return  # (a Unix socket has no peer to lose)
     for option, value in _KEEPALIVE.items():
         if hasattr(socket, option):

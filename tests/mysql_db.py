@@ -80,3 +80,37 @@ def execute(url: str, sql: str) -> None:
             cur.execute(sql)
     finally:
         conn.close()
+
+
+def kill_sessions(url: str, database: str | None = None, ports: set[int] | None = None) -> int:
+    """End sessions from the server's side (KILL CONNECTION), as a restart or a failover ends
+    them: those on `database`, or those whose client port is in `ports` (the connections a
+    fault proxy made), never the admin's own. How many were ended."""
+    import pymysql
+
+    conn = admin(url)
+    ended = 0
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT id, host, db FROM information_schema.processlist WHERE id <> CONNECTION_ID()")
+            for session, host, db in cur.fetchall():
+                port = str(host).rpartition(":")[2]
+                if (database is not None and db == database) or (ports and port.isdigit() and int(port) in ports):
+                    try:
+                        cur.execute(f"KILL CONNECTION {int(session)}")
+                        ended += 1
+                    except pymysql.err.OperationalError:  # (1094: it ended meanwhile)
+                        pass
+    finally:
+        conn.close()
+    return ended
+
+
+def kill_query(url: str, session: int) -> None:
+    """End the statement session `session` runs (KILL QUERY), not the session."""
+    conn = admin(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"KILL QUERY {int(session)}")
+    finally:
+        conn.close()

@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -192,12 +193,35 @@ def _terminate_backends(application_name: str) -> int:
     return len(rows)
 
 
-def test_worker_survives_its_postgres_connections_being_cut(pg_url: str, tmp_path: Path) -> None:
+@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres), MYSQL])
+def server_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database on a server that can end a worker's sessions: PostgreSQL, MySQL/MariaDB."""
+    yield from store_url(request, tmp_path)
+
+
+def _named(url: str, name: str) -> str:
+    """The URL the worker uses: on PostgreSQL its sessions carry `name` (application_name);
+    on MySQL the test's database is the worker's alone (see _end_sessions)."""
+    return f"{url}&application_name={name}" if url.startswith("postgres") else url
+
+
+def _end_sessions(url: str, name: str) -> int:
+    """End the worker's sessions from the server's side: pg_terminate_backend of those named
+    `name`, or MySQL's KILL CONNECTION of every session on the test's database (the test's
+    own client drops its pool afterwards)."""
+    if url.startswith("postgres"):
+        return _terminate_backends(name)
+    from . import mysql_db
+    from .conftest import MYSQL_URL
+
+    return mysql_db.kill_sessions(MYSQL_URL, database=urlsplit(url).path.lstrip("/"))
+
+
+def test_worker_survives_its_connections_being_cut_by_the_server(server_url: str, tmp_path: Path) -> None:
     name = f"rota_cut_{os.getpid()}_{random.randrange(10**6)}"
-    url = f"{pg_url}&application_name={name}"
-    workers = WorkerProcs(url, tmp_path)
+    workers = WorkerProcs(_named(server_url, name), tmp_path)
     workers.env["ROTA_TEST_LOG"] = str(tmp_path / "executions.log")
-    app = make_app(pg_url)
+    app = make_app(server_url)
     try:
         workers.start(concurrency=4, lease=3)
         enqueue(app, "chaos", [((i, 0.02), {}) for i in range(400)])
@@ -207,10 +231,11 @@ def test_worker_survives_its_postgres_connections_being_cut(pg_url: str, tmp_pat
         deadline = time.monotonic() + 60
         while rounds < 6 and time.monotonic() < deadline:
             time.sleep(0.5)
-            rounds += _terminate_backends(name) > 0
+            rounds += _end_sessions(server_url, name) > 0
         assert rounds == 6, (
             f"only {rounds} cuts: the worker did not reconnect within 60 s:\n{workers.output(0)[-3000:]}"
         )
+        app.store.close()  # (MySQL: the test's own sessions were ended too)
         wait_until(
             lambda: app.store.count_by_status().get("succeeded", 0) == 400,
             90,
@@ -225,23 +250,24 @@ def test_worker_survives_its_postgres_connections_being_cut(pg_url: str, tmp_pat
     assert output.count("database unavailable") <= 6 * 2  # once per outage, not once per poll
 
 
-def test_worker_starts_while_its_postgres_connections_are_cut(pg_url: str, tmp_path: Path) -> None:
+def test_worker_starts_while_its_connections_are_cut(server_url: str, tmp_path: Path) -> None:
     """Connections cut while the worker starts (migration check, privilege probe,
     registration) are an outage it waits out, not a reason to exit (CI once saw a worker
     exit on a cut during its start: the start only retried an unreachable database)."""
     name = f"rota_cutstart_{os.getpid()}_{random.randrange(10**6)}"
-    workers = WorkerProcs(f"{pg_url}&application_name={name}", tmp_path)
-    app = make_app(pg_url)
+    workers = WorkerProcs(_named(server_url, name), tmp_path)
+    app = make_app(server_url)
     try:
         proc = workers.start(concurrency=2, lease=3)
         # Cut every 10 ms, for at least 2 s and 5 cuts (each start attempt waits longer: about
         # 4 s for the fifth cut here, 8 s for the tenth).
         cuts, began = 0, time.monotonic()
         while (cuts < 5 or time.monotonic() < began + 2) and time.monotonic() < began + 30 and proc.poll() is None:
-            cuts += _terminate_backends(name) > 0
+            cuts += _end_sessions(server_url, name) > 0
             time.sleep(0.01)
         assert proc.poll() is None, f"the worker exited on a cut during its start:\n{workers.output(0)[-3000:]}"
         assert cuts >= 5, f"only {cuts} cuts: the worker did not connect again within 30 s"
+        app.store.close()  # (MySQL: the test's own sessions were ended too)
         enqueue(app, "chaos", [((i, 0.01), {}) for i in range(20)])
         wait_until(lambda: app.store.count_by_status().get("succeeded", 0) == 20, 60, "all runs to succeed")
     finally:

@@ -8,14 +8,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .conftest import make_app
+from .conftest import WITH_MYSQL, make_app, store_url
 from .procs import ROOT, wait_until
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from store_url(request, tmp_path)
 
 
 def running(pid: int) -> bool:
@@ -28,8 +34,8 @@ def running(pid: int) -> bool:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="kill -9 is POSIX")
-def test_a_child_dies_with_its_worker_killed_by_sigkill(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/rota.db"
+def test_a_child_dies_with_its_worker_killed_by_sigkill(db_url: str, tmp_path: Path) -> None:
+    url = db_url
     app = make_app(url)
     app.task(name="isolated_sleep")(lambda pid_file, seconds: "done")  # a client: the worker runs APP's
     pid_file = tmp_path / "child.pid"

@@ -1,5 +1,5 @@
 """Fixtures of the fault-injection suite (tests/faults): worker processes, TCP proxies in
-front of PostgreSQL, and the execution log the invariants read. Every test here is marked
+front of PostgreSQL or MySQL/MariaDB, and the execution log the invariants read. Every test here is marked
 `faults` (run them alone with `python -m pytest tests/faults -m faults`)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import rota
 from rota.stores.base import NewRun
 
-from ..conftest import IN_CI, PG_URL, make_app
+from ..conftest import IN_CI, MYSQL, MYSQL_URL, PG_URL, WITH_MYSQL, make_app, store_url
 from ..procs import WorkerProcs, wait_until
 from .netns import Host, netns_problem
 from .proxy import FaultProxy
@@ -31,9 +31,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.faults)
 
 
-def pg_upstream() -> tuple[str, int]:
-    parts = urlsplit(PG_URL)
-    return parts.hostname or "127.0.0.1", parts.port or 5432
+# The stores reached over TCP (a proxy can stand between a worker and them).
+SERVERS = [pytest.param("postgres", marks=pytest.mark.postgres), MYSQL]
+
+
+def upstream_of(url: str) -> tuple[str, int]:
+    """The host and port a database URL connects to."""
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or (3306 if parts.scheme in ("mysql", "mariadb") else 5432)
+
+
+@pytest.fixture(params=WITH_MYSQL)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Every fault test that takes a store runs on SQLite, PostgreSQL and MySQL/MariaDB."""
+    yield from store_url(request, tmp_path)
+
+
+@pytest.fixture(params=SERVERS)
+def server_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database on a server reached over TCP: PostgreSQL, then MySQL/MariaDB."""
+    yield from store_url(request, tmp_path)
+
+
+@pytest.fixture(params=[MYSQL])
+def mysql_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty MySQL/MariaDB database (a MySQL mechanism's own test)."""
+    yield from store_url(request, tmp_path)
+
+
+@pytest.fixture
+def server_client(server_url: str) -> Iterator[rota.App]:
+    """The test's own app on server_url (direct, never through a proxy)."""
+    app = make_app(server_url)
+    yield app
+    app.close()
 
 
 @pytest.fixture
@@ -61,11 +92,12 @@ def workers(tmp_path: Path, exec_log: Path) -> Iterator[Callable[[str], WorkerPr
 
 @pytest.fixture
 def proxies() -> Iterator[Callable[..., FaultProxy]]:
-    """`proxies()`: a started FaultProxy in front of PostgreSQL; closed afterwards."""
+    """`proxies()`: a started FaultProxy in front of PostgreSQL (`proxies(url=...)`: in front
+    of the server of that URL); closed afterwards."""
     made: list[FaultProxy] = []
 
-    def factory(listen: tuple[str, int] = ("127.0.0.1", 0)) -> FaultProxy:
-        proxy = FaultProxy(pg_upstream(), listen).start()
+    def factory(listen: tuple[str, int] = ("127.0.0.1", 0), url: str = PG_URL) -> FaultProxy:
+        proxy = FaultProxy(upstream_of(url), listen).start()
         made.append(proxy)
         return proxy
 
@@ -130,6 +162,24 @@ def terminate_backends(application_name: str) -> int:
     return len(rows)
 
 
+def tagged(url: str, name: str) -> str:
+    """`url` with its sessions named `name` where the server can tell (PostgreSQL's
+    application_name; MySQL's are told apart by the proxy's ports: see end_sessions)."""
+    return f"{url}&application_name={name}" if url.startswith("postgres") else url
+
+
+def end_sessions(url: str, name: str, proxy: FaultProxy | None = None) -> int:
+    """End, from the server's side, the sessions of the workers behind `proxy`: on
+    PostgreSQL those named `name` (pg_terminate_backend), on MySQL/MariaDB those that come
+    from the proxy's own ports (KILL CONNECTION). How many were ended."""
+    if url.startswith("postgres"):
+        return terminate_backends(name)
+    from .. import mysql_db
+
+    assert proxy is not None, "MySQL sessions are told apart by the proxy they come through"
+    return mysql_db.kill_sessions(MYSQL_URL, ports=proxy.upstream_ports())
+
+
 def no_tracebacks(*groups: WorkerProcs) -> None:
     for procs in groups:
         for output in procs.outputs():
@@ -149,7 +199,7 @@ def hosts(tmp_path: Path, exec_log: Path) -> Iterator[Callable[[int, str], Host]
     made: list[Host] = []
 
     def factory(n: int, url: str) -> Host:
-        host = Host(n, pg_upstream(), tmp_path / f"host-{n}", url)
+        host = Host(n, upstream_of(url), tmp_path / f"host-{n}", url)
         host.procs.env["ROTA_TEST_LOG"] = str(exec_log)
         made.append(host)
         return host

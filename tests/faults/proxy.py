@@ -1,4 +1,4 @@
-"""A TCP proxy between workers and PostgreSQL, in the test process, with fault controls.
+"""A TCP proxy between workers and PostgreSQL or MySQL/MariaDB, in the test process, with fault controls.
 
     proxy = FaultProxy(("127.0.0.1", 5432)); proxy.start()   # listens on 127.0.0.1:<port>
     proxy.cut()             close every connection; new ones are refused until restore()
@@ -13,6 +13,7 @@
                             what the clients send still flows (a statement split over
                             packets runs to its end, and commits): a reply lost in a cut
     proxy.restore()         forward normally again (held bytes flow on; blackholed sockets close)
+    proxy.upstream_ports()  the local ports of its connections to the server (MySQL's KILL)
 
 One thread accepts, one thread per connection pumps both directions with select(), so a held
 connection keeps its bytes in the kernel buffers exactly as a paused host would.
@@ -114,6 +115,17 @@ class FaultProxy:
     def connections(self) -> int:
         with self._lock:
             return len(self._pairs)
+
+    def upstream_ports(self) -> set[int]:
+        """The local ports of the proxy's open connections to the server (how the server
+        names these sessions: MySQL's processlist shows them as host:port)."""
+        ports = set()
+        with self._lock:
+            for _, upstream in self._pairs:
+                with contextlib.suppress(OSError):
+                    if upstream is not None:
+                        ports.add(upstream.getsockname()[1])
+        return ports
 
     # --- internals ------------------------------------------------------------------------
 

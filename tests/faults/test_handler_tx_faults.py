@@ -1,7 +1,8 @@
 """A transactional handler's own transaction meets an outage (the soak, seed 41): a
 transaction that could not begin, or whose commit did not happen, is not the handler's
 failure; a commit whose reply was lost is read back from the run's row. With retries=0 every
-run must end succeeded, its writes committed exactly once."""
+run must end succeeded, its writes committed exactly once. On SQLite, PostgreSQL and
+MySQL/MariaDB (the cuts through a TCP proxy)."""
 
 from __future__ import annotations
 
@@ -72,16 +73,16 @@ def test_sqlite_a_transaction_that_waited_past_the_busy_timeout_begins_again(
     assert "failed" not in seen and "pending" not in seen
 
 
-@pytest.mark.postgres
-def test_postgres_a_pooled_connection_cut_meanwhile_begins_again(
-    pg_url: str, proxies: Callable[..., FaultProxy], apps: Callable[..., rota.App]
+def test_a_connection_cut_between_runs_begins_again(
+    server_url: str, proxies: Callable[..., FaultProxy], apps: Callable[..., rota.App]
 ) -> None:
     """Every connection of the worker is cut between two runs: the next run's BEGIN meets the
-    handler's pooled connection, dead; it begins again on a new one."""
-    proxy = proxies()
-    client = apps(pg_url)
+    handler's pooled connection (PostgreSQL; MySQL's handlers connect anew), dead; it
+    begins again on a new one."""
+    proxy = proxies(url=server_url)
+    client = apps(server_url)
     setup(client)
-    app = apps(proxy.url(pg_url))
+    app = apps(proxy.url(server_url))
 
     @app.task(name="charge", transactional=True, retries=0)
     def charge(ctx: rota.RunContext) -> None:
@@ -99,7 +100,7 @@ def test_postgres_a_pooled_connection_cut_meanwhile_begins_again(
         wait_for(lambda h=handle: h.refresh().is_final, 60, "a run after the cut")  # type: ignore[misc]
         run = handle.refresh()
         assert (run.status, run.attempt) == ("succeeded", 1), run.error
-    assert len(effects(pg_url)) == 4
+    assert len(effects(server_url)) == 4
     assert "failed" not in seen and "pending" not in seen
 
 
@@ -147,16 +148,15 @@ def test_postgres_a_commit_whose_reply_was_lost_is_read_back(
     assert seen == ["succeeded"]
 
 
-@pytest.mark.postgres
-def test_postgres_a_cut_after_the_handler_returned_runs_the_attempt_again(
-    pg_url: str, proxies: Callable[..., FaultProxy], apps: Callable[..., rota.App]
+def test_a_cut_after_the_handler_returned_runs_the_attempt_again(
+    server_url: str, proxies: Callable[..., FaultProxy], apps: Callable[..., rota.App]
 ) -> None:
     """The handler's last act cuts every connection (restored 0.5 s later): recording its
     success fails, nothing committed. Not its failure: the attempt runs again and commits once."""
-    proxy = proxies()
-    client = apps(pg_url)
+    proxy = proxies(url=server_url)
+    client = apps(server_url)
     setup(client)
-    app = apps(proxy.url(pg_url))
+    app = apps(proxy.url(server_url))
     calls: list[int] = []
 
     @app.task(name="charge", transactional=True, retries=0)
@@ -174,6 +174,39 @@ def test_postgres_a_cut_after_the_handler_returned_runs_the_attempt_again(
     wait_for(lambda: handle.refresh().is_final, 60, "the run")
     run = handle.refresh()
     assert (run.status, run.attempt, calls) == ("succeeded", 1, [1, 1]), run.error
-    assert effects(pg_url) == [(run.id, 1)]
+    assert effects(server_url) == [(run.id, 1)]
     wait_for(lambda: bool(seen), 30, "the worker's decision")  # (the row may commit before it reads it back)
+    assert seen == ["succeeded"]
+
+
+def test_mysql_a_commit_whose_reply_was_lost_is_read_back(
+    mysql_url: str, proxies: Callable[..., FaultProxy], apps: Callable[..., rota.App]
+) -> None:
+    """The handler's COMMIT reaches MySQL and commits; its reply is held back, then every
+    connection is cut. Read back from the run's row: succeeded, nothing decided twice, the
+    handler's row committed once."""
+    proxy = proxies(url=mysql_url)
+    client = apps(mysql_url)
+    setup(client)
+    app = apps(proxy.url(mysql_url))
+
+    @app.task(name="charge", transactional=True, retries=0)
+    def charge(ctx: rota.RunContext) -> None:
+        record(ctx)
+
+    enqueue = client.task(name="charge", transactional=True, retries=0)(charge.fn).enqueue  # direct
+    worker = start_worker(app, concurrency=1)
+    seen = statuses(worker)
+    proxy.hold_replies_after(b"INSERT INTO effects", b"COMMIT")
+    handle = enqueue()
+    assert proxy.triggered.wait(30), "the handler's transaction never committed"
+    wait_for(lambda: effects(mysql_url) != [], 10, "the COMMIT to take effect")
+    proxy.cut()
+    time.sleep(0.3)
+    proxy.restore()
+    wait_for(lambda: handle.refresh().is_final, 60, "the run")
+    run = handle.refresh()
+    assert (run.status, run.attempt) == ("succeeded", 1), run.error
+    assert effects(mysql_url) == [(run.id, 1)]
+    wait_for(lambda: bool(seen), 30, "the worker's decision")
     assert seen == ["succeeded"]

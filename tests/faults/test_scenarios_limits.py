@@ -11,8 +11,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 import rota
 from rota.stores.base import NewRun
 
@@ -143,10 +141,9 @@ def test_runs_rota_trigger_makes_in_another_process_hold_the_limit_across_worker
     assert most == {"a": 2}  # reached, never passed
 
 
-@pytest.mark.postgres
 def test_a_partitioned_holder_of_limited_slots_is_fenced_off_and_each_slot_frees_once(
-    pg_url: str,
-    pg_client: rota.App,
+    server_url: str,
+    server_client: rota.App,
     proxies: Callable[..., FaultProxy],
     workers: Callable[[str], WorkerProcs],
     exec_log: Path,
@@ -156,23 +153,23 @@ def test_a_partitioned_holder_of_limited_slots_is_fenced_off_and_each_slot_frees
     (their slots free at the rescue, once), runs them again and the key's waiting runs: by
     the database's intervals never more than 2 at once. A's handlers end while it is cut
     off; back on the network, their results are refused (fenced off) and free nothing."""
-    proxy = proxies()
-    cut_off, healthy = workers(proxy.url(pg_url)), workers(pg_url)
-    first = enqueue_limited(pg_client, [("p", 0, 2 * LEASE), ("p", 1, 2 * LEASE)])
+    proxy = proxies(url=server_url)
+    cut_off, healthy = workers(proxy.url(server_url)), workers(server_url)
+    first = enqueue_limited(server_client, [("p", 0, 2 * LEASE), ("p", 1, 2 * LEASE)])
     cut_off.start(APP, concurrency=4, lease=LEASE, poll=0.1)
     wait_until(lambda: starts(exec_log) >= 2, 30, "both slots to be taken")
-    later = enqueue_limited(pg_client, [("p", i, 0.2) for i in range(2, 6)])
+    later = enqueue_limited(server_client, [("p", i, 0.2) for i in range(2, 6)])
     proxy.blackhole()
     healthy.start(APP, concurrency=4, lease=LEASE, poll=0.1)
-    wait_until(all_final(pg_client, first + later), 60, "every run to end")
+    wait_until(all_final(server_client, first + later), 60, "every run to end")
     wait_until(lambda: ends(exec_log) >= 8, 30, "the cut-off handlers to return")
     proxy.restore()  # A writes its late results now: refused, as its leases were taken
     time.sleep(2 * LEASE)
-    runs = check_invariants(pg_client, exec_log, enqueued=first + later, leases_lost=True)
+    runs = check_invariants(server_client, exec_log, enqueued=first + later, leases_lost=True)
     assert {runs[i].status for i in first + later} == {"succeeded"}
     assert [runs[i].history[0].get("status") for i in first] == ["lost", "lost"]  # rescued, then run again
     rescued_at = min(attempt_intervals(runs[i])[0][1] for i in first)
     assert min(runs[i].started_at.timestamp() for i in later) >= rescued_at  # type: ignore[union-attr]
     assert check_limit(runs, "faults.limited", 2, _key) == {"p": 2}
-    limits = [(i.name, i.running, i.waiting) for i in pg_client.store.list_limits()]  # type: ignore[attr-defined]
+    limits = [(i.name, i.running, i.waiting) for i in server_client.store.list_limits()]  # type: ignore[attr-defined]
     assert limits == [("faults.limited", 0, 0)]

@@ -14,7 +14,7 @@ from pymysql.constants import SERVER_STATUS
 
 from ...errors import ConfigurationError
 from ..sqlstore.handler_tx import _ENDED, _commit_error
-from .session import DriverError, Session, translate
+from .session import DriverError, Session, keepalive, translate
 
 if TYPE_CHECKING:
     from .store import MySQLStore
@@ -63,6 +63,7 @@ def mysql_handler_tx(store: MySQLStore) -> Iterator[MySQLHandlerTx]:
     failure at the commit is CommitUnknown when it is transient (the run's row tells)."""
     try:
         conn = _HandlerConnection(**{**store.connect_options(), "autocommit": False})
+        keepalive(conn)
         with conn.cursor() as cur:
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         conn.begin()

@@ -6,7 +6,10 @@ it. So each migration's statements run first and its version is recorded right a
 one process migrates at a time (GET_LOCK on the database's name). A migration that failed
 halfway leaves the statements before the failure applied and its version unrecorded: the
 error names the migration and the statement, and `rota migrate` after the fix runs it again
-(every statement of a migration here can be run again only where it says so)."""
+(every statement of a migration here can be run again only where it says so). A migration
+cut short (a connection cut, a server restart, a worker killed while it migrated) is run again
+the same way: what it had made is already there (a table, column, index, trigger or row: the
+"already exists" errors of _APPLIED) and is passed over."""
 
 from __future__ import annotations
 
@@ -17,9 +20,12 @@ from typing import TYPE_CHECKING, Any
 from ...config import redact_url as redact
 from ...errors import DatabaseError, PermissionDenied, SchemaVersionError
 from ..sqlstore.queries import latest_version, load_migrations
-from .session import Pool, check_version
+from .session import IDLE_IN_TRANSACTION, Pool, check_version
 
 _LOCK_WAIT = 600  # seconds a migrating process waits for another one
+# A statement of a migration whose version is not recorded that made what exists already: a
+# table (1050), column (1060), index (1061), row (1062) or trigger (1359).
+_APPLIED = (1050, 1060, 1061, 1062, 1359)
 
 
 class MySQLMigrations:
@@ -36,12 +42,16 @@ class MySQLMigrations:
 
     def _check_server(self, pool: Pool) -> None:
         """The version check, on the pool's first connection: MariaDB 10.6+ or MySQL 8.0.4+.
-        MariaDB spells the isolation variable tx_isolation before 11.1, MySQL transaction_isolation."""
+        MariaDB spells the isolation variable tx_isolation before 11.1, MySQL transaction_isolation.
+        On MariaDB every session is ended after IDLE_IN_TRANSACTION seconds idle in a transaction."""
         with pool.connection() as conn, conn.cursor() as cur:
             cur.execute("SELECT VERSION()")
             version = str(cur.fetchone()[0])
             self.server = check_version(version, self.url)
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            if self.server.startswith("MariaDB"):  # (MySQL has no idle bound: docs/how-to/deploy.md)
+                pool.bounds = f"SET SESSION idle_transaction_timeout = {IDLE_IN_TRANSACTION}"
+                cur.execute(pool.bounds)
 
     def schema_version(self) -> tuple[int, int]:
         latest = latest_version(load_migrations("mysql"))
@@ -86,6 +96,8 @@ class MySQLMigrations:
                 try:
                     s.cur.execute(statement)
                 except Exception as exc:
+                    if _code(exc) in _APPLIED:
+                        continue  # made by an earlier attempt cut short before the version was recorded
                     if _denied(exc):
                         raise PermissionDenied(
                             f"migration {m.version:04d}_{m.name} on {redact(self.url)} was refused: {exc}; the "
@@ -100,8 +112,13 @@ class MySQLMigrations:
         return applied
 
 
+def _code(exc: Exception) -> object:
+    args = getattr(exc, "args", None)
+    return args[0] if args else None
+
+
 def _denied(exc: Exception) -> bool:
-    return bool(getattr(exc, "args", None)) and exc.args[0] in (1044, 1142, 1227, 1419)
+    return _code(exc) in (1044, 1142, 1227, 1419)
 
 
 _END = re.compile(r";\s*$")

@@ -9,6 +9,7 @@ rows they touch and nothing between them), a strict `sql_mode`, and a lock wait 
 from __future__ import annotations
 
 import re
+import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -39,6 +40,20 @@ DriverError = pymysql.Error
 SQL_MODE = "STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 DEADLOCK, LOCK_WAIT = 1213, 1205
 _GONE = {2003, 2006, 2013, 2055, 1927, 4031}  # refused, gone away, lost, cut by the server
+# An outage as PostgreSQL's OperationalErrors and 57P01 are: no connection to be had now.
+_BUSY = {
+    1040: "too many connections",
+    1203: "the server's max_user_connections",
+    1226: "the account's connection or query limit",
+    1053: "server shutting down",
+}
+# The statement (not the session) ended for a passing reason, as PostgreSQL's 57014.
+_INTERRUPTED = {
+    1317: "statement interrupted (KILL QUERY)",
+    1969: "statement timeout (max_statement_time)",
+    3024: "statement timeout (max_execution_time)",
+    1637: "too many active transactions",
+}
 _FOR_GOOD = {1044, 1045, 1049, 1698}  # access denied, unknown database: no retry helps
 _DENIED = {1142, 1143, 1227, 1370}  # a command refused on a table, a column, a privilege
 _STEP = re.compile(r"^;\s*$", re.MULTILINE)  # the line that ends one step of a named query
@@ -126,6 +141,7 @@ class Pool:
         self._lock = threading.Lock()
         self._closed = False
         self.isolation: str | None = None  # the statement that sets READ COMMITTED (by server)
+        self.bounds: str | None = None  # the session bounds the server has (see migrate._check_server)
 
     def new_connection(self) -> pymysql.connections.Connection[Any]:
         """A connection set up as the pool's, outside the pool (the store's token connection)."""
@@ -136,9 +152,12 @@ class Pool:
             conn = pymysql.connect(**self.kwargs)
         except pymysql.Error as exc:
             raise translate(exc, self.url) from exc
+        keepalive(conn)
         try:
             with conn.cursor() as cur:
                 cur.execute(self.isolation or "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                if self.bounds:
+                    cur.execute(self.bounds)
         except pymysql.Error as exc:
             conn.close()
             raise translate(exc, self.url) from exc
@@ -185,6 +204,20 @@ class Pool:
         self.drop_idle()
 
 
+# TCP keepalives as the PostgreSQL store's: a server, host or network gone without a reset is
+# noticed in about 20 s (PyMySQL turns keepalives on with the kernel's timing: 2 hours).
+_KEEPALIVE = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 3, "TCP_KEEPCNT": 3}
+
+
+def keepalive(conn: pymysql.connections.Connection[Any]) -> None:
+    sock = getattr(conn, "_sock", None)
+    if sock is None or (sock.family != socket.AF_INET and sock.family != socket.AF_INET6):
+        return  # (a Unix socket has no peer to lose)
+    for option, value in _KEEPALIVE.items():
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
 def close_quietly(conn: pymysql.connections.Connection[Any]) -> None:
     try:
         conn.close()
@@ -201,7 +234,7 @@ class Session:
     last step that returned rows are the query's rows. No ids: nothing more runs. Steps
     before the first SELECT (an INSERT) just run."""
 
-    __slots__ = ("conn", "counter", "cur", "in_tx", "now", "queries", "settle", "wake")
+    __slots__ = ("after", "conn", "counter", "cur", "in_tx", "now", "queries", "settle", "wake")
 
     def __init__(
         self,
@@ -219,6 +252,7 @@ class Session:
         self.settle = settle  # after a query in ENDING, with the ids it changed (see hot_path.settle)
         self.wake: list[str] = []
         self.counter = False  # this transaction locked the token counter's row (COUNTER)
+        self.after: list[str] = []  # run once the transaction ended (a setting put back)
 
     def q(self, name: str, /, **params: Any) -> list[Row]:
         if name in COUNTER:
@@ -288,6 +322,15 @@ def _steps(sql: str) -> list[str]:
     return steps
 
 
+# A session idle inside a transaction for this long is ended by the server (MariaDB's
+# idle_transaction_timeout; MySQL has none): a host frozen or cut off without a reset after it
+# locked the token counter (a claim) or a schedule's row (a tick) would else hold them until
+# wait_timeout (8 hours). As PostgreSQL's idle_in_transaction_session_timeout, 60 s; a tick's
+# transaction, whose statements go back to back, 1 s (PostgreSQL's tick_idle_timeout), and it
+# waits at most 1 s for a row another host holds (innodb_lock_wait_timeout's least).
+IDLE_IN_TRANSACTION, TICK_IDLE, TICK_LOCK_WAIT = 60, 1, 1
+
+
 def translate(exc: pymysql.Error, url: str) -> DatabaseError:
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
     text = exc.args[1] if len(exc.args) > 1 else str(exc)
@@ -298,9 +341,14 @@ def translate(exc: pymysql.Error, url: str) -> DatabaseError:
         return DatabaseRefused(f"cannot connect to {where}: {text}")
     if code in _GONE or isinstance(exc, pymysql.err.InterfaceError):
         return DatabaseUnavailable(f"{where}: {text or 'the connection is closed'}")
+    if code in _BUSY:
+        return DatabaseUnavailable(f"{where}: {text} ({_BUSY[code]}; transient, try again)")
+    if code in _INTERRUPTED:
+        return DatabaseTransient(f"{where}: {text} ({_INTERRUPTED[code]}; transient, try again)")
     if code in _DENIED:
         return PermissionDenied(f"{where}: {text}")
-    if code == 1290 or "read-only" in str(text) or "read only" in str(text):
+    said = str(text).lower()  # (1792: "... in a READ ONLY transaction", also under tx_read_only)
+    if code in (1290, 1792, 1836) or "read-only" in said or "read only" in said:
         return DatabaseTransient(f"{where}: {text} (the server is read-only for now)")
     return DatabaseError(f"{where}: {text}")
 

@@ -46,7 +46,18 @@ from ..sqlstore.queries import load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
 from .hot_path import MySQLHotPath, settle
 from .migrate import MySQLMigrations
-from .session import DriverError, Pool, Session, close_quietly, connect_kwargs, is_retry_at_once, translate
+from .session import (
+    IDLE_IN_TRANSACTION,
+    TICK_IDLE,
+    TICK_LOCK_WAIT,
+    DriverError,
+    Pool,
+    Session,
+    close_quietly,
+    connect_kwargs,
+    is_retry_at_once,
+    translate,
+)
 
 log = logging.getLogger("rota.store")
 T = TypeVar("T")
@@ -82,6 +93,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
                 f"lock_wait_timeout must be whole seconds from 1 to 3600, got {lock_wait_timeout!r}"
             )
         self._kwargs = connect_kwargs(url, connect_timeout, lock_wait_timeout)
+        self.lock_wait_timeout = lock_wait_timeout
         self.queries = load_queries("mysql", NOW)
         self.pool_size = pool_size
         self.connect_timeout = connect_timeout
@@ -119,6 +131,9 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
                     except BaseException:
                         conn.rollback()
                         raise
+                    finally:
+                        for statement in session.after:
+                            session.cur.execute(statement)
                 else:
                     session = Session(conn, self.queries, now, False, settle)
                     yield session
@@ -130,6 +145,20 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
 
     def _tx(self) -> Any:
         return self._session(True)
+
+    def _bound_tick_locks(self, s: Any) -> None:
+        """A tick's transaction waits at most TICK_LOCK_WAIT s for a row another host holds
+        and, on MariaDB, is ended after TICK_IDLE s idle (a host frozen mid-tick: the other
+        hosts make that tick and the later ones about a second late); put back after it."""
+        lock_wait = self.lock_wait_timeout
+        if self.server is not None and self.server.startswith("MariaDB"):
+            s.q_text(f"SET SESSION idle_transaction_timeout = {TICK_IDLE}, innodb_lock_wait_timeout = {TICK_LOCK_WAIT}")
+            s.after.append(
+                f"SET SESSION idle_transaction_timeout = {IDLE_IN_TRANSACTION}, innodb_lock_wait_timeout = {lock_wait}"
+            )
+        else:
+            s.q_text(f"SET SESSION innodb_lock_wait_timeout = {TICK_LOCK_WAIT}")
+            s.after.append(f"SET SESSION innodb_lock_wait_timeout = {lock_wait}")
 
     def _read(self) -> Any:
         return self._session(False)

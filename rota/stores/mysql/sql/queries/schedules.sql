@@ -48,12 +48,20 @@ UPDATE rota_schedules SET definition = '', next_run_at = NULL
 WHERE name = %(name)s AND source = 'code'
 
 -- name: deactivate_code_schedules
+-- The candidates are read without locks, then locked by name and checked again: a locking read
+-- of the scan would wait on every row it passes, also other schedules' (InnoDB locks a row
+-- before it tests it), so a host frozen inside a tick of any schedule kept every worker from
+-- starting (this runs at each start).
 SELECT name FROM rota_schedules
 WHERE source = 'code' AND app = %(app)s AND active <> 0
   AND name NOT IN (SELECT j.v FROM JSON_TABLE(%(names)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j)
+;
+SELECT name FROM rota_schedules FORCE INDEX (PRIMARY)
+WHERE name IN %(_ids)s AND source = 'code' AND app = %(app)s AND active <> 0
 FOR UPDATE
 ;
-UPDATE rota_schedules SET active = 0, updated_at = {now} WHERE name IN %(_ids)s
+UPDATE rota_schedules SET active = 0, updated_at = {now}
+WHERE name IN %(_ids)s AND source = 'code' AND app = %(app)s AND active <> 0
 
 -- name: insert_schedule
 -- A new schedule, or an inactive one made anew (an active one of that name: no row).

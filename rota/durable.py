@@ -102,12 +102,15 @@ class Durable:
     """One execution's view of its run's steps: the saved ones (read once, on the first
     step), the names used so far, and the progress waiting for the next heartbeat."""
 
-    def __init__(self, store: Any, run_id: int, token: int, task: str, connection: Any = None) -> None:
+    def __init__(self, store: Any, run_id: int, token: int, task: str, connection: Any = None,
+                 steps: bool = True) -> None:  # fmt: skip
         self.store = store
         self.run_id = run_id
         self.token = token
         self.task = task
         self.connection = connection  # a transactional handler's: checkpoints in its transaction
+        # False: the claim saw no saved step, and only this token's holder saves: none to read
+        self.steps = steps
         self._saved: dict[str, StepRecord] | None = None
         self._seen: set[str] = set()
         self._sleeps = 0
@@ -137,8 +140,8 @@ class Durable:
         return len(self._seen) - 1
 
     def saved(self, name: str) -> StepRecord | None:
-        if self._saved is None:
-            self._saved = {s.name: s for s in self.store.steps_of(self.run_id)}
+        if self._saved is None:  # read once, unless the claim said there is nothing to read
+            self._saved = {s.name: s for s in self.store.steps_of(self.run_id)} if self.steps else {}
         return self._saved.get(name)
 
     def save(self, name: str, seq: int, outcome: str, took: float, result: str | None = None,

@@ -27,22 +27,29 @@ from typing import Any
 import rota
 from bench.dbs import DEFAULT_PG_URL, scratch_store
 
-MODES = ("no-op", "1 step", "3 steps")
+MODES = ("no-op", "1 step", "3 steps", "1 step, returned", "3 steps, last returned")
+STEPS = {"no-op": 0, "1 step": 1, "3 steps": 3, "1 step, returned": 1, "3 steps, last returned": 3}
 
 
 def _drain(url: str, mode: str, runs: int) -> tuple[float, float]:
     """Runs per second of a worker draining `runs` runs of `mode`, and the checkpoints per
     batch its group commit wrote (0: none, or a rota without group commit)."""
     app = rota.App(url, poll_interval=0.05, retention=None)
-    steps = {"no-op": 0, "1 step": 1, "3 steps": 3}[mode]
+    steps = STEPS[mode]
 
     @app.task(name="work", pass_context=True)
     def work(ctx: rota.RunContext) -> None:
-        for i in range(steps):
+        for i in range(steps):  # each checkpoint committed before its step returns
             ctx.step(f"s{i}", int, i)
 
+    @app.task(name="work_returned", pass_context=True)
+    def work_returned(ctx: rota.RunContext) -> Any:
+        for i in range(steps - 1):
+            ctx.step(f"s{i}", int, i)
+        return ctx.step("last", int, 1)  # returned at once: written with the run's finish
+
     app.migrate()
-    work.enqueue_many([((), {}) for _ in range(runs)])
+    (work_returned if "returned" in mode else work).enqueue_many([((), {}) for _ in range(runs)])
     worker = app.worker(concurrency=8, install_signal_handlers=False)
     began = time.perf_counter()
     worker.start()
@@ -133,7 +140,7 @@ def _table(store: str, args: Any, rates: dict[str, list[float]], batches: dict[s
     for mode in MODES:
         median = statistics.median(rates[mode])
         low, high = min(rates[mode]), max(rates[mode])
-        steps = {"no-op": 0, "1 step": 1, "3 steps": 3}[mode]
+        steps = STEPS[mode]
         cost = f"{100 * (base / median - 1) / steps:.0f} %" if steps else "-"
         per_batch = f"{statistics.median(batches[mode]):.1f}" if steps and max(batches[mode]) else "-"
         print(f"| {mode} | {median:,.0f} | {low:,.0f}-{high:,.0f} | {median / base:.2f}x | {cost} | {per_batch} |")

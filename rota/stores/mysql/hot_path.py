@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..base import Claimed, Outcome
 from ..records import OWN_STATEMENT, PARKED, REFUSED
 from ..sqlite.flow import next_token
+from ..sqlstore.checkpoints import finish_steps
 from .session import Session
 
 if TYPE_CHECKING:
@@ -174,6 +175,8 @@ class MySQLHotPath:
             elif o.status == REFUSED:
                 o.written_status = None
         if mine:
+            for query, params in finish_steps(mine):  # the handlers' last checkpoints (rota.durable)
+                s.q(query, **params)
             self._finish_batch(s, mine)
             settle(s, sorted(o.id for o in mine if o.id in settles))
         return {o.id for o in mine}

@@ -34,6 +34,7 @@ from ...errors import (
 from ..base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from ..records import OWN_STATEMENT as _OWN
 from ..records import PARKED, REFUSED, claim_of_unix, claimed_rows, rescued_rows
+from ..sqlstore.checkpoints import finish_steps
 from ..sqlstore.flow import _gates
 from ..sqlstore.queries import latest_version, load_migrations, load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
@@ -414,6 +415,8 @@ class SQLiteStore(SQLiteFlow, SqlStore):
             elif o.status == REFUSED:
                 o.written_status = None  # not written (a try undone before may have set it)
         if mine:
+            for query, params in finish_steps(mine):  # the handlers' last checkpoints (rota.durable)
+                s.q(query, **params)
             self._finish_batch(s, mine)
         if s.q("finished_parents", ids=ids):
             self._notify(s, "run")  # dependents released (after=): claim now, not at the next poll

@@ -126,3 +126,10 @@ class GroupCommit:
 
 def rows_json(rows: Sequence[dict[str, Any]]) -> str:
     return json.dumps(list(rows), separators=(",", ":"))
+
+
+def finish_steps(outcomes: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The statement that writes the outcomes' deferred checkpoints (Outcome.steps: a step
+    its handler returned at once), sent in the finish's transaction before the outcomes."""
+    rows = [row for o in outcomes if o.steps is not None for row in json.loads(o.steps)]
+    return [("save_steps", {"rows": rows_json(rows)})] if rows else []

@@ -5,17 +5,23 @@ at its first step (the claim says so: Claimed.steps)."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 import rota
 from rota.durable import Durable, StepRefused
 from rota.errors import DatabaseUnavailable
+from rota.stores.base import NewRun
+from rota.stores.sqlite import sqlite_path
 
 from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
 
@@ -258,3 +264,123 @@ def test_the_claim_says_whether_a_run_has_saved_steps(app: rota.App, limited: bo
     run = noted.enqueue().wait(15)
     assert run.status == "succeeded", run.error
     assert seen == [False, True]
+
+
+def test_a_step_returned_at_once_is_saved_with_the_runs_finish(app: rota.App) -> None:
+    calls: list[str] = []
+
+    @app.task(name="last", pass_context=True)
+    def last(ctx: rota.RunContext) -> Any:
+        ctx.step("first", calls.append, "first")
+        return ctx.step("second", lambda: calls.append("second") or {"n": 2})  # its commit: the finish's
+
+    start_worker(app)
+    run = last.enqueue().wait(15)
+    assert run.status == "succeeded" and run.result == {"n": 2}, run.error
+    assert [(s["name"], s["outcome"]) for s in run.steps] == [("first", "succeeded"), ("second", "succeeded")]
+    assert [s.result for s in app.store.steps_of(int(run.id))] == ["null", '{"n":2}']
+    commits = app.store._checkpoints
+    assert commits.written == 1  # 'first' alone went through the group commit
+
+
+@pytest.mark.parametrize("shape", ["value", "assigned", "finally"])
+def test_a_step_the_handler_does_not_return_at_once_commits_before_it_returns(app: rota.App, shape: str) -> None:
+    seen: list[int] = []
+
+    @app.task(name="not_last", pass_context=True)
+    def not_last(ctx: rota.RunContext) -> Any:
+        if shape == "value":
+            return ctx.step("s", lambda: 1) + 1
+        if shape == "assigned":
+            x = ctx.step("s", lambda: 1)
+            seen.append(len(app.store.steps_of(int(ctx.run_id))))  # saved by now
+            return x
+        try:
+            return ctx.step("s", lambda: 1)
+        finally:
+            seen.append(len(app.store.steps_of(int(ctx.run_id))))  # saved by now
+
+    start_worker(app)
+    assert not_last.enqueue().wait(15).status == "succeeded"
+    assert app.store._checkpoints.written == 1
+    assert seen == ([] if shape == "value" else [1])
+
+
+def test_a_deferred_checkpoint_is_fenced_by_the_finish(app: rota.App) -> None:
+    """A checkpoint written with the finish is written only if the finish's token holds."""
+    from rota.stores.base import Outcome
+
+    stale, mine = _claimed(app, 2)
+
+    def outcome(c: Any, token: int) -> Outcome:
+        row = {"id": c.id, "token": token, "name": "last", "seq": 0, "took": 0.01, "outcome": "succeeded",
+               "result": "7", "error": None}  # fmt: skip
+        return Outcome(c.id, token, "succeeded", result="7", steps=rota.stores.sqlstore.checkpoints.rows_json([row]))
+
+    assert app.store.finish([outcome(stale, stale.token + 1000), outcome(mine, mine.token)]) == {mine.id}
+    assert app.store.steps_of(stale.id) == [] and app.get_run(str(stale.id)).status == "running"
+    assert [(s.name, s.result) for s in app.store.steps_of(mine.id)] == [("last", "7")]
+
+
+@contextlib.contextmanager
+def _holding_run(url: str, run_id: int) -> Iterator[None]:
+    """The run's row locked (SQLite: the database's write lock) by a transaction of the test's
+    own: the worker's finish waits for it."""
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(sqlite_path(url), isolation_level=None, timeout=30)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()
+        return
+    if url.startswith("mysql"):
+        from .test_txn import mysql_connection
+
+        my = mysql_connection(url)
+        my.begin()
+        my.execute("SELECT id FROM rota_runs WHERE id = %s FOR UPDATE", (run_id,))
+        try:
+            yield
+        finally:
+            my.rollback()
+            my.close()
+        return
+    with psycopg.connect(url) as pg:
+        pg.execute("SELECT id FROM rota_runs WHERE id = %s FOR UPDATE", (run_id,))
+        try:
+            yield
+        finally:
+            pg.rollback()
+
+
+def test_a_kill9_before_the_finish_commits_runs_only_the_returned_step_again(
+    db_url: str, procs: Any, tmp_path: Any
+) -> None:
+    """The worker dies after the handler returned its last step, before the finish (which
+    carries that step's checkpoint) committed: on the rescue, 'one' is skipped (saved) and
+    'two' runs again unless its checkpoint committed (PostgreSQL's finish without a claim
+    commits the checkpoint in a statement of its own, just before the outcome)."""
+    from .conftest import make_app
+
+    app = make_app(db_url)
+    app.migrate()
+    victim = procs.start("tests.apps.checkpoints:app", lease=1.5)
+    run_id = app.store.insert_runs([NewRun(task="returned", args="[1.0]", kwargs="{}", max_attempts=4)])[0][0]
+    log = tmp_path / "executions.log"
+    wait_for(lambda: log.exists() and "step two" in log.read_text(), 30, "step two to start")
+    with _holding_run(db_url, run_id):
+        wait_for(lambda: "ended two" in log.read_text(), 10, "step two to end")
+        time.sleep(0.5)  # the handler returned; its finish waits for the test's lock
+        procs.kill9(victim)
+    saved = [s.name for s in app.store.steps_of(run_id)]
+    assert saved in (["one"], ["one", "two"])
+    procs.start("tests.apps.checkpoints:app", lease=1.5)
+    wait_for(lambda: app.get_run(str(run_id)).status == "succeeded", 40, "the rescue and resume")
+    started = [line.split()[1] for line in log.read_text().splitlines() if line.startswith("step")]
+    assert started == (["one", "two", "two"] if saved == ["one"] else ["one", "two"])  # a saved step: never again
+    run = app.get_run(str(run_id))
+    assert run.result == "two" and [s["name"] for s in run.steps] == ["one", "two"]
+    assert [s["attempt"] for s in run.steps] == ([1, 2] if saved == ["one"] else [1, 1])
+    app.close()

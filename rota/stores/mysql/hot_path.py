@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from ..base import Claimed, Outcome
 from ..records import OWN_STATEMENT, PARKED, REFUSED
 from ..sqlite.flow import next_token
-from ..sqlstore.checkpoints import finish_steps
 from .session import Session
 
 if TYPE_CHECKING:
@@ -36,7 +35,7 @@ class MySQLHotPath:
 
         def _refuse(self, s: Any, refused: Sequence[Outcome]) -> None: ...
 
-        def _park(self, s: Any, outcomes: Sequence[Outcome]) -> set[int]: ...
+        def _finish_durable(self, s: Any, outcomes: Sequence[Outcome]) -> None: ...
 
     def _plain_claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
@@ -175,8 +174,6 @@ class MySQLHotPath:
             elif o.status == REFUSED:
                 o.written_status = None
         if mine:
-            for query, params in finish_steps(mine):  # the handlers' last checkpoints (rota.durable)
-                s.q(query, **params)
             self._finish_batch(s, mine)
             settle(s, sorted(o.id for o in mine if o.id in settles))
         return {o.id for o in mine}
@@ -184,18 +181,17 @@ class MySQLHotPath:
     def _finish_batch(self, s: Session, outcomes: Sequence[Outcome]) -> None:
         plain: list[Outcome] = []
         refused: list[Outcome] = []
-        parked: list[Outcome] = []
         other: list[Outcome] = []  # (one pass: `o not in plain` compared dataclasses, n² a batch)
         for o in outcomes:
             if o.status == REFUSED:
                 refused.append(o)
             elif o.status == PARKED:
-                parked.append(o)
+                continue  # (_finish_durable)
             elif o.status == "succeeded" and o.history is None:
                 plain.append(o)
             elif o.status not in OWN_STATEMENT:
                 other.append(o)
-        self._park(s, parked)  # (rota.durable: their own statements)
+        self._finish_durable(s, outcomes)  # (rota.durable: last checkpoints, parks; their own statements)
         if refused:
             self._refuse(s, refused)
         if plain:

@@ -33,8 +33,7 @@ from ...errors import (
 )
 from ..base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from ..records import OWN_STATEMENT as _OWN
-from ..records import PARKED, REFUSED, claim_of_unix, claimed_rows, rescued_rows
-from ..sqlstore.checkpoints import finish_steps
+from ..records import REFUSED, claim_of_unix, claimed_rows, rescued_rows
 from ..sqlstore.flow import _gates
 from ..sqlstore.queries import latest_version, load_migrations, load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
@@ -415,8 +414,6 @@ class SQLiteStore(SQLiteFlow, SqlStore):
             elif o.status == REFUSED:
                 o.written_status = None  # not written (a try undone before may have set it)
         if mine:
-            for query, params in finish_steps(mine):  # the handlers' last checkpoints (rota.durable)
-                s.q(query, **params)
             self._finish_batch(s, mine)
         if s.q("finished_parents", ids=ids):
             self._notify(s, "run")  # dependents released (after=): claim now, not at the next poll
@@ -428,7 +425,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
         refused = [o for o in outcomes if o.status == REFUSED]
         other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None) and o.status not in _OWN]
-        self._park(s, [o for o in outcomes if o.status == PARKED])  # (rota.durable: their own statements)
+        self._finish_durable(s, outcomes)  # (rota.durable: last checkpoints, parks; their own statements)
         if refused:
             self._refuse(s, refused)
         if plain:

@@ -17,8 +17,9 @@ from datetime import datetime
 from typing import Any
 
 from ..base import Outcome
+from ..records import PARKED
 from .base import NOTIFY_CHANNEL, Session, SqlBase
-from .checkpoints import GroupCommit, rows_json
+from .checkpoints import GroupCommit, finish_steps, rows_json
 
 Row = tuple[Any, ...]
 SignalSteps = Generator[tuple[str, dict[str, Any]], list[Row], "SignalAnswer"]
@@ -198,6 +199,13 @@ class SqlDurable(SqlBase):
             return set()
         with self._tx() as s:
             return self._park(s, outcomes)
+
+    def _finish_durable(self, s: Session, outcomes: Sequence[Outcome]) -> None:
+        """In a finish's transaction, before the outcomes (each one's token holds its run): the
+        handlers' last checkpoints (Outcome.steps: a step returned at once), then the parks."""
+        for query, params in finish_steps(outcomes):
+            s.q(query, **params)
+        self._park(s, [o for o in outcomes if o.status == PARKED])
 
     def _park(self, s: Session, outcomes: Sequence[Outcome]) -> set[int]:
         parked: set[int] = set()

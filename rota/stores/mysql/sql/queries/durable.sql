@@ -46,9 +46,8 @@ SELECT r.id, v.name FROM rota_runs r
 JOIN JSON_TABLE(%(rows)s, '$[*]' COLUMNS (id BIGINT PATH '$.id', token BIGINT PATH '$.token',
                                           name VARCHAR(255) PATH '$.name')) AS v
   ON v.id = r.id AND v.token = r.token
-WHERE r.status = 'running'
-  AND NOT EXISTS (SELECT 1 FROM rota_steps s
-                  WHERE s.run_id = r.id AND s.name = v.name COLLATE utf8mb4_bin AND s.outcome = 'succeeded')
+LEFT JOIN rota_steps s ON s.run_id = r.id AND s.name = v.name COLLATE utf8mb4_bin AND s.outcome = 'succeeded'
+WHERE r.status = 'running' AND s.run_id IS NULL  -- (an anti-join by the primary key: no scan of rota_steps)
 ORDER BY r.id
 FOR UPDATE
 ;

@@ -315,7 +315,7 @@ def test_a_deferred_checkpoint_is_fenced_by_the_finish(app: rota.App) -> None:
     def outcome(c: Any, token: int) -> Outcome:
         row = {"id": c.id, "token": token, "name": "last", "seq": 0, "took": 0.01, "outcome": "succeeded",
                "result": "7", "error": None}  # fmt: skip
-        return Outcome(c.id, token, "succeeded", result="7", steps=rota.stores.sqlstore.checkpoints.rows_json([row]))
+        return Outcome(c.id, token, "succeeded", result="7", steps=[row])
 
     assert app.store.finish([outcome(stale, stale.token + 1000), outcome(mine, mine.token)]) == {mine.id}
     assert app.store.steps_of(stale.id) == [] and app.get_run(str(stale.id)).status == "running"

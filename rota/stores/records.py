@@ -243,9 +243,9 @@ class Outcome:
     history: str | None = None
     started: float | None = None
     written_status: str | None = None
-    # the handler's last step's checkpoint (rota.durable: a step it returned at once), a JSON
-    # array of save_steps rows: written in the finish's transaction, before the outcome
-    steps: str | None = None
+    # the handler's last step's checkpoint (rota.durable: a step it returned at once), as
+    # save_steps rows: written in the finish's transaction, before the outcome
+    steps: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)

@@ -131,5 +131,5 @@ def rows_json(rows: Sequence[dict[str, Any]]) -> str:
 def finish_steps(outcomes: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]:
     """The statement that writes the outcomes' deferred checkpoints (Outcome.steps: a step
     its handler returned at once), sent in the finish's transaction before the outcomes."""
-    rows = [row for o in outcomes if o.steps is not None for row in json.loads(o.steps)]
+    rows = [row for o in outcomes if o.steps is not None for row in o.steps]
     return [("save_steps", {"rows": rows_json(rows)})] if rows else []

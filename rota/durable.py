@@ -7,7 +7,10 @@
   (`StepRefused`) before it can use that result. A later execution of the handler (a retry,
   a rescue after a crash, a hand-back, a resume after a park) calls the same steps in the
   same order and gets the saved results back without running them again. The step that was
-  running when a worker died has no checkpoint and runs again.
+  running when a worker died has no checkpoint and runs again. `step` returns once its
+  checkpoint committed (the store writes the checkpoints of concurrent runs together:
+  rota/stores/sqlstore/checkpoints.py), except a step the handler returns at once: that one
+  is written in the transaction of the run's outcome (`deferred`, Outcome.steps).
 - `ctx.sleep` and `ctx.wait_for` park the run: the handler's execution ends (the `Parked`
   exception, which handlers must not swallow: it derives from BaseException), the run goes
   back to pending, due when the wait ends, with no token, no lease, no worker slot and no
@@ -209,7 +212,10 @@ class Durable:
         once, with nothing (no `finally`, no `with` exit) in between."""
         if self.handler is None or self.connection is not None:
             return False
-        frame = sys._getframe(3)  # the handler, calling RunContext.step, calling step, calling us
+        try:
+            frame = sys._getframe(3)  # the handler, calling RunContext.step, calling step, calling us
+        except ValueError:  # a shallower stack: not a worker's handler
+            return False
         return frame.f_code is self.handler and _returns_at_once(frame.f_code, frame.f_lasti)
 
     def failed(self, name: str, seq: int, started: float, exc: BaseException) -> None:

@@ -3,13 +3,16 @@ parked run.
 
 1. Checkpoint cost: a worker (concurrency 8) drains N runs of a no-op task, of a task with one
    `ctx.step`, and of one with three; runs/s per store, medians of alternated rounds (each
-   round a fresh database), and the ratio to the no-op task.
+   round a fresh database), the ratio to the no-op task, and the cost of one checkpoint as
+   the issue defines it: (time per run of the task - time per no-op run) / time per no-op
+   run, per step (from the medians). With it, the checkpoints per statement batch (the
+   worker's group commit; 1.0: every checkpoint written on its own).
 2. Resume latency: runs parked in `ctx.wait_for`, an idle worker; the time from `App.signal`
    returning to the handler passing its wait, p50/p95 over the samples.
 3. With `--parked N`: the CPU an idle worker uses (this process's CPU time over `--idle` s of
    wall time) with no runs, and with N runs parked in a one-day sleep.
 
-    .venv/bin/python -m bench.durable [--stores sqlite,postgres] [--rounds 3] [--runs 2000] [--signals 50]
+    .venv/bin/python -m bench.durable [--stores sqlite,postgres] [--rounds 3] [--runs 2000] [--signals 50] [--modes ...]
                                       [--parked 10000 --idle 20]
 """
 
@@ -24,28 +27,38 @@ from typing import Any
 import rota
 from bench.dbs import DEFAULT_PG_URL, scratch_store
 
-MODES = ("no-op", "1 step", "3 steps")
+MODES = ("no-op", "1 step", "3 steps", "1 step (returned)", "3 steps (last returned)")
+STEPS = {"no-op": 0, "1 step": 1, "3 steps": 3, "1 step (returned)": 1, "3 steps (last returned)": 3}
 
 
-def _drain(url: str, mode: str, runs: int) -> float:
-    """Runs per second of a worker draining `runs` runs of `mode`."""
+def _drain(url: str, mode: str, runs: int) -> tuple[float, float]:
+    """Runs per second of a worker draining `runs` runs of `mode`, and the checkpoints per
+    batch its group commit wrote (0: none, or a rota without group commit)."""
     app = rota.App(url, poll_interval=0.05, retention=None)
-    steps = {"no-op": 0, "1 step": 1, "3 steps": 3}[mode]
+    steps = STEPS[mode]
 
     @app.task(name="work", pass_context=True)
     def work(ctx: rota.RunContext) -> None:
-        for i in range(steps):
+        for i in range(steps):  # each checkpoint committed before its step returns
             ctx.step(f"s{i}", int, i)
 
+    @app.task(name="work_returned", pass_context=True)
+    def work_returned(ctx: rota.RunContext) -> Any:
+        for i in range(steps - 1):
+            ctx.step(f"s{i}", int, i)
+        return ctx.step("last", int, 1)  # returned at once: written with the run's finish
+
     app.migrate()
-    work.enqueue_many([((), {}) for _ in range(runs)])
+    (work_returned if "returned" in mode else work).enqueue_many([((), {}) for _ in range(runs)])
     worker = app.worker(concurrency=8, install_signal_handlers=False)
     began = time.perf_counter()
     worker.start()
     try:
         while app.stats()["runs"].get("succeeded", 0) < runs:
             time.sleep(0.02)
-        return runs / (time.perf_counter() - began)
+        rate = runs / (time.perf_counter() - began)
+        commits = getattr(app.store, "_checkpoints", None)
+        return rate, (commits.written / commits.batches) if commits is not None and commits.batches else 0.0
     finally:
         worker.stop(wait=True, timeout=30)
         app.close()
@@ -119,29 +132,44 @@ def _waits(app: rota.App) -> int:
         return int(s.q_text("SELECT count(*) FROM rota_waits")[0][0])
 
 
+def _table(store: str, args: Any, rates: dict[str, list[float]], batches: dict[str, list[float]]) -> None:
+    base = statistics.median(rates["no-op"])
+    print(f"\n{store}: {args.runs:,} runs, concurrency 8, {args.rounds} rounds (alternated)\n")
+    print("| task | runs/s (median) | min-max | vs no-op | cost of a checkpoint (% of a no-op run) "
+          "| checkpoints per batch |\n|---|--:|--:|--:|--:|--:|")  # fmt: skip
+    for mode in rates:
+        median = statistics.median(rates[mode])
+        low, high = min(rates[mode]), max(rates[mode])
+        steps = STEPS[mode]
+        cost = f"{100 * (base / median - 1) / steps:.0f} %" if steps else "-"
+        per_batch = f"{statistics.median(batches[mode]):.1f}" if steps and max(batches[mode]) else "-"
+        print(f"| {mode} | {median:,.0f} | {low:,.0f}-{high:,.0f} | {median / base:.2f}x | {cost} | {per_batch} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.durable", description=__doc__.split("\n")[0])
     parser.add_argument("--stores", default="sqlite,postgres")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--signals", type=int, default=50)
+    parser.add_argument("--modes", default=",".join(MODES), help="which tasks (the no-op is always run)")
     parser.add_argument("--parked", type=int, default=0)
     parser.add_argument("--idle", type=float, default=20.0)
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     args = parser.parse_args(argv)
     for store in args.stores.split(","):
-        rates: dict[str, list[float]] = {mode: [] for mode in MODES}
+        modes = [m for m in MODES if m == "no-op" or m in args.modes.split(",")]
+        rates: dict[str, list[float]] = {mode: [] for mode in modes}
+        batches: dict[str, list[float]] = {mode: [] for mode in modes}
         for i in range(args.rounds):
-            for mode in MODES if i % 2 == 0 else MODES[::-1]:
+            for mode in modes if i % 2 == 0 else modes[::-1]:
                 with scratch_store(store, args.pg_url, "bench_durable") as url:
-                    rates[mode].append(_drain(url, mode, args.runs))
-        base = statistics.median(rates["no-op"])
-        print(f"\n{store}: {args.runs:,} runs, concurrency 8, {args.rounds} rounds (alternated)\n")
-        print("| task | runs/s (median) | min-max | vs no-op |\n|---|--:|--:|--:|")
-        for mode in MODES:
-            median = statistics.median(rates[mode])
-            low, high = min(rates[mode]), max(rates[mode])
-            print(f"| {mode} | {median:,.0f} | {low:,.0f}-{high:,.0f} | {median / base:.2f}x |")
+                    rate, per_batch = _drain(url, mode, args.runs)
+                    rates[mode].append(rate)
+                    batches[mode].append(per_batch)
+        _table(store, args, rates, batches)
+        if not args.signals:
+            continue
         with scratch_store(store, args.pg_url, "bench_durable") as url:
             took = sorted(_resume(url, args.signals))
         p95 = took[max(0, int(len(took) * 0.95) - 1)]

@@ -7,7 +7,10 @@
   (`StepRefused`) before it can use that result. A later execution of the handler (a retry,
   a rescue after a crash, a hand-back, a resume after a park) calls the same steps in the
   same order and gets the saved results back without running them again. The step that was
-  running when a worker died has no checkpoint and runs again.
+  running when a worker died has no checkpoint and runs again. `step` returns once its
+  checkpoint committed (the store writes the checkpoints of concurrent runs together:
+  rota/stores/sqlstore/checkpoints.py), except a step the handler returns at once: that one
+  is written in the transaction of the run's outcome (`deferred`, Outcome.steps).
 - `ctx.sleep` and `ctx.wait_for` park the run: the handler's execution ends (the `Parked`
   exception, which handlers must not swallow: it derives from BaseException), the run goes
   back to pending, due when the wait ends, with no token, no lease, no worker slot and no
@@ -26,8 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dis
 import inspect
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -116,12 +121,19 @@ class Durable:
     """One execution's view of its run's steps: the saved ones (read once, on the first
     step), the names used so far, and the progress waiting for the next heartbeat."""
 
-    def __init__(self, store: Any, run_id: int, token: int, task: str, connection: Any = None) -> None:
+    def __init__(self, store: Any, run_id: int, token: int, task: str, connection: Any = None,
+                 steps: bool = True, handler: Any = None) -> None:  # fmt: skip
         self.store = store
         self.run_id = run_id
         self.token = token
         self.task = task
         self.connection = connection  # a transactional handler's: checkpoints in its transaction
+        # False: the claim saw no saved step, and only this token's holder saves: none to read
+        self.steps = steps
+        # the handler's code (the function the worker calls): a step it returns at once is
+        # written with the run's finish (`deferred`; see `_returns_at_once`)
+        self.handler = handler
+        self.deferred: dict[str, Any] | None = None
         self._saved: dict[str, StepRecord] | None = None
         self._seen: set[str] = set()
         self._sleeps = 0
@@ -151,8 +163,8 @@ class Durable:
         return len(self._seen) - 1
 
     def saved(self, name: str) -> StepRecord | None:
-        if self._saved is None:
-            self._saved = {s.name: s for s in self.store.steps_of(self.run_id)}
+        if self._saved is None:  # read once, unless the claim said there is nothing to read
+            self._saved = {s.name: s for s in self.store.steps_of(self.run_id)} if self.steps else {}
         return self._saved.get(name)
 
     def save(self, name: str, seq: int, outcome: str, took: float, result: str | None = None,
@@ -185,15 +197,39 @@ class Durable:
 
     # -- steps ---------------------------------------------------------------------------
     def begin(self, name: object) -> tuple[str, int, StepRecord | None]:
+        self.flush()
         name = check_name(name)
         seq = self._use(name)
         saved = self.saved(name)
         return name, seq, saved if saved is not None and saved.outcome == SUCCEEDED else None
 
-    def end(self, name: str, seq: int, started: float, value: Any) -> Any:
+    def end(self, name: str, seq: int, started: float, value: Any, last: bool = False) -> Any:
         text = self.encode(name, value)
-        self.save(name, seq, SUCCEEDED, time.monotonic() - started, result=text)
+        took = time.monotonic() - started
+        if last:  # the handler returns it at once: its checkpoint goes with the run's finish
+            self.deferred = {"id": self.run_id, "token": self.token, "name": name, "seq": seq, "took": took,
+                             "outcome": SUCCEEDED, "result": text, "error": None}  # fmt: skip
+        else:
+            self.save(name, seq, SUCCEEDED, took, result=text)
         return json.loads(text)  # what a resume gets back: the same JSON
+
+    def flush(self) -> None:
+        """Save a deferred checkpoint now (the handler went on after all: a defensive case)."""
+        row, self.deferred = self.deferred, None
+        if row is not None:
+            self.save(row["name"], row["seq"], SUCCEEDED, row["took"], result=row["result"])
+
+    def _last(self) -> bool:
+        """Whether the step being called is the last thing its handler does: the worker's own
+        handler function (not a transactional one), returning the step's value (or None) at
+        once, with nothing (no `finally`, no `with` exit) in between."""
+        if self.handler is None or self.connection is not None:
+            return False
+        try:
+            frame = sys._getframe(3)  # the handler, calling RunContext.step, calling step, calling us
+        except ValueError:  # a shallower stack: not a worker's handler
+            return False
+        return frame.f_code is self.handler and _returns_at_once(frame.f_code, frame.f_lasti)
 
     def failed(self, name: str, seq: int, started: float, exc: BaseException) -> None:
         if isinstance(exc, Parked | StepRefused | StepError):
@@ -205,13 +241,14 @@ class Durable:
         name, seq, saved = self.begin(name)
         if saved is not None:
             return json.loads(saved.result or "null")
+        last = self._last()
         started = time.monotonic()
         try:
             value = fn(*args, **kwargs)
         except BaseException as exc:
             self.failed(name, seq, started, exc)
             raise
-        return self.end(name, seq, started, value)
+        return self.end(name, seq, started, value, last)
 
     async def step_async(self, name: object, fn: Callable[..., Any], args: tuple[Any, ...],
                          kwargs: dict[str, Any]) -> Any:  # fmt: skip
@@ -230,6 +267,7 @@ class Durable:
 
     # -- parks ---------------------------------------------------------------------------
     def _no_transaction(self, what: str) -> None:
+        self.flush()
         if self.connection is not None:
             raise StepError(
                 f"{what} in {self.task}, a transactional task: its transaction would stay open for the whole "
@@ -305,6 +343,22 @@ class Durable:
         if message is not None and (not isinstance(message, str) or len(message) > MAX_MESSAGE):
             raise StepError(f"invalid progress message {shown(message)}: a string of at most {MAX_MESSAGE} characters")
         self.progress = (float(fraction), message)
+
+
+_AT_ONCE: dict[tuple[Any, int], bool] = {}
+# After the call: return its value; or drop it and return a constant (3.11: LOAD_CONST; 3.12: RETURN_CONST)
+_RETURNS = (("RETURN_VALUE",), ("POP_TOP", "RETURN_CONST"), ("POP_TOP", "LOAD_CONST", "RETURN_VALUE"))
+
+
+def _returns_at_once(code: Any, lasti: int) -> bool:
+    """Whether the instructions after the call at `lasti` in `code` only return."""
+    known = _AT_ONCE.get((code, lasti))
+    if known is None:
+        after = [i for i in dis.get_instructions(code) if i.offset > lasti][:3]
+        names = tuple(i.opname for i in after)
+        known = any(names[: len(r)] == r for r in _RETURNS)
+        _AT_ONCE[(code, lasti)] = known
+    return known
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -113,24 +113,30 @@ def test_a_higher_priority_run_another_process_enqueues_is_claimed_within_front_
     other.close()
 
 
+def _row(run_id: Any, priority: Any, due: Any) -> tuple[Any, ...]:
+    """A claimed row as the claim returns it (fragments.sql's claimed_columns): id first,
+    priority and due time (Unix seconds) at 13 and 14, whether it has saved steps last."""
+    return (run_id, "t", "[]", "{}", 1, 1, 1, None, None, None, None, None, None, priority, due, False)
+
+
 def test_claim_from_walks_from_where_the_claims_stood_from_lag_ago(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [100.0]
     monkeypatch.setattr(_pg_claim_from.time, "monotonic", lambda: now[0])
     place = _pg_claim_from.ClaimFrom()
     assert place.params(None) == _pg_claim_from.FRONT  # nothing claimed yet
-    place.claimed(None, [(7, "t", 0, 1700000000.0), (9, "t", 0, 1700000001.0)])  # (id, ..., priority, due)
+    place.claimed(None, [_row(7, 0, 1700000000.0), _row(9, 0, 1700000001.0)])
     now[0] += 0.1
     assert place.params(None) == _pg_claim_from.FRONT  # not FROM_LAG old yet
     now[0] += _pg_claim_from.FROM_LAG
     assert place.params(["b", "a"]) == _pg_claim_from.FRONT  # another set of queues: its own
     place._front_at[None] = now[0]
     assert place.params(None) == {"from_p": 0, "from_due": 1700000001.0, "from_id": 9}
-    place.claimed(None, [(3, "t", 2, 1600000000.0)])  # a later claim, higher in the order
+    place.claimed(None, [_row(3, 2, 1600000000.0)])  # a later claim, higher in the order
     now[0] += _pg_claim_from.FROM_LAG
     assert place.params(None) == {"from_p": -2, "from_due": 1600000000.0, "from_id": 3}
     now[0] += _pg_claim_from.FRONT_EVERY
     assert place.params(None) == _pg_claim_from.FRONT  # from the front every FRONT_EVERY
-    place.claimed(None, [(None, "damaged", None, None)])  # a damaged row teaches nothing
+    place.claimed(None, [_row(None, None, None)])  # a damaged row teaches nothing
     place.enqueued([NewRun(task="t")])
     assert place.params(None) == {"from_p": -2, "from_due": 1600000000.0, "from_id": 3}
     place.enqueued([NewRun(task="t", priority=3)])  # sorts before: from the front

@@ -81,7 +81,7 @@ class DurableModel(RuleBasedStateMachine):
 
     def _execute(self, c: Claimed, crash_after: int | None) -> str:
         """Run the handler; 'crashed', 'refused', 'parked' or 'done'."""
-        d = Durable(self.fenced, c.id, c.token, "t")
+        d = Durable(self.fenced, c.id, c.token, "t", steps=c.steps)  # the read-skip as a worker does it
         try:
             for i, what in enumerate(PROGRAM):
                 if crash_after is not None and i == crash_after:

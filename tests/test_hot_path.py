@@ -54,7 +54,9 @@ def before_misfire_deadlines(claim: str) -> str:
 
 
 def before_paused_queues(sql: str) -> str:
-    """A statement without the paused-queues guard (schema version 21)."""
+    """A statement without the paused-queues guard (schema version 21), nor the claim's
+    saved-steps column (rota_steps: version 22)."""
+    sql = re.sub(r",\s*EXISTS \(SELECT 1 FROM rota_steps s WHERE s\.run_id = \w+\.id\)", "", sql)
     sql = re.sub(r"AND coalesce\(\w+\.queue <> ALL \(ARRAY\(SELECT queue FROM rota_queue_pauses\)\), true\)", "", sql)
     return re.sub(r"AND NOT EXISTS \(SELECT 1 FROM rota_queue_pauses qp WHERE qp\.queue = \w+\.queue\)", "", sql)
 

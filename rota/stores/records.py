@@ -75,6 +75,9 @@ class Claimed:
     lease_until: datetime
     priority: int = 0  # with `due`, the order held runs start in (the claim's order)
     due: float = 0.0  # due_at, Unix seconds
+    # whether the run had saved steps when claimed (rota.durable): False, its handler's first
+    # step reads none (no one else saves for it while this claim's token holds it)
+    steps: bool = True
     # why the stored row cannot be worked (rota.quarantine): the worker fails it at once,
     # without running it; its other fields are then placeholders
     damaged: str | None = None
@@ -141,7 +144,7 @@ def claim_of_unix(r: Any) -> Claimed:
     ts = datetime.fromtimestamp
     try:
         return Claimed(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], ts(r[10], UTC),
-                       None if r[11] is None else ts(r[11], UTC), ts(r[12], UTC), r[13], r[14])  # fmt: skip
+                       None if r[11] is None else ts(r[11], UTC), ts(r[12], UTC), r[13], r[14], *r[15:16])  # (steps: schema 22)  # fmt: skip
     except quarantine.UNDECODABLE:  # name the time that does not decode
         for i, field in ((10, "scheduled_for"), (11, "started_at"), (12, "lease_until")):
             try:
@@ -240,6 +243,9 @@ class Outcome:
     history: str | None = None
     started: float | None = None
     written_status: str | None = None
+    # the handler's last step's checkpoint (rota.durable: a step it returned at once), as
+    # save_steps rows: written in the finish's transaction, before the outcome
+    steps: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)

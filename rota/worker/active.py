@@ -85,7 +85,8 @@ def run_context(active: Active) -> RunContext:
     c = active.claim
     parents = _parents_of(active.task, c.id) if active.task is not None else None
     if active.task is not None and getattr(active.task.app.store, "durable_supported", False):
-        active.durable = Durable(active.task.app.store, c.id, c.token, c.task)
+        handler = getattr(active.task.fn, "__code__", None)
+        active.durable = Durable(active.task.app.store, c.id, c.token, c.task, steps=c.steps, handler=handler)
     return RunContext(
         str(c.id), c.task, c.attempt, c.max_attempts, c.token, c.scheduled_for, c.schedule, active.cancel,
         parents=parents, durable=active.durable,

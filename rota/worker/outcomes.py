@@ -67,6 +67,8 @@ class Decider:
 
     def decide(self, active: Active, kind: str, value: Any) -> Outcome:
         outcome = self._decide(active, kind, value)
+        if active.durable is not None and active.durable.deferred is not None:  # with the finish
+            outcome.steps = [active.durable.deferred]
         if active.trace is not None:  # its span ends with the outcome (rota.tracing)
             end_attempt(active.trace, outcome.status, outcome.error)
             active.trace = None

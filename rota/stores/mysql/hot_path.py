@@ -35,7 +35,7 @@ class MySQLHotPath:
 
         def _refuse(self, s: Any, refused: Sequence[Outcome]) -> None: ...
 
-        def _park(self, s: Any, outcomes: Sequence[Outcome]) -> set[int]: ...
+        def _finish_durable(self, s: Any, outcomes: Sequence[Outcome]) -> None: ...
 
         def _take_tokens(self, n: int) -> int: ...
 
@@ -190,18 +190,17 @@ class MySQLHotPath:
     def _finish_batch(self, s: Session, outcomes: Sequence[Outcome]) -> None:
         plain: list[Outcome] = []
         refused: list[Outcome] = []
-        parked: list[Outcome] = []
         other: list[Outcome] = []  # (one pass: `o not in plain` compared dataclasses, n² a batch)
         for o in outcomes:
             if o.status == REFUSED:
                 refused.append(o)
             elif o.status == PARKED:
-                parked.append(o)
+                continue  # (_finish_durable)
             elif o.status == "succeeded" and o.history is None:
                 plain.append(o)
             elif o.status not in OWN_STATEMENT:
                 other.append(o)
-        self._park(s, parked)  # (rota.durable: their own statements)
+        self._finish_durable(s, outcomes)  # (rota.durable: last checkpoints, parks; their own statements)
         if refused:
             self._refuse(s, refused)
         if plain:

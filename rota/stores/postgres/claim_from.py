@@ -67,9 +67,10 @@ class ClaimFrom:
         return {"from_p": neg_priority, "from_due": due, "from_id": run_id}
 
     def claimed(self, queues: Sequence[str] | None, rows: Sequence[Any]) -> None:
-        """After a claim: its rows (id first, priority and due time, Unix seconds, last)."""
+        """After a claim: its rows (id first; priority and due time, Unix seconds, at 13 and 14:
+        fragments.sql's claimed_columns)."""
         try:
-            last = max((-int(r[-2]), float(r[-1]), int(r[0])) for r in rows)
+            last = max((-int(r[13]), float(r[14]), int(r[0])) for r in rows)
         except (TypeError, ValueError):  # none, or a damaged row: nothing learnt
             return
         with self._lock:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..base import Claimed
+from ..sqlstore.checkpoints import finish_steps
 from ..sqlstore.limits import _WALK, FlowMixin, heads_wanted
 from ..sqlstore.limits_sql import _Synced, flow_due_call
 
@@ -37,7 +38,7 @@ class PostgresFlow(FlowMixin):
         )
 
         batches = finish_batches(outcomes)
-        lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
+        lock = [*([finished_schedules_lock(outcomes)] if len(batches) > 1 else []), *finish_steps(outcomes)]
         probe = flow_due_call(None if queues is None else list(queues))
         since = self.claim_from.params(queues)  # type: ignore[attr-defined]
         calls = [*lock, *batches, CLAIM_PLAN, claim_call(owner, limit, queues, lease, start, since), probe]
@@ -65,7 +66,7 @@ class PostgresFlow(FlowMixin):
         if limit > 0 and not self.plain_due and self._flow_room is not None and not self._flow_capped:
             return self._flow_one_trip(outcomes, owner, limit, queues, lease, free)
         batches = finish_batches(outcomes)
-        lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
+        lock = [*([finished_schedules_lock(outcomes)] if len(batches) > 1 else []), *finish_steps(outcomes)]
         names = None if queues is None else list(queues)
         with self._session(False, pipeline=True) as s:  # type: ignore[attr-defined]
             for query, params in [*lock, *batches]:
@@ -118,7 +119,7 @@ class PostgresFlow(FlowMixin):
         from ..postgres.session import claimed, finish_batches, finished_schedules_lock, settle_refused
 
         batches = finish_batches(outcomes)
-        lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
+        lock = [*([finished_schedules_lock(outcomes)] if len(batches) > 1 else []), *finish_steps(outcomes)]
         names = None if queues is None else list(queues)
         n = heads_wanted(limit)
         due_query, due_params = flow_due_call(names)

@@ -32,6 +32,7 @@ from ...errors import (
 from ...models import FINAL_STATUSES, PENDING, RUNNING, SUCCEEDED
 from ..base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
 from ..records import PARKED, rescued_rows
+from ..sqlstore.checkpoints import finish_steps
 from ..sqlstore.queries import load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, Row, SqlStore
 from .claim_from import ClaimFrom
@@ -364,6 +365,8 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         deadlock that happens anyway is retried at once."""
         done = self.park_runs([o for o in outcomes if o.status == PARKED])
         outcomes = [o for o in outcomes if o.status != PARKED]
+        for query, params in finish_steps(outcomes):  # the handlers' last checkpoints, committed first
+            self._again(self._write_rows, query, params)
         batches = finish_batches(outcomes)
         written = [self._again(self._write_rows, query, params) for query, params in batches]
         settle_refused(outcomes, batches, written)
@@ -378,8 +381,9 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
 
     def _finish_and_claim(self, outcomes: Sequence[Outcome], *claim: Any) -> tuple[set[int], list[Claimed]]:
         batches = finish_batches(outcomes)
-        # two statements in one transaction: their schedules locked in one order first
-        lock = [finished_schedules_lock(outcomes)] if len(batches) > 1 else []
+        # two statements in one transaction: their schedules locked in one order first; then
+        # the handlers' last checkpoints (rota.durable), before their outcomes
+        lock = [*([finished_schedules_lock(outcomes)] if len(batches) > 1 else []), *finish_steps(outcomes)]
         owner, limit, queues, lease, start = claim
         claim_ = claim_call(owner, limit, queues, lease, start, self.claim_from.params(queues))
         calls = [*lock, *batches, CLAIM_PLAN, claim_]

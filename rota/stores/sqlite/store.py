@@ -33,7 +33,7 @@ from ...errors import (
 )
 from ..base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
 from ..records import OWN_STATEMENT as _OWN
-from ..records import PARKED, REFUSED, claim_of_unix, claimed_rows, rescued_rows
+from ..records import REFUSED, claim_of_unix, claimed_rows, rescued_rows
 from ..sqlstore.flow import _gates
 from ..sqlstore.queries import latest_version, load_migrations, load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
@@ -425,7 +425,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
         refused = [o for o in outcomes if o.status == REFUSED]
         other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None) and o.status not in _OWN]
-        self._park(s, [o for o in outcomes if o.status == PARKED])  # (rota.durable: their own statements)
+        self._finish_durable(s, outcomes)  # (rota.durable: last checkpoints, parks; their own statements)
         if refused:
             self._refuse(s, refused)
         if plain:

@@ -8,6 +8,7 @@ enqueue and `signal_steps` below run on a sync or an async session."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Generator, Sequence
 from contextlib import AbstractContextManager
@@ -16,7 +17,9 @@ from datetime import datetime
 from typing import Any
 
 from ..base import Outcome
+from ..records import PARKED
 from .base import NOTIFY_CHANNEL, Session, SqlBase
+from .checkpoints import GroupCommit, finish_steps, rows_json
 
 Row = tuple[Any, ...]
 SignalSteps = Generator[tuple[str, dict[str, Any]], list[Row], "SignalAnswer"]
@@ -119,13 +122,27 @@ class SqlDurable(SqlBase):
 
     def save_step(self, run_id: int, token: int, step: StepRecord, took: float, session: Session | None = None) -> bool:
         """Save one step's checkpoint if (run_id, token) still holds the run; False: refused
-        (the lease was lost). `session`: a transactional handler's (its transaction)."""
-        params = {"id": run_id, "token": token, "name": step.name, "seq": step.seq, "took": took,
-                  "outcome": step.outcome, "result": step.result, "error": step.error}  # fmt: skip
+        (the lease was lost, or the step had succeeded before). Returns once it committed.
+        `session`: a transactional handler's (its transaction: commits with its writes);
+        without one, the checkpoints this process makes meanwhile are written together
+        (checkpoints.GroupCommit: one statement and one commit for the batch)."""
+        row = {"id": run_id, "token": token, "name": step.name, "seq": step.seq, "took": took,
+               "outcome": step.outcome, "result": step.result, "error": step.error}  # fmt: skip
         if session is not None:
-            return bool(session.q("save_step", **params))
+            return bool(session.q("save_step", **row))
+        return self._checkpoints.save(row)
+
+    @functools.cached_property
+    def _checkpoints(self) -> GroupCommit:
+        return GroupCommit(self._save_batch, self._save_one)
+
+    def _save_batch(self, rows: Sequence[dict[str, Any]]) -> set[tuple[int, str]]:
+        with self._one_write() as s:  # one statement: PostgreSQL's autocommit commits it
+            return {(int(r[0]), str(r[1])) for r in s.q("save_steps", rows=rows_json(rows))}
+
+    def _save_one(self, row: dict[str, Any]) -> bool:
         with self._one_write() as s:
-            return bool(s.q("save_step", **params))
+            return bool(s.q("save_step", **row))
 
     def _one_write(self) -> AbstractContextManager[Session]:
         """A session for one statement that writes: PostgreSQL's autocommit (one round trip,
@@ -189,6 +206,13 @@ class SqlDurable(SqlBase):
             return set()
         with self._tx() as s:
             return self._park(s, outcomes)
+
+    def _finish_durable(self, s: Session, outcomes: Sequence[Outcome]) -> None:
+        """In a finish's transaction, before the outcomes (each one's token holds its run): the
+        handlers' last checkpoints (Outcome.steps: a step returned at once), then the parks."""
+        for query, params in finish_steps(outcomes):
+            s.q(query, **params)
+        self._park(s, [o for o in outcomes if o.status == PARKED])
 
     def _park(self, s: Session, outcomes: Sequence[Outcome]) -> set[int]:
         parked: set[int] = set()

@@ -35,6 +35,40 @@ ON DUPLICATE KEY UPDATE
 ;
 SELECT id FROM rota_runs WHERE id IN %(_ids)s AND token = %(token)s AND status = 'running'
 
+-- name: save_steps
+-- Checkpoints of several runs at once (a worker's group commit), each as save_step. First the
+-- gate: the (run, step) pairs whose (id, token) holds the run and whose step has not
+-- succeeded, their runs locked (no token changes before the commit); no row: nothing
+-- written. Then the write of those, the succeeded guard per column as in save_step. The
+-- gate's rows name the checkpoints written (a checkpoint not named was refused). %(rows)s:
+-- a JSON array of {id, token, name, seq, took, outcome, result, error}.
+SELECT r.id, v.name FROM rota_runs r
+JOIN JSON_TABLE(%(rows)s, '$[*]' COLUMNS (id BIGINT PATH '$.id', token BIGINT PATH '$.token',
+                                          name VARCHAR(255) PATH '$.name')) AS v
+  ON v.id = r.id AND v.token = r.token
+LEFT JOIN rota_steps s ON s.run_id = r.id AND s.name = v.name COLLATE utf8mb4_bin AND s.outcome = 'succeeded'
+WHERE r.status = 'running' AND s.run_id IS NULL  -- (an anti-join by the primary key: no scan of rota_steps)
+ORDER BY r.id
+FOR UPDATE
+;
+INSERT INTO rota_steps (run_id, name, seq, attempt, started_at, finished_at, outcome, result, error)
+SELECT r.id, v.name, v.seq, r.attempt + (r.started_at IS NULL),
+       {now} - INTERVAL ROUND(v.took * 1000000) MICROSECOND, {now}, v.outcome, v.result, v.error
+FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+         id BIGINT PATH '$.id', token BIGINT PATH '$.token', name VARCHAR(255) PATH '$.name', seq INT PATH '$.seq',
+         took DOUBLE PATH '$.took', outcome VARCHAR(16) PATH '$.outcome', result LONGTEXT PATH '$.result',
+         error LONGTEXT PATH '$.error')) AS v
+JOIN rota_runs r ON r.id = v.id AND r.token = v.token
+WHERE r.id IN %(_ids)s AND r.status = 'running'
+ON DUPLICATE KEY UPDATE
+    seq = IF(rota_steps.outcome = 'succeeded', rota_steps.seq, VALUES(seq)),
+    attempt = IF(rota_steps.outcome = 'succeeded', rota_steps.attempt, VALUES(attempt)),
+    started_at = IF(rota_steps.outcome = 'succeeded', rota_steps.started_at, VALUES(started_at)),
+    finished_at = IF(rota_steps.outcome = 'succeeded', rota_steps.finished_at, VALUES(finished_at)),
+    result = IF(rota_steps.outcome = 'succeeded', rota_steps.result, VALUES(result)),
+    error = IF(rota_steps.outcome = 'succeeded', rota_steps.error, VALUES(error)),
+    outcome = IF(rota_steps.outcome = 'succeeded', rota_steps.outcome, VALUES(outcome))
+
 -- name: step_clock
 -- The database's time (a sleep's wake time and a wait's deadline are taken from it), and
 -- whether (id, token) still holds the run.

@@ -19,9 +19,11 @@ NOT EXISTS (SELECT 1 FROM rota_queue_pauses qp WHERE qp.queue = {{queue}})
 DATE_FORMAT({{t}}, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ')
 
 -- fragment: claimed_columns
--- The claimed runs' columns, as Claimed takes them (due_at as epoch seconds).
+-- The claimed runs' columns, as Claimed takes them (due_at as epoch seconds; the last:
+-- whether the run has saved steps).
 SELECT id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-       scheduled_for, started_at, lease_until, priority, UNIX_TIMESTAMP(due_at)
+       scheduled_for, started_at, lease_until, priority, UNIX_TIMESTAMP(due_at),
+       EXISTS (SELECT 1 FROM rota_steps s WHERE s.run_id = rota_runs.id)
 FROM rota_runs WHERE id IN %(_ids)s
 
 -- fragment: claim_update

@@ -23,6 +23,26 @@ SET seq = EXCLUDED.seq, attempt = EXCLUDED.attempt, started_at = EXCLUDED.starte
 WHERE rota_steps.outcome <> 'succeeded'
 RETURNING run_id
 
+-- name: save_steps
+-- Checkpoints of several runs at once (a worker's group commit: rota/stores/sqlstore/
+-- checkpoints.py), each as save_step: written only where its (id, token) holds the run, a
+-- succeeded step never overwritten. One statement for the batch; the rows back name the
+-- checkpoints written (a checkpoint not named was refused). %(rows)s: a JSON array of
+-- {id, token, name, seq, took, outcome, result, error}, one per (id, name).
+INSERT INTO rota_steps (run_id, name, seq, attempt, started_at, finished_at, outcome, result, error)
+SELECT r.id, v.name, v.seq, r.attempt + (r.started_at IS NULL)::int, {now} - make_interval(secs => v.took), {now},
+       v.outcome, v.result, v.error
+FROM json_to_recordset(%(rows)s::json)
+         AS v(id bigint, token bigint, name text, seq integer, took float8, outcome text, result text, error text)
+JOIN rota_runs r ON r.id = v.id AND r.token = v.token AND r.status = 'running'
+WHERE r.id = ANY(ARRAY(SELECT (e->>'id')::bigint FROM json_array_elements(%(rows)s::json) AS e))
+ON CONFLICT (run_id, name) DO UPDATE
+SET seq = EXCLUDED.seq, attempt = EXCLUDED.attempt, started_at = EXCLUDED.started_at,
+    finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome, result = EXCLUDED.result,
+    error = EXCLUDED.error
+WHERE rota_steps.outcome <> 'succeeded'
+RETURNING run_id, name
+
 -- name: step_clock
 -- The database's time (a sleep's wake time and a wait's deadline are taken from it), and
 -- whether (id, token) still holds the run.

@@ -113,10 +113,12 @@ WHERE r.ctid = ANY((SELECT tids FROM picked)::tid[])
 RETURNING {{claimed_columns}}
 
 -- fragment: claimed_columns
--- What a claim returns of each run it took (rota.stores.records.claimed_rows reads them).
+-- What a claim returns of each run it took (rota.stores.records.claimed_rows reads them);
+-- the last: whether the run has saved steps (no: its handler's first step reads none).
 r.id, r.task, r.args, r.kwargs, r.attempt, r.max_attempts, r.token, r.timeout,
           r.backoff, r.schedule, r.scheduled_for, r.started_at, r.lease_until,
-          r.priority, extract(epoch FROM r.due_at)::float8
+          r.priority, extract(epoch FROM r.due_at)::float8,
+          EXISTS (SELECT 1 FROM rota_steps s WHERE s.run_id = r.id)
 
 -- fragment: schedule_insert
 -- A schedule's row inserted, or on a conflict the start of its update (upsert_code_schedule,

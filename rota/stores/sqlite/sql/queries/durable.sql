@@ -19,6 +19,24 @@ SET seq = excluded.seq, attempt = excluded.attempt, started_at = excluded.starte
 WHERE rota_steps.outcome <> 'succeeded'
 RETURNING run_id
 
+-- name: save_steps
+-- Checkpoints of several runs at once, as on PostgreSQL (one statement for the batch; the
+-- rows back name the checkpoints written). :rows: a JSON array of
+-- {id, token, name, seq, took, outcome, result, error}.
+INSERT INTO rota_steps (run_id, name, seq, attempt, started_at, finished_at, outcome, result, error)
+SELECT r.id, json_extract(v.value, '$.name'), json_extract(v.value, '$.seq'), r.attempt + (r.started_at IS NULL),
+       {now} - json_extract(v.value, '$.took'), {now}, json_extract(v.value, '$.outcome'),
+       json_extract(v.value, '$.result'), json_extract(v.value, '$.error')
+FROM json_each(:rows) AS v  -- CROSS JOIN: the checkpoints first, each run by its id (not every running run)
+CROSS JOIN rota_runs r ON r.id = json_extract(v.value, '$.id')
+WHERE r.token = json_extract(v.value, '$.token') AND r.status = 'running'
+ON CONFLICT (run_id, name) DO UPDATE
+SET seq = excluded.seq, attempt = excluded.attempt, started_at = excluded.started_at,
+    finished_at = excluded.finished_at, outcome = excluded.outcome, result = excluded.result,
+    error = excluded.error
+WHERE rota_steps.outcome <> 'succeeded'
+RETURNING run_id, name
+
 -- name: step_clock
 SELECT {now}, EXISTS (SELECT 1 FROM rota_runs WHERE id = :id AND token = :token AND status = 'running')
 

@@ -46,7 +46,8 @@ FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, due_at, id) AS pos F
     LIMIT :limit)) AS c
 WHERE rota_runs.id = c.id
 RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-          scheduled_for, started_at, lease_until, priority, due_at
+          scheduled_for, started_at, lease_until, priority, due_at,
+          EXISTS (SELECT 1 FROM rota_steps s WHERE s.run_id = rota_runs.id)
 
 -- fragment: next_tick
 -- When the ticker has work: the next schedule tick, or at once if a run made ahead passed its

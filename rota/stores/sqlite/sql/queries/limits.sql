@@ -184,7 +184,8 @@ SET status = 'running', owner = :owner, token = :token + c.rank,
 FROM (SELECT value AS id, key AS pos, row_number() OVER (ORDER BY value) - 1 AS rank FROM json_each(:ids)) AS c
 WHERE rota_runs.id = c.id AND rota_runs.status = 'pending'
 RETURNING rota_runs.id, task, args, kwargs, attempt, max_attempts, token, timeout, backoff, schedule,
-          scheduled_for, started_at, lease_until, priority, due_at
+          scheduled_for, started_at, lease_until, priority, due_at,
+          EXISTS (SELECT 1 FROM rota_steps s WHERE s.run_id = rota_runs.id)
 
 -- name: flow_started
 INSERT INTO rota_rate_starts (name, key, started_at)

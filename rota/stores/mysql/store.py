@@ -46,13 +46,23 @@ from ..sqlstore.queries import load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
 from .hot_path import MySQLHotPath, settle
 from .migrate import MySQLMigrations
-from .session import DriverError, Pool, Session, close_quietly, connect_kwargs, is_retry_at_once, translate
+from .session import (
+    LOCK_WAIT,
+    DriverError,
+    Pool,
+    Session,
+    close_quietly,
+    connect_kwargs,
+    is_retry_at_once,
+    translate,
+)
 
 log = logging.getLogger("rota.store")
 T = TypeVar("T")
 _ATTEMPTS = 4
 _BULK = 500  # runs per multi-row INSERT
 NOW = "CAST(COALESCE(%(now)s, UTC_TIMESTAMP(6)) AS DATETIME(6))"
+TOKEN_WAIT = 1  # s: the token connection's lock wait, then the claim's own transaction takes them
 
 
 class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
@@ -147,20 +157,29 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
             self._pool.drop_idle()
         self._drop_token_conn()
 
-    def _take_tokens(self, n: int) -> int:
+    def _take_tokens(self, n: int) -> int | None:
         """`n` fencing tokens for a claim whose runs are locked: the last one, from one UPDATE
         of the counter committed at once on a connection of its own (the claim's transaction
         never holds the counter's row lock: two workers' claims do not take turns for their
-        whole length). 0 when the counter is damaged (take_tokens leaves it as it is)."""
+        whole length). 0 when the counter is damaged (take_tokens leaves it as it is). None
+        when the counter stayed locked for 1 s (TOKEN_WAIT): the claim takes them in its own
+        transaction. The server cannot see the claim waiting on this connection: a
+        transaction holding the counter that waits for the claim's locks (App.retry's key)
+        made a cycle it does not detect, each side waiting out the lock wait timeout."""
         pool = self._open()
         with self._token_lock:
             conn, self._token_conn = self._token_conn, None
             try:
-                conn = conn or pool.new_connection()
+                if conn is None:
+                    conn = pool.new_connection()
+                    conn.cursor().execute(f"SET SESSION innodb_lock_wait_timeout = {TOKEN_WAIT}")
                 with conn.cursor() as cur:
                     cur.execute(self.queries["take_tokens"], {"n": n})
-                    last = int(cur.lastrowid or 0)
+                    last: int | None = int(cur.lastrowid or 0)
             except DriverError as exc:
+                if conn is not None and exc.args and exc.args[0] == LOCK_WAIT:  # the statement only
+                    self._token_conn = conn
+                    return None
                 if conn is not None:
                     close_quietly(conn)
                 raise translate(exc, self.url) from exc

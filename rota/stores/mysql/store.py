@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from ...clock import Clock
 from ...config import redact_url as redact
-from ...errors import ConfigurationError, DatabaseError, DatabaseTransient
+from ...errors import ConfigurationError, DatabaseError, DatabaseTransient, DatabaseUnavailable
 from ..base import Claimed, NewRun, PollState, Rescued, ScheduleDef, run_stats
 from ..records import claimed_rows, rescued_rows
 from ..sqlite.flow import SQLiteFlow  # the flow claim step by step, as SQLite takes it
@@ -165,25 +165,34 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         when the counter stayed locked for 1 s (TOKEN_WAIT): the claim takes them in its own
         transaction. The server cannot see the claim waiting on this connection: a
         transaction holding the counter that waits for the claim's locks (App.retry's key)
-        made a cycle it does not detect, each side waiting out the lock wait timeout."""
-        pool = self._open()
+        made a cycle it does not detect, each side waiting out the lock wait timeout. A token
+        connection cut while idle (wait_timeout, a proxy) is replaced at once, not an outage."""
         with self._token_lock:
             conn, self._token_conn = self._token_conn, None
-            try:
-                if conn is None:
-                    conn = pool.new_connection()
-                    conn.cursor().execute(f"SET SESSION innodb_lock_wait_timeout = {TOKEN_WAIT}")
-                with conn.cursor() as cur:
-                    cur.execute(self.queries["take_tokens"], {"n": n})
-                    last: int | None = int(cur.lastrowid or 0)
-            except DriverError as exc:
-                if conn is not None and exc.args and exc.args[0] == LOCK_WAIT:  # the statement only
-                    self._token_conn = conn
-                    return None
-                if conn is not None:
-                    close_quietly(conn)
-                raise translate(exc, self.url) from exc
-            self._token_conn = conn
+            if conn is not None:  # idle since the last claim that found runs: maybe cut since
+                try:
+                    return self._token_update(conn, n)
+                except DatabaseUnavailable:
+                    pass  # (its tokens, if taken, are a gap) a new connection, once
+            return self._token_update(None, n)
+
+    def _token_update(self, conn: Any, n: int) -> int | None:
+        """take_tokens on `conn` (a new token connection if None), kept for the next claim."""
+        try:
+            if conn is None:
+                conn = self._open().new_connection()
+                conn.cursor().execute(f"SET SESSION innodb_lock_wait_timeout = {TOKEN_WAIT}")
+            with conn.cursor() as cur:
+                cur.execute(self.queries["take_tokens"], {"n": n})
+                last = int(cur.lastrowid or 0)
+        except DriverError as exc:
+            if conn is not None and exc.args and exc.args[0] == LOCK_WAIT:  # the statement only
+                self._token_conn = conn
+                return None
+            if conn is not None:
+                close_quietly(conn)
+            raise translate(exc, self.url) from exc
+        self._token_conn = conn
         return last
 
     def _drop_token_conn(self) -> None:

@@ -37,7 +37,7 @@ class MySQLHotPath:
 
         def _finish_durable(self, s: Any, outcomes: Sequence[Outcome]) -> None: ...
 
-        def _take_tokens(self, n: int) -> int: ...
+        def _take_tokens(self, n: int) -> int | None: ...
 
     def _plain_claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
@@ -88,11 +88,12 @@ class MySQLHotPath:
         ids = [int(r[0]) for r in s.q(name + "_ids", **params)]
         if not ids:
             return []
-        if s.counter:  # this transaction holds the counter's row already (a flow claim's)
+        # one token per claimed run; in this transaction when it holds the counter's row
+        # already (a flow claim's) or the token connection waited 1 s for it (_take_tokens)
+        last = None if s.counter else self._take_tokens(len(ids))
+        if last is None:
             s.q("take_tokens", n=len(ids))
             last = int(s.cur.lastrowid or 0)
-        else:
-            last = self._take_tokens(len(ids))  # one token per claimed run
         if last < len(ids):  # the counter is damaged: it starts again past the runs' tokens
             last = next_token(s) + len(ids) - 1
             s.q("take_token", token=last)

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from ...clock import Clock
 from ...config import redact_url as redact
-from ...errors import ConfigurationError, DatabaseError, DatabaseTransient
+from ...errors import ConfigurationError, DatabaseError, DatabaseTransient, DatabaseUnavailable
 from ..base import Claimed, NewRun, PollState, Rescued, ScheduleDef, run_stats
 from ..records import claimed_rows, rescued_rows
 from ..sqlite.flow import SQLiteFlow  # the flow claim step by step, as SQLite takes it
@@ -48,6 +48,7 @@ from .hot_path import MySQLHotPath, settle
 from .migrate import MySQLMigrations
 from .session import (
     IDLE_IN_TRANSACTION,
+    LOCK_WAIT,
     TICK_IDLE,
     TICK_LOCK_WAIT,
     DriverError,
@@ -64,6 +65,7 @@ T = TypeVar("T")
 _ATTEMPTS = 4
 _BULK = 500  # runs per multi-row INSERT
 NOW = "CAST(COALESCE(%(now)s, UTC_TIMESTAMP(6)) AS DATETIME(6))"
+TOKEN_WAIT = 1  # s: the token connection's lock wait, then the claim's own transaction takes them
 
 
 class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
@@ -176,24 +178,42 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
             self._pool.drop_idle()
         self._drop_token_conn()
 
-    def _take_tokens(self, n: int) -> int:
+    def _take_tokens(self, n: int) -> int | None:
         """`n` fencing tokens for a claim whose runs are locked: the last one, from one UPDATE
         of the counter committed at once on a connection of its own (the claim's transaction
         never holds the counter's row lock: two workers' claims do not take turns for their
-        whole length). 0 when the counter is damaged (take_tokens leaves it as it is)."""
-        pool = self._open()
+        whole length). 0 when the counter is damaged (take_tokens leaves it as it is). None
+        when the counter stayed locked for 1 s (TOKEN_WAIT): the claim takes them in its own
+        transaction. The server cannot see the claim waiting on this connection: a
+        transaction holding the counter that waits for the claim's locks (App.retry's key)
+        made a cycle it does not detect, each side waiting out the lock wait timeout. A token
+        connection cut while idle (wait_timeout, a proxy) is replaced at once, not an outage."""
         with self._token_lock:
             conn, self._token_conn = self._token_conn, None
-            try:
-                conn = conn or pool.new_connection()
-                with conn.cursor() as cur:
-                    cur.execute(self.queries["take_tokens"], {"n": n})
-                    last = int(cur.lastrowid or 0)
-            except DriverError as exc:
-                if conn is not None:
-                    close_quietly(conn)
-                raise translate(exc, self.url) from exc
-            self._token_conn = conn
+            if conn is not None:  # idle since the last claim that found runs: maybe cut since
+                try:
+                    return self._token_update(conn, n)
+                except DatabaseUnavailable:
+                    pass  # (its tokens, if taken, are a gap) a new connection, once
+            return self._token_update(None, n)
+
+    def _token_update(self, conn: Any, n: int) -> int | None:
+        """take_tokens on `conn` (a new token connection if None), kept for the next claim."""
+        try:
+            if conn is None:
+                conn = self._open().new_connection()
+                conn.cursor().execute(f"SET SESSION innodb_lock_wait_timeout = {TOKEN_WAIT}")
+            with conn.cursor() as cur:
+                cur.execute(self.queries["take_tokens"], {"n": n})
+                last = int(cur.lastrowid or 0)
+        except DriverError as exc:
+            if conn is not None and exc.args and exc.args[0] == LOCK_WAIT:  # the statement only
+                self._token_conn = conn
+                return None
+            if conn is not None:
+                close_quietly(conn)
+            raise translate(exc, self.url) from exc
+        self._token_conn = conn
         return last
 
     def _drop_token_conn(self) -> None:

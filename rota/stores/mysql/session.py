@@ -8,9 +8,11 @@ rows they touch and nothing between them), a strict `sql_mode`, and a lock wait 
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -142,6 +144,16 @@ class Pool:
         self._closed = False
         self.isolation: str | None = None  # the statement that sets READ COMMITTED (by server)
         self.bounds: str | None = None  # the session bounds the server has (see migrate._check_server)
+        fork_safe(self)
+
+    def after_fork(self) -> None:
+        """In a forked child: the idle connections are the parent's (its sockets, its
+        sessions on the server); drop them without a goodbye and start afresh."""
+        idle, self._idle = list(self._idle), deque()
+        for conn in idle:
+            abandon(conn)
+        self._slots = threading.BoundedSemaphore(self.size)  # (a parent thread's slots are gone)
+        self._lock = threading.Lock()
 
     def new_connection(self) -> pymysql.connections.Connection[Any]:
         """A connection set up as the pool's, outside the pool (the store's token connection)."""
@@ -216,6 +228,30 @@ def keepalive(conn: pymysql.connections.Connection[Any]) -> None:
     for option, value in _KEEPALIVE.items():
         if hasattr(socket, option):
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+def abandon(conn: pymysql.connections.Connection[Any]) -> None:
+    """Forget a connection inherited across fork(): close this process's copy of its socket
+    only. `close()` would send COM_QUIT, and the server would end the parent's session."""
+    getattr(conn, "_force_close", lambda: None)()
+
+
+# Pools and stores that hold connections: each drops what it inherited in a forked child (a
+# handler that forks, then exits or calls app.close(), leaves its parent's sessions alone).
+_FORK_SAFE: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def fork_safe(holder: Any) -> None:
+    """Call `holder.after_fork()` in every child forked from now on."""
+    _FORK_SAFE.add(holder)
+
+
+def _after_fork_in_child() -> None:
+    for holder in list(_FORK_SAFE):
+        holder.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def close_quietly(conn: pymysql.connections.Connection[Any]) -> None:

@@ -54,8 +54,10 @@ from .session import (
     DriverError,
     Pool,
     Session,
+    abandon,
     close_quietly,
     connect_kwargs,
+    fork_safe,
     is_retry_at_once,
     translate,
 )
@@ -106,6 +108,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         self._own_identity: tuple[Any, ...] | None = None
         self._token_conn: Any = None  # autocommit: the claims' tokens (_take_tokens)
         self._token_lock = threading.Lock()
+        fork_safe(self)
 
     # -- connections ---------------------------------------------------------------------
     def _open(self) -> Pool:
@@ -215,6 +218,13 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
             raise translate(exc, self.url) from exc
         self._token_conn = conn
         return last
+
+    def after_fork(self) -> None:
+        """In a forked child: the token connection is the parent's (session.fork_safe)."""
+        self._pool_lock, self._token_lock = threading.Lock(), threading.Lock()
+        conn, self._token_conn = self._token_conn, None
+        if conn is not None:
+            abandon(conn)
 
     def _drop_token_conn(self) -> None:
         with self._token_lock:

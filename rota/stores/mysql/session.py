@@ -8,11 +8,9 @@ rows they touch and nothing between them), a strict `sql_mode`, and a lock wait 
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import threading
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +27,7 @@ from ...errors import (
     DatabaseUnavailable,
     PermissionDenied,
 )
+from ..forks import fork_safe
 
 try:
     import pymysql
@@ -234,24 +233,6 @@ def abandon(conn: pymysql.connections.Connection[Any]) -> None:
     """Forget a connection inherited across fork(): close this process's copy of its socket
     only. `close()` would send COM_QUIT, and the server would end the parent's session."""
     getattr(conn, "_force_close", lambda: None)()
-
-
-# Pools and stores that hold connections: each drops what it inherited in a forked child (a
-# handler that forks, then exits or calls app.close(), leaves its parent's sessions alone).
-_FORK_SAFE: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def fork_safe(holder: Any) -> None:
-    """Call `holder.after_fork()` in every child forked from now on."""
-    _FORK_SAFE.add(holder)
-
-
-def _after_fork_in_child() -> None:
-    for holder in list(_FORK_SAFE):
-        holder.after_fork()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def close_quietly(conn: pymysql.connections.Connection[Any]) -> None:

@@ -40,6 +40,7 @@ from ...clock import Clock
 from ...config import redact_url as redact
 from ...errors import ConfigurationError, DatabaseError, DatabaseTransient, DatabaseUnavailable
 from ..base import Claimed, NewRun, PollState, Rescued, ScheduleDef, run_stats
+from ..forks import fork_safe
 from ..records import claimed_rows, rescued_rows
 from ..sqlite.flow import SQLiteFlow  # the flow claim step by step, as SQLite takes it
 from ..sqlstore.queries import load_queries
@@ -57,7 +58,6 @@ from .session import (
     abandon,
     close_quietly,
     connect_kwargs,
-    fork_safe,
     is_retry_at_once,
     translate,
 )

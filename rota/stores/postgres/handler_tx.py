@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigurationError
+from ..forks import track
 from ..sqlstore.handler_tx import _ENDED, _commit_error
 
 if TYPE_CHECKING:
@@ -76,13 +77,13 @@ class PostgresHandlerConnections:
         store = self.store
         kwargs = _connect_kwargs(store.url, store.connect_timeout, store.pooled)
         if store.pooled:  # no startup options through PgBouncer (it keeps TimeZone; the rest per transaction)
-            conn = psycopg.connect(store.url, **kwargs)
+            conn = track(psycopg.connect(store.url, **kwargs))
             conn.execute("SET TIME ZONE 'UTC'")
             return conn
         given = psycopg.conninfo.conninfo_to_dict(store.url).get("options") or ""
         settings = {"TimeZone": "UTC", **{k: v.strip("'") for k, v in store._settings.items()}}
         kwargs["options"] = " ".join([str(given), *(f"-c {k}={v}" for k, v in settings.items())]).strip()
-        return psycopg.connect(store.url, **kwargs)
+        return track(psycopg.connect(store.url, **kwargs))
 
     def put(self, conn: psycopg.Connection[Any]) -> None:
         import psycopg
@@ -108,6 +109,10 @@ class PostgresHandlerConnections:
                 self._idle.append(conn)
                 return
         conn.close()
+
+    def after_fork(self) -> None:
+        """In a forked child (rota.stores.forks): the idle connections are the parent's."""
+        self._idle, self._lock = [], threading.Lock()
 
     def drop_idle(self) -> None:
         """Close the idle connections: the store dropped its pool (a failover, a read-only

@@ -31,6 +31,7 @@ from ...errors import (
 )
 from ...models import FINAL_STATUSES, PENDING, RUNNING, SUCCEEDED
 from ..base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
+from ..forks import fork_safe, track
 from ..records import PARKED, rescued_rows
 from ..sqlstore.checkpoints import finish_steps
 from ..sqlstore.queries import load_queries
@@ -137,6 +138,12 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         self._own_identity: Row | None = None
         self._handler_conns = PostgresHandlerConnections(self)  # rota.transactional
         self.claim_from = ClaimFrom()  # where a busy worker's next claim starts
+        fork_safe(self)
+
+    def after_fork(self) -> None:
+        """In a forked child (rota.stores.forks): the pool and its threads are the parent's."""
+        self._pool, self._pool_lock = None, threading.Lock()
+        self._handler_conns.after_fork()
 
     def _open(self) -> psycopg_pool.ConnectionPool[Any]:
         pool = self._pool
@@ -168,6 +175,7 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
             return pool
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        track(conn)
         conn.execute("SET TIME ZONE 'UTC'")
         conn.adapters.register_loader("timestamptz", _TimeLoader)
         if self.pooled:  # the timeouts are set in each transaction; TimeZone PgBouncer keeps

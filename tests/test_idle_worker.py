@@ -17,7 +17,7 @@ import pytest
 import rota
 from rota.worker.wakeups import DueTimes, Wakeups
 
-from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
+from .conftest import MYSQL, WITH_MYSQL, start_worker, store_url, wait_for
 
 
 @pytest.fixture(params=WITH_MYSQL)
@@ -78,6 +78,46 @@ def test_an_idle_worker_sleeps_and_a_commit_still_wakes_it(app_factory: Callable
     assert len(watchers) == (not app.database_url.startswith("postgres"))  # MySQL: its change probe
     worker.stop(wait=True, timeout=10)
     assert not any(t.is_alive() for t in watchers)  # ended with the worker, before the store closes
+
+
+@pytest.mark.parametrize("db_url", [MYSQL], indirect=True)
+def test_a_run_another_process_enqueues_is_claimed_at_the_quick_probe_s_look(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    """MySQL has no NOTIFY: an idle worker looks at the quick probe (the newest run id and
+    the token counter) every few milliseconds and claims at once when a new run appears,
+    without reading what is due first (poll_state) and long before its poll (30 s)."""
+    app = app_factory(lease=30.0)
+    calls = {"poll_state": 0, "change_probe": 0}
+    store: Any = app.store
+    for name in calls:
+        method = getattr(store, name)
+
+        def counted(*args: Any, _name: str = name, _method: Any = method) -> Any:
+            calls[_name] += 1
+            return _method(*args)
+
+        setattr(store, name, counted)
+
+    @app.task(name="greet")
+    def greet() -> int:
+        return calls["poll_state"]  # what the worker read before this run started
+
+    app.migrate()
+    worker = start_worker(app, poll_interval=30.0, concurrency=2)
+    wait_for(lambda: worker._loop is not None and app.list_workers(), what="the worker")
+    time.sleep(0.5)  # started: its first poll is done, it looks at the probe
+    assert calls["change_probe"] >= 10, calls  # every 5-10 ms: at least 10 looks in 0.5 s
+
+    other = app_factory(lease=30.0)  # its own store and connections: as another process's
+    greet_elsewhere = other.task(name="greet")(lambda: 0)
+    calls["poll_state"] = 0
+    started = time.monotonic()
+    handle = greet_elsewhere.enqueue()
+    done = handle.wait(5)
+    assert done.status == "succeeded"
+    assert time.monotonic() - started < 2.0  # woken by the probe, not polled (poll interval 30 s)
+    assert done.result == 0  # claimed at once: no poll_state between the enqueue and the start
 
 
 class _File:

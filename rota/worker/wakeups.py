@@ -26,7 +26,7 @@ EARLY = 0.0015
 # An idle worker claims the runs due within this long just before their due time, held, and
 # starts each at its due time on its own clock (Claimer.claim_ahead): more than a claim's
 # round trip after an idle spell (about 3 ms on PostgreSQL), short enough that holding a run
-# keeps it from no other worker for long.
+# keeps it from no other worker for long. A store may need longer (Store.claim_lead: MySQL's).
 CLAIM_AHEAD = 0.02
 # MySQL's quick probe (Store.change_probe: a new run, a claim): every QUICK_BUSY s while runs
 # keep coming, QUICK_IDLE s once quiet; its whole probe (data_version: cancel requests, runs
@@ -124,6 +124,12 @@ class DueTimes:
         return at is not None and at > self.ahead_upto and at - time.monotonic() <= self.claim_ahead
 
 
+def _newer_run(version: Any, before: Any) -> bool:
+    """Whether a whole look saw a new run (MySQL's data_version starts with the newest run
+    id; SQLite's is one number, a commit of any kind)."""
+    return isinstance(version, tuple) and isinstance(before, tuple) and version[:1] != before[:1]
+
+
 class _Seen:
     """What the watch thread's whole looks saw (data_version, and the last one read whole)."""
 
@@ -208,7 +214,7 @@ class Wakeups:
                 kinds, self._seen = self._seen, set()
                 if not self.free_slots():
                     continue
-                if kinds == {"run"}:
+                if "run" in kinds:
                     self.due.run_now()  # claim at once: the claim learns what is due after it
                 else:
                     await self._changed()
@@ -263,7 +269,7 @@ class Wakeups:
         if seen.version is not None and version != seen.version:
             if not self.free_slots():
                 return
-            self._tell(loop, changed, "change")
+            self._tell(loop, changed, "run" if _newer_run(version, seen.version) else "change")
         seen.version = version
 
     def _tell(self, loop: asyncio.AbstractEventLoop, changed: asyncio.Event, kind: str) -> None:

@@ -30,11 +30,13 @@ EARLY = 0.0015
 CLAIM_AHEAD = 0.02
 # MySQL's quick probe (Store.change_probe: a new run, a claim): every QUICK_BUSY s while runs
 # keep coming, QUICK_IDLE s once quiet; its whole probe (data_version: cancel requests, runs
-# made due by another process's finish) every WHOLE s. About 45 us of a worker's CPU and 30
-# us of the server's a quick look: an idle worker 0.5 % of a core at QUICK_IDLE.
-QUICK_BUSY = 0.005
-QUICK_IDLE = 0.01
-WHOLE = 0.05
+# made due by another process's finish) every WHOLE s. A look's cost is mostly waking a thread
+# on each side (measured on a loaded 2-core VM: an idle worker 1.2 % of a core and its server
+# thread 1.3 %, against 1.0 % and 0.3 % with the whole probe alone every 50 ms; 5 ms busy and
+# 10 ms idle looks cost 1.8 % and 1.7 %: bench/results/mysql-pickup-2026-12-07.md).
+QUICK_BUSY = 0.01
+QUICK_IDLE = 0.02
+WHOLE = 0.1
 # The database clock is learned from several polls (see DueTimes.learn).
 _CLOCK_SAMPLES = 8
 

@@ -13,8 +13,8 @@ Where the engine forces a design of its own (docs/deploy.md says what each costs
   dependents, done by the statements that end runs (`settle`);
 - no NOTIFY: this process's workers are told at commit; other processes' idle workers look
   at a quick probe (`change_probe`: the newest run id and the token counter, two primary-key
-  reads) every 5-10 ms and claim at once when a new run appeared, and at the whole probe
-  (`data_version`: those, the cancellation requests and the runs due) every 50 ms;
+  reads) every 10-20 ms and claim at once when a new run appeared, and at the whole probe
+  (`data_version`: those, the cancellation requests and the runs due) every 100 ms;
 - a deadlock (1213) or a lock wait timeout (1205) rolls back the whole transaction: it is run
   again at once, up to four times.
 
@@ -151,7 +151,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
             return tuple(s.q("data_version")[0])
 
     def change_probe(self) -> tuple[int, int]:
-        """The quick look (an idle worker's, every 5-10 ms): the newest run id and the token
+        """The quick look (an idle worker's, every 10-20 ms): the newest run id and the token
         counter. A new id is a run to claim at once; a claim elsewhere only says what is due
         may have changed. One round trip on a raw cursor (no session: a look's client CPU is
         most of an idle worker's)."""

@@ -80,7 +80,7 @@ TABLES: tuple[Table, ...] = (
         title="W4 idle cost: worker with many schedules, none due",
         unit="% of a core",
         primary="cpu_pct",
-        extras=(("statements_per_min", "PG xacts/min"), ("db_cpu_pct", "PG backends % of a core")),
+        extras=(("statements_per_min", "PG xacts/min"), ("db_cpu_pct", "DB server % of a core")),
         lower_is_better=True,
         definition="worker process CPU time / wall time over the window",
     ),

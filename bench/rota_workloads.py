@@ -29,7 +29,7 @@ from typing import Any
 
 from bench import procs
 from bench.core import Backend, Ctx, Metrics, System, Unsupported, latency_metrics
-from bench.cpu import cpu_of, db_backends
+from bench.cpu import MySQLThreads, cpu_of, db_backends
 from bench.dbs import fresh_mysql, fresh_pg, fresh_sqlite, pg_scalar
 from bench.measure import StartWorkers, measure_drain, measure_pickup, new_probe
 from bench.probe import ENV_PATH
@@ -271,8 +271,9 @@ def idle(ctx: Ctx, backend: Backend, settle_s: float = 12.0) -> Metrics:
     """W4: a worker with ctx.idle_schedules schedules (none due for a year) sitting idle.
 
     `settle_s` (> PostgreSQL's 10 s idle-stats flush interval) keeps the set-up's
-    transactions out of the window. On PostgreSQL, the CPU of the backends serving the
-    bench database (alive through the window) is reported too, as db_cpu_pct.
+    transactions out of the window. The CPU of the PostgreSQL backends serving the bench
+    database (alive through the window; on MariaDB the server threads of the connections to
+    it) is reported too, as db_cpu_pct.
     """
     with database(ctx, backend) as url:
         m = load_app_module(url)
@@ -287,8 +288,9 @@ def idle(ctx: Ctx, backend: Backend, settle_s: float = 12.0) -> Metrics:
             procs.wait_for(lambda: reader.sample(0) > 0, 300.0, "the worker to start", workers)
             time.sleep(settle_s)
             pg = backend == "postgres"
-            backends = db_backends(url.rpartition("/")[2]) if pg else []
-            db0 = cpu_of(backends)
+            threads = MySQLThreads(url) if backend == "mysql" else None  # MariaDB: its connections' threads
+            backends = db_backends(url.rpartition("/")[2]) if pg else threads() if threads else []
+            db0 = {**(threads.baseline() if threads else {}), **cpu_of(backends)}
             cpu0, t0 = _cpu_seconds(workers[0].pid), time.monotonic()
             x0 = _pg_transactions(url) if pg else 0
             time.sleep(ctx.idle_seconds)
@@ -301,6 +303,7 @@ def idle(ctx: Ctx, backend: Backend, settle_s: float = 12.0) -> Metrics:
     metrics = {"cpu_pct": 100.0 * (cpu1 - cpu0) / elapsed, "setup_s": setup_s}
     if backend == "postgres":  # minus our own first snapshot's transaction
         metrics["statements_per_min"] = max(0, x1 - x0 - 1) * 60.0 / elapsed
+    if backends:
         db_cpu = sum(db1[pid] - db0[pid] for pid in db1 if pid in db0)
         metrics["db_cpu_pct"] = 100.0 * db_cpu / elapsed
     return metrics

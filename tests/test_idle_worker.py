@@ -17,7 +17,7 @@ import pytest
 import rota
 from rota.worker.wakeups import DueTimes, Wakeups
 
-from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
+from .conftest import MYSQL, WITH_MYSQL, start_worker, store_url, wait_for
 
 
 @pytest.fixture(params=WITH_MYSQL)
@@ -78,6 +78,48 @@ def test_an_idle_worker_sleeps_and_a_commit_still_wakes_it(app_factory: Callable
     assert len(watchers) == (not app.database_url.startswith("postgres"))  # MySQL: its change probe
     worker.stop(wait=True, timeout=10)
     assert not any(t.is_alive() for t in watchers)  # ended with the worker, before the store closes
+
+
+@pytest.mark.parametrize("db_url", [MYSQL], indirect=True)
+def test_a_run_another_process_enqueues_is_claimed_at_the_quick_probe_s_look(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    """MySQL has no NOTIFY: an idle worker looks at the quick probe (the newest run id and
+    the token counter) every 10-20 ms and claims at once when a new run appears,
+    without reading what is due first (poll_state) and long before its poll (30 s)."""
+    app = app_factory(lease=30.0)
+    looks, seen = [0], []  # the quick probe's looks; the reads and claims since the enqueue
+    store: Any = app.store
+    for name in ("change_probe", "poll_state", "claim", "finish_and_claim"):
+        method = getattr(store, name)
+
+        def counted(*args: Any, _name: str = name, _method: Any = method) -> Any:
+            if _name == "change_probe":
+                looks[0] += 1
+            else:
+                seen.append(_name)
+            return _method(*args)
+
+        setattr(store, name, counted)
+
+    @app.task(name="greet")
+    def greet() -> None:
+        pass
+
+    app.migrate()
+    worker = start_worker(app, poll_interval=30.0, concurrency=2)
+    wait_for(lambda: worker._loop is not None and app.list_workers(), what="the worker")
+    time.sleep(0.5)  # started: its first poll is done, it looks at the probe
+    assert looks[0] >= 10, looks  # every 10-20 ms: at least 10 looks in 0.5 s
+
+    other = app_factory(lease=30.0)  # its own store and connections: as another process's
+    greet_elsewhere = other.task(name="greet")(lambda: None)
+    seen.clear()
+    started = time.monotonic()
+    assert greet_elsewhere.enqueue().wait(5).status == "succeeded"
+    assert time.monotonic() - started < 2.0  # woken by the probe, not polled (poll interval 30 s)
+    claims = [i for i, name in enumerate(seen) if name != "poll_state"]
+    assert claims and "poll_state" not in seen[: claims[0]], seen  # claimed at once, no read first
 
 
 class _File:

@@ -40,7 +40,7 @@ ONLY = {
     # statements), and has these of its own: the claim's first step that locks the due runs'
     # ids (no UPDATE ... RETURNING), what PostgreSQL's and SQLite's triggers do to rota_runs
     # itself (a MySQL trigger may not update its own table: ended_runs, release_dependents,
-    # cancel_dependents), the change probe instead of NOTIFY (data_version), the flow claim's
+    # cancel_dependents), the change probes instead of NOTIFY (data_version, change_probe), the flow claim's
     # lock, the migrations table's probe and the claim's tokens in one statement (take_tokens).
     "mysql": {
         "next_token",
@@ -58,6 +58,7 @@ ONLY = {
         "release_dependents",
         "cancel_dependents",
         "data_version",
+        "change_probe",
         "flow_lock",
         "migrations_table",
     },

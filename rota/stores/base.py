@@ -72,6 +72,9 @@ class Store(FlowStore, abc.ABC):
 
     dialect: str
     url: str
+    # How long before a run is due an idle worker claims it, held, to start it at its due
+    # time (rota.worker.wakeups.CLAIM_AHEAD): longer than the claim's transaction takes.
+    claim_lead: float = 0.02
 
     def __init__(self, url: str, clock: Clock | None = None) -> None:
         self.url = url

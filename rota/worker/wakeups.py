@@ -1,6 +1,7 @@
 """Due times and wake-ups: when the next run and the next schedule tick are due (learned
 from each poll, on this process's monotonic clock), and the store's nudges that make them
-due now: LISTEN/NOTIFY on PostgreSQL, a cheap `data_version` watch on SQLite."""
+due now: LISTEN/NOTIFY on PostgreSQL, a cheap `data_version` watch on SQLite, and on MySQL
+that watch with a quicker probe between its looks (a new run is claimed at once)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,17 @@ EARLY = 0.0015
 # An idle worker claims the runs due within this long just before their due time, held, and
 # starts each at its due time on its own clock (Claimer.claim_ahead): more than a claim's
 # round trip after an idle spell (about 3 ms on PostgreSQL), short enough that holding a run
-# keeps it from no other worker for long.
+# keeps it from no other worker for long. A store may need longer (Store.claim_lead: MySQL's).
 CLAIM_AHEAD = 0.02
+# MySQL's quick probe (Store.change_probe: a new run, a claim): every QUICK_BUSY s while runs
+# keep coming, QUICK_IDLE s once quiet; its whole probe (data_version: cancel requests, runs
+# made due by another process's finish) every WHOLE s. A look's cost is mostly waking a thread
+# on each side (measured on a loaded 2-core VM: an idle worker 1.2 % of a core and its server
+# thread 1.3 %, against 1.0 % and 0.3 % with the whole probe alone every 50 ms; 5 ms busy and
+# 10 ms idle looks cost 1.8 % and 1.7 %: bench/results/mysql-pickup-2026-12-07.md).
+QUICK_BUSY = 0.01
+QUICK_IDLE = 0.02
+WHOLE = 0.1
 # The database clock is learned from several polls (see DueTimes.learn).
 _CLOCK_SAMPLES = 8
 
@@ -116,6 +126,20 @@ class DueTimes:
         return at is not None and at > self.ahead_upto and at - time.monotonic() <= self.claim_ahead
 
 
+def _newer_run(version: Any, before: Any) -> bool:
+    """Whether a whole look saw a new run (MySQL's data_version starts with the newest run
+    id; SQLite's is one number, a commit of any kind)."""
+    return isinstance(version, tuple) and isinstance(before, tuple) and version[:1] != before[:1]
+
+
+class _Seen:
+    """What the watch thread's whole looks saw (data_version, and the last one read whole)."""
+
+    def __init__(self) -> None:
+        self.version: Any = None
+        self.looked: Any = None
+
+
 class Wakeups:
     """The listener task: store notifications become due times (or cancel requests)."""
 
@@ -127,6 +151,7 @@ class Wakeups:
         self.owner = ""  # this worker's id: the owner of the runs it holds
         self.holding: Callable[[], bool] = lambda: False  # it holds runs (a cancel may concern them)
         self._told: set[int] = set()  # cancel requests passed on (the watch thread's)
+        self._seen: set[str] = set()  # what the watch thread saw since the loop last looked
         self.refresh: Callable[[], Awaitable[None]] | None = None  # learn due times (poll_state)
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -154,7 +179,8 @@ class Wakeups:
                 loop.call_soon_threadsafe(self.on_wakeup, payload)
 
     async def run(self) -> None:
-        """Wake-ups from the store: LISTEN/NOTIFY on PostgreSQL, data_version on SQLite."""
+        """Wake-ups from the store: LISTEN/NOTIFY on PostgreSQL, data_version on SQLite (and
+        change_probe between its looks on MySQL)."""
         store = self.store()
         listen = getattr(store, "listen", None)
         if listen is not None:
@@ -170,11 +196,12 @@ class Wakeups:
             listeners.remove(self.notify_threadsafe)
 
     async def _watch_data_version(self, store: Any) -> None:
-        """Another process committed to the SQLite file: learn when the next run and tick
-        are due (a read, not a claim; the claimer then claims now or sleeps until then).
-        A thread looks at the file (`_look`) and wakes the loop only when it changed: an
-        idle worker's loop sleeps (a loop wake-up costs about twice a thread's: measured
-        0.46 % against 0.25 % of a core at 20 looks a second, W12 in bench/flow_idle.py)."""
+        """Another process committed: learn when the next run and tick are due (a read, not
+        a claim; the claimer then claims now or sleeps until then), or, when the quick probe
+        saw a new run (MySQL), claim at once. A thread looks (`_look`) and wakes the loop
+        only when something changed: an idle worker's loop sleeps (a loop wake-up costs
+        about twice a thread's: measured 0.46 % against 0.25 % of a core at 20 looks a
+        second, W12 in bench/flow_idle.py)."""
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
         stop = threading.Event()
@@ -186,35 +213,75 @@ class Wakeups:
             while True:
                 await changed.wait()
                 changed.clear()
-                if self.free_slots():
+                kinds, self._seen = self._seen, set()
+                if not self.free_slots():
+                    continue
+                if "run" in kinds:
+                    self.due.run_now()  # claim at once: the claim learns what is due after it
+                else:
                     await self._changed()
         finally:
             stop.set()
             look.join(0.5)  # at once (stop is set; a PRAGMA takes no lock): ended before the store closes
 
     def _look(self, store: Any, loop: asyncio.AbstractEventLoop, changed: asyncio.Event, stop: threading.Event) -> None:
-        """On the watch thread: look at `data_version` every `_every()` seconds. A change
-        seen while no slot is free is kept for when one frees (`seen` stays behind)."""
-        seen = looked = None
+        """On the watch thread: look at `data_version` every `_every()` seconds, and with a
+        store that has a quick probe (MySQL: `change_probe`), at that probe in between (every
+        QUICK_BUSY or QUICK_IDLE s while a slot is free) and at `data_version` every WHOLE s."""
+        quick = getattr(store, "change_probe", None)
+        whole = _Seen()
+        quick_seen: Any = None
+        whole_at = 0.0
         try:
-            while not stop.wait(self._every()) and not loop.is_closed():
-                try:
-                    version = store.data_version()
-                except Exception as exc:  # the database away, or closing: look again later
-                    log.debug("data_version: %s", exc)
+            while not stop.wait(self._every(quick is not None)) and not loop.is_closed():
+                if quick is not None and self.free_slots() and time.monotonic() < whole_at:
+                    quick_seen = self._quick_look(quick, quick_seen, loop, changed)
                     continue
-                if version == looked or self._cancels(store, loop):  # the first look reads them too
-                    looked = version  # else (the read failed) read again at the next look
-                if seen is not None and version != seen:
-                    if not self.free_slots():
-                        continue
-                    with contextlib.suppress(RuntimeError):  # the loop is closed: the worker stopped
-                        loop.call_soon_threadsafe(changed.set)
-                seen = version
+                whole_at = time.monotonic() + WHOLE
+                self._whole_look(store, whole, loop, changed)
         finally:
             release = getattr(store, "release_thread", None)
             if release is not None:
                 release()
+
+    def _quick_look(
+        self, probe: Callable[[], tuple[int, int]], seen: Any, loop: asyncio.AbstractEventLoop, changed: asyncio.Event
+    ) -> Any:
+        """The newest run id and the token counter: a new run is claimed at once (`run`), a
+        claim elsewhere makes the loop learn what is due (`change`). Returns what it saw."""
+        try:
+            now = probe()
+        except Exception as exc:  # the database away, or closing: look again later
+            log.debug("change_probe: %s", exc)
+            return seen
+        if seen is not None and now != seen:
+            self._tell(loop, changed, "run" if now[0] != seen[0] else "change")
+        return now
+
+    def _whole_look(self, store: Any, seen: _Seen, loop: asyncio.AbstractEventLoop, changed: asyncio.Event) -> None:
+        """data_version, and the cancel requests after a change. A change seen while no slot
+        is free is kept for when one frees (`seen.version` stays behind)."""
+        try:
+            version = store.data_version()
+        except Exception as exc:  # the database away, or closing: look again later
+            log.debug("data_version: %s", exc)
+            return
+        if version == seen.looked or self._cancels(store, loop):  # the first look reads them too
+            seen.looked = version  # else (the read failed) read again at the next look
+        if seen.version is not None and version != seen.version:
+            if not self.free_slots():
+                return
+            self._tell(loop, changed, "run" if _newer_run(version, seen.version) else "change")
+        seen.version = version
+
+    def _tell(self, loop: asyncio.AbstractEventLoop, changed: asyncio.Event, kind: str) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the worker stopped
+            loop.call_soon_threadsafe(self._mark, changed, kind)
+
+    def _mark(self, changed: asyncio.Event, kind: str) -> None:
+        """On the loop: what the watch thread saw, for `_watch_data_version`."""
+        self._seen.add(kind)
+        changed.set()
 
     def _cancels(self, store: Any, loop: asyncio.AbstractEventLoop) -> bool:
         """On the watch thread, after a change: another process may have asked to cancel a
@@ -234,13 +301,18 @@ class Wakeups:
         self._told = requested
         return True
 
-    def _every(self) -> float:
+    def _every(self, quick: bool = False) -> float:
         """Every 20 ms while runs keep coming, every 50 ms once none was claimed for 5 s
         (our own heartbeats also change the file, so "quiet" is judged by claims, not
-        changes), every 200 ms while no slot is free."""
+        changes), every 200 ms while no slot is free. With a quick probe (MySQL): every
+        QUICK_BUSY s while runs keep coming, QUICK_IDLE s once quiet (data_version every
+        WHOLE s among them), every 200 ms while no slot is free."""
         if not self.free_slots():
             return 0.2
-        return 0.05 if time.monotonic() - self.due.claimed_at > 5.0 else 0.02
+        quiet = time.monotonic() - self.due.claimed_at > 5.0
+        if quick:
+            return QUICK_IDLE if quiet else QUICK_BUSY
+        return 0.05 if quiet else 0.02
 
     async def _changed(self) -> None:
         if self.refresh is None:

@@ -118,6 +118,7 @@ class Worker(Lifecycle):
         self._db = Db()
         self._outage = Outage(self.lease, min(10.0, self.heartbeat_interval), self.id)
         self._due = DueTimes()
+        self._due.claim_ahead = store().claim_lead  # longer than the store's claim takes
         self._observers: list[Callable[[str, Claimed, float], None]] = []
         self._completer = Completer(store, self._db, self._outage, c, self._emit)
         self._decider = Decider(self.id, c, self.app.tasks, lambda: self._due.db_offset)

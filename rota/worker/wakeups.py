@@ -128,8 +128,9 @@ class DueTimes:
 
 def _newer_run(version: Any, before: Any) -> bool:
     """Whether a whole look saw a new run (MySQL's data_version starts with the newest run
-    id; SQLite's is one number, a commit of any kind)."""
-    return isinstance(version, tuple) and isinstance(before, tuple) and version[:1] != before[:1]
+    id; SQLite's is one number, a commit of any kind). A lower newest id is no new run: the
+    newest run was deleted (a run made ahead and withdrawn by a stopping worker)."""
+    return isinstance(version, tuple) and isinstance(before, tuple) and version[:1] > before[:1]
 
 
 class _Seen:
@@ -218,7 +219,7 @@ class Wakeups:
                     continue
                 if "run" in kinds:
                     self.due.run_now()  # claim at once: the claim learns what is due after it
-                else:
+                if "change" in kinds:  # (a tick moved, a run made due: learned by a read)
                     await self._changed()
         finally:
             stop.set()
@@ -255,7 +256,7 @@ class Wakeups:
             log.debug("change_probe: %s", exc)
             return seen
         if seen is not None and now != seen:
-            self._tell(loop, changed, "run" if now[0] != seen[0] else "change")
+            self._tell(loop, changed, "run" if now[0] > seen[0] else "change")
         return now
 
     def _whole_look(self, store: Any, seen: _Seen, loop: asyncio.AbstractEventLoop, changed: asyncio.Event) -> None:
@@ -268,10 +269,17 @@ class Wakeups:
             return
         if version == seen.looked or self._cancels(store, loop):  # the first look reads them too
             seen.looked = version  # else (the read failed) read again at the next look
-        if seen.version is not None and version != seen.version:
+        if seen.version is None:  # the first look: a run enqueued after the worker's first
+            # claim but before this look is in the baseline; one more look at what is due
+            if self.free_slots():
+                self._tell(loop, changed, "change")
+        elif version != seen.version:
             if not self.free_slots():
                 return
-            self._tell(loop, changed, "run" if _newer_run(version, seen.version) else "change")
+            if _newer_run(version, seen.version):
+                self._tell(loop, changed, "run")
+            if version[1:] != seen.version[1:] or not isinstance(version, tuple):
+                self._tell(loop, changed, "change")  # (a schedule moved, a run became due...)
         seen.version = version
 
     def _tell(self, loop: asyncio.AbstractEventLoop, changed: asyncio.Event, kind: str) -> None:

@@ -27,6 +27,7 @@ server's UTC_TIMESTAMP(6) unless a clock is configured.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -129,7 +130,8 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
                         yield session
                         conn.commit()
                     except BaseException:
-                        conn.rollback()
+                        with contextlib.suppress(DriverError):  # a cut connection: its own error says why
+                            conn.rollback()
                         raise
                     finally:
                         for statement in session.after:
@@ -138,7 +140,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
                     session = Session(conn, self.queries, now, False, settle)
                     yield session
         except DriverError as exc:
-            raise translate(exc, self.url) from exc
+            raise translate(exc, self.url, self.max_packet) from exc
         for payload in session.wake:
             for callback in list(self.listeners):
                 callback(payload)
@@ -192,7 +194,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
             except DriverError as exc:
                 if conn is not None:
                     close_quietly(conn)
-                raise translate(exc, self.url) from exc
+                raise translate(exc, self.url, self.max_packet) from exc
             self._token_conn = conn
         return last
 
@@ -326,7 +328,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
                 )
             yield session
         except DriverError as exc:
-            raise translate(exc, self.url) from exc
+            raise translate(exc, self.url, self.max_packet) from exc
         finally:
             session.cur.close()
 

@@ -210,7 +210,7 @@ class Client(SignalClient, Declarations):
         check_int("limit", limit, low=1, high=100_000)
         task, schedule, queue = _filter("task", task), _filter("schedule", schedule), _filter("queue", queue)
         flt = RunFilter(status, task, schedule, queue, limit, _run_id(before) if before is not None else None, damaged)
-        return self.store.list_runs(flt)
+        return self._with_waits(self.store.list_runs(flt))  # a parked run says what it waits for
 
     def list_schedules(self, *, include_inactive: bool = False) -> list[ScheduleInfo]:
         return [self._marked(s) for s in self.store.list_schedules(include_inactive)]

@@ -68,11 +68,19 @@ class Parked(BaseException):
     """Ends a handler's execution to park its run (ctx.sleep, ctx.wait_for). Not an error:
     derived from BaseException so that `except Exception` in a handler lets it through."""
 
-    def __init__(self, kind: str, name: str | None, wake_in: float) -> None:
+    def __init__(self, kind: str, name: str | None, wake_in: float, since: datetime | None = None,
+                 until: datetime | None = None) -> None:  # fmt: skip
         super().__init__(f"parked ({kind}{'' if name is None else ' ' + repr(name)}) for {wake_in:.3f} s")
         self.kind = kind
         self.name = name
         self.wake_in = wake_in
+        # when the wait began and ends, from one reading of the database's clock (rota_waits)
+        self.since = since
+        self.until = until
+
+    def stored(self) -> str:
+        """The park as its outcome's result carries it to the store ([kind, name, since, until])."""
+        return json.dumps([self.kind, self.name, _iso(self.since), _iso(self.until)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +240,9 @@ class Durable:
         return frame.f_code is self.handler and _returns_at_once(frame.f_code, frame.f_lasti)
 
     def failed(self, name: str, seq: int, started: float, exc: BaseException) -> None:
-        if isinstance(exc, Parked | StepRefused | StepError):
+        # not the step's failure: a park, a lost lease, a misuse, or an async step cancelled
+        # (a shutdown's hand-back or the run's timeout): not saved, the step runs again
+        if isinstance(exc, Parked | StepRefused | StepError | asyncio.CancelledError):
             return
         with contextlib.suppress(StepRefused):  # the handler's own exception says more; the finish is fenced
             self.save(name, seq, FAILED, time.monotonic() - started, error=encode_error(exc))
@@ -317,17 +327,19 @@ class Durable:
         if not holding:
             raise StepRefused(f"run {self.run_id} ({self.task}): token {self.token} no longer holds the run")
         if saved is None or saved.outcome != WAITING:
-            until = now + timedelta(seconds=seconds)
-            self.save(name, seq, WAITING, 0.0, result=json.dumps({"until": _iso(until)}))
-        else:
-            until = _parse(json.loads(saved.result or "{}").get("until")) or now
+            since, until = now, now + timedelta(seconds=seconds)  # one clock reading for both
+            self.save(name, seq, WAITING, 0.0, result=json.dumps({"until": _iso(until), "since": _iso(since)}))
+        else:  # parked before: its wait's own start and end
+            began = json.loads(saved.result or "{}")
+            until = _parse(began.get("until")) or now
+            since = _parse(began.get("since")) or saved.started_at
         if now >= until:
             done = {"timeout": True} if kind == "signal" else {"slept_until": _iso(until)}
             self.save(name, seq, SUCCEEDED, 0.0, result=json.dumps(done))
             self.store.unpark(self.run_id, self.token)
             return done
         self._progress_now()
-        raise Parked(kind, signal, (until - now).total_seconds())
+        raise Parked(kind, signal, (until - now).total_seconds(), since, until)
 
     def _progress_now(self) -> None:
         """Write the progress set since the last heartbeat before the run parks: a parked run

@@ -80,6 +80,11 @@ class SignalClient:
                     return _sent(rid, name, await drive_signal_async(s, signal_steps(rid, name, text)))
         return await asyncio.to_thread(self.signal, run_id, name, payload, connection=connection)
 
+    def _with_waits(self, runs: list[Run]) -> list[Run]:
+        """A page of runs, the parked ones with their waits (one statement for the page)."""
+        waits = parked_waits(self.store, [int(r.id) for r in runs if r.status == "pending"])
+        return [replace(r, waiting=waits[int(r.id)]) if int(r.id) in waits else r for r in runs]
+
     def _with_durable(self, run: Run) -> Run:
         """The run with its steps, its wait (if parked) and its progress."""
         fields = durable_fields(self.store, int(run.id), run.status)
@@ -104,11 +109,23 @@ def _waiting(store: Any, run_id: int) -> dict[str, Any] | None:
     for any run over its rate), its rate's window (kind "rate": the rate's name and key)."""
     wait = store.wait_of(run_id)
     if wait is not None:
-        return {"kind": wait.kind, "signal": wait.name, "until": _iso(wait.until), "since": _iso(wait.since)}
+        return _wait_json(wait)
     rate = store.rate_wait_of(run_id)
     if rate is not None:
         return {"kind": "rate", "rate": rate[0], "key": rate[1] or None, "until": _iso(rate[2])}
     return None
+
+
+def parked_waits(store: Any, run_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """The waits of the parked runs among `run_ids` (a listing's pending ones), as Run.waiting
+    shows them: one statement for them all (no rate windows: App.get_run has those)."""
+    if not run_ids or not getattr(store, "durable_supported", False):
+        return {}
+    return {i: _wait_json(w) for i, w in store.waits_of(run_ids).items()}
+
+
+def _wait_json(wait: Any) -> dict[str, Any]:
+    return {"kind": wait.kind, "signal": wait.name, "until": _iso(wait.until), "since": _iso(wait.since)}
 
 
 def _supported(store: Any) -> None:

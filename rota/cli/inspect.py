@@ -147,10 +147,20 @@ RUN_COLUMNS = (
 
 def _run_row(r: Run, now: datetime, utc: bool) -> tuple[Any, ...]:
     status = "corrupt" if r.corrupt else ("held" if r.held else r.status)  # held: claimed, not started
+    if r.waiting is not None and not r.corrupt:  # parked (ctx.sleep / ctx.wait_for): what it waits for
+        status = f"{status} ({_parked(r.waiting, now, utc)})"
     scheduled, started = when(r.scheduled_for, now, utc=utc), when(r.started_at, now, utc=utc)
     attempt = f"{r.attempt}/{r.max_attempts}"
     took, summary = duration(r.duration), _summary(r, now)
     return (r.id, r.task, r.schedule, status, attempt, scheduled, started, took, r.worker, summary)
+
+
+def _parked(wait: dict[str, Any], now: datetime, utc: bool) -> str:
+    """A parked run's wait in its status: 'parked: signal 'paid'' or 'parked: sleep until T'."""
+    if wait["kind"] == "signal":
+        return f"parked: signal {wait['signal']!r}"
+    until = datetime.fromisoformat(wait["until"]) if wait.get("until") else None
+    return f"parked: sleep until {when(until, now, utc=utc)}"
 
 
 def _summary(run: Run, now: datetime) -> str | None:

@@ -210,7 +210,7 @@ def _set_aside(row: Any, reason: str) -> Claimed:
 
 
 REFUSED = "refused"  # Outcome.status of a run given back by a worker that lacks its task
-PARKED = "parked"  # Outcome.status of a run that parks (rota/durable.py): result [kind, name], retry_in: its wait
+PARKED = "parked"  # Outcome.status of a run that parks (rota/durable.py): result [kind, name, since, until], retry_in: its wait
 OWN_STATEMENT = (REFUSED, PARKED)  # Outcome statuses written by statements of their own
 #: A refused run fails once it has been refused for this long since its first refusal, on the
 #: database's clock: no worker that registers its task took it meanwhile.

@@ -36,7 +36,7 @@ from ..errors import (
 from ..models import FINAL_STATUSES, STATUSES, iso
 from ..quarantine import DamagedRowError
 from ..serialization import check_text
-from ..signals import durable_fields
+from ..signals import durable_fields, parked_waits
 from ..stores.base import RunFilter
 from ..stores.flow_damage import damaged_specs
 from . import records
@@ -198,7 +198,12 @@ async def runs(request: Request) -> Response:
     store = await _call(lambda: _app(request).store)
     rows = await _call(store.run_rows, "web_run_summaries", flt, preview=records.PREVIEW + 1,
                        error_prefix=records.ERROR_PREFIX)  # fmt: skip
-    return SafeJSONResponse([records.summary(tuple(r)) for r in rows])
+    items = [records.summary(tuple(r)) for r in rows]
+    pending = {int(i["id"]): i for i in items if i.get("status") == "pending"}
+    waits = await _call(parked_waits, store, list(pending))  # the parked ones' waits: one statement for the page
+    for run_id, wait in waits.items():
+        pending[run_id]["waiting"] = wait  # (a run parked: its sleep or signal; absent otherwise)
+    return SafeJSONResponse(items)
 
 
 async def run(request: Request) -> Response:

@@ -91,7 +91,7 @@ SCHEMAS: dict[str, Any] = {
             "error": STORED_ERROR,
             "truncated": FIELDS,
         },
-        {"waiting_on": INT},
+        {"waiting_on": INT, "waiting": WAITING},  # waiting: a parked run's sleep or signal
     ),
     "Run": _obj(
         {

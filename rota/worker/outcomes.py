@@ -85,7 +85,7 @@ class Decider:
             self.counters.cancelled += 1
             return Outcome(c.id, c.token, "cancelled", error=simple_error("Cancelled", "cancelled on request"))
         if kind == "error" and isinstance(value, Parked):  # ctx.sleep / ctx.wait_for (rota.durable)
-            return Outcome(c.id, c.token, PARKED, result=json.dumps([value.kind, value.name]), retry_in=value.wake_in)
+            return Outcome(c.id, c.token, PARKED, result=value.stored(), retry_in=value.wake_in)
         error, retryable = self._error_of(active, kind, value)
         if c.attempt < c.max_attempts and retryable and _may_retry(active, value):
             try:
@@ -188,8 +188,8 @@ class Decider:
 
 
 def _parked(result: str | None) -> str:
-    """What a park waits for, in its log line (its result: [kind, signal name])."""
-    kind, name = json.loads(result or "[null, null]")
+    """What a park waits for, in its log line (its result: [kind, signal name, since, until])."""
+    kind, name = json.loads(result or "[null, null]")[:2]
     return f"waiting for signal {name!r}" if kind == "signal" else "sleeping"
 
 

@@ -52,7 +52,7 @@ class MySQLHandlerTx:
         try:
             return bool(session.q("finish_transactional", id=run_id, token=token, result=result))
         except DriverError as exc:
-            raise translate(exc, store.url) from exc
+            raise translate(exc, store.url, store.max_packet) from exc
         finally:
             session.cur.close()
 
@@ -68,13 +68,13 @@ def mysql_handler_tx(store: MySQLStore) -> Iterator[MySQLHandlerTx]:
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         conn.begin()
     except DriverError as exc:
-        raise translate(exc, store.url) from exc
+        raise translate(exc, store.url, store.max_packet) from exc
     try:
         yield MySQLHandlerTx(store, conn)
         try:
             Connection.commit(conn)
         except DriverError as exc:
-            raise _commit_error(translate(exc, store.url)) from exc
+            raise _commit_error(translate(exc, store.url, store.max_packet)) from exc
     finally:
         if conn.open and _in_transaction(conn):
             with contextlib.suppress(DriverError):

@@ -33,6 +33,7 @@ class MySQLMigrations:
 
     url: str
     server: str | None
+    max_packet: int | None = None  # the server's max_allowed_packet (session.translate)
 
     if TYPE_CHECKING:
 
@@ -45,8 +46,9 @@ class MySQLMigrations:
         MariaDB spells the isolation variable tx_isolation before 11.1, MySQL transaction_isolation.
         On MariaDB every session is ended after IDLE_IN_TRANSACTION seconds idle in a transaction."""
         with pool.connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT VERSION()")
-            version = str(cur.fetchone()[0])
+            cur.execute("SELECT VERSION(), @@max_allowed_packet")
+            row = cur.fetchone()
+            version, self.max_packet = str(row[0]), int(row[1])
             self.server = check_version(version, self.url)
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
             if self.server.startswith("MariaDB"):  # (MySQL has no idle bound: docs/how-to/deploy.md)

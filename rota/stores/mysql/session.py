@@ -13,7 +13,7 @@ import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
@@ -41,6 +41,9 @@ DriverError = pymysql.Error
 SQL_MODE = "STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 DEADLOCK, LOCK_WAIT = 1213, 1205
 _GONE = {2003, 2006, 2013, 2055, 1927, 4031}  # refused, gone away, lost, cut by the server
+# A statement over the server's max_allowed_packet: refused (1153) or, larger, cut while it was
+# being written (the server resets the connection: 2006/2013, an outage's codes otherwise)
+PACKET_TOO_LARGE, _CUT_WRITING = 1153, {2006, 2013}
 # An outage as PostgreSQL's OperationalErrors and 57P01 are: no connection to be had now.
 _BUSY = {
     1040: "too many connections",
@@ -280,7 +283,7 @@ class Session:
         params["now"] = self.now
         steps = _steps(sql)
         if len(steps) == 1:
-            self.cur.execute(steps[0], params)
+            self._execute(steps[0], params)
             return list(self.cur.fetchall()) if self.cur.description else []
         if self.in_tx:
             return self._run_steps(steps, params, _ending)
@@ -289,9 +292,18 @@ class Session:
             rows = self._run_steps(steps, params, _ending)
             self.conn.commit()
         except BaseException:
-            self.conn.rollback()
+            with suppress(pymysql.Error):  # a cut connection: its own error says why
+                self.conn.rollback()
             raise
         return rows
+
+    def _execute(self, sql: str, params: dict[str, Any]) -> None:
+        try:
+            self.cur.execute(sql, params)
+        except pymysql.OperationalError as exc:  # its size, for translate (a packet too large?)
+            if exc.args and exc.args[0] in (PACKET_TOO_LARGE, *_CUT_WRITING):
+                exc.rota_sent = len(sql) + sum(_size(v) for v in params.values())  # type: ignore[attr-defined]
+            raise
 
     def _run_steps(self, steps: list[str], params: dict[str, Any], ending: bool = False) -> list[Row]:
         rows = self._steps(steps, params)
@@ -303,7 +315,7 @@ class Session:
         rows: list[Row] = []
         bound = False
         for step in steps:
-            self.cur.execute(step, params)
+            self._execute(step, params)
             if self.cur.description is None:
                 continue
             rows = list(self.cur.fetchall())
@@ -348,10 +360,27 @@ def _steps(sql: str) -> list[str]:
 IDLE_IN_TRANSACTION, TICK_IDLE, TICK_LOCK_WAIT = 60, 1, 1
 
 
-def translate(exc: pymysql.Error, url: str) -> DatabaseError:
+def _size(value: Any) -> int:
+    """About how many bytes a parameter takes in a statement."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "replace"))
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    if isinstance(value, list | tuple):
+        return sum(_size(v) for v in value)
+    return 8
+
+
+def translate(exc: pymysql.Error, url: str, max_packet: int | None = None) -> DatabaseError:
+    """A driver's error as rota's. `max_packet`: the server's max_allowed_packet (bytes): a
+    statement larger than it whose connection was cut while it was sent is refused for its
+    size, not an outage."""
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
     text = exc.args[1] if len(exc.args) > 1 else str(exc)
     where = f"MySQL at {redact(url)}"
+    sent = int(getattr(exc, "rota_sent", 0))
+    if code == PACKET_TOO_LARGE or (code in _CUT_WRITING and max_packet and sent > max_packet):
+        return _too_large(where, sent, max_packet)
     if code in (DEADLOCK, LOCK_WAIT):
         return DatabaseTransient(f"{where}: {text} (rolled back; try again)")
     if code in _FOR_GOOD:
@@ -368,6 +397,16 @@ def translate(exc: pymysql.Error, url: str) -> DatabaseError:
     if code in (1290, 1792, 1836) or "read-only" in said or "read only" in said:
         return DatabaseTransient(f"{where}: {text} (the server is read-only for now)")
     return DatabaseError(f"{where}: {text}")
+
+
+def _too_large(where: str, sent: int, max_packet: int | None) -> DatabaseError:
+    size = f"of about {sent:,} bytes " if sent else ""
+    limit = f" ({max_packet:,} bytes)" if max_packet else ""
+    return DatabaseError(
+        f"{where}: a statement {size}is larger than the server's max_allowed_packet{limit}: send a smaller "
+        "signal payload, task arguments or result (keep large data elsewhere and pass a reference), or raise "
+        "max_allowed_packet on the server"
+    )
 
 
 def is_retry_at_once(exc: DatabaseError) -> bool:

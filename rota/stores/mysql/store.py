@@ -28,6 +28,7 @@ server's UTC_TIMESTAMP(6) unless a clock is configured.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -139,7 +140,8 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
                         yield session
                         conn.commit()
                     except BaseException:
-                        conn.rollback()
+                        with contextlib.suppress(DriverError):  # a cut connection: its own error says why
+                            conn.rollback()
                         raise
                     finally:
                         for statement in session.after:
@@ -148,7 +150,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
                     session = Session(conn, self.queries, now, False, settle)
                     yield session
         except DriverError as exc:
-            raise translate(exc, self.url) from exc
+            raise translate(exc, self.url, self.max_packet) from exc
         for payload in session.wake:
             for callback in list(self.listeners):
                 callback(payload)
@@ -220,7 +222,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
                 return None
             if conn is not None:
                 close_quietly(conn)
-            raise translate(exc, self.url) from exc
+            raise translate(exc, self.url, self.max_packet) from exc
         self._token_conn = conn
         return last
 
@@ -374,7 +376,7 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
                 )
             yield session
         except DriverError as exc:
-            raise translate(exc, self.url) from exc
+            raise translate(exc, self.url, self.max_packet) from exc
         finally:
             session.cur.close()
 

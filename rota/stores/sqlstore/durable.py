@@ -175,6 +175,14 @@ class SqlDurable(SqlBase):
         r = rows[0]
         return WaitRecord(str(r[0]), r[1], self._dt(r[2]), self._dt(r[3]))
 
+    def waits_of(self, run_ids: Sequence[int]) -> dict[int, WaitRecord]:
+        """wait_of for a page of runs (listings), in one statement: the parked ones' waits."""
+        if not run_ids or not self.durable_supported:
+            return {}
+        with self._read() as s:
+            rows = s.q("waits_of", ids=json.dumps(list(run_ids)))
+        return {int(r[0]): WaitRecord(str(r[1]), r[2], self._dt(r[3]), self._dt(r[4])) for r in rows}
+
     def rate_wait_of(self, run_id: int) -> tuple[str, str | None, datetime | None] | None:
         """A pending run waiting for its rate's window (the flow claim moved it there): the
         rate's name, its key and when the window opens; None otherwise."""
@@ -217,13 +225,15 @@ class SqlDurable(SqlBase):
     def _park(self, s: Session, outcomes: Sequence[Outcome]) -> set[int]:
         parked: set[int] = set()
         for o in outcomes:
-            kind, name = json.loads(o.result or '["sleep", null]')
+            kind, name, since, until = _park_of(o.result)
             rows = s.q("park", id=o.id, token=o.token, wake_in=o.retry_in)
             if not rows:
                 continue
             parked.add(o.id)
-            if rows[0][0] == "pending":
-                s.q("park_wait", id=o.id, token=o.token, kind=kind, name=name, until=rows[0][1])
+            if rows[0][0] == "pending":  # the wait's start and end as the handler read them (one clock reading)
+                until = rows[0][1] if until is None else self._ts(datetime.fromisoformat(until))
+                since = None if since is None else self._ts(datetime.fromisoformat(since))
+                s.q("park_wait", id=o.id, token=o.token, kind=kind, name=name, until=until, since=since)
                 s.q("park_signalled", id=o.id)
         return parked
 
@@ -234,3 +244,10 @@ class SqlDurable(SqlBase):
         text = json.dumps(list(ids))
         for query in ("durable_forget", "durable_forget_waits", "durable_forget_signals", "durable_forget_progress"):
             s.q(query, ids=text)
+
+
+def _park_of(result: str | None) -> tuple[str, str | None, str | None, str | None]:
+    """A PARKED outcome's result: [kind, name, since, until] (since and until: ISO times;
+    an older worker's [kind, name] has neither: the park's own clock reading is used)."""
+    kind, name, since, until = [*json.loads(result or '["sleep", null]'), None, None][:4]
+    return str(kind), name, since, until

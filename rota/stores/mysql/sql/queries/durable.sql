@@ -13,12 +13,16 @@ FROM rota_steps WHERE run_id = %(id)s ORDER BY seq, name
 -- then the attempt it will count is one more than the row holds.)
 -- One step's checkpoint, only while (id, token) holds the run (status running); a succeeded
 -- step is never overwritten, a failed one is replaced by its next try. First the gate (no
--- row: refused, nothing written), then the write (the token checked again, the succeeded
--- guard per column, outcome last: MySQL assigns left to right), then the run read back: a
--- row only if the token still holds it.
+-- row: refused, nothing written; the run's row locked, as save_steps does: under READ
+-- COMMITTED InnoDB reads an INSERT ... SELECT's source rows as a consistent read, without a
+-- lock, so a save must not rely on it: a rescue or claim in flight is waited for and the
+-- token read after it), then the write (the token checked again, the succeeded guard per
+-- column, outcome last: MySQL assigns left to right), then the run read back: a row only if
+-- the token still holds it. A sleep or wait that ends keeps its start.
 SELECT r.id FROM rota_runs r
 WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'
   AND NOT EXISTS (SELECT 1 FROM rota_steps s WHERE s.run_id = r.id AND s.name = %(name)s AND s.outcome = 'succeeded')
+FOR UPDATE
 ;
 INSERT INTO rota_steps (run_id, name, seq, attempt, started_at, finished_at, outcome, result, error)
 SELECT r.id, %(name)s, %(seq)s, r.attempt + (r.started_at IS NULL), {now} - INTERVAL ROUND(%(took)s * 1000000) MICROSECOND, {now},
@@ -27,7 +31,7 @@ FROM rota_runs r WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'run
 ON DUPLICATE KEY UPDATE
     seq = IF(rota_steps.outcome = 'succeeded', rota_steps.seq, VALUES(seq)),
     attempt = IF(rota_steps.outcome = 'succeeded', rota_steps.attempt, VALUES(attempt)),
-    started_at = IF(rota_steps.outcome = 'succeeded', rota_steps.started_at, VALUES(started_at)),
+    started_at = IF(rota_steps.outcome IN ('succeeded', 'waiting'), rota_steps.started_at, VALUES(started_at)),
     finished_at = IF(rota_steps.outcome = 'succeeded', rota_steps.finished_at, VALUES(finished_at)),
     result = IF(rota_steps.outcome = 'succeeded', rota_steps.result, VALUES(result)),
     error = IF(rota_steps.outcome = 'succeeded', rota_steps.error, VALUES(error)),
@@ -63,7 +67,7 @@ WHERE r.id IN %(_ids)s AND r.status = 'running'
 ON DUPLICATE KEY UPDATE
     seq = IF(rota_steps.outcome = 'succeeded', rota_steps.seq, VALUES(seq)),
     attempt = IF(rota_steps.outcome = 'succeeded', rota_steps.attempt, VALUES(attempt)),
-    started_at = IF(rota_steps.outcome = 'succeeded', rota_steps.started_at, VALUES(started_at)),
+    started_at = IF(rota_steps.outcome IN ('succeeded', 'waiting'), rota_steps.started_at, VALUES(started_at)),
     finished_at = IF(rota_steps.outcome = 'succeeded', rota_steps.finished_at, VALUES(finished_at)),
     result = IF(rota_steps.outcome = 'succeeded', rota_steps.result, VALUES(result)),
     error = IF(rota_steps.outcome = 'succeeded', rota_steps.error, VALUES(error)),
@@ -91,13 +95,14 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
     finished_at = CASE WHEN cancel_requested THEN {now} END,
     error = CASE WHEN cancel_requested
                  THEN JSON_OBJECT('type', 'Cancelled', 'message', 'cancelled on request', 'traceback', NULL)
-                 ELSE error END
+                 END
 WHERE id IN %(_ids)s
 ;
 SELECT status, due_at FROM rota_runs WHERE id IN %(_ids)s
 
 -- name: park_wait
-INSERT INTO rota_waits (run_id, token, kind, name, until, since) VALUES (%(id)s, %(token)s, %(kind)s, %(name)s, %(until)s, {now})
+INSERT INTO rota_waits (run_id, token, kind, name, until, since) VALUES (%(id)s, %(token)s, %(kind)s, %(name)s, %(until)s,
+                                                                   COALESCE(%(since)s, {now}))
 ON DUPLICATE KEY UPDATE token = VALUES(token), kind = VALUES(kind), name = VALUES(name), until = VALUES(until),
                         since = VALUES(since)
 
@@ -168,6 +173,11 @@ SELECT name, payload, sent_at FROM rota_signals WHERE run_id = %(id)s ORDER BY s
 -- one due now, its wait over or its signal come, is past it too: due, not parked, as lifecycle.state_of)
 SELECT w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id AND r.token = w.token
 WHERE w.run_id = %(id)s AND r.status = 'pending' AND NOT r.rate_waited AND r.due_at > {now}
+
+-- name: waits_of
+-- wait_of for a page of runs (rota runs, /api/runs): one statement; %(ids)s a JSON array.
+SELECT w.run_id, w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id AND r.token = w.token
+WHERE w.run_id IN {{ids(%(ids)s)}} AND r.status = 'pending' AND NOT r.rate_waited AND r.due_at > {now}
 
 -- name: rate_wait_of
 -- A pending run waiting for its rate's window (flow_bump moved it there: a resumed parked run

@@ -11,13 +11,18 @@ FROM rota_steps WHERE run_id = %(id)s ORDER BY seq, name
 -- then the attempt it will count is one more than the row holds.)
 -- One step's checkpoint, only while (id, token) holds the run (status running): a worker whose
 -- lease was taken over saves nothing and gets no row back. A succeeded step is never
--- overwritten; a failed one is replaced by its next try.
+-- overwritten; a failed one is replaced by its next try, a sleep or wait that ends keeps its
+-- start. The run's row is locked (FOR SHARE): under READ COMMITTED a save whose snapshot
+-- predates a rescue or claim in flight waits for it and checks the token again, so it can
+-- never commit after the token changed (a stale worker's save is refused).
 INSERT INTO rota_steps (run_id, name, seq, attempt, started_at, finished_at, outcome, result, error)
 SELECT r.id, %(name)s, %(seq)s, r.attempt + (r.started_at IS NULL)::int, {now} - make_interval(secs => %(took)s::float8), {now},
        %(outcome)s, %(result)s, %(error)s
 FROM rota_runs r WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'
+FOR SHARE OF r
 ON CONFLICT (run_id, name) DO UPDATE
-SET seq = EXCLUDED.seq, attempt = EXCLUDED.attempt, started_at = EXCLUDED.started_at,
+SET seq = EXCLUDED.seq, attempt = EXCLUDED.attempt,
+    started_at = CASE WHEN rota_steps.outcome = 'waiting' THEN rota_steps.started_at ELSE EXCLUDED.started_at END,
     finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome, result = EXCLUDED.result,
     error = EXCLUDED.error
 WHERE rota_steps.outcome <> 'succeeded'
@@ -36,8 +41,11 @@ FROM json_to_recordset(%(rows)s::json)
          AS v(id bigint, token bigint, name text, seq integer, took float8, outcome text, result text, error text)
 JOIN rota_runs r ON r.id = v.id AND r.token = v.token AND r.status = 'running'
 WHERE r.id = ANY(ARRAY(SELECT (e->>'id')::bigint FROM json_array_elements(%(rows)s::json) AS e))
+ORDER BY r.id  -- (the runs' rows locked in id order)
+FOR SHARE OF r
 ON CONFLICT (run_id, name) DO UPDATE
-SET seq = EXCLUDED.seq, attempt = EXCLUDED.attempt, started_at = EXCLUDED.started_at,
+SET seq = EXCLUDED.seq, attempt = EXCLUDED.attempt,
+    started_at = CASE WHEN rota_steps.outcome = 'waiting' THEN rota_steps.started_at ELSE EXCLUDED.started_at END,
     finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome, result = EXCLUDED.result,
     error = EXCLUDED.error
 WHERE rota_steps.outcome <> 'succeeded'
@@ -52,7 +60,8 @@ SELECT {now}, EXISTS (SELECT 1 FROM rota_runs WHERE id = %(id)s AND token = %(to
 -- transition: park
 -- ctx.sleep / ctx.wait_for: the run leaves its worker and slot, pending and due when its wait
 -- ends (%(wake_in)s seconds from now); its attempt given back (a park is not an attempt's
--- end), its start cleared; a run whose cancellation was requested ends cancelled. Its wait is
+-- end), its start cleared, an earlier attempt's error cleared (it stays in the history: a
+-- parked run shows its wait, not a stale error); a run whose cancellation was requested ends cancelled. Its wait is
 -- recorded next (park_wait: Run.waiting, the CLI, the dashboard). The NOTIFY wakes workers
 -- waiting for a freed limit slot (delivered at the commit).
 WITH told AS (
@@ -69,13 +78,14 @@ SET status = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'pending' END,
     finished_at = CASE WHEN r.cancel_requested THEN {now} END,
     error = CASE WHEN r.cancel_requested
                  THEN jsonb_build_object('type', 'Cancelled', 'message', 'cancelled on request', 'traceback', NULL)::text
-                 ELSE r.error END
+                 END
 WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'
   AND (SELECT count(*) FROM told) >= 0
 RETURNING r.status, r.due_at
 
 -- name: park_wait
-INSERT INTO rota_waits (run_id, token, kind, name, until, since) VALUES (%(id)s, %(token)s, %(kind)s, %(name)s, %(until)s, {now})
+INSERT INTO rota_waits (run_id, token, kind, name, until, since) VALUES (%(id)s, %(token)s, %(kind)s, %(name)s, %(until)s,
+                                                                   COALESCE(%(since)s::timestamptz, {now}))
 ON CONFLICT (run_id) DO UPDATE SET token = EXCLUDED.token, kind = EXCLUDED.kind, name = EXCLUDED.name, until = EXCLUDED.until,
                                    since = EXCLUDED.since
 
@@ -136,6 +146,12 @@ SELECT name, payload, sent_at FROM rota_signals WHERE run_id = %(id)s ORDER BY s
 -- one due now, its wait over or its signal come, is past it too: due, not parked, as lifecycle.state_of)
 SELECT w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id AND r.token = w.token
 WHERE w.run_id = %(id)s AND r.status = 'pending' AND NOT r.rate_waited AND r.due_at > {now}
+
+-- name: waits_of
+-- wait_of for a page of runs (rota runs, /api/runs): one statement; %(ids)s a JSON array.
+SELECT w.run_id, w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id AND r.token = w.token
+WHERE w.run_id IN (SELECT value::bigint FROM json_array_elements_text(%(ids)s::json))
+  AND r.status = 'pending' AND NOT r.rate_waited AND r.due_at > {now}
 
 -- name: rate_wait_of
 -- A pending run waiting for its rate's window (flow_bump moved it there: a resumed parked run

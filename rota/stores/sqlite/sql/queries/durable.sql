@@ -13,7 +13,8 @@ INSERT INTO rota_steps (run_id, name, seq, attempt, started_at, finished_at, out
 SELECT r.id, :name, :seq, r.attempt + (r.started_at IS NULL), {now} - :took, {now}, :outcome, :result, :error
 FROM rota_runs r WHERE r.id = :id AND r.token = :token AND r.status = 'running'
 ON CONFLICT (run_id, name) DO UPDATE
-SET seq = excluded.seq, attempt = excluded.attempt, started_at = excluded.started_at,
+SET seq = excluded.seq, attempt = excluded.attempt,
+    started_at = CASE WHEN rota_steps.outcome = 'waiting' THEN rota_steps.started_at ELSE excluded.started_at END,
     finished_at = excluded.finished_at, outcome = excluded.outcome, result = excluded.result,
     error = excluded.error
 WHERE rota_steps.outcome <> 'succeeded'
@@ -31,7 +32,8 @@ FROM json_each(:rows) AS v  -- CROSS JOIN: the checkpoints first, each run by it
 CROSS JOIN rota_runs r ON r.id = json_extract(v.value, '$.id')
 WHERE r.token = json_extract(v.value, '$.token') AND r.status = 'running'
 ON CONFLICT (run_id, name) DO UPDATE
-SET seq = excluded.seq, attempt = excluded.attempt, started_at = excluded.started_at,
+SET seq = excluded.seq, attempt = excluded.attempt,
+    started_at = CASE WHEN rota_steps.outcome = 'waiting' THEN rota_steps.started_at ELSE excluded.started_at END,
     finished_at = excluded.finished_at, outcome = excluded.outcome, result = excluded.result,
     error = excluded.error
 WHERE rota_steps.outcome <> 'succeeded'
@@ -51,12 +53,12 @@ SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
     finished_at = CASE WHEN cancel_requested THEN {now} END,
     error = CASE WHEN cancel_requested
                  THEN json_object('type', 'Cancelled', 'message', 'cancelled on request', 'traceback', NULL)
-                 ELSE error END
+                 END
 WHERE id = :id AND token = :token AND status = 'running'
 RETURNING status, due_at
 
 -- name: park_wait
-INSERT INTO rota_waits (run_id, token, kind, name, until, since) VALUES (:id, :token, :kind, :name, :until, {now})
+INSERT INTO rota_waits (run_id, token, kind, name, until, since) VALUES (:id, :token, :kind, :name, :until, COALESCE(:since, {now}))
 ON CONFLICT (run_id) DO UPDATE SET token = excluded.token, kind = excluded.kind, name = excluded.name, until = excluded.until,
                                    since = excluded.since
 
@@ -107,6 +109,11 @@ SELECT name, payload, sent_at FROM rota_signals WHERE run_id = :id ORDER BY sent
 -- one due now, its wait over or its signal come, is past it too: due, not parked, as lifecycle.state_of)
 SELECT w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id AND r.token = w.token
 WHERE w.run_id = :id AND r.status = 'pending' AND NOT r.rate_waited AND r.due_at > {now}
+
+-- name: waits_of
+-- wait_of for a page of runs (rota runs, /api/runs): one statement; :ids a JSON array.
+SELECT w.run_id, w.kind, w.name, w.until, w.since FROM rota_waits w JOIN rota_runs r ON r.id = w.run_id AND r.token = w.token
+WHERE w.run_id IN (SELECT value FROM json_each(:ids)) AND r.status = 'pending' AND NOT r.rate_waited AND r.due_at > {now}
 
 -- name: rate_wait_of
 -- A pending run waiting for its rate's window (flow_bump moved it there: a resumed parked run

@@ -396,6 +396,39 @@ def test_stopping_one_of_two_workers_inside_the_lead_still_runs_the_tick_once_on
     assert run.status == "succeeded" and 0 <= run.result < 0.25, run.result  # on time (usual lateness: ms)
 
 
+def test_a_tick_rewound_sooner_wakes_the_ticker_of_a_worker_that_learns_it_by_a_claim(
+    app_factory: Callable[..., rota.App], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle worker knows the next tick is a period away (made ahead); another process
+    withdraws it (its tick is next again) and enqueues a run. On MySQL the quick probe sees
+    only the new run (the whole probe, here once a minute, may miss the rewind: the tick
+    made ahead and withdrawn between two of its looks, as a stopping worker does): the claim
+    at once reads what is due, and the sooner tick must wake the ticker, asleep until the
+    later tick or its poll (the tick ran up to that late)."""
+    from rota.worker import wakeups
+
+    from .conftest import start_worker
+
+    monkeypatch.setattr(wakeups, "WHOLE", 60.0)
+    worker_app, admin = app_factory(), app_factory()
+    worker_app.task(name="stamp", pass_context=True)(lambda ctx: time.time() - ctx.scheduled_for.timestamp())
+    worker_app.task(name="warm")(lambda: None)
+    warm = admin.task(name="warm")(lambda: None)
+    _until(lambda: time.time() % 3 < 0.2)  # just after a tick of every 3 s
+    admin.add_schedule("s", "stamp", every=3)
+    tick_pass(admin, lead=3.0)  # the next tick made ahead: the schedule's next is the one after
+    (ahead,) = runs_of(admin, "s")
+    start_worker(worker_app, poll_interval=30.0)
+    assert warm.enqueue().wait(timeout=10).status == "succeeded"  # it has started, and learned
+    time.sleep(0.2)
+    assert admin.store.withdraw_ahead(["s"], "was withdrawn by the test") == {"s": ahead.scheduled_for}
+    warm.enqueue()
+    assert time.time() < ahead.scheduled_for.timestamp() - 0.5, "too slow a machine"
+    (run,) = _until(lambda: [r for r in runs_of(admin, "s") if r.id != ahead.id and r.finished_at], timeout=8)
+    assert run.scheduled_for == ahead.scheduled_for, (run.scheduled_for, ahead.scheduled_for)
+    assert run.status == "succeeded" and 0 <= run.result < 0.25, run.result
+
+
 def test_a_schedule_added_by_another_process_is_ticked_on_time_by_an_idle_worker(
     app_factory: Callable[..., rota.App],
 ) -> None:

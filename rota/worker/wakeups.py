@@ -61,14 +61,20 @@ class DueTimes:
         self.tick_wake = asyncio.Event()
 
     def learn(self, state: PollState) -> None:
-        """Translate due times on the database clock into this process's monotonic clock."""
+        """Translate due times on the database clock into this process's monotonic clock. A
+        tick sooner than the one known wakes the ticker, asleep until that one or its poll:
+        whoever read it (on MySQL, the claim at once on a new run may learn that another
+        process rewound a tick, as a worker stopping inside the lead does)."""
         db_now = state.now
         self.db_offset = db_now - datetime.now(UTC)
         offset = self.learn_clock(db_now.timestamp(), time.monotonic())
         run, sched = state.next_run_due, state.next_schedule_due
+        sooner = sched is not None and (self.schedule_due_at is None or sched < self.schedule_due_at)
         self.run_due = None if run is None else run.timestamp() - offset
         self.schedule_due = None if sched is None else sched.timestamp() - offset
         self.schedule_due_at = sched
+        if sooner:
+            self.tick_wake.set()  # the ticker re-arms its sleep for the sooner tick
 
     def learn_clock(self, db_epoch: float, mono: float) -> float:
         """The database clock minus the monotonic clock, from a reading taken at `mono`.
@@ -278,7 +284,7 @@ class Wakeups:
                 return
             if _newer_run(version, seen.version):
                 self._tell(loop, changed, "run")
-            if version[1:] != seen.version[1:] or not isinstance(version, tuple):
+            if not isinstance(version, tuple) or version[1:] != seen.version[1:]:  # (SQLite's: a number)
                 self._tell(loop, changed, "change")  # (a schedule moved, a run became due...)
         seen.version = version
 

@@ -38,7 +38,7 @@ from .settings import WorkerSettings
 from .shutdown import Lifecycle
 from .ticks import Ticker
 from .view import WorkerView
-from .wakeups import DueTimes, Wakeups
+from .wakeups import CLAIM_AHEAD, DueTimes, Wakeups
 
 log = logging.getLogger("rota.worker")
 BACKLOG_FLUSH = 0.03  # seconds the outcome writer waits in a backlog (see _buffer)
@@ -118,7 +118,6 @@ class Worker(Lifecycle):
         self._db = Db()
         self._outage = Outage(self.lease, min(10.0, self.heartbeat_interval), self.id)
         self._due = DueTimes()
-        self._due.claim_ahead = store().claim_lead  # longer than the store's claim takes
         self._observers: list[Callable[[str, Claimed, float], None]] = []
         self._completer = Completer(store, self._db, self._outage, c, self._emit)
         self._decider = Decider(self.id, c, self.app.tasks, lambda: self._due.db_offset)
@@ -303,6 +302,8 @@ class Worker(Lifecycle):
     async def _register(self) -> None:
         await self._db(self.app.prepare)
         store = self.store
+        if self._due.claim_ahead == CLAIM_AHEAD:  # (unless set otherwise) longer than the store's claim takes
+            self._due.claim_ahead = store.claim_lead
         await self._db(store.register_worker, self.id, socket.gethostname(), os.getpid(), self.concurrency, self.queues)
         await self._register_lease(store)
         self._outage.ok()

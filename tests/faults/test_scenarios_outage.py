@@ -20,7 +20,9 @@ from .proxy import FaultProxy
 LEASE = 2.0
 # What a claim that took runs sends last before its COMMIT, per store: the token sequence
 # (PostgreSQL), the token counter's update (MySQL: the plain claim's and the flow claim's).
-CLAIM_TOKENS = {"postgres": b"rota_token_seq", "mysql": b"UPDATE rota_counters"}
+# A claim's statement (MySQL: the claim's UPDATE, plain or flow; its tokens come from the token
+# connection, committed on their own, unless the claim holds the counter already)
+CLAIM_TOKENS = {"postgres": b"rota_token_seq", "mysql": b"status = 'running', "}
 
 
 def dialect(url: str) -> str:

@@ -28,14 +28,7 @@ INSERT INTO rota_steps (run_id, name, seq, attempt, started_at, finished_at, out
 SELECT r.id, %(name)s, %(seq)s, r.attempt + (r.started_at IS NULL), {now} - INTERVAL ROUND(%(took)s * 1000000) MICROSECOND, {now},
        %(outcome)s, %(result)s, %(error)s
 FROM rota_runs r WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'
-ON DUPLICATE KEY UPDATE
-    seq = IF(rota_steps.outcome = 'succeeded', rota_steps.seq, VALUES(seq)),
-    attempt = IF(rota_steps.outcome = 'succeeded', rota_steps.attempt, VALUES(attempt)),
-    started_at = IF(rota_steps.outcome IN ('succeeded', 'waiting'), rota_steps.started_at, VALUES(started_at)),
-    finished_at = IF(rota_steps.outcome = 'succeeded', rota_steps.finished_at, VALUES(finished_at)),
-    result = IF(rota_steps.outcome = 'succeeded', rota_steps.result, VALUES(result)),
-    error = IF(rota_steps.outcome = 'succeeded', rota_steps.error, VALUES(error)),
-    outcome = IF(rota_steps.outcome = 'succeeded', rota_steps.outcome, VALUES(outcome))
+{{step_upsert}}
 ;
 SELECT id FROM rota_runs WHERE id IN %(_ids)s AND token = %(token)s AND status = 'running'
 
@@ -64,14 +57,7 @@ FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
          error LONGTEXT PATH '$.error')) AS v
 JOIN rota_runs r ON r.id = v.id AND r.token = v.token
 WHERE r.id IN %(_ids)s AND r.status = 'running'
-ON DUPLICATE KEY UPDATE
-    seq = IF(rota_steps.outcome = 'succeeded', rota_steps.seq, VALUES(seq)),
-    attempt = IF(rota_steps.outcome = 'succeeded', rota_steps.attempt, VALUES(attempt)),
-    started_at = IF(rota_steps.outcome IN ('succeeded', 'waiting'), rota_steps.started_at, VALUES(started_at)),
-    finished_at = IF(rota_steps.outcome = 'succeeded', rota_steps.finished_at, VALUES(finished_at)),
-    result = IF(rota_steps.outcome = 'succeeded', rota_steps.result, VALUES(result)),
-    error = IF(rota_steps.outcome = 'succeeded', rota_steps.error, VALUES(error)),
-    outcome = IF(rota_steps.outcome = 'succeeded', rota_steps.outcome, VALUES(outcome))
+{{step_upsert}}
 
 -- name: step_clock
 -- The database's time (a sleep's wake time and a wait's deadline are taken from it), and

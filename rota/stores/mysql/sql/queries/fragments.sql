@@ -85,3 +85,15 @@ CASE WHEN {{t}} < '1000-01-01' THEN {now} ELSE {{t}} END
 -- datetime holds, so the listing names the field as corrupt (UNIX_TIMESTAMP gives NULL for
 -- it, which read as "no time": a damaged finished_at showed as a run not finished).
 CASE WHEN {{t}} < '1000-01-01' THEN -100000000000000 ELSE UNIX_TIMESTAMP({{t}}) END
+
+-- fragment: step_upsert
+-- A checkpoint written again (save_step, save_steps): a succeeded step is never overwritten;
+-- a wait's row keeps its start (the wait's, not its resume's).
+ON DUPLICATE KEY UPDATE
+    seq = IF(rota_steps.outcome = 'succeeded', rota_steps.seq, VALUES(seq)),
+    attempt = IF(rota_steps.outcome = 'succeeded', rota_steps.attempt, VALUES(attempt)),
+    started_at = IF(rota_steps.outcome IN ('succeeded', 'waiting'), rota_steps.started_at, VALUES(started_at)),
+    finished_at = IF(rota_steps.outcome = 'succeeded', rota_steps.finished_at, VALUES(finished_at)),
+    result = IF(rota_steps.outcome = 'succeeded', rota_steps.result, VALUES(result)),
+    error = IF(rota_steps.outcome = 'succeeded', rota_steps.error, VALUES(error)),
+    outcome = IF(rota_steps.outcome = 'succeeded', rota_steps.outcome, VALUES(outcome))

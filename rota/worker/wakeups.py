@@ -139,6 +139,16 @@ def _newer_run(version: Any, before: Any) -> bool:
     return isinstance(version, tuple) and isinstance(before, tuple) and version[:1] > before[:1]
 
 
+def _other_change(version: Any, before: Any, newer: bool) -> bool:
+    """Whether a whole look saw more than a new run: SQLite's number says only that
+    something changed; MySQL's tuple ends with the due runs, which a new run moves too (its
+    claim, told at once, takes what is due: no read of it first), so with a new run only
+    the tick, the claims and the cancellations count."""
+    if not isinstance(version, tuple) or not isinstance(before, tuple):
+        return True
+    return version[1:-1] != before[1:-1] if newer else version[1:] != before[1:]
+
+
 class _Seen:
     """What the watch thread's whole looks saw (data_version, and the last one read whole)."""
 
@@ -282,9 +292,10 @@ class Wakeups:
         elif version != seen.version:
             if not self.free_slots():
                 return
-            if _newer_run(version, seen.version):
+            newer = _newer_run(version, seen.version)
+            if newer:
                 self._tell(loop, changed, "run")
-            if not isinstance(version, tuple) or version[1:] != seen.version[1:]:  # (SQLite's: a number)
+            if _other_change(version, seen.version, newer):
                 self._tell(loop, changed, "change")  # (a schedule moved, a run became due...)
         seen.version = version
 

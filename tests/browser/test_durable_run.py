@@ -88,6 +88,13 @@ def test_the_run_page_shows_steps_the_wait_and_progress_and_a_signal_resumes(
     assert page.locator('#detail [data-wait="rate"]').count() == 0
     assert "50% — waiting for the e-mail confirmation" in page.locator("#detail dl").inner_text()
 
+    page.goto(served.url + "#/runs")  # the runs list says it is parked, and for what
+    parked = page.locator(f'tr[data-run="{ref.id}"] [data-wait="signal"]')
+    expect(parked).to_have_text("waits for email-confirmed")
+    assert parked.get_attribute("title") == f"until {run.waiting['until']}"
+    page.goto(served.url + f"#/run/{ref.id}")
+    page.locator("#steps tr.step").first.wait_for()
+
     assert app.signal(ref.id, "email-confirmed", {"at": "now"}).woken
     expect(page.locator("#detail h2 .badge").first).to_have_text("succeeded", timeout=20_000)  # auto-refresh
     expect(page.locator("#steps tr.step")).to_have_count(4)

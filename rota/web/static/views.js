@@ -29,6 +29,8 @@ export function runRows(items) {
     el("td", {}, r.schedule ? link(r.schedule, "schedule", r.schedule) : ""),
     el("td", {}, badge(r.status), r.held ? [" ", badge("held")] : null,
       r.status === "pending" && r.waiting_on > 0 ? [" ", el("span", { class: "badge waiting", title: "waits for parent runs to succeed (after=)" }, "waiting on " + r.waiting_on)] : null,
+      r.waiting ? [" ", el("span", { class: "badge parked", "data-wait": r.waiting.kind, title: "until " + r.waiting.until },
+        r.waiting.kind === "signal" ? "waits for " + r.waiting.signal : "sleeping")] : null,
       r.backfill ? [" ", badge("backfilled")] : null),
     el("td", { class: "num" }, r.attempt + "/" + r.max_attempts), el("td", {}, when(r.scheduled_for)),
     el("td", {}, when(r.started_at)), el("td", { class: "num" }, took(r)),

@@ -172,8 +172,12 @@ SELECT rate_name, rate_key, due_at FROM rota_runs
 WHERE id = %(id)s AND status = 'pending' AND rate_waited AND rate_name IS NOT NULL AND due_at > {now}
 
 -- name: progress_save
--- ctx.progress, with the heartbeat: written only while the token holds the run; the run
--- read back (a row only if the token still holds it).
+-- ctx.progress, with the heartbeat: written only while the token holds the run. The run's
+-- row locked first (an INSERT ... SELECT reads its source without a lock under READ
+-- COMMITTED: a takeover in flight is waited for and the token read after it), then the
+-- write, then the run read back (a row only if the token still holds it).
+SELECT id FROM rota_runs WHERE id = %(id)s AND token = %(token)s AND status = 'running' FOR UPDATE
+;
 INSERT INTO rota_progress (run_id, fraction, message, updated_at)
 SELECT r.id, %(fraction)s, %(message)s, {now} FROM rota_runs r
 WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'

@@ -160,10 +160,12 @@ SELECT rate_name, rate_key, due_at FROM rota_runs
 WHERE id = %(id)s AND status = 'pending' AND rate_waited AND rate_name IS NOT NULL AND due_at > {now}
 
 -- name: progress_save
--- ctx.progress, with the heartbeat: written only while the token holds the run.
+-- ctx.progress, with the heartbeat: written only while the token holds the run (the run's
+-- row read locked: a takeover in flight is waited for and the token read after it).
 INSERT INTO rota_progress (run_id, fraction, message, updated_at)
 SELECT r.id, %(fraction)s, %(message)s, {now} FROM rota_runs r
 WHERE r.id = %(id)s AND r.token = %(token)s AND r.status = 'running'
+FOR SHARE OF r
 ON CONFLICT (run_id) DO UPDATE SET fraction = EXCLUDED.fraction, message = EXCLUDED.message,
                                    updated_at = EXCLUDED.updated_at
 RETURNING run_id

@@ -6,9 +6,7 @@ parked run.
    round a fresh database), the ratio to the no-op task, and the cost of one checkpoint as
    the issue defines it: (time per run of the task - time per no-op run) / time per no-op
    run, per step (from the medians). With it, the checkpoints per statement batch (the
-   worker's group commit; 1.0: every checkpoint written on its own), and the share of the
-   checkpoints that rode one of the worker's finish or claim transactions (no commit of
-   their own; "rode": not counted in the batches).
+   worker's group commit; 1.0: every checkpoint written on its own).
 2. Resume latency: runs parked in `ctx.wait_for`, an idle worker; the time from `App.signal`
    returning to the handler passing its wait, p50/p95 over the samples.
 3. With `--parked N`: the CPU an idle worker uses (this process's CPU time over `--idle` s of
@@ -33,10 +31,9 @@ MODES = ("no-op", "1 step", "3 steps", "1 step (returned)", "3 steps (last retur
 STEPS = {"no-op": 0, "1 step": 1, "3 steps": 3, "1 step (returned)": 1, "3 steps (last returned)": 3}
 
 
-def _drain(url: str, mode: str, runs: int, window: float | None = None) -> tuple[float, float, float]:
-    """Runs per second of a worker draining `runs` runs of `mode`, the checkpoints per
-    batch its group commit wrote (0: none, or a rota without group commit), and the share
-    of the checkpoints that rode the worker's own transactions (0: none, or a rota without)."""
+def _drain(url: str, mode: str, runs: int) -> tuple[float, float]:
+    """Runs per second of a worker draining `runs` runs of `mode`, and the checkpoints per
+    batch its group commit wrote (0: none, or a rota without group commit)."""
     app = rota.App(url, poll_interval=0.05, retention=None)
     steps = STEPS[mode]
 
@@ -52,8 +49,6 @@ def _drain(url: str, mode: str, runs: int, window: float | None = None) -> tuple
         return ctx.step("last", int, 1)  # returned at once: written with the run's finish
 
     app.migrate()
-    if window is not None and hasattr(app.store, "_checkpoints"):  # (--ride-window)
-        app.store._checkpoints.window = window
     (work_returned if "returned" in mode else work).enqueue_many([((), {}) for _ in range(runs)])
     worker = app.worker(concurrency=8, install_signal_handlers=False)
     began = time.perf_counter()
@@ -63,9 +58,7 @@ def _drain(url: str, mode: str, runs: int, window: float | None = None) -> tuple
             time.sleep(0.02)
         rate = runs / (time.perf_counter() - began)
         commits = getattr(app.store, "_checkpoints", None)
-        per_batch = (commits.written / commits.batches) if commits is not None and commits.batches else 0.0
-        rode = getattr(commits, "rode", 0)
-        return rate, per_batch, rode / (rode + commits.written) if rode else 0.0
+        return rate, (commits.written / commits.batches) if commits is not None and commits.batches else 0.0
     finally:
         worker.stop(wait=True, timeout=30)
         app.close()
@@ -139,22 +132,18 @@ def _waits(app: rota.App) -> int:
         return int(s.q_text("SELECT count(*) FROM rota_waits")[0][0])
 
 
-def _table(store: str, args: Any, rates: dict[str, list[float]], batches: dict[str, list[float]],
-           rode: dict[str, list[float]]) -> None:  # fmt: skip
+def _table(store: str, args: Any, rates: dict[str, list[float]], batches: dict[str, list[float]]) -> None:
     base = statistics.median(rates["no-op"])
     print(f"\n{store}: {args.runs:,} runs, concurrency 8, {args.rounds} rounds (alternated)\n")
     print("| task | runs/s (median) | min-max | vs no-op | cost of a checkpoint (% of a no-op run) "
-          "| checkpoints per batch | rode |\n|---|--:|--:|--:|--:|--:|--:|")  # fmt: skip
+          "| checkpoints per batch |\n|---|--:|--:|--:|--:|--:|")  # fmt: skip
     for mode in rates:
         median = statistics.median(rates[mode])
         low, high = min(rates[mode]), max(rates[mode])
         steps = STEPS[mode]
         cost = f"{100 * (base / median - 1) / steps:.0f} %" if steps else "-"
         per_batch = f"{statistics.median(batches[mode]):.1f}" if steps and max(batches[mode]) else "-"
-        rides = f"{100 * statistics.median(rode[mode]):.0f} %" if steps and max(rode[mode]) else "-"
-        print(
-            f"| {mode} | {median:,.0f} | {low:,.0f}-{high:,.0f} | {median / base:.2f}x | {cost} | {per_batch} | {rides} |"
-        )
+        print(f"| {mode} | {median:,.0f} | {low:,.0f}-{high:,.0f} | {median / base:.2f}x | {cost} | {per_batch} |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -167,21 +156,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parked", type=int, default=0)
     parser.add_argument("--idle", type=float, default=20.0)
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
-    parser.add_argument("--ride-window", type=float, default=None, help="seconds a checkpoint waits for a ride")
     args = parser.parse_args(argv)
     for store in args.stores.split(","):
         modes = [m for m in MODES if m == "no-op" or m in args.modes.split(",")]
         rates: dict[str, list[float]] = {mode: [] for mode in modes}
         batches: dict[str, list[float]] = {mode: [] for mode in modes}
-        rode: dict[str, list[float]] = {mode: [] for mode in modes}
         for i in range(args.rounds):
             for mode in modes if i % 2 == 0 else modes[::-1]:
                 with scratch_store(store, args.pg_url, "bench_durable") as url:
-                    rate, per_batch, share = _drain(url, mode, args.runs, args.ride_window)
+                    rate, per_batch = _drain(url, mode, args.runs)
                     rates[mode].append(rate)
                     batches[mode].append(per_batch)
-                    rode[mode].append(share)
-        _table(store, args, rates, batches, rode)
+        _table(store, args, rates, batches)
         if not args.signals:
             continue
         with scratch_store(store, args.pg_url, "bench_durable") as url:

@@ -39,8 +39,6 @@ class MySQLHotPath:
 
         def _take_tokens(self, n: int) -> int | None: ...
 
-        def _tx_riding(self, outcomes: Sequence[Outcome] = ()) -> Any: ...
-
     def _plain_claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
@@ -123,7 +121,7 @@ class MySQLHotPath:
         lease: float,
         start: int | None,
     ) -> tuple[set[int], list[Any]]:
-        with self._tx_riding(outcomes) as s:  # (checkpoints waiting ride along: checkpoints.Ride)
+        with self._tx() as s:
             written = self._finish(s, outcomes)
             rows = self._claim(s, owner, limit, queues, lease, start)
         return written, rows
@@ -164,7 +162,7 @@ class MySQLHotPath:
         return self._again(self._finish_tx, outcomes)  # type: ignore[no-any-return]
 
     def _finish_tx(self, outcomes: Sequence[Outcome]) -> set[int]:
-        with self._tx_riding(outcomes) as s:
+        with self._tx() as s:
             return self._finish(s, outcomes)
 
     def _finish(self, s: Session, outcomes: Sequence[Outcome]) -> set[int]:

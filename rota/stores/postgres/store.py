@@ -335,12 +335,10 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
         query, params = claim_call(owner, limit, queues, lease, start, self.claim_from.params(queues))
-        with self._ride() as ride:  # BEGIN, the checkpoints waiting (Ride), claim_plan, the claim, COMMIT: one trip
-            with self._session(False, pipeline=True, local=False) as s:
-                for call in [*ride.calls, CLAIM_PLAN, (query, params)]:
-                    s.send(call[0], **call[1])
-            ride.first(s.received)  # (the rows come at the commit)
-        rows = s.received[len(ride.calls) + 1]
+        with self._session(False, pipeline=True, local=False) as s:  # BEGIN, claim_plan, the claim, COMMIT: one trip
+            s.send(CLAIM_PLAN[0])
+            s.send(query, **params)
+        rows = s.received[1]
         self.claim_from.claimed(queues, rows)
         return claimed(rows)
 
@@ -391,17 +389,16 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
 
     def _finish_and_claim(self, outcomes: Sequence[Outcome], *claim: Any) -> tuple[set[int], list[Claimed]]:
         batches = finish_batches(outcomes)
-        # schedules locked in one order first; the handlers' last checkpoints before their outcomes
+        # two statements in one transaction: their schedules locked in one order first; then
+        # the handlers' last checkpoints (rota.durable), before their outcomes
         lock = [*([finished_schedules_lock(outcomes)] if len(batches) > 1 else []), *finish_steps(outcomes)]
         owner, limit, queues, lease, start = claim
         claim_ = claim_call(owner, limit, queues, lease, start, self.claim_from.params(queues))
-        with self._ride(outcomes) as ride:  # the checkpoints waiting (checkpoints.Ride), first
-            calls = [*ride.calls, *lock, *batches, CLAIM_PLAN, claim_]
-            with self._session(False, pipeline=True) as s:
-                for query, params in calls:
-                    s.send(query, **params)
-            ride.first(s.received)
-        *written, _, claims = s.received[len(ride.calls) + len(lock) :]
+        calls = [*lock, *batches, CLAIM_PLAN, claim_]
+        with self._session(False, pipeline=True) as s:
+            for query, params in calls:
+                s.send(query, **params)
+        *written, _, claims = s.received[len(lock) :]
         self.claim_from.claimed(queues, claims)
         settle_refused(outcomes, batches, written)
         return {r[0] for rows in written for r in rows}, claimed(claims)

@@ -315,7 +315,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
     def _plain_claim(
         self, owner: str, limit: int, queues: Sequence[str] | None, lease: float, start: int | None = None
     ) -> list[Claimed]:
-        with self._tx_riding() as s:  # (checkpoints waiting ride along: checkpoints.Ride)
+        with self._tx() as s:
             rows = self._claim(s, owner, limit, queues, lease, start)
         return _claimed(rows)
 
@@ -360,7 +360,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         lease: float,
         start: int | None = None,
     ) -> tuple[set[int], list[Claimed]]:
-        with self._tx_riding(outcomes) as s:
+        with self._tx() as s:
             written = self._finish(s, outcomes)
             rows = self._claim(s, owner, limit, queues, lease, start)
         return written, _claimed(rows)
@@ -395,7 +395,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
     def finish(self, outcomes: Sequence[Outcome]) -> set[int]:
         if not outcomes:
             return set()
-        with self._tx_riding(outcomes) as s:
+        with self._tx() as s:
             return self._finish(s, outcomes)
 
     def _finish(self, s: _Session, outcomes: Sequence[Outcome]) -> set[int]:

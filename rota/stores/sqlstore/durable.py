@@ -8,10 +8,9 @@ enqueue and `signal_steps` below run on a sync or an async session."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +19,7 @@ from typing import Any
 from ..base import Outcome
 from ..records import PARKED
 from .base import NOTIFY_CHANNEL, Session, SqlBase
-from .checkpoints import GroupCommit, Ride, finish_steps, rows_json
+from .checkpoints import GroupCommit, finish_steps, rows_json
 
 Row = tuple[Any, ...]
 SignalSteps = Generator[tuple[str, dict[str, Any]], list[Row], "SignalAnswer"]
@@ -136,23 +135,6 @@ class SqlDurable(SqlBase):
     @functools.cached_property
     def _checkpoints(self) -> GroupCommit:
         return GroupCommit(self._save_batch, self._save_one)
-
-    def _ride(self, outcomes: Sequence[Outcome] = ()) -> Ride:
-        """The checkpoints waiting (GroupCommit), taken along by a worker's transaction about to
-        begin (a finish, a claim): enter it around the transaction, run `_ride_in` in it."""
-        if not self.durable_supported:
-            return Ride(None)
-        deferred = frozenset((int(r["id"]), str(r["name"])) for o in outcomes if o.steps for r in o.steps)
-        return Ride(self._checkpoints, deferred)
-
-    @contextlib.contextmanager
-    def _tx_riding(self, outcomes: Sequence[Outcome] = ()) -> Iterator[Any]:
-        """A write transaction (the store's `_tx`, its session) that the checkpoints waiting
-        ride: their statement first, settled once it committed (handed back if it did not)."""
-        with self._ride(outcomes) as ride, self._tx() as s:
-            for query, params in ride.calls:
-                ride.got(s.q(query, **params))
-            yield s
 
     def _save_batch(self, rows: Sequence[dict[str, Any]]) -> set[tuple[int, str]]:
         with self._one_write() as s:  # one statement: PostgreSQL's autocommit commits it

@@ -165,6 +165,43 @@ def test_an_async_run_that_returns_before_its_thread_ends_is_decided_once_it_end
     assert (run.status, run.result, gone.is_set()) == ("succeeded", "gave up", True)
 
 
+def test_an_async_run_whose_lease_is_lost_keeps_its_worker_slot_until_its_thread_ends(
+    app_factory: Callable[..., rota.App],
+) -> None:
+    """As tests/test_reclaim.py for a `def` handler: the run was rescued and claimed again by
+    this worker; the older attempt is lost, its coroutine cancelled, its thread in its slot."""
+    app = app_factory(lease=120.0)
+    gate = threading.Event()
+    calls: list[int] = []
+
+    @app.task(name="slow", retries=2)
+    async def slow() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            await asyncio.to_thread(gate.wait, 60)
+            return "old"
+        return "new"
+
+    handle = slow.enqueue()
+    worker = app.worker(install_signal_handlers=False, concurrency=2, heartbeat_interval=60, poll_interval=0.05)
+    worker.start()
+    try:
+        wait_for(lambda: handle.refresh().status == "running", what="the first attempt")
+        store: Any = app.store
+        with store._tx() as s:  # what another worker's rescue did
+            s.q_text(
+                f"UPDATE rota_runs SET status = 'pending', owner = NULL, lease_until = NULL WHERE id = {int(handle.id)}"
+            )
+        slow.enqueue()  # a wake-up: the worker claims what is due now
+        wait_for(lambda: len(calls) >= 2 and handle.refresh().status == "succeeded", what="the new attempt")
+        assert worker.counters.lost == 1 and worker.stuck == 1  # the old attempt's thread still runs
+    finally:
+        gate.set()
+    wait_for(lambda: worker.stuck == 0 and not worker.inflight, what="the old attempt's thread to end")
+    assert handle.refresh().result == "new" and worker.free_slots == 2
+    worker.stop(wait=True, timeout=10)
+
+
 def test_the_loop_keeps_its_own_default_executor_and_calls_count_against_the_run() -> None:
     from concurrent.futures import ThreadPoolExecutor
 

@@ -60,7 +60,7 @@ def overlaps(lines: list[dict[str, Any]]) -> list[tuple[str, Any, Any]]:
     return found
 
 
-@pytest.mark.parametrize("task", ["export", "export_async"])
+@pytest.mark.parametrize("task", ["export", "export_async", "export_to_thread"])
 def test_a_handler_still_running_at_shutdown_never_runs_beside_its_next_execution(
     db_url: str, procs: WorkerProcs, tmp_path: Path, task: str
 ) -> None:

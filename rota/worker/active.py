@@ -13,6 +13,7 @@ from ..stores.base import Claimed
 from ..tasks import RunContext, Task
 from ..tracing import AttemptSpan
 from .deadlines import Deadlines
+from .offload import Threads
 
 
 class Active:
@@ -30,6 +31,7 @@ class Active:
         "started",
         "stuck",
         "task",
+        "threads",
         "timed_out",
         "timer",
         "trace",
@@ -49,6 +51,7 @@ class Active:
         self.timed_out = False
         self.returned = False  # its pool call (a thread's handler, a child's watcher) has returned
         self.async_task: asyncio.Task[None] | None = None
+        self.threads: Threads | None = None  # the calls its async handler made on the loop's executor (offload.py)
         self.timer: Deadlines | None = None  # what times it out (a thread's: its executor's)
         self.trace: AttemptSpan | None = None  # its span, when the worker traces (rota.tracing)
         self.durable: Durable | None = None  # its handler's steps and progress (rota.durable)

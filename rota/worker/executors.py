@@ -3,7 +3,8 @@
 An executor takes a run (`submit`), delivers its end to the worker as (kind, value) through
 the `deliver` callback on the loop, stops it on request (`stop`: cancellation asked, lease
 lost, shutdown) and counts `stuck` bodies (decided runs whose handler still runs) in
-`Executors.count_stuck`. Four ways today: a coroutine on the loop, a daemon thread, a
+`Executors.count_stuck`. An `async def` handler's calls on the loop's executor
+(asyncio.to_thread) are its handler too (offload.py). Four ways today: a coroutine on the loop, a daemon thread, a
 daemon thread inside a store transaction (transactional=True), a child process. The run's way is
 chosen in ONE place (`kind_of`) from the registry `EXECUTORS`: a fourth way touches only
 this file. `Executors` holds the in-flight table and the hard concurrency cap: a slot is
@@ -29,6 +30,7 @@ from .active import Active, child_context, decode_arguments, parent_results, run
 from .child import run_in_child
 from .deadlines import Deadlines
 from .handoff import Deliver, Handoff, Result
+from .offload import RUN, install, threads_running
 
 log = logging.getLogger("rota.worker")
 
@@ -50,18 +52,65 @@ class _Decidable:
 
 
 class CoroutineExecutor(_Decidable):
-    """`async def` handlers: a task on the worker's loop, cancelled to stop."""
+    """`async def` handlers: a task on the worker's loop, cancelled to stop. The calls it
+    made on the loop's executor (asyncio.to_thread, run_in_executor(None, ...)) cannot be
+    stopped: they keep the run as a `def` handler's thread does (`_ended`, offload.py)."""
 
     def __init__(self, slots: Executors) -> None:
-        self.slots = slots  # (never stuck: a cancelled task ends at its next await)
+        self.slots = slots
 
     def submit(self, active: Active, task: Task[Any, Any]) -> None:
         name = f"rota-run-{active.claim.id}"
         active.async_task = asyncio.get_running_loop().create_task(self._call(active, task), name=name)
 
     async def _call(self, active: Active, task: Task[Any, Any]) -> None:
-        with self.slots.watch():  # the loop watchdog names the run if it blocks the loop
-            self.slots.deliver(active, await self._outcome(active, task))
+        token = RUN.set(active)  # the calls this task (and the tasks it makes) puts in threads are the run's
+        try:
+            with self.slots.watch():  # the loop watchdog names the run if it blocks the loop
+                outcome = await self._outcome(active, task)
+        finally:
+            RUN.reset(token)
+        self._ended(active, outcome)
+
+    def _ended(self, active: Active, outcome: Result) -> None:
+        """The coroutine ended. Calls it made on the loop's executor that still run keep the
+        run as a `def` handler's thread keeps it (ThreadExecutor): it is decided once they
+        end (its lease renewed, its limit's slot and its schedule's exclusivity held until
+        then); but a run decided already (its lease lost), or past its timeout with no limit,
+        is decided now, and they keep its worker slot (stuck) until they end."""
+        n = threads_running(active)
+        if not n:
+            self.slots.deliver(active, outcome)
+            return
+        active.cancel.set()  # (ctx.cancelled: a call that looks at it may end sooner)
+        kind = outcome[0]
+        decide_now = active.done or (kind == "timeout" and not _limited(active))
+        _log_threads(active, kind, n, decide_now)
+        if decide_now:
+            self.slots.mark_stuck(active)
+            self.slots.deliver(active, outcome)
+        else:
+            active.timed_out = kind == "timeout"  # (a stopping worker records it timed out)
+        self._wait_threads(active, outcome)
+
+    def _wait_threads(self, active: Active, outcome: Result) -> None:
+        loop = asyncio.get_running_loop()
+
+        def ended() -> None:  # on the thread whose call ended last
+            with contextlib.suppress(RuntimeError):  # (the loop is closed: nothing to decide)
+                loop.call_soon_threadsafe(self._threads_ended, active, outcome)
+
+        if active.threads is None or not active.threads.when_ended(ended):
+            self._threads_ended(active, outcome)
+
+    def _threads_ended(self, active: Active, outcome: Result) -> None:
+        """On the loop: the run's calls ended; its slot is free, or its outcome decided now."""
+        if threads_running(active):  # a task its handler made started another meanwhile
+            self._wait_threads(active, outcome)
+        elif active.stuck:
+            self.slots.unstuck(active)
+        elif not active.done:  # (not a run kept by a stopping worker: see shutdown.py)
+            self.slots.deliver(active, outcome)
 
     async def _outcome(self, active: Active, task: Task[Any, Any]) -> Result:
         c = active.claim
@@ -90,8 +139,27 @@ class CoroutineExecutor(_Decidable):
         return outcome
 
     def stop(self, active: Active, lost: bool) -> None:
-        if active.async_task is not None:
-            active.async_task.cancel()
+        task = active.async_task
+        if task is not None:
+            task.cancel()
+            if lost and task.done() and threads_running(active):  # its coroutine ended: its calls run on
+                self.slots.mark_stuck(active)
+
+
+def _limited(active: Active) -> bool:
+    return active.task is not None and active.task.opts.limit is not None
+
+
+def _log_threads(active: Active, kind: str, n: int, decided: bool) -> None:
+    c = active.claim
+    what = "timed out" if kind == "timeout" else f"ended ({kind})"
+    then = (
+        "the run is decided now; they keep its worker slot until they end"
+        if decided
+        else "the run stays running (its lease renewed, its limit's slot held) until they end"
+    )
+    log.warning("run %d (%s): its handler %s, but %d call(s) it made in threads (asyncio.to_thread) still "
+                "run, and a thread cannot be stopped: %s", c.id, c.task, what, n, then)  # fmt: skip
 
 
 class ThreadExecutor(_Decidable):
@@ -163,16 +231,11 @@ class ThreadExecutor(_Decidable):
             self._mark_stuck(active)
 
     def _mark_stuck(self, active: Active) -> None:
-        if not active.stuck:
-            active.stuck = True
-            self.slots.count_stuck(1)
+        self.slots.mark_stuck(active)
 
     def _returned(self, active: Active) -> None:
         """A decided run's thread finally returned: its slot is free now."""
-        if active.stuck:
-            active.stuck = False
-            self.slots.count_stuck(-1)
-            self.slots.slot_freed.set()
+        self.slots.unstuck(active)
 
 
 class TransactionalExecutor(ThreadExecutor):
@@ -246,10 +309,10 @@ class ProcessExecutor(_Decidable):
 
 def still_running(active: Active) -> bool:
     """Whether the run's handler may still execute in this process: a coroutine not ended
-    (one that ignores its cancellation), a pool call not returned (a thread's handler, or the
+    (one that ignores its cancellation) or a call it made in a thread not ended, a pool call not returned (a thread's handler, or the
     watcher of a child process, which returns once the child is killed and reaped)."""
-    if active.kind == "coroutine":
-        return active.async_task is not None and not active.async_task.done()
+    if active.kind == "coroutine":  # (and the calls it made in threads: offload.py)
+        return (active.async_task is not None and not active.async_task.done()) or threads_running(active) > 0
     return bool(active.kind) and not active.returned
 
 
@@ -304,6 +367,20 @@ class Executors:
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.handoff.loop = loop
         self.slot_freed = asyncio.Event()
+        install(loop)  # the calls async handlers make in threads are counted as theirs (offload.py)
+
+    def mark_stuck(self, active: Active) -> None:
+        """A decided run's handler still runs: it keeps its slot until `unstuck`."""
+        if not active.stuck:
+            active.stuck = True
+            self.count_stuck(1)
+
+    def unstuck(self, active: Active) -> None:
+        """A decided run's handler finally ended: its slot is free now."""
+        if active.stuck:
+            active.stuck = False
+            self.count_stuck(-1)
+            self.slot_freed.set()
 
     def count_stuck(self, change: int) -> None:
         """The stuck bodies changed by `change` (one total for every executor: free_slots,

@@ -70,6 +70,13 @@ async def export_async(ctx: rota.RunContext, customer: str) -> str:
     return group
 
 
+@app.task(name="export_to_thread", pass_context=True, limit=rota.Limit(1, by="customer"), retries=2, backoff=0)
+async def export_to_thread(ctx: rota.RunContext, customer: str) -> str:
+    """Awaits its work in a thread (asyncio.to_thread): cancelled, the coroutine ends at once,
+    the thread runs on."""
+    return await asyncio.to_thread(_work, ctx, f"limit:{customer}")
+
+
 if os.environ.get("ROTA_TEST_SCHEDULE"):
     app.schedule(every=1, name="nightly", overlap="skip")(nightly)
 

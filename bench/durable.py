@@ -1,18 +1,22 @@
 """Durable steps (issue 43): what a step checkpoint costs, and how fast a signal resumes a
 parked run.
 
-1. Checkpoint cost: a worker (concurrency 8) drains N runs of a no-op task, of a task with one
-   `ctx.step`, and of one with three; runs/s per store, medians of alternated rounds (each
-   round a fresh database), the ratio to the no-op task, and the cost of one checkpoint as
-   the issue defines it: (time per run of the task - time per no-op run) / time per no-op
-   run, per step (from the medians). With it, the checkpoints per statement batch (the
-   worker's group commit; 1.0: every checkpoint written on its own).
+1. Checkpoint cost: a worker (`--concurrency`, 8) drains N runs of a no-op task, of a task
+   with one `ctx.step`, and of one with three; runs/s per store, medians of alternated rounds
+   (each round a fresh database), the ratio to the no-op task, and the cost of one checkpoint
+   as the issue defines it, read as wall time: (time per run of the task - time per no-op
+   run) / time per no-op run, per step (from the medians). With it, the checkpoints per
+   statement batch (the worker's group commit; 1.0: every checkpoint written on its own).
+   Then the same cost read as resources (bench/durable_meter.py): worker and database-server
+   CPU per run, the checkpoint's CPU as a share of a no-op run's, and on PostgreSQL the
+   statements and commits per run and per checkpoint.
 2. Resume latency: runs parked in `ctx.wait_for`, an idle worker; the time from `App.signal`
    returning to the handler passing its wait, p50/p95 over the samples.
 3. With `--parked N`: the CPU an idle worker uses (this process's CPU time over `--idle` s of
    wall time) with no runs, and with N runs parked in a one-day sleep.
 
-    .venv/bin/python -m bench.durable [--stores sqlite,postgres] [--rounds 3] [--runs 2000] [--signals 50] [--modes ...]
+    .venv/bin/python -m bench.durable [--stores sqlite,postgres,mysql] [--rounds 3] [--runs 2000] [--concurrency 8]
+                                      [--signals 50] [--modes ...]
                                       [--parked 10000 --idle 20]
 """
 

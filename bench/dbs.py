@@ -15,6 +15,7 @@ from typing import Any
 from bench.core import Ctx, Unsupported
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/mysql"
 
 
 def pg_db_name(key: str) -> str:
@@ -92,10 +93,15 @@ def scratch_pg(admin_url: str, name: str) -> Iterator[str]:
 @contextmanager
 def scratch_store(backend: str, admin_url: str, name: str) -> Iterator[str]:
     """A fresh rota database URL for a script outside the runner: a new SQLite file in a
-    temporary folder, or the PostgreSQL database `name` (scratch_pg); gone afterwards."""
+    temporary folder, the MySQL/MariaDB database `name` (scratch_mysql: `admin_url` is then
+    a mysql:// URL) or the PostgreSQL database `name` (scratch_pg); gone afterwards."""
     if backend == "sqlite":
         with tempfile.TemporaryDirectory() as folder:
             yield f"sqlite:///{Path(folder) / (name + '.db')}"
+        return
+    if backend == "mysql":
+        with scratch_mysql(admin_url, name) as url:
+            yield url
         return
     with scratch_pg(admin_url, name) as url:
         yield url
@@ -158,6 +164,19 @@ def fresh_mysql(ctx: Ctx, suffix: str = "") -> Iterator[str]:
         yield _with_db(ctx.mysql_url, name)
     finally:
         _mysql_ddl(ctx.mysql_url, drop)
+
+
+@contextmanager
+def scratch_mysql(admin_url: str, name: str) -> Iterator[str]:
+    """A freshly created database `name` (bench_*) on the MySQL/MariaDB server of
+    `admin_url`, dropped afterwards: for scripts outside the runner."""
+    assert name.startswith("bench_"), name
+    drop = f"DROP DATABASE IF EXISTS `{name}`"
+    _mysql_ddl(admin_url, drop, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    try:
+        yield _with_db(admin_url, name)
+    finally:
+        _mysql_ddl(admin_url, drop)
 
 
 def mysql_rows(url: str, query: str, *args: Any) -> list[Any]:

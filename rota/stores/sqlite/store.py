@@ -32,9 +32,9 @@ from ...errors import (
     PermissionDenied,
 )
 from ..base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
-from ..records import OWN_STATEMENT as _OWN
-from ..records import REFUSED, claim_of_unix, claimed_rows, rescued_rows
+from ..records import claim_of_unix, claimed_rows, rescued_rows
 from ..sqlstore.flow import _gates
+from ..sqlstore.outcomes import by_statement, held_outcomes
 from ..sqlstore.queries import latest_version, load_migrations, load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
 from .connection import (
@@ -406,13 +406,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         change count fell short either: its statement journal cost the no-op drain 10 %.)"""
         ids = json.dumps([o.id for o in outcomes])
         holding = {(row[0], row[1]) for row in s.q("finish_holding", ids=ids)}
-        mine = []
-        for o in outcomes:
-            if (o.id, o.token) in holding:
-                holding.discard((o.id, o.token))  # one outcome per attempt: the first
-                mine.append(o)
-            elif o.status == REFUSED:
-                o.written_status = None  # not written (a try undone before may have set it)
+        mine = held_outcomes(outcomes, holding)
         if mine:
             self._finish_batch(s, mine)
         if s.q("finished_parents", ids=ids):
@@ -422,9 +416,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
     def _finish_batch(self, s: _Session, outcomes: Sequence[Outcome]) -> None:
         """Write `outcomes` (each one's token holds its run)."""
         now = s.now
-        plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
-        refused = [o for o in outcomes if o.status == REFUSED]
-        other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None) and o.status not in _OWN]
+        plain, refused, other = by_statement(outcomes)
         self._finish_durable(s, outcomes)  # (rota.durable: last checkpoints, parks; their own statements)
         if refused:
             self._refuse(s, refused)

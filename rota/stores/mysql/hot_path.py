@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..base import Claimed, Outcome
-from ..sqlite.flow import next_token
 from ..sqlstore.outcomes import by_statement, held_outcomes
+from ..sqlstore.token_counter import next_token
 from .session import Session
 
 if TYPE_CHECKING:

@@ -44,8 +44,8 @@ from ...errors import ConfigurationError, DatabaseError, DatabaseTransient, Data
 from ..base import Claimed, NewRun, PollState, Rescued, ScheduleDef, run_stats
 from ..forks import fork_safe
 from ..records import claimed_rows, rescued_rows
-from ..sqlite.flow import SQLiteFlow  # the flow claim step by step, as SQLite takes it
 from ..sqlstore.queries import load_queries
+from ..sqlstore.stepwise_flow import StepwiseFlow  # the flow claim step by step, as SQLite's
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
 from .hot_path import MySQLHotPath, settle
 from .migrate import MySQLMigrations
@@ -72,7 +72,7 @@ NOW = "CAST(COALESCE(%(now)s, UTC_TIMESTAMP(6)) AS DATETIME(6))"
 TOKEN_WAIT = 1  # s: the token connection's lock wait, then the claim's own transaction takes them
 
 
-class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
+class MySQLStore(MySQLHotPath, MySQLMigrations, StepwiseFlow, SqlStore):
     dialect = "mysql"
     # A claim is five round trips and a durable commit (PostgreSQL's: one statement): 9 ms
     # median on a loaded 2-core machine, 24-200 ms in its tail, which made a tick claimed

@@ -36,7 +36,9 @@ from ..records import claim_of_unix, claimed_rows, rescued_rows
 from ..sqlstore.flow import _gates
 from ..sqlstore.outcomes import by_statement, held_outcomes
 from ..sqlstore.queries import latest_version, load_migrations, load_queries
+from ..sqlstore.stepwise_flow import StepwiseFlow
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
+from ..sqlstore.token_counter import next_token
 from .connection import (
     Writers,
     _busy_timeout,
@@ -49,13 +51,12 @@ from .connection import (
     json_batch,
     sqlite_path,
 )
-from .flow import SQLiteFlow, next_token
 from .handler_tx import sqlite_handler_tx
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
 
-class SQLiteStore(SQLiteFlow, SqlStore):
+class SQLiteStore(StepwiseFlow, SqlStore):
     dialect = "sqlite"
 
     def __init__(self, url: str, clock: Clock | None = None) -> None:

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 from ...clock import Clock
 from ...config import redact_url as redact
 from ...errors import ConfigurationError, DatabaseError, DatabaseTransient, DatabaseUnavailable
-from ..base import Claimed, NewRun, PollState, Rescued, ScheduleDef, run_stats
+from ..base import Claimed, NewRun, Rescued, ScheduleDef, run_stats
 from ..forks import fork_safe
 from ..records import claimed_rows, rescued_rows
 from ..sqlstore.queries import load_queries
@@ -408,16 +408,6 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, StepwiseFlow, SqlStore):
         if flt.schedule is not None:
             terms.append("sched_status = %(status)s")
         return terms
-
-    def poll_state(self, queues: Sequence[str] | None) -> PollState:
-        with self._read() as s:
-            if queues is None:
-                row = s.q("poll_state")[0]
-            else:
-                row = s.q("poll_state_in_queues", queues=self._names(queues))[0]
-        now = self._dt(row[0])
-        assert now is not None
-        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
 
     def rescue(self, limit: int = 100) -> list[Rescued]:
         with self._read() as s:

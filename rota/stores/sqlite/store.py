@@ -31,7 +31,7 @@ from ...errors import (
     DatabaseUnavailable,
     PermissionDenied,
 )
-from ..base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
+from ..base import Claimed, NewRun, Outcome, Rescued, run_stats
 from ..records import claim_of_unix, claimed_rows, rescued_rows
 from ..sqlstore.flow import _gates
 from ..sqlstore.outcomes import by_statement, held_outcomes
@@ -447,16 +447,6 @@ class SQLiteStore(StepwiseFlow, SqlStore):
             damaged = s.q("lease_damaged", limit=limit)
             rows = s.q("rescue", limit=limit)
         return rescued_rows(damaged, True) + rescued_rows(rows)
-
-    def poll_state(self, queues: Sequence[str] | None) -> PollState:
-        with self._read() as s:
-            if queues is None:
-                row = s.q("poll_state")[0]
-            else:
-                row = s.q("poll_state_in_queues", queues=self._names(queues))[0]
-        now = self._dt(row[0])
-        assert now is not None
-        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": f"sqlite:///{self.path}"}

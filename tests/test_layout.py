@@ -1,4 +1,4 @@
-"""The package's shape: no import cycle in rota/, and the worker package's size limits."""
+"""The package's shape: no import cycle in rota/, the size limits, and no store backend importing another's."""
 
 from __future__ import annotations
 
@@ -163,3 +163,51 @@ def test_the_worker_package_never_imports_the_app() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 assert node.module not in ("app", "rota.app"), f"{path.name} imports the app (even for types)"
+
+
+def backend_crossings(stores: Path) -> list[str]:
+    """Each import (type-only ones too) in a backend's package, stores/<backend>/, of another
+    backend's package: "file:line imports module". Backends: stores' packages but sqlstore."""
+    backends = {p.name for p in stores.iterdir() if (p / "__init__.py").exists()} - {"sqlstore"}
+    found = []
+    for backend in sorted(backends):
+        for path in sorted((stores / backend).rglob("*.py")):
+            name = ".".join(path.relative_to(stores.parent.parent).with_suffix("").parts)
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom):
+                    base = _resolve(name, path.name == "__init__.py", node)
+                    targets = [base] + [f"{base}.{a.name}" for a in node.names] if base == "rota.stores" else [base]
+                elif isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                else:
+                    continue
+                for target in targets:
+                    parts = target.split(".")
+                    if parts[:2] == ["rota", "stores"] and len(parts) > 2 and parts[2] in backends - {backend}:
+                        found.append(f"{path.relative_to(stores.parent.parent)}:{node.lineno} imports {target}")
+    return found
+
+
+def test_the_backend_check_sees_every_way_to_import_another_backend(tmp_path: Path) -> None:
+    stores = tmp_path / "rota" / "stores"
+    for package in ("sqlstore", "a", "b", "a/sub"):
+        (stores / package).mkdir(parents=True)
+        (stores / package / "__init__.py").write_text("")
+    (stores / "a" / "ok.py").write_text("from ..sqlstore import x\nfrom . import ok\nfrom ...stores.a import y\n")
+    (stores / "a" / "sub" / "bad.py").write_text(
+        "from ...b.store import s\nfrom ... import b\nimport rota.stores.b.flow\n"
+        "if TYPE_CHECKING:\n    from rota.stores.b import t\n"
+    )
+    assert backend_crossings(stores) == [
+        "rota/stores/a/sub/bad.py:1 imports rota.stores.b.store",
+        "rota/stores/a/sub/bad.py:2 imports rota.stores.b",
+        "rota/stores/a/sub/bad.py:3 imports rota.stores.b.flow",
+        "rota/stores/a/sub/bad.py:5 imports rota.stores.b",
+    ]
+
+
+def test_no_store_backend_imports_another_backend() -> None:
+    """Issue 42: a backend's package (rota/stores/<backend>/) holds its SQL, session and
+    specifics; what two backends share sits in rota/stores/sqlstore/, never in one of them."""
+    found = backend_crossings(ROTA / "stores")
+    assert not found, "\n".join(found)

@@ -13,21 +13,15 @@ from pymysql.connections import Connection
 from pymysql.constants import SERVER_STATUS
 
 from ...errors import ConfigurationError
-from ..sqlstore.handler_tx import _ENDED, _commit_error
+from ..sqlstore.handler_tx import _ENDED, RefusesToEnd, _commit_error
 from .session import DriverError, Session, keepalive, translate
 
 if TYPE_CHECKING:
     from .store import MySQLStore
 
 
-class _HandlerConnection(Connection):
+class _HandlerConnection(RefusesToEnd, Connection):
     """A PyMySQL connection whose commit()/rollback() refuse: the transaction is rota's."""
-
-    def commit(self) -> None:
-        raise ConfigurationError(_ENDED.replace("ended", "called commit() on"))
-
-    def rollback(self) -> None:
-        raise ConfigurationError(_ENDED.replace("ended", "called rollback() on"))
 
 
 def _in_transaction(conn: Connection[Any]) -> bool:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..base import Claimed, Outcome
-from ..records import OWN_STATEMENT, PARKED, REFUSED
-from ..sqlite.flow import next_token
+from ..sqlstore.outcomes import by_statement, held_outcomes
+from ..sqlstore.token_counter import next_token
 from .session import Session
 
 if TYPE_CHECKING:
@@ -176,31 +176,14 @@ class MySQLHotPath:
         rows = s.q("finish_holding", ids=ids)
         holding = {(int(row[0]), int(row[1])) for row in rows}
         settles = {int(row[0]) for row in rows if row[2]}
-        mine = []
-        for o in outcomes:
-            if (o.id, o.token) in holding:
-                holding.discard((o.id, o.token))  # one outcome per attempt: the first
-                mine.append(o)
-            elif o.status == REFUSED:
-                o.written_status = None
+        mine = held_outcomes(outcomes, holding)
         if mine:
             self._finish_batch(s, mine)
             settle(s, sorted(o.id for o in mine if o.id in settles))
         return {o.id for o in mine}
 
     def _finish_batch(self, s: Session, outcomes: Sequence[Outcome]) -> None:
-        plain: list[Outcome] = []
-        refused: list[Outcome] = []
-        other: list[Outcome] = []  # (one pass: `o not in plain` compared dataclasses, n² a batch)
-        for o in outcomes:
-            if o.status == REFUSED:
-                refused.append(o)
-            elif o.status == PARKED:
-                continue  # (_finish_durable)
-            elif o.status == "succeeded" and o.history is None:
-                plain.append(o)
-            elif o.status not in OWN_STATEMENT:
-                other.append(o)
+        plain, refused, other = by_statement(outcomes)
         self._finish_durable(s, outcomes)  # (rota.durable: last checkpoints, parks; their own statements)
         if refused:
             self._refuse(s, refused)

@@ -41,11 +41,11 @@ from typing import Any, TypeVar
 from ...clock import Clock
 from ...config import redact_url as redact
 from ...errors import ConfigurationError, DatabaseError, DatabaseTransient, DatabaseUnavailable
-from ..base import Claimed, NewRun, PollState, Rescued, ScheduleDef, run_stats
+from ..base import Claimed, NewRun, Rescued, ScheduleDef, run_stats
 from ..forks import fork_safe
 from ..records import claimed_rows, rescued_rows
-from ..sqlite.flow import SQLiteFlow  # the flow claim step by step, as SQLite takes it
 from ..sqlstore.queries import load_queries
+from ..sqlstore.stepwise_flow import StepwiseFlow  # the flow claim step by step, as SQLite's
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
 from .hot_path import MySQLHotPath, settle
 from .migrate import MySQLMigrations
@@ -72,7 +72,7 @@ NOW = "CAST(COALESCE(%(now)s, UTC_TIMESTAMP(6)) AS DATETIME(6))"
 TOKEN_WAIT = 1  # s: the token connection's lock wait, then the claim's own transaction takes them
 
 
-class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
+class MySQLStore(MySQLHotPath, MySQLMigrations, StepwiseFlow, SqlStore):
     dialect = "mysql"
     # A claim is five round trips and a durable commit (PostgreSQL's: one statement): 9 ms
     # median on a loaded 2-core machine, 24-200 ms in its tail, which made a tick claimed
@@ -408,16 +408,6 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         if flt.schedule is not None:
             terms.append("sched_status = %(status)s")
         return terms
-
-    def poll_state(self, queues: Sequence[str] | None) -> PollState:
-        with self._read() as s:
-            if queues is None:
-                row = s.q("poll_state")[0]
-            else:
-                row = s.q("poll_state_in_queues", queues=self._names(queues))[0]
-        now = self._dt(row[0])
-        assert now is not None
-        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
 
     def rescue(self, limit: int = 100) -> list[Rescued]:
         with self._read() as s:

@@ -30,7 +30,7 @@ from ...errors import (
     DatabaseUnavailable,
 )
 from ...models import FINAL_STATUSES, PENDING, RUNNING, SUCCEEDED
-from ..base import Claimed, DueSchedule, Materialization, NewRun, Outcome, PollState, Rescued, RunCounts, run_stats
+from ..base import Claimed, DueSchedule, Materialization, NewRun, Outcome, Rescued, RunCounts, run_stats
 from ..forks import fork_safe, track
 from ..records import PARKED, rescued_rows
 from ..sqlstore.checkpoints import finish_steps
@@ -450,16 +450,6 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
         if rows:
             self.claim_from.front()  # (pending again where they were)
         return rescued_rows(damaged, True) + rescued_rows(rows)
-
-    def poll_state(self, queues: Sequence[str] | None) -> PollState:
-        with self._read() as s:
-            if queues is None:
-                row = s.q("poll_state")[0]
-            else:
-                row = s.q("poll_state_in_queues", queues=list(queues))[0]
-        now = self._dt(row[0])
-        assert now is not None
-        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": redact(self.url)}

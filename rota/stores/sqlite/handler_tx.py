@@ -9,20 +9,14 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ...errors import ConfigurationError
-from ..sqlstore.handler_tx import _ENDED, _commit_error
+from ..sqlstore.handler_tx import _ENDED, RefusesToEnd, _commit_error
 
 if TYPE_CHECKING:
     from .store import SQLiteStore
 
 
-class _HandlerConnection(sqlite3.Connection):
+class _HandlerConnection(RefusesToEnd, sqlite3.Connection):
     """A sqlite3.Connection whose commit()/rollback() refuse: the transaction is rota's."""
-
-    def commit(self) -> None:
-        raise ConfigurationError(_ENDED.replace("ended", "called commit() on"))
-
-    def rollback(self) -> None:
-        raise ConfigurationError(_ENDED.replace("ended", "called rollback() on"))
 
 
 class SQLiteHandlerTx:

@@ -31,12 +31,14 @@ from ...errors import (
     DatabaseUnavailable,
     PermissionDenied,
 )
-from ..base import Claimed, NewRun, Outcome, PollState, Rescued, run_stats
-from ..records import OWN_STATEMENT as _OWN
-from ..records import REFUSED, claim_of_unix, claimed_rows, rescued_rows
+from ..base import Claimed, NewRun, Outcome, Rescued, run_stats
+from ..records import claim_of_unix, claimed_rows, rescued_rows
 from ..sqlstore.flow import _gates
+from ..sqlstore.outcomes import by_statement, held_outcomes
 from ..sqlstore.queries import latest_version, load_migrations, load_queries
+from ..sqlstore.stepwise_flow import StepwiseFlow
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
+from ..sqlstore.token_counter import next_token
 from .connection import (
     Writers,
     _busy_timeout,
@@ -49,13 +51,12 @@ from .connection import (
     json_batch,
     sqlite_path,
 )
-from .flow import SQLiteFlow, next_token
 from .handler_tx import sqlite_handler_tx
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
 
-class SQLiteStore(SQLiteFlow, SqlStore):
+class SQLiteStore(StepwiseFlow, SqlStore):
     dialect = "sqlite"
 
     def __init__(self, url: str, clock: Clock | None = None) -> None:
@@ -406,13 +407,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
         change count fell short either: its statement journal cost the no-op drain 10 %.)"""
         ids = json.dumps([o.id for o in outcomes])
         holding = {(row[0], row[1]) for row in s.q("finish_holding", ids=ids)}
-        mine = []
-        for o in outcomes:
-            if (o.id, o.token) in holding:
-                holding.discard((o.id, o.token))  # one outcome per attempt: the first
-                mine.append(o)
-            elif o.status == REFUSED:
-                o.written_status = None  # not written (a try undone before may have set it)
+        mine = held_outcomes(outcomes, holding)
         if mine:
             self._finish_batch(s, mine)
         if s.q("finished_parents", ids=ids):
@@ -422,9 +417,7 @@ class SQLiteStore(SQLiteFlow, SqlStore):
     def _finish_batch(self, s: _Session, outcomes: Sequence[Outcome]) -> None:
         """Write `outcomes` (each one's token holds its run)."""
         now = s.now
-        plain = [o for o in outcomes if o.status == "succeeded" and o.history is None]
-        refused = [o for o in outcomes if o.status == REFUSED]
-        other = [o for o in outcomes if not (o.status == "succeeded" and o.history is None) and o.status not in _OWN]
+        plain, refused, other = by_statement(outcomes)
         self._finish_durable(s, outcomes)  # (rota.durable: last checkpoints, parks; their own statements)
         if refused:
             self._refuse(s, refused)
@@ -454,16 +447,6 @@ class SQLiteStore(SQLiteFlow, SqlStore):
             damaged = s.q("lease_damaged", limit=limit)
             rows = s.q("rescue", limit=limit)
         return rescued_rows(damaged, True) + rescued_rows(rows)
-
-    def poll_state(self, queues: Sequence[str] | None) -> PollState:
-        with self._read() as s:
-            if queues is None:
-                row = s.q("poll_state")[0]
-            else:
-                row = s.q("poll_state_in_queues", queues=self._names(queues))[0]
-        now = self._dt(row[0])
-        assert now is not None
-        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
 
     def stats(self) -> dict[str, Any]:
         return {**run_stats(self.run_counts()), "database": f"sqlite:///{self.path}"}

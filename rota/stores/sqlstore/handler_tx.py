@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...errors import DatabaseError, DatabaseTransient
+from ...errors import ConfigurationError, DatabaseError, DatabaseTransient
 
 if TYPE_CHECKING:
     pass
@@ -21,6 +21,17 @@ _ENDED = (
     "the handler ended ctx.connection's transaction itself (COMMIT or ROLLBACK): rota commits it "
     "together with the run's success, so a transactional handler must not; use SAVEPOINTs to undo part of it"
 )
+
+
+class RefusesToEnd:
+    """Before a driver's connection class (SQLite's, MySQL's): a handler's connection whose
+    commit() and rollback() refuse, the transaction is rota's."""
+
+    def commit(self) -> None:
+        raise ConfigurationError(_ENDED.replace("ended", "called commit() on"))
+
+    def rollback(self) -> None:
+        raise ConfigurationError(_ENDED.replace("ended", "called rollback() on"))
 
 
 class CommitUnknown(DatabaseTransient):

@@ -18,6 +18,7 @@ from ...models import RUNNING, LockInfo, QueueInfo, Run, WorkerInfo
 from ...serialization import simple_error
 from ..base import (
     NewRun,
+    PollState,
     RunCounts,
     RunFilter,
     run_stats,
@@ -167,6 +168,17 @@ class SqlStore(SqlDurable, SqlFlow):
         wake-ups read them: it has no NOTIFY)."""
         with self._read() as s:
             return {int(r[0]) for r in s.q("cancel_requests", owner=owner)}
+
+    def poll_state(self, queues: Sequence[str] | None) -> PollState:
+        """The database's clock and the next due times (see Store.poll_state)."""
+        with self._read() as s:
+            if queues is None:
+                row = s.q("poll_state")[0]
+            else:
+                row = s.q("poll_state_in_queues", queues=self._names(queues))[0]
+        now = self._dt(row[0])
+        assert now is not None
+        return PollState(now, self._due_time(row[1]), self._due_time(row[2]))
 
     def fence(self, held: Sequence[tuple[int, int]], lease: float, worker: str, at_once: bool = False) -> set[int]:
         """A stopping worker's last write (see Store.fence): shorten these runs' leases to

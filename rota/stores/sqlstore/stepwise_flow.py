@@ -1,4 +1,6 @@
-"""SQLite's half of the flow claim (the design: rota/stores/sqlstore/limits.py; what both halves share: sqlstore/limits_sql.py)."""
+"""The flow claim statement by statement in one transaction, its runs' tokens from the counter
+row: SQLite's and MySQL's (the design: limits.py; PostgreSQL pipelines it instead:
+rota/stores/postgres/flow.py; what both ways share: limits_sql.py)."""
 
 from __future__ import annotations
 
@@ -6,19 +8,20 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ... import quarantine
 from ..base import Claimed, Outcome
 from ..records import REFUSE_DELAY, UNKNOWN_TASK_GRACE
-from ..sqlstore.limits import _WALK, FlowMixin, _choose
-from ..sqlstore.limits_sql import flow_due_call
+from .limits import _WALK, FlowMixin, _choose
+from .limits_sql import flow_due_call
+from .token_counter import next_token
 
 
-class SQLiteFlow(FlowMixin):
-    """SQLite: tokens from the counter row, as in `claim` (the store turns rows into Claimed)."""
+class StepwiseFlow(FlowMixin):
+    """SQLite and MySQL: tokens from the counter row, as in `claim` (the store turns rows into
+    Claimed; MySQL locks the counter's row first, in its `_flow_rows`)."""
 
     def _walked_heads(self, s: Any, names: Any, n: int) -> list[Any]:
         """The keys near the head first; the others (loose scan) only if too few (one writer:
-        no lock to take, the room seen is the room)."""
+        no lock to take, the room seen is the room; MySQL's flow claim holds the counter's row)."""
         heads: list[Any] = s.q("flow_heads_walk", queues=names, n=n, m=_WALK * n)
         if len(heads) < n:
             seen = {tuple(h[:3]) for h in heads}
@@ -82,23 +85,10 @@ class SQLiteFlow(FlowMixin):
         """In the finish's transaction, the runs refused by a worker that does not register
         their task, one by one (rare): each learns the status it was given. A rated one's
         logged start goes first (refuse_unlog: its handler never started, so its refusal uses
-        no room of its rate; PostgreSQL's refuse does it in its own statement)."""
+        no room of its rate; PostgreSQL's refuse does it in its own statement). SQLite's and
+        MySQL's finish call it."""
         grace, (low, high) = UNKNOWN_TASK_GRACE, REFUSE_DELAY
         for o in refused:
             s.q("refuse_unlog", id=o.id, token=o.token)
             got = s.q("refuse", id=o.id, token=o.token, error=o.error, grace=grace, delay_min=low, delay_max=high)
             o.written_status = got[0][1] if got else None
-
-
-def next_token(s: Any) -> int:
-    """The next fencing token of a claim. A damaged counter (edited by hand: at its column's
-    maximum, or below 0) would fail every claim of every worker: it is named once and starts
-    again past the tokens the runs hold, written at once (one write, not a scan per poll)."""
-    token, stored = s.q("next_token")[0]
-    if token is not None:
-        return int(token)
-    rebased = int(s.q("token_rebase")[0][0])
-    s.q("take_token", token=rebased - 1)
-    reason = f"the token counter {stored!r} leaves no room for fencing tokens; it starts again at {rebased}"
-    quarantine.report(quarantine.COUNTER, "token", reason)
-    return rebased

@@ -11,6 +11,7 @@ thread closes its own as the call ends; a call after close() raises DatabaseErro
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import textwrap
@@ -39,6 +40,7 @@ def test_a_worker_is_stopped_only_once_its_store_call_under_way_has_ended(
     app: rota.App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(maintenance, "FLOW_CHECK_SECONDS", 0.05)  # the flow check at once
+    monkeypatch.setattr(importlib.import_module("rota.worker.worker"), "STORE_CALLS_GRACE", 60.0)
     entered, release, ended = threading.Event(), threading.Event(), threading.Event()
     store: Any = app.store
     real = store.fail_orphaned

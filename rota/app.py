@@ -191,7 +191,9 @@ class App(FlowClient, Client, OperatorClient, AsyncClient):
             store.declare_tasks(list(self.tasks))
 
     def close(self) -> None:
-        """Deliver queued hook events (briefly), release held locks, close every connection."""
+        """Deliver queued hook events (briefly), release held locks, close every connection
+        (SQLite: one a thread is in a call on is closed by that thread as the call ends);
+        a store call after it raises DatabaseError (SQLite; the other stores connect again)."""
         self.events.close()
         if self._locks is not None:
             self._locks.close()  # releases this process's locks, stops the renewer thread

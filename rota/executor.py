@@ -53,6 +53,7 @@ class DaemonPool:
         self.name = name
         self.lazy = lazy
         self._lock = threading.Lock()
+        self._ended_all = threading.Condition(self._lock)  # (join: every thread has ended its calls)
         self._calls: deque[Callable[[], None]] = deque()  # waiting for a thread
         self._idle: list[_Idle] = []  # idle threads, the most recently idle last
         self._threads = 0
@@ -133,6 +134,7 @@ class DaemonPool:
                 return self._calls.popleft()
             if self._closed:
                 self._threads -= 1
+                self._ended_all.notify_all()
                 return None
             idle.call = None
             self._idle.append(idle)
@@ -141,6 +143,7 @@ class DaemonPool:
                 if idle in self._idle and (self._threads > 1 or self._closed):
                     self._idle.remove(idle)
                     self._threads -= 1
+                    self._ended_all.notify_all()
                     if self.lazy:  # the calls did not need this thread for a second
                         self._target = max(1, min(self._target, self._threads))
                     return None
@@ -208,6 +211,13 @@ class DaemonPool:
                 self._threads -= 1
                 idle.call = None
                 idle.wake.release()
+            self._ended_all.notify_all()
+
+    def join(self, timeout: float) -> bool:
+        """After close(): wait until every call has ended (the queued ones too), at most
+        `timeout` seconds; whether they have."""
+        with self._lock:
+            return self._ended_all.wait_for(lambda: self._closed and self._threads == 0, timeout)
 
 
 BUSY = 0.5  # share of the CPU the process may use (CPU_SHARE) above which calls wait for the GIL

@@ -83,7 +83,9 @@ def test_a_run_claimed_ahead_starts_at_its_due_time_not_before_nor_at_the_next_p
     app = app_factory()
     stamp = _stamped(app)
     worker = start_worker(app, poll_interval=5.0)
-    worker._due.claim_ahead = 0.1  # type: ignore[attr-defined]  # wide enough for a loaded machine
+    # wide enough for a loaded machine (0.1, MySQL's own lead, under load 10: a loop 0.1 s late
+    # claimed 6 of 8 runs when due, on time but not ahead)
+    worker._due.claim_ahead = 0.2  # type: ignore[attr-defined]
     time.sleep(0.3)  # idle
     refs = [stamp.options(delay=0.3 + 0.25 * i).enqueue() for i in range(8)]
     late = [ref.wait(15).result for ref in refs]

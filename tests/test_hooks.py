@@ -178,7 +178,8 @@ def test_raising_and_hanging_hooks_do_not_delay_runs(app_factory: Any, caplog: A
     def quick(i: int) -> int:
         return i
 
-    start_worker(app, concurrency=4)
+    worker = start_worker(app, concurrency=4)
+    wait_for(lambda: worker.state == "running")  # the runs' time, not the worker's start (MySQL, loaded: 1-2 s)
     started = time.monotonic()
     handles = [quick.enqueue(i) for i in range(20)]
     for handle in handles:

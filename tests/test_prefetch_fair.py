@@ -84,8 +84,10 @@ def test_after_short_runs_a_backlog_of_slow_runs_is_shared_fairly(
     started, _ = _executing(tmp_path)
     counts = [started[pid] for pid in pids]
     assert sum(counts) == SLOW and all(app.get_run(i).status == "succeeded" for i in ids)
-    # ideal: 12 and 12 in three rounds (2.4 s); hoarding gave 24 and 0 in six rounds (4.8 s)
-    assert min(counts) >= SLOW // 2 - 3, counts
+    # ideal: 12 and 12 in three rounds (2.4 s); hoarding gave 24 and 0 in six rounds (4.8 s).
+    # A process the loaded machine runs less claims less (MySQL, load 14 on 2 cores: 16 and 8
+    # with nothing held unfairly): the split only rules hoarding out; `unfair` judges the rest
+    assert min(counts) >= SLOW // 4, counts
     # each check is two reads apart (a claim may start between them): a short slack only
     assert unfair <= 0.5, f"{unfair:.2f} s with slow runs held while the other worker had free slots"
     slow = [app.get_run(i) for i in ids]

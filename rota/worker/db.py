@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -37,6 +38,17 @@ class Db:
 
     def close(self) -> None:
         self.pool.close()
+
+    async def ended(self, timeout: float) -> bool:
+        """After close(): wait until the calls under way have ended, at most `timeout`
+        seconds (the loop stays free); whether they have. A call whose awaiting task was
+        cancelled runs on: the store must not be closed under it (see Worker.run)."""
+        deadline = time.monotonic() + timeout
+        while not self.pool.join(0):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.005)
+        return True
 
     def reopen(self) -> None:
         """A fresh pool after close() (run_until_idle may be called again)."""

@@ -81,9 +81,11 @@ class Lifecycle:
 
     def stop(self, wait: bool = True, timeout: float | None = None) -> bool:
         """Ask the worker to stop (thread-safe). With wait, block until it has stopped (or
-        `timeout` passed); returns whether it has stopped. A run whose handler still runs
-        then (a thread cannot be killed) stays held by this worker, its lease renewed by a
-        thread, until the handler returns; it is handed back then (rota/worker/stopping.py)."""
+        `timeout` passed); returns whether it has stopped (its store calls ended too, within
+        5 s: `app.close()` after it closes no connection under one). A run whose handler
+        still runs then (a thread cannot be killed) stays held by this worker, its lease
+        renewed by a thread, until the handler returns; it is handed back then
+        (rota/worker/stopping.py)."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):

@@ -42,6 +42,7 @@ from .wakeups import CLAIM_AHEAD, DueTimes, Wakeups
 
 log = logging.getLogger("rota.worker")
 BACKLOG_FLUSH = 0.03  # seconds the outcome writer waits in a backlog (see _buffer)
+STORE_CALLS_GRACE = 5.0  # seconds a stopping worker waits for its store calls still under way
 
 
 class Worker(Lifecycle):
@@ -224,7 +225,17 @@ class Worker(Lifecycle):
             self._remove_signals()
             self._executors.handoff.pool.close()
             self._db.close()
-            self._stopped.set()
+            try:  # a role's store call may still run (its task was cancelled): stopped once it ends
+                await self._calls_ended()
+            finally:
+                self._stopped.set()
+
+    async def _calls_ended(self) -> None:
+        """Wait for the store calls still under way (an app closed after stop() would close
+        their connections under them); a call hung past STORE_CALLS_GRACE is logged and left
+        (the store refuses calls after close and closes no connection in use, see SQLite's)."""
+        if not await self._db.ended(STORE_CALLS_GRACE):
+            log.warning("worker %s stopped with store calls still under way after %.0f s", self.id, STORE_CALLS_GRACE)
 
     def _spawn_roles(self) -> list[asyncio.Task[None]]:
         """Each role's task; the poll loop first (shutdown waits for it)."""

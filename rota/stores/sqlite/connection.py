@@ -14,7 +14,8 @@ import pwd
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -218,6 +219,76 @@ class Writers:
                 self._close_file()
             finally:
                 mutex.release()
+
+
+class Connections:
+    """Each thread's connection to the file, fenced against close(): Python's sqlite3 can
+    crash the interpreter (SIGSEGV) when one thread closes a connection another thread is
+    inside a statement on. A store call holds its thread's connection with `use()`;
+    close() closes the connections not in use, and a thread in a call when the store closes
+    closes its own as the call ends. A call after close() raises DatabaseError."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._connect = connect
+        self._local = threading.local()
+        self.all: dict[threading.Thread, sqlite3.Connection] = {}
+        self._using: dict[threading.Thread, int] = {}  # threads in a call: how deep
+        self._lock = threading.Lock()
+        self.closed = False
+
+    @contextmanager
+    def use(self) -> Iterator[sqlite3.Connection]:
+        me = threading.current_thread()
+        with self._lock:
+            if self.closed:
+                raise DatabaseError("the store is closed")
+            self._using[me] = self._using.get(me, 0) + 1
+        try:
+            yield self.get()
+        finally:
+            with self._lock:
+                depth = self._using.pop(me) - 1
+                if depth:
+                    self._using[me] = depth
+                last = self.closed and not depth
+            if last:  # the store closed during the call: the thread closes its own connection
+                self.release()
+
+    def get(self) -> sqlite3.Connection:
+        """The calling thread's connection (opened on first use)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+            with self._lock:
+                dead = [t for t in self.all if not t.is_alive()]
+                orphans = [self.all.pop(t) for t in dead]
+                self.all[threading.current_thread()] = conn
+            for orphan in orphans:  # connections of threads that ended: at most one per live thread
+                with contextlib.suppress(sqlite3.Error):
+                    orphan.close()
+        return conn
+
+    def release(self) -> None:
+        """Close the calling thread's connection (a thread about to end, or the store closed)."""
+        with self._lock:
+            self.all.pop(threading.current_thread(), None)
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    def close(self) -> None:
+        """Refuse new calls; close every connection no thread is in a call on (the others
+        are closed by their threads as their calls end)."""
+        with self._lock:
+            self.closed = True
+            idle = [t for t in self.all if t not in self._using]
+            conns = [self.all.pop(t) for t in idle]
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
 
 
 _HELD = (errno.EACCES, errno.EAGAIN)  # F_SETLK's answers when another process holds the lock

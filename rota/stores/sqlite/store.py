@@ -11,7 +11,6 @@ a cheap in-memory check, instead of LISTEN/NOTIFY. The database clock is this ho
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
@@ -40,6 +39,7 @@ from ..sqlstore.stepwise_flow import StepwiseFlow
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
 from ..sqlstore.token_counter import next_token
 from .connection import (
+    Connections,
     Writers,
     _busy_timeout,
     _check_not_newer,
@@ -75,10 +75,7 @@ class SQLiteStore(StepwiseFlow, SqlStore):
                 f"unknown SQLite URL option(s) {sorted(options)} in {url!r}; valid: synchronous, busy_timeout"
             )
         self.queries = load_queries("sqlite", ":now")
-        self._local = threading.local()
-        self._all: dict[threading.Thread, sqlite3.Connection] = {}
-        self._all_lock = threading.Lock()
-        self._closed = False
+        self._conns = Connections(self._open_conn)
         self.listeners: list[Any] = []  # in-process wake-up callbacks (workers of this process)
         directory = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(directory):
@@ -87,34 +84,32 @@ class SQLiteStore(StepwiseFlow, SqlStore):
             )
 
     # -- connections ---------------------------------------------------------------------
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            if self._closed:
-                raise DatabaseError("the store is closed")
-            try:
-                create_private(self.path)
-                conn = sqlite3.connect(
-                    self.path,
-                    isolation_level=None,
-                    check_same_thread=False,
-                    timeout=self.busy_timeout,
-                )
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
-                conn.execute("PRAGMA recursive_triggers=ON")  # dependents' cancellation cascades (0010)
-            except sqlite3.Error as exc:
-                self._check_file()  # a file or directory this user cannot write: refused, not retried
-                raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
-            self._local.conn = conn
-            with self._all_lock:
-                dead = [t for t in self._all if not t.is_alive()]
-                orphans = [self._all.pop(t) for t in dead]
-                self._all[threading.current_thread()] = conn
-            for orphan in orphans:  # connections of threads that ended: at most one per live thread
-                with contextlib.suppress(sqlite3.Error):
-                    orphan.close()
+    def _open_conn(self) -> sqlite3.Connection:
+        try:
+            create_private(self.path)
+            conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self.busy_timeout,
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
+            conn.execute("PRAGMA recursive_triggers=ON")  # dependents' cancellation cascades (0010)
+        except sqlite3.Error as exc:
+            self._check_file()  # a file or directory this user cannot write: refused, not retried
+            raise DatabaseUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        """The calling thread's connection, outside the close() fence (store calls use `_conns.use()`)."""
+        if self._conns.closed:
+            raise DatabaseError("the store is closed")
+        return self._conns.get()
+
+    @property
+    def _all(self) -> dict[threading.Thread, sqlite3.Connection]:
+        return self._conns.all
 
     def _now(self) -> float:
         return self.clock.now().timestamp() if self.clock is not None else time.time()
@@ -126,8 +121,7 @@ class SQLiteStore(StepwiseFlow, SqlStore):
     @contextmanager
     def _tx(self) -> Iterator[_Session]:
         # writers queue (Writers) instead of meeting in SQLite's busy handler's millisecond sleeps
-        with self._writers:
-            conn = self._conn()
+        with self._writers, self._conns.use() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
@@ -148,37 +142,29 @@ class SQLiteStore(StepwiseFlow, SqlStore):
 
     @contextmanager
     def _read(self) -> Iterator[_Session]:
-        conn = self._conn()
-        try:
-            yield _Session(conn, self.queries, self._now())
-        except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
+        with self._conns.use() as conn:
+            try:
+                yield _Session(conn, self.queries, self._now())
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
 
     def close(self) -> None:
-        self._closed = True
+        """Refuse further calls and close the connections (a call under way on another
+        thread ends first: its thread then closes its connection, see Connections)."""
+        self._conns.close()
         self._writers.close()
-        with self._all_lock:
-            conns, self._all = list(self._all.values()), {}
-        for conn in conns:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
-        self._local = threading.local()
 
     def data_version(self) -> int:
         """Changes whenever another connection commits: a cheap 'anything new?' probe."""
-        try:
-            return int(self._conn().execute("PRAGMA data_version").fetchone()[0])
-        except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
+        with self._conns.use() as conn:
+            try:
+                return int(conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
 
     def release_thread(self) -> None:
         """Close the calling thread's connection (a thread that is about to end)."""
-        with self._all_lock:
-            conn = self._all.pop(threading.current_thread(), None)
-        self._local.conn = None
-        if conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
+        self._conns.release()
 
     # -- value conversions ---------------------------------------------------------------
     def _ts(self, value: datetime | None) -> Any:

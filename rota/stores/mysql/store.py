@@ -45,6 +45,7 @@ from ..base import Claimed, NewRun, PollState, Rescued, ScheduleDef, run_stats
 from ..forks import fork_safe
 from ..records import claimed_rows, rescued_rows
 from ..sqlite.flow import SQLiteFlow  # the flow claim step by step, as SQLite takes it
+from ..sqlstore.base import _Abort
 from ..sqlstore.queries import load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
 from .hot_path import MySQLHotPath, settle
@@ -171,6 +172,12 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, SQLiteFlow, SqlStore):
         else:
             s.q_text(f"SET SESSION innodb_lock_wait_timeout = {TICK_LOCK_WAIT}")
             s.after.append(f"SET SESSION innodb_lock_wait_timeout = {lock_wait}")
+
+    def _take_tick(self, s: Any, due: Any) -> None:
+        """The schedule's row as the ticker read it, locked without waiting (take_tick): the
+        instance that loses a tick neither waits for the winner's commit nor locks its run."""
+        if not s.q("take_tick", name=due.name, old=self._ts(due.next_run_at)):
+            raise _Abort
 
     def _read(self) -> Any:
         return self._session(False)

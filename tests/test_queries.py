@@ -41,7 +41,8 @@ ONLY = {
     # ids (no UPDATE ... RETURNING), what PostgreSQL's and SQLite's triggers do to rota_runs
     # itself (a MySQL trigger may not update its own table: ended_runs, release_dependents,
     # cancel_dependents), the change probes instead of NOTIFY (data_version, change_probe), the flow claim's
-    # lock, the migrations table's probe and the claim's tokens in one statement (take_tokens).
+    # lock, the migrations table's probe, the claim's tokens in one statement (take_tokens) and the
+    # tick pass's first lock, taken without waiting (take_tick).
     "mysql": {
         "next_token",
         "take_token",
@@ -61,6 +62,7 @@ ONLY = {
         "change_probe",
         "flow_lock",
         "migrations_table",
+        "take_tick",
     },
 }
 

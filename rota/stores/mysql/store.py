@@ -44,6 +44,7 @@ from ...errors import ConfigurationError, DatabaseError, DatabaseTransient, Data
 from ..base import Claimed, NewRun, Rescued, ScheduleDef, run_stats
 from ..forks import fork_safe
 from ..records import claimed_rows, rescued_rows
+from ..sqlstore.base import _Abort
 from ..sqlstore.queries import load_queries
 from ..sqlstore.stepwise_flow import StepwiseFlow  # the flow claim step by step, as SQLite's
 from ..sqlstore.store import NOTIFY_CHANNEL, SqlStore
@@ -171,6 +172,12 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, StepwiseFlow, SqlStore):
         else:
             s.q_text(f"SET SESSION innodb_lock_wait_timeout = {TICK_LOCK_WAIT}")
             s.after.append(f"SET SESSION innodb_lock_wait_timeout = {lock_wait}")
+
+    def _take_tick(self, s: Any, due: Any) -> None:
+        """The schedule's row as the ticker read it, locked without waiting (take_tick): the
+        instance that loses a tick neither waits for the winner's commit nor locks its run."""
+        if not s.q("take_tick", name=due.name, old=self._ts(due.next_run_at)):
+            raise _Abort
 
     def _read(self) -> Any:
         return self._session(False)

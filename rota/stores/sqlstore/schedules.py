@@ -219,10 +219,17 @@ class SqlSchedules(SqlRows):
         frozen mid-tick): the worker moves on to its other schedules. A no-op where writers
         take the whole database (SQLite)."""
 
+    def _take_tick(self, s: Session, due: DueSchedule) -> None:
+        """The tick pass's first step: raise _Abort if another instance is making or made
+        this tick (MySQL: the schedule's row, locked without waiting). Elsewhere a no-op:
+        the writes that follow find out (PostgreSQL's insert of a tick being made waits for
+        the other's commit and locks nothing; SQLite's writers take the whole database)."""
+
     def _materialize(self, s: Session, due: DueSchedule, plan: Materialization, unkeyed: list[NewRun]) -> datetime:
         """Write the plan; returns the next_run_at written (plan.ahead if that was refused).
         The ticks inserted skipped as they cannot be keyed are added to `unkeyed`."""
         self._bound_tick_locks(s)
+        self._take_tick(s, due)
         soonest: datetime | None = None
         # Skipped rows per catch-up: at most TICK_ROWS, the misfire's and the overlap's
         # together (the on-time ticks that find the first one active); the rest are counted.

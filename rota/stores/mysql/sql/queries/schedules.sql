@@ -166,6 +166,16 @@ WHERE active <> 0 AND paused = 0 AND next_run_at <= {now} + INTERVAL %(lead)s SE
 ORDER BY next_run_at
 LIMIT %(limit)s
 
+-- name: take_tick
+-- A tick pass's first statement: the schedule's row as the worker read it, locked without
+-- waiting. No row: another instance is making this tick (its row is locked) or made it (the
+-- row moved on): this pass ends at once, having waited for nothing and locked nothing (its
+-- insert of the same tick would wait for the other's commit, then lock the other's run, a
+-- duplicate key, until its own rollback: claims ahead, SKIP LOCKED, skipped that run).
+SELECT name FROM rota_schedules
+WHERE name = %(name)s AND next_run_at = %(old)s AND active <> 0 AND paused = 0
+FOR UPDATE SKIP LOCKED
+
 -- name: advance_schedule
 -- (compare-and-set on the next_run_at the worker read)
 SELECT name FROM rota_schedules

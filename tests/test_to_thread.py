@@ -139,16 +139,18 @@ def test_a_timed_out_async_run_without_a_limit_keeps_its_worker_slot_until_its_t
     assert worker.stuck == 0
 
 
-def test_an_async_run_that_returns_before_its_thread_ends_is_decided_once_it_ends(app: rota.App) -> None:
-    """A handler that stops awaiting its thread (a wait_for that timed out) and returns: its
-    run ends when the thread does, with what the handler returned."""
+def test_an_async_run_that_returns_before_its_thread_ends_is_decided_at_once(app: rota.App) -> None:
+    """A handler that stops awaiting its thread (a wait_for that timed out) and returns ended
+    of its own accord: its outcome is written at once (its timeout cannot hold it running
+    forever, a stop cannot hand a success back to run again); the thread keeps its worker
+    slot (stuck) until it ends."""
     release, gone = threading.Event(), threading.Event()
 
     def blocking() -> None:
         release.wait(30)
         gone.set()
 
-    @app.task(name="impatient")
+    @app.task(name="impatient", timeout=1.0)
     async def impatient() -> str:
         try:
             await asyncio.wait_for(asyncio.to_thread(blocking), 0.1)
@@ -156,13 +158,35 @@ def test_an_async_run_that_returns_before_its_thread_ends_is_decided_once_it_end
             return "gave up"
         return "done"
 
-    start_worker(app)
-    handle = impatient.enqueue()
-    time.sleep(1.0)
-    assert handle.refresh().status == "running"
+    worker = start_worker(app, concurrency=2)
+    run = impatient.enqueue().wait(5)
+    assert (run.status, run.result, gone.is_set()) == ("succeeded", "gave up", False)
+    assert worker.stuck == 1  # the thread still runs: it keeps its worker slot
     release.set()
-    run = handle.wait(10)
-    assert (run.status, run.result, gone.is_set()) == ("succeeded", "gave up", True)
+    wait_for(lambda: worker.stuck == 0, 10, "the thread's end")
+    assert gone.is_set()
+
+
+def test_a_run_that_left_a_call_behind_is_not_handed_back_at_a_stop(app: rota.App) -> None:
+    """Fire and forget (run_in_executor(None, f) not awaited): the handler succeeded before
+    the stop; the stop does not hand the run back to run again."""
+    release = threading.Event()
+
+    @app.task(name="forget")
+    async def forget() -> str:
+        asyncio.get_running_loop().run_in_executor(None, release.wait, 30)
+        return "sent"
+
+    worker = start_worker(app)
+    ref = forget.enqueue()
+    assert ref.wait(5).status == "succeeded"
+    stopper = threading.Thread(target=worker.stop, kwargs={"wait": True, "timeout": 10})
+    stopper.start()
+    time.sleep(0.3)
+    release.set()
+    stopper.join(15)
+    run = ref.refresh()
+    assert (run.status, run.result, run.attempt) == ("succeeded", "sent", 1)
 
 
 def test_an_async_run_whose_lease_is_lost_keeps_its_worker_slot_until_its_thread_ends(

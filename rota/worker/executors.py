@@ -73,18 +73,21 @@ class CoroutineExecutor(_Decidable):
         self._ended(active, outcome)
 
     def _ended(self, active: Active, outcome: Result) -> None:
-        """The coroutine ended. Calls it made on the loop's executor that still run keep the
-        run as a `def` handler's thread keeps it (ThreadExecutor): it is decided once they
-        end (its lease renewed, its limit's slot and its schedule's exclusivity held until
-        then); but a run decided already (its lease lost), or past its timeout with no limit,
-        is decided now, and they keep its worker slot (stuck) until they end."""
+        """The coroutine ended. Calls it made on the loop's executor that still run after
+        rota stopped it (its timeout, a cancel request) keep the run as a `def` handler's
+        thread keeps it (ThreadExecutor): it is decided once they end (its lease renewed, its
+        limit's slot and its schedule's exclusivity held until then). A handler that ended
+        of its own accord (it returned, raised or parked, leaving a call behind), a run
+        decided already (its lease lost), or one past its timeout with no limit is decided
+        now: the calls keep its worker slot (stuck) until they end."""
         n = threads_running(active)
         if not n:
             self.slots.deliver(active, outcome)
             return
         active.cancel.set()  # (ctx.cancelled: a call that looks at it may end sooner)
         kind = outcome[0]
-        decide_now = active.done or (kind == "timeout" and not _limited(active))
+        stopped = kind == "cancelled" or (kind == "timeout" and _limited(active))
+        decide_now = active.done or not stopped
         _log_threads(active, kind, n, decide_now)
         if decide_now:
             self.slots.mark_stuck(active)
@@ -152,7 +155,7 @@ def _limited(active: Active) -> bool:
 
 def _log_threads(active: Active, kind: str, n: int, decided: bool) -> None:
     c = active.claim
-    what = "timed out" if kind == "timeout" else f"ended ({kind})"
+    what = {"timeout": "timed out", "cancelled": "was cancelled", "ok": "returned"}.get(kind, f"ended ({kind})")
     then = (
         "the run is decided now; they keep its worker slot until they end"
         if decided

@@ -197,7 +197,7 @@ class SqlDurable(SqlBase):
             return set()
         saved: set[int] = set()
         with self._tx() as s:
-            for run_id, token, fraction, message in rows:
+            for run_id, token, fraction, message in sorted(rows):  # in id order, as heartbeats and finishes lock
                 got = s.q("progress_save", id=run_id, token=token, fraction=fraction, message=message)
                 saved.update(int(r[0]) for r in got)
         return saved

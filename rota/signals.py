@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from . import undeclared
 from .durable import StepError, check_name
 from .errors import RotaError, RunNotFound, SerializationError
 from .models import parse_run_id
@@ -94,9 +95,11 @@ class SignalClient:
 
 
 def durable_fields(store: Any, run_id: int, status: str) -> dict[str, Any]:
-    """A run's steps, wait (a parked run's) and progress, as Run and the JSON API show them."""
+    """A run's steps, wait (a parked run's, or a limit or rate no worker declared) and
+    progress, as Run and the JSON API show them."""
     if not getattr(store, "durable_supported", False):
-        return {"steps": [], "waiting": None, "progress": None}
+        return {"steps": [], "waiting": undeclared.waiting_of(store, run_id) if status == "pending" else None,
+                "progress": None}  # fmt: skip
     steps = [_step_json(s) for s in store.steps_of(run_id)]
     waiting = _waiting(store, run_id) if status == "pending" else None
     got = store.progress_of(run_id)
@@ -106,14 +109,15 @@ def durable_fields(store: Any, run_id: int, status: str) -> dict[str, Any]:
 
 def _waiting(store: Any, run_id: int) -> dict[str, Any] | None:
     """What a pending run waits for: its park's sleep or signal, or, once that is over (or
-    for any run over its rate), its rate's window (kind "rate": the rate's name and key)."""
+    for any run over its rate), its rate's window (kind "rate": the rate's name and key), or
+    a limit or rate that no worker declared (kind "undeclared": rota.undeclared)."""
     wait = store.wait_of(run_id)
     if wait is not None:
         return _wait_json(wait)
     rate = store.rate_wait_of(run_id)
     if rate is not None:
         return {"kind": "rate", "rate": rate[0], "key": rate[1] or None, "until": _iso(rate[2])}
-    return None
+    return undeclared.waiting_of(store, run_id)
 
 
 def parked_waits(store: Any, run_ids: list[int]) -> dict[int, dict[str, Any]]:

@@ -1,8 +1,8 @@
 """A pending run whose limit_name names no stored limit (issue 41, review): a limit row deleted
 by hand, or a run made by a process that declared a limit no worker has stored yet. It waited
 forever, silently, and `rota limits` did not count it. It still waits (never unlimited: the
-limit may be stored by the next worker that declares it), but it is named once (kind limit)
-and `rota limits` lists it. On every store."""
+limit may be stored by the next worker that declares it), but it is named once (an undeclared
+limit: rota.undeclared, not a damaged row) and `rota limits` lists it. On every store."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import rota
-from rota import quarantine
+from rota import quarantine, undeclared
 from rota.cli import main
 
 from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
@@ -31,6 +31,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
 @pytest.fixture(autouse=True)
 def _named_afresh() -> None:
     quarantine.forget()
+    undeclared.forget()
 
 
 def test_runs_under_a_limit_no_row_defines_wait_are_named_once_and_listed(
@@ -49,13 +50,24 @@ def test_runs_under_a_limit_no_row_defines_wait_are_named_once_and_listed(
     good = one.enqueue(1)
     start_worker(app, poll_interval=0.05)
     assert good.wait(timeout=20).status == "succeeded"
-    wait_for(lambda: _named(caplog, quarantine.LIMIT) == {"ghost": 1}, timeout=15, what="the unknown limit named")
+    wait_for(lambda: _undeclared(caplog) == {"ghost": 1}, timeout=15, what="the unknown limit named")
     for run in lost:
         got = app.get_run(run.id)
         assert got is not None and got.status == "pending", got  # it waits: never unlimited
     runner = CliRunner(env={"COLUMNS": "250"})
     out = runner.invoke(main, ["--database-url", app.database_url, "limits"])
-    assert out.exit_code == 0 and "2 run(s) wait under limit 'ghost', which no stored limit defines" in out.output
+    assert out.exit_code == 0 and "2 run(s) wait for limit 'ghost', which is not declared" in out.output
     out = runner.invoke(main, ["--database-url", app.database_url, "limits", "--json"])
     assert json.loads(out.output)["unknown_limits"] == [{"name": "ghost", "waiting": 2}]
-    assert _named(caplog, quarantine.LIMIT) == {"ghost": 1}  # the CLI does not name it again
+    assert _undeclared(caplog) == {"ghost": 1}  # the CLI does not name it again
+    assert _named(caplog, quarantine.LIMIT) == {}  # not a damaged row: a limit no worker declared
+
+
+def _undeclared(caplog: pytest.LogCaptureFixture) -> dict[str, int]:
+    """How many flow_undeclared warnings name each pool."""
+    counts: dict[str, int] = {}
+    for record in caplog.records:
+        if getattr(record, "event", None) == undeclared.EVENT:
+            name = record.fields["name"]  # type: ignore[attr-defined]
+            counts[name] = counts.get(name, 0) + 1
+    return counts

@@ -86,6 +86,7 @@ def test_the_queries_of_the_lean_indexes_read_them(app_factory: Any) -> None:
         "flow_rates": "rota_runs_rate_waiting",
         "flow_unresolved_count": "rota_runs_limit_waiting",
         "flow_unknown_limits": "rota_runs_limit_waiting",
+        "flow_unknown_rates": "rota_runs_rate_waiting",
         "stale_ahead": "rota_runs_misfire",
         "cancel_held": "rota_runs_held",
         "promote_held": "rota_runs_held",

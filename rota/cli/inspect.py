@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from .. import config, timing
+from .. import config, timing, undeclared
 from ..app import App
 from ..models import STATUSES, Run, ScheduleInfo, WorkerInfo, iso
 from .base import (
@@ -264,6 +264,8 @@ def _show_durable(run: Run) -> None:
     if wait is not None and wait["kind"] == "rate":  # over its rate (a resumed parked run, or any)
         key = f" (key {wait['key']!r})" if wait.get("key") else ""
         click.echo(clean(f"\n{'waiting':>14}: rate {wait['rate']!r}{key} full until {wait['until']}"))
+    elif wait is not None and wait["kind"] == "undeclared":  # no worker declared its limit or rate
+        click.echo(clean(f"\n{'waiting':>14}: {_undeclared(wait)}"))
     elif wait is not None:
         what = f"signal {wait['signal']!r}" if wait["kind"] == "signal" else "sleep"
         click.echo(clean(f"\n{'parked':>14}: {what} until {wait['until']} (since {wait['since']})"))
@@ -282,6 +284,15 @@ def _show_durable(run: Run) -> None:
         if step["error"]:
             line += f": {step['error'].get('type')}: {step['error'].get('message')}"
         click.echo(clean(line, newlines=False))
+
+
+def _undeclared(wait: dict[str, Any]) -> str:
+    """A run's wait for a limit or rate (or both) no worker declared, and how to declare it."""
+    pools = [(kind, str(wait[kind])) for kind in ("limit", "rate") if wait.get(kind) is not None]
+    named = " and ".join(f"{kind} {name!r}" for kind, name in pools)
+    how = "; ".join(undeclared.example(kind, name) for kind, name in pools)
+    verb = "is" if len(pools) == 1 else "are"
+    return f"waits for {named}, which {verb} not declared: it starts once a worker that declares it runs ({how})"
 
 
 def _took(started: str | None, finished: str | None) -> str:

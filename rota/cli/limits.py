@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from .. import undeclared
 from ..errors import ConfigurationError, DatabaseError
 from ..stores.flow_damage import damaged_specs
 from .base import database_app, database_line, handle_errors, json_option, main, print_json
@@ -23,7 +24,7 @@ def limits(ctx: click.Context, as_json: bool) -> None:
     store: Any = app.store
     try:
         limit_rows, rate_rows, unresolved = store.list_limits(), store.list_rates(), store.count_unresolved()
-        unknown = store.unknown_limits(report=False)
+        unknown = store.undeclared_flow()
         damaged = damaged_specs(store)
     except (AttributeError, DatabaseError) as exc:
         raise ConfigurationError(
@@ -32,7 +33,7 @@ def limits(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json({"limits": [i.to_json() for i in limit_rows], "rates": [r.to_json() for r in rate_rows],
                     "unresolved": unresolved, "damaged_specs": damaged,
-                    "unknown_limits": [{"name": n, "waiting": w} for n, w in unknown]})  # fmt: skip
+                    **undeclared.to_json(unknown)})  # fmt: skip
         return
     line(database_line(app))
     for spec in damaged:
@@ -42,11 +43,9 @@ def limits(ctx: click.Context, as_json: bool) -> None:
             f"{unresolved} run(s) wait for a worker that declares their task to compute their limit key "
             "(a callable by=, made where the task is not declared): start one"
         )
-    for name, waiting in unknown:
-        click.echo(
-            f"{waiting} run(s) wait under limit {name!r}, which no stored limit defines: they wait until a "
-            "worker that declares it starts (or cancel them)"
-        )
+    declared = {"limit": [i.name for i in limit_rows], "rate": [r.name for r in rate_rows]}
+    for kind, name, waiting in unknown:  # a typo in a client's name=, or no worker declared it yet
+        click.echo(undeclared.describe(kind, name, waiting, declared[kind]))
     if not limit_rows and not rate_rows:
         click.echo("no limits or rates stored (a worker stores its tasks' limit= and rate= when it starts)")
         return

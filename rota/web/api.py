@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .. import config
+from .. import config, undeclared
 from ..app import App
 from ..client import damaged_status
 from ..errors import (
@@ -252,13 +252,14 @@ def limit_records(app: App) -> dict[str, Any]:
     """A store without flow control (no `list_limits`) has none to show."""
     store: Any = app.store
     if not hasattr(store, "list_limits"):
-        return {"limits": [], "rates": [], "unresolved": 0, "damaged_specs": []}
+        return {"limits": [], "rates": [], "unresolved": 0, "damaged_specs": [], **undeclared.to_json([])}
     limits, rates = [i.to_json() for i in store.list_limits()], [r.to_json() for r in store.list_rates()]
     return {
         "limits": limits,
         "rates": rates,
         "unresolved": store.count_unresolved(),
         "damaged_specs": damaged_specs(store),
+        **undeclared.to_json(store.undeclared_flow()),  # names runs use that no worker declared
     }
 
 

@@ -76,8 +76,9 @@ ATTEMPT = {
 STEP = _obj({"name": STR, "seq": INT, "attempt": INT, "started_at": _null(TIME), "finished_at": _null(TIME),
              "outcome": STR, "error": ANY})  # fmt: skip
 WAITING = _obj(
-    {"kind": {"type": "string", "enum": ["sleep", "signal", "rate"]}, "until": _null(TIME)},
-    {"signal": _null("string"), "since": _null(TIME), "rate": STR, "key": _null("string")},  # rate: its window
+    {"kind": {"type": "string", "enum": ["sleep", "signal", "rate", "undeclared"]}, "until": _null(TIME)},
+    # rate: its window; undeclared: the limit and/or rate no worker declared (rota/undeclared.py)
+    {"signal": _null("string"), "since": _null(TIME), "rate": STR, "key": _null("string"), "limit": STR},
 )
 PROGRESS = _obj({"fraction": NUM, "message": _null("string"), "at": _null(TIME)})
 SCHEMAS: dict[str, Any] = {
@@ -194,6 +195,9 @@ SCHEMAS: dict[str, Any] = {
             "unresolved": INT,
             # stored task declarations that do not decode (their runs made elsewhere wait unresolved)
             "damaged_specs": {"type": "array", "items": _obj({"task": STR, "reason": STR})},
+            # names pending runs use that no worker declared (they wait), with their waiting runs
+            "unknown_limits": {"type": "array", "items": _obj({"name": STR, "waiting": INT})},
+            "unknown_rates": {"type": "array", "items": _obj({"name": STR, "waiting": INT})},
         }
     ),
     "Stats": _obj(

@@ -116,7 +116,8 @@ class Maintenance:
         stored limits, rates and task specs that are damaged, once each (rota.quarantine):
         the flow claim's statements already set them aside, silently; and set aside the runs
         waiting on parents that are gone (transition `orphaned`) or with a pool and no key
-        (`keyless`); name the limits runs wait under that no stored limit defines."""
+        (`keyless`); log the limit and rate names runs wait under that no worker declared
+        (rota.undeclared: a line per name, again only after an hour)."""
         store: Any = self.store()  # a SQL store (the others have no flow-control rows)
         if not hasattr(store, "damaged_flow"):
             return
@@ -128,7 +129,7 @@ class Maintenance:
                 await self.db(store.damaged_flow)
                 await self.db(store.fail_orphaned)
                 await self.db(store.fail_keyless)
-                await self.db(store.unknown_limits)
+                await self.db(store.undeclared_flow, True)
             except DatabaseError:
                 pass  # an outage, or an older schema: the next check tries again
             except Exception:  # a bug must not end the check for the worker's life

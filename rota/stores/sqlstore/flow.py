@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ... import quarantine
+from ... import quarantine, undeclared
 from ...errors import ScheduleNotFound
 from ...limit_specs import UNRESOLVED, Keys, resolved, warn_skipped
 from ...models import PENDING
@@ -133,16 +133,38 @@ class SqlFlow(SqlSchedules):
         with self._read() as s:
             return int(s.q("flow_unresolved_count", unresolved=UNRESOLVED)[0][0])
 
-    def unknown_limits(self, *, report: bool = True) -> list[tuple[str, int]]:
-        """The limit names that pending runs wait under and no stored limit defines, with how
-        many wait under each (they wait, never unlimited); each named once (kind limit) if
-        `report`. A worker asks now and then; `rota limits` lists them."""
+    def undeclared_flow(self, report: bool = False) -> list[tuple[str, str, int]]:
+        """The limit and rate names that pending runs wait under and no stored limit or rate
+        defines, as (kind "limit" or "rate", name, runs waiting): they wait, never unlimited,
+        until a worker that declares them starts (rota.undeclared). If `report`, each name is
+        logged once (again only after an hour while it stays undeclared): a worker's check."""
         with self._read() as s:
-            rows = s.q("flow_unknown_limits", unresolved=UNRESOLVED)
-        found = [(str(r[0]), int(r[1])) for r in rows]
-        for name, _ in found if report else ():
-            quarantine.report(quarantine.LIMIT, name, UNKNOWN_LIMIT)
+            found = [("limit", str(r[0]), int(r[1])) for r in s.q("flow_unknown_limits", unresolved=UNRESOLVED)]
+            found += [("rate", str(r[0]), int(r[1])) for r in s.q("flow_unknown_rates")]
+        if report and (entries := undeclared.due(found)):
+            undeclared.warn(entries, self.pool_names())
         return found
+
+    def pool_names(self) -> dict[str, list[str]]:
+        """The names of the stored limits and rates, by kind (for "did you mean")."""
+        with self._read() as s:
+            rows = s.q("flow_damaged")  # every stored limit, rate and spec: small tables
+        kinds = {"l": "limit", "r": "rate"}
+        names: dict[str, list[str]] = {"limit": [], "rate": []}
+        for r in rows:
+            if str(r[0]) in kinds:
+                names[kinds[str(r[0])]].append(str(r[1]))
+        return names
+
+    def undeclared_of(self, run_id: int) -> tuple[str | None, str | None] | None:
+        """A pending run's limit and rate names that no stored limit or rate defines (None
+        for each that is declared, or that it has not); None if it is not a pending run with
+        a limit or a rate."""
+        with self._read() as s:
+            rows = s.q("flow_undeclared_of", id=run_id, unresolved=UNRESOLVED)
+        if not rows:
+            return None
+        return (None if rows[0][0] is None else str(rows[0][0]), None if rows[0][1] is None else str(rows[0][1]))
 
     def last_run_id(self) -> int:
         return int(self._select("last_run_id")[0][0])
@@ -167,10 +189,6 @@ class SqlFlow(SqlSchedules):
         return [int(r[0]) for r in rows]
 
 
-UNKNOWN_LIMIT = (
-    "pending runs wait under this limit's name and no stored limit defines it: they wait (never unlimited) "
-    "until a worker that declares the limit starts and stores it; or cancel them"
-)
 KEYLESS = "it has the name of a limit or a rate and no key: no claim can take it"
 ORPHANED = "it waits on parents none of which is pending or running (one deleted by hand, or its count damaged)"
 

@@ -427,15 +427,34 @@ WHERE id = %(id)s AND status = 'pending'
 SELECT to_regclass('rota_task_flow') IS NOT NULL
 
 -- name: flow_unknown_limits
--- The names of limits that pending runs wait under and no stored limit defines (rota_limits:
--- deleted by hand, or a run made by a process that declared a limit no worker has stored
--- yet), with how many runs wait under each: they wait (never unlimited) until a worker that
--- declares the limit stores it. `rota limits` counts them; a worker's check names each once.
+-- The names of limits that pending runs wait under and no stored limit defines (undeclared:
+-- a typo in a client's Limit(name=...), a run made before any worker declared the limit, or a
+-- row deleted by hand), with how many runs wait under each: they wait (never unlimited) until
+-- a worker that declares the limit stores it (rota/undeclared.py). `rota limits` and
+-- /api/limits list them; a worker's check (about once a minute) logs each name, rate-limited.
 SELECT r.limit_name, count(*) FROM rota_runs r
 WHERE r.status = 'pending' AND NOT r.held AND r.limit_name IS NOT NULL AND r.limit_name <> %(unresolved)s
   AND NOT EXISTS (SELECT 1 FROM rota_limits l WHERE l.name = r.limit_name)
 GROUP BY r.limit_name ORDER BY r.limit_name
 LIMIT 100
+
+-- name: flow_unknown_rates
+-- As flow_unknown_limits, for rates: the names pending runs are rated under and no stored rate
+-- defines, with how many runs wait under each.
+SELECT r.rate_name, count(*) FROM rota_runs r
+WHERE r.status = 'pending' AND NOT r.held AND r.rate_name IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM rota_rates t WHERE t.name = r.rate_name)
+GROUP BY r.rate_name ORDER BY r.rate_name
+LIMIT 100
+
+-- name: flow_undeclared_of
+-- A pending run's limit and rate names that no stored limit or rate defines (NULL: declared, or
+-- none): what Run.waiting says it waits for (App.get_run of a pending run, the run's page).
+SELECT CASE WHEN r.limit_name <> %(unresolved)s
+             AND NOT EXISTS (SELECT 1 FROM rota_limits l WHERE l.name = r.limit_name) THEN r.limit_name END,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM rota_rates t WHERE t.name = r.rate_name) THEN r.rate_name END
+FROM rota_runs r
+WHERE r.id = %(id)s AND r.status = 'pending' AND (r.limit_name IS NOT NULL OR r.rate_name IS NOT NULL)
 
 -- name: flow_unresolved_count
 -- runs waiting for a worker that declares their task to compute their keys (rota limits)

@@ -56,6 +56,9 @@ Event names (stable; operators alert on them):
   used (a run, schedule, worker, lock, task spec or counter that does not decode or plan) is
   set aside and the rest goes on (kind, key, reason; a schedule's also has schedule). It
   replaces schedule_corrupt (no release shipped it). See rota.quarantine.
+- flow_undeclared: warning, from a worker's check (about once a minute), once per name in a
+  process (again after an hour while it lasts): pending runs wait for a limit or a rate that
+  no worker declared (kind limit or rate, name, waiting). See rota.undeclared.
 
 Both formatters take passwords out of URLs in the message (rota.config.redact_text).
 """
@@ -99,6 +102,7 @@ EVENTS = (
     "flag_ignored",
     "schedule_high_frequency",
     "row_damaged",
+    "flow_undeclared",
 )
 FIELDS = ("run_id", "task", "schedule", "attempt", "worker", "duration", "error")
 _RESERVED = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "event", "fields"}

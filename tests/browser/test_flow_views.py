@@ -218,3 +218,55 @@ def test_the_flow_pages_fit_a_390_px_screen(
             page.screenshot(path=str(screenshots / f"{name}-390px-{store}.png"), full_page=True)
     finally:
         context.close()
+
+
+def test_a_limit_and_a_rate_no_worker_declared_are_shown_with_how_to_declare_them(
+    app: rota.App, chromium: Any, page: Any, serve: Any, screenshots: Path, db_url: str
+) -> None:
+    """A client's typo ('emial', 'githbu') beside what the workers declared: the Limits view
+    lists each undeclared name with its waiting runs, the run's page says why it waits; both
+    readable in light and dark and on a 390 px screen."""
+
+    @app.task(name="send", limit=rota.Limit(2, name="emial"))
+    def send(n: int) -> None: ...
+
+    @app.task(name="fetch", rate=rota.Rate(5, per=60, name="githbu"))
+    def fetch(n: int) -> None: ...
+
+    @app.task(name="export", limit=2)
+    def export(n: int) -> None: ...
+
+    app.migrate()
+    app.store.sync_flow({"export": 2}, {})  # type: ignore[attr-defined]  # what a worker stored
+    runs = [send.enqueue(1), send.enqueue(2), fetch.enqueue(3)]
+    served = serve(create_app(app))
+    page.goto(served.url + "#/limits")
+    row = page.locator('tr[data-undeclared="limit:emial"]')
+    row.wait_for()
+    assert row.locator('td[data-col="waiting"]').inner_text() == "2"
+    assert 'rota.Limit(N, name="emial")' in row.inner_text()
+    row = page.locator('tr[data-undeclared="rate:githbu"]')
+    assert row.locator('td[data-col="waiting"]').inner_text() == "1"
+    assert 'rota.Rate(N, per=..., name="githbu")' in row.inner_text()
+    page.locator('tr[data-limit="export"]').wait_for()  # the declared ones still listed
+    page.goto(served.url + f"#/run/{runs[0].id}")
+    wait = page.locator('[data-wait="undeclared"]')
+    wait.wait_for()
+    assert "limit emial is not declared by any worker" in wait.inner_text(), wait.inner_text()
+    store = "postgres" if db_url.startswith("postgres") else "sqlite"
+    targets = {"undeclared-limits": "#/limits", "undeclared-run": f"#/run/{runs[2].id}"}
+    for scheme, viewport in (("light", (1300, 900)), ("dark", (1300, 900)), ("light", (390, 844))):
+        context = chromium.new_context(viewport={"width": viewport[0], "height": viewport[1]}, color_scheme=scheme)
+        other = context.new_page()
+        try:
+            for name, target in targets.items():
+                other.goto(served.url + target)
+                other.locator('[data-undeclared], [data-wait="undeclared"]').first.wait_for()
+                other.wait_for_load_state("networkidle")
+                low = [(t["text"], round(t["ratio"], 2)) for t in other.evaluate(CONTRAST) if t["ratio"] < 4.5]
+                assert not low, (name, scheme, low)
+                width = other.evaluate("document.documentElement.scrollWidth")
+                assert width <= viewport[0], (name, viewport, width)
+                other.screenshot(path=str(screenshots / f"{name}-{scheme}-{viewport[0]}-{store}.png"), full_page=True)
+        finally:
+            context.close()

@@ -49,14 +49,24 @@ function stepsSection(run) {
   return el("section", { id: "steps" }, el("h2", {}, "Steps"), table(["#", "step", "try", "started", "ended", "outcome", "fault"], rows, "No steps.", true));
 }
 
-// What a pending run waits for (Run.waiting): a park's sleep or signal, or its rate's window.
+// What a pending run waits for (Run.waiting): a park's sleep or signal, its rate's window, or a
+// limit or rate that no worker declared (it starts once a worker that declares it runs).
 function parked(w) {
-  if (!w || w.kind === "rate") return null;
+  if (!w || w.kind === "rate" || w.kind === "undeclared") return null;
   return el("span", { "data-wait": w.kind }, (w.kind === "signal" ? "waiting for signal " + w.signal : "sleeping") + " until " + w.until + (w.since ? " (since " + w.since + ")" : ""));
 }
 function rateWait(w) {
   if (!w || w.kind !== "rate") return null;
   return el("span", { "data-wait": "rate" }, "rate " + w.rate + (w.key ? " (key " + w.key + ")" : "") + " is full until " + w.until);
+}
+
+function undeclaredWait(w) {
+  if (!w || w.kind !== "undeclared") return null;
+  const pools = ["limit", "rate"].filter((k) => w[k] !== undefined && w[k] !== null);
+  const how = pools.map((k) => k === "limit" ? "@app.task(limit=rota.Limit(N, name=" + JSON.stringify(w[k]) + "))" : "@app.task(rate=rota.Rate(N, per=..., name=" + JSON.stringify(w[k]) + "))");
+  return el("span", { "data-wait": "undeclared" }, badge("not declared", "failed"), " " + pools.map((k) => k + " " + w[k]).join(" and ") +
+    (pools.length === 1 ? " is" : " are") + " not declared by any worker: it starts once a worker that declares it runs (",
+    el("code", {}, how.join("; ")), ")");
 }
 
 function back(view, text) { return el("p", {}, link("← " + text, view)); }
@@ -133,7 +143,7 @@ function renderRun(root, r, refresh, known) {
         ["cancel requested", r.cancel_requested ? "yes" : null], ["retry of", r.retry_of ? runLink(r.retry_of) : null],
         ["backfill", r.backfill ? "yes: made for a past tick" : null],
         ["waiting on", r.waiting_on ? r.waiting_on + " parent run(s) to succeed" : null],
-        ["parked", parked(r.waiting)], ["waiting for rate", rateWait(r.waiting)],
+        ["parked", parked(r.waiting)], ["waiting for rate", rateWait(r.waiting)], ["waiting for", undeclaredWait(r.waiting)],
         ["progress", r.progress ? Math.round(r.progress.fraction * 100) + "%" + (r.progress.message ? " — " + r.progress.message : "") : null],
         ["parents", runLinks(r.parents, "parents")], ["dependents", runLinks(r.dependents, "dependents")]]),
       r.corrupt.length ? el("p", { class: "bad" }, badge("corrupt"), " stored value(s) that cannot be read: " + r.corrupt.join(", ")) : null,

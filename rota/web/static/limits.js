@@ -45,6 +45,20 @@ function howTo() {
     el("p", {}, "Then ", code("rota limits"), " and this page show each one with its running and waiting runs."));
 }
 
+// Names that pending runs use and no worker declared (a typo in a client's name=, or no worker
+// that declares it has started): they wait, never unlimited, until one does.
+function undeclaredRows(data) {
+  const rows = [["limit", data.unknown_limits || []], ["rate", data.unknown_rates || []]].flatMap(([kind, items]) =>
+    items.map((u) => el("tr", { "data-undeclared": kind + ":" + u.name },
+      el("td", {}, kind), el("td", {}, u.name, " ", el("span", { class: "badge failed", title: "no worker declared it: its runs do not start" }, "not declared")),
+      el("td", { class: "num", "data-col": "waiting" }, u.waiting),
+      el("td", {}, el("code", {}, kind === "limit" ? "@app.task(limit=rota.Limit(N, name=" + JSON.stringify(u.name) + "))" : "@app.task(rate=rota.Rate(N, per=..., name=" + JSON.stringify(u.name) + "))")))));
+  if (!rows.length) return null;
+  return el("section", { id: "undeclared" }, el("h2", {}, "Not declared",
+    el("span", { class: "muted" }, "runs name these and no worker declared them: they wait until a worker that declares them runs (or cancel them)")),
+    table(["kind", "name", "waiting", "declare it on a task a worker runs"], rows, ""));
+}
+
 const limits = {
   title: "Limits",
   mount(root) {
@@ -52,8 +66,8 @@ const limits = {
       async update(route, alive) {
         const data = await api("api/limits");
         if (!alive()) return;
-        if (!data.limits.length && !data.rates.length) return fill(root, el("section", {}, el("h2", {}, "Limits and rates"), howTo()));
-        fill(root,
+        if (!data.limits.length && !data.rates.length) return fill(root, undeclaredRows(data), el("section", {}, el("h2", {}, "Limits and rates"), howTo()));
+        fill(root, undeclaredRows(data),
           el("section", { id: "limits" }, el("h2", {}, "Concurrency limits",
             el("span", { class: "muted" }, "a run counts from its claim to its end; past the limit it waits pending, costing no attempt")),
           table(["limit", "max", "running", "waiting", "keys"], limitRows(data.limits), "No concurrency limits.")),

@@ -291,8 +291,8 @@ def _undeclared(wait: dict[str, Any]) -> str:
     pools = [(kind, str(wait[kind])) for kind in ("limit", "rate") if wait.get(kind) is not None]
     named = " and ".join(f"{kind} {name!r}" for kind, name in pools)
     how = "; ".join(undeclared.example(kind, name) for kind, name in pools)
-    verb = "is" if len(pools) == 1 else "are"
-    return f"waits for {named}, which {verb} not declared: it starts once a worker that declares it runs ({how})"
+    verb, it = ("is", "it") if len(pools) == 1 else ("are", "them")
+    return f"waits for {named}, which {verb} not declared: it starts once a worker that declares {it} runs ({how})"
 
 
 def _took(started: str | None, finished: str | None) -> str:

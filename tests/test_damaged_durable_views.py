@@ -22,7 +22,7 @@ from rota.cli import main
 from rota.web import create_app
 
 from .conftest import WITH_MYSQL, start_worker, store_url, wait_for
-from .damaged_durable import bad_fraction, bad_time, signal_row, sql
+from .damaged_durable import bad_fraction, bad_time, dialect, signal_row, sql
 
 
 @pytest.fixture(params=WITH_MYSQL)
@@ -61,6 +61,13 @@ def _parked(app: rota.App, kind: str = "bogus") -> tuple[Any, Any, Any]:
     return bad, good, waiter
 
 
+def _never_due(app: rota.App, run_id: Any) -> None:
+    """The parked run's own due time damaged too (rota_runs.due_at: the run is corrupt). Not on
+    MySQL/MariaDB: its zero date is due at once, and the claim sets it aside (test_damaged_runs)."""
+    if dialect(app) != "mysql":
+        sql(app, f"UPDATE rota_runs SET due_at = {bad_time(app)} WHERE id = {int(run_id)}")
+
+
 def _damage_named(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if getattr(r, "event", None) == quarantine.EVENT]
 
@@ -71,6 +78,7 @@ def test_a_parked_run_with_damaged_durable_rows_is_shown_everywhere(
     app = app_factory()
     caplog.set_level(logging.WARNING, logger="rota")
     bad, good, _ = _parked(app)
+    _never_due(app, bad.id)
     run = app.get_run(bad.id)
     assert run.status == "pending"
     assert run.steps[0]["name"] == "a" and run.steps[0]["started_at"] is None
@@ -96,6 +104,25 @@ def test_a_parked_run_with_damaged_durable_rows_is_shown_everywhere(
     for field in ("started_at", "until", "fraction", "updated_at"):
         assert any(field in line for line in named), (field, named)
     assert all(bad.id in line for line in named), named
+
+
+def test_a_run_waiting_for_its_rate_with_a_due_time_out_of_range_is_shown(
+    app_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """App.get_run reads what a pending run over its rate waits for (rate_wait_of: its due
+    time). Before: the time that cannot be read raised there, so get_run, `rota run ID` and the
+    dashboard's run JSON failed for it."""
+    app = app_factory()
+    caplog.set_level(logging.WARNING, logger="rota")
+    ref = app.task(name="plain")(lambda: None).enqueue()
+    sql(app, f"UPDATE rota_runs SET rate_waited = TRUE, rate_name = 'r', due_at = {bad_time(app)} WHERE id = {ref.id}")
+    run = app.get_run(ref.id)
+    if run.waiting is not None:  # (MySQL's zero date is no later than now: not waiting)
+        assert (run.waiting["kind"], run.waiting["until"]) == ("rate", None)
+    out = CliRunner().invoke(main, ["--database-url", app.database_url, "run", ref.id])
+    assert out.exit_code == 0, out.output
+    with TestClient(create_app(app), base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
+        assert client.get(f"/api/runs/{ref.id}").status_code == 200
 
 
 def test_a_parked_run_with_damaged_rows_can_be_signalled_cancelled_retried_and_pruned(

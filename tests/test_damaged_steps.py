@@ -43,6 +43,10 @@ def _tasks(app: rota.App, ran: list[str]) -> dict[str, Any]:
     def stepper(ctx: rota.RunContext, n: int) -> Any:
         return [ctx.step("a", fresh, "a"), n]
 
+    @app.task(name="async_stepper", pass_context=True, retries=2, backoff=0.01)
+    async def async_stepper(ctx: rota.RunContext, n: int) -> Any:
+        return [await ctx.step_async("a", fresh, "a"), n]
+
     @app.task(name="sleeper", pass_context=True, retries=2, backoff=0.01)
     def sleeper(ctx: rota.RunContext, n: int) -> Any:
         ctx.sleep(0.2)
@@ -53,7 +57,7 @@ def _tasks(app: rota.App, ran: list[str]) -> dict[str, Any]:
         got = ctx.wait_for("go", timeout=0.2)
         return [None if got is None else got.payload, None if got is None else got.sent_at, n]
 
-    return {"stepper": stepper, "sleeper": sleeper, "waiter": waiter}
+    return {"stepper": stepper, "async_stepper": async_stepper, "sleeper": sleeper, "waiter": waiter}
 
 
 def _named(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -90,17 +94,21 @@ NOT_JSON = "{oops"
 DEEP = "[" * 100_000 + "]" * 100_000  # JSON nested deeper than the decoder's recursion limit
 
 
+@pytest.mark.parametrize("task", ["stepper", "async_stepper"])
 @pytest.mark.parametrize("result", [NOT_JSON, DEEP], ids=["not-json", "nested-too-deep"])
 def test_a_saved_step_whose_result_cannot_be_read_fails_its_run_as_damaged(
-    app_factory: Any, caplog: pytest.LogCaptureFixture, result: str
+    app_factory: Any, caplog: pytest.LogCaptureFixture, result: str, task: str
 ) -> None:
     """Before: json.loads raised in the handler: the run failed with a ValueError (or
     RecursionError) and was retried twice, meeting the same row each time."""
     app = app_factory()
     caplog.set_level(logging.WARNING, logger="rota")
-    run, _, ran = _run(app, "stepper", lambda a, i: step_row(a, i, "a", result=result))
+    run, _, ran = _run(app, task, lambda a, i: step_row(a, i, "a", result=result))
     _assert_damaged(run, caplog, "step 'a'", "result")
-    assert ran.count("a") == GOOD + 1  # the damaged step was not run again either
+    assert ran.count("a") == 2 * GOOD + 1  # the damaged step was not run again either
+    assert app.retry_many(status="failed") == 0  # a run set aside as damaged is passed over
+    again = app.retry(run.id).wait(timeout=30)  # an explicit retry: a new run, its steps all run
+    assert (again.status, again.result) == ("succeeded", ["fresh", -1]), again.error
 
 
 @pytest.mark.parametrize(
@@ -138,7 +146,7 @@ def test_a_saved_step_with_a_time_out_of_range_still_gives_its_result(
     caplog.set_level(logging.WARNING, logger="rota")
     run, _, ran = _run(app, "stepper", lambda a, i: step_row(a, i, "a", started=bad_time(a)))
     assert (run.status, run.result) == ("succeeded", ["saved", -1]), run.error
-    assert ran.count("a") == GOOD + 1
+    assert ran.count("a") == 2 * GOOD + 1
     named = _named(caplog)
     assert len(named) == 1 and "started_at" in named[0] and f"{run.id}" in named[0], named
     assert run.steps[0]["started_at"] is None and run.steps[0]["name"] == "a"
@@ -176,7 +184,7 @@ def test_a_saved_step_of_an_unknown_outcome_runs_again(app_factory: Any, outcome
     app = app_factory()
     run, _, ran = _run(app, "stepper", lambda a, i: step_row(a, i, "a", outcome=outcome, attempt=-7, seq=-3))
     assert (run.status, run.result) == ("succeeded", ["fresh", -1]), run.error
-    assert ran.count("a") == GOOD + 2
+    assert ran.count("a") == 2 * GOOD + 2
     assert [(s["outcome"], s["attempt"]) for s in run.steps] == [("succeeded", 1)]
 
 

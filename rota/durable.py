@@ -20,8 +20,8 @@
 - Everything else in the handler runs again on every execution: keep side effects inside
   steps.
 
-Bounds (one clear error each, `StepError`): a step name is 1 to 200 characters and used once
-per run; at most MAX_STEPS steps, sleeps and waits per run; a step's result must encode as
+Bounds (one clear error each, `StepError`): a step name is 1 to 200 characters, not ending in a
+space, and used once per run; at most MAX_STEPS steps, sleeps and waits per run; a step's result must encode as
 JSON; a sleep or a wait's timeout lasts at most MAX_WAIT.
 """
 
@@ -94,8 +94,13 @@ class Signal:
 
 
 def check_name(name: object, what: str = "step") -> str:
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
-        raise StepError(f"invalid {what} name {shown(name)}: a non-blank string of at most {MAX_NAME} characters")
+    # not ending in a space: MySQL/MariaDB compare names without their trailing spaces ('a' and
+    # 'a ' are one row there), refused on every store so that a handler means the same on each
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME or name.endswith(" "):
+        raise StepError(
+            f"invalid {what} name {shown(name)}: a non-blank string of at most {MAX_NAME} characters, "
+            "not ending in a space"
+        )
     return name
 
 

@@ -6,14 +6,17 @@ the same worker and queue succeed, and the worker goes on taking runs. On every 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import rota
 from rota import quarantine
+from rota.cli import main
 
 from .conftest import WITH_MYSQL, start_worker, store_url
 from .damaged_durable import bad_time, now, signal_row, sql, step_row
@@ -135,6 +138,22 @@ def test_a_signal_whose_payload_cannot_be_read_fails_its_run_as_damaged(
     caplog.set_level(logging.WARNING, logger="rota")
     run, _, _ = _run(app, "waiter", lambda a, i: signal_row(a, i, "go", NOT_JSON))
     _assert_damaged(run, caplog, "signal 'go'", "payload")
+    listed = CliRunner().invoke(main, ["--database-url", app.database_url, "runs", "--damaged", "--json"])
+    assert listed.exit_code == 0 and [r["id"] for r in json.loads(listed.output)] == [run.id], listed.output
+
+
+@pytest.mark.parametrize(
+    "result", ["5", '{"signal": 1, "sent_at": "yesterday"}'], ids=["not-an-object", "sent_at-not-a-time"]
+)
+def test_a_wait_saved_as_over_whose_result_cannot_be_read_fails_its_run_as_damaged(
+    app_factory: Any, caplog: pytest.LogCaptureFixture, result: str
+) -> None:
+    """The wait's step saved as succeeded (its signal received) with a result of another
+    shape. Before: TypeError or ValueError in ctx.wait_for, retried."""
+    app = app_factory()
+    caplog.set_level(logging.WARNING, logger="rota")
+    run, _, _ = _run(app, "waiter", lambda a, i: step_row(a, i, "wait:go", result=result))
+    _assert_damaged(run, caplog, "step 'wait:go'", "result")
 
 
 def test_a_saved_step_with_a_time_out_of_range_still_gives_its_result(

@@ -20,8 +20,8 @@
 - Everything else in the handler runs again on every execution: keep side effects inside
   steps.
 
-Bounds (one clear error each, `StepError`): a step name is 1 to 200 characters and used once
-per run; at most MAX_STEPS steps, sleeps and waits per run; a step's result must encode as
+Bounds (one clear error each, `StepError`): a step name is 1 to 200 characters, not ending in a
+space, and used once per run; at most MAX_STEPS steps, sleeps and waits per run; a step's result must encode as
 JSON; a sleep or a wait's timeout lasts at most MAX_WAIT.
 """
 
@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from . import quarantine
 from .errors import ConfigurationError, RotaError, SerializationError
 from .serialization import encode_error, encode_result
 
@@ -93,8 +94,13 @@ class Signal:
 
 
 def check_name(name: object, what: str = "step") -> str:
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
-        raise StepError(f"invalid {what} name {shown(name)}: a non-blank string of at most {MAX_NAME} characters")
+    # not ending in a space: MySQL/MariaDB compare names without their trailing spaces ('a' and
+    # 'a ' are one row there), refused on every store so that a handler means the same on each
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME or name.endswith(" "):
+        raise StepError(
+            f"invalid {what} name {shown(name)}: a non-blank string of at most {MAX_NAME} characters, "
+            "not ending in a space"
+        )
     return name
 
 
@@ -250,7 +256,7 @@ class Durable:
     def step(self, name: object, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         name, seq, saved = self.begin(name)
         if saved is not None:
-            return json.loads(saved.result or "null")
+            return self.stored(saved.result, f"step {name!r}", "result")
         last = self._last()
         started = time.monotonic()
         try:
@@ -264,7 +270,7 @@ class Durable:
                          kwargs: dict[str, Any]) -> Any:  # fmt: skip
         checked, seq, saved = await asyncio.to_thread(self.begin, name)
         if saved is not None:
-            return json.loads(saved.result or "null")
+            return self.stored(saved.result, f"step {checked!r}", "result")
         started = time.monotonic()
         try:
             value = fn(*args, **kwargs)
@@ -307,22 +313,22 @@ class Durable:
             sent = self.store.signal_of(self.run_id, signal)
             if sent is not None:
                 seq = self._use(name)
-                kept = {"signal": json.loads(sent[0]), "sent_at": _iso(sent[1])}
+                kept = {"signal": self.stored(sent[0], f"signal {signal!r}", "payload"), "sent_at": _iso(sent[1])}
                 self.save(name, seq, SUCCEEDED, 0.0, result=json.dumps(kept))
                 self.store.unpark(self.run_id, self.token)
                 return Signal(signal, kept["signal"], sent[1])
         got = self._wait("signal", name, signal, seconds)
         if got is None or "signal" not in got:
             return None
-        return Signal(signal, got["signal"], _parse(got.get("sent_at")))
+        return Signal(signal, got["signal"], self.time_in(got, "sent_at", f"step {name!r}"))
 
     def _wait(self, kind: str, name: str, signal: str | None, seconds: float) -> dict[str, Any] | None:
         """Pass a sleep or wait that is over (its result), or park the run until it is."""
         seq = self._use(name)
         saved = self.saved(name)
         if saved is not None and saved.outcome == SUCCEEDED:
-            result: dict[str, Any] | None = json.loads(saved.result or "null")
-            return result
+            done: dict[str, Any] | None = self.stored_object(saved.result, f"step {name!r}", "result", None)
+            return done
         now, holding = self.store.step_clock(self.run_id, self.token)
         if not holding:
             raise StepRefused(f"run {self.run_id} ({self.task}): token {self.token} no longer holds the run")
@@ -330,9 +336,7 @@ class Durable:
             since, until = now, now + timedelta(seconds=seconds)  # one clock reading for both
             self.save(name, seq, WAITING, 0.0, result=json.dumps({"until": _iso(until), "since": _iso(since)}))
         else:  # parked before: its wait's own start and end
-            began = json.loads(saved.result or "{}")
-            until = _parse(began.get("until")) or now
-            since = _parse(began.get("since")) or saved.started_at
+            since, until = self.began(saved, now)
         if now >= until:
             done = {"timeout": True} if kind == "signal" else {"slept_until": _iso(until)}
             self.save(name, seq, SUCCEEDED, 0.0, result=json.dumps(done))
@@ -347,6 +351,48 @@ class Durable:
         if self.progress is not None:
             (fraction, message), self.progress = self.progress, None
             self.store.save_progress([(self.run_id, self.token, fraction, message)])
+
+    # -- stored values: a saved step's result or a signal's payload that cannot be used (a
+    # damaged row: rota.quarantine) ends the run as damaged, never retried (DamagedRun)
+    def damaged(self, row: str, reason: str) -> quarantine.DamagedRun:
+        return quarantine.DamagedRun(f"{row} of run {self.run_id} ({self.task}): {reason}")
+
+    def stored(self, text: str | None, row: str, field: str) -> Any:
+        try:
+            return json.loads(text or "null")
+        except (ValueError, RecursionError) as exc:  # not JSON, or nested too deeply to decode
+            raise self.damaged(row, f"stored {field} is not valid JSON ({quarantine.describe(exc)})") from None
+
+    def stored_object(self, text: str | None, row: str, field: str, empty: Any) -> Any:
+        """A stored JSON object (a wait's saved start and end, or how it ended); `empty`: none stored."""
+        value = self.stored(text, row, field)
+        if value is None:
+            return empty
+        if not isinstance(value, dict):
+            raise self.damaged(row, f"stored {field} {shown(text)} is not a JSON object")
+        return value
+
+    def time_in(self, stored: dict[str, Any], key: str, row: str) -> datetime | None:
+        """An aware time in a saved step's result (None: not stored, as an older release's)."""
+        value = stored.get(key)
+        if value is None:
+            return None
+        try:
+            moment = datetime.fromisoformat(value)
+            if moment.tzinfo is None:
+                raise ValueError("no time zone")
+            return moment
+        except (TypeError, ValueError) as exc:
+            raise self.damaged(row, f"stored result's {key} {shown(value)} is not a time ({exc})") from None
+
+    def began(self, saved: StepRecord, now: datetime) -> tuple[datetime | None, datetime]:
+        """A parked wait's start and end, as its first execution saved them (no end: over now)."""
+        row = f"step {saved.name!r}"
+        began = self.stored_object(saved.result, row, "result", {})
+        until = self.time_in(began, "until", row) or now
+        if until - now > MAX_WAIT + timedelta(days=1):  # no wait rota parks lasts longer
+            raise self.damaged(row, f"stored result's until {_iso(until)} is more than {MAX_WAIT.days} days away")
+        return self.time_in(began, "since", row) or saved.started_at, until
 
     # -- progress ------------------------------------------------------------------------
     def set_progress(self, fraction: object, message: object = None) -> None:
@@ -375,10 +421,6 @@ def _returns_at_once(code: Any, lasti: int) -> bool:
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat()
-
-
-def _parse(value: object) -> datetime | None:
-    return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
 __all__ = ["MAX_STEPS", "MAX_WAIT", "Durable", "Parked", "Signal", "StepError", "StepRefused"]

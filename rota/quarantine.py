@@ -39,7 +39,12 @@ COUNTER: Final = "counter"
 LIMIT: Final = "limit"
 RATE: Final = "rate"
 QUEUE_PAUSE: Final = "queue pause"
-KINDS: Final = (RUN, SCHEDULE, WORKER, LOCK, TASK_SPEC, COUNTER, LIMIT, RATE, QUEUE_PAUSE)
+# a run's durable rows (rota.durable): its saved steps, its park's wait, its signals, its progress
+STEP: Final = "step"
+WAIT: Final = "wait"
+SIGNAL: Final = "signal"
+PROGRESS: Final = "progress"
+KINDS: Final = (RUN, SCHEDULE, WORKER, LOCK, TASK_SPEC, COUNTER, LIMIT, RATE, QUEUE_PAUSE, STEP, WAIT, SIGNAL, PROGRESS)
 
 # The error type a run set aside as damaged ends with (Run.error["type"]); `rota runs --damaged`
 # and the dashboard's filter look for it.
@@ -56,6 +61,13 @@ class DamagedRowError(RotaError):
     """A call needs a stored row that is damaged (a task's stored limit and rate spec that
     does not decode, a schedule that cannot be planned): one line naming the row, the
     damage and the repair; nothing is written."""
+
+
+class DamagedRun(Exception):
+    """Raised while a run is worked, when a stored row of its own that its handler needs
+    cannot be used (its stored arguments, a saved step's result, a signal's payload): the
+    worker ends the run failed as damaged (error type DamagedRow), never retried. The message
+    is the one-line reason, naming the row and the field."""
 
 
 _named: set[tuple[str, str, str]] = set()

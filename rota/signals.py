@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import undeclared
+from . import quarantine, undeclared
 from .durable import StepError, check_name
 from .errors import RotaError, RunNotFound, SerializationError
 from .models import parse_run_id
@@ -100,7 +100,7 @@ def durable_fields(store: Any, run_id: int, status: str) -> dict[str, Any]:
     if not getattr(store, "durable_supported", False):
         return {"steps": [], "waiting": undeclared.waiting_of(store, run_id) if status == "pending" else None,
                 "progress": None}  # fmt: skip
-    steps = [_step_json(s) for s in store.steps_of(run_id)]
+    steps = [_step_json(run_id, s) for s in store.steps_of(run_id)]
     waiting = _waiting(store, run_id) if status == "pending" else None
     got = store.progress_of(run_id)
     progress = None if got is None else {"fraction": got[0], "message": got[1], "at": _iso(got[2])}
@@ -157,15 +157,25 @@ def _sent(rid: int, name: str, answer: SignalAnswer) -> SignalSent:
     raise SignalRefused(f"run {rid} is {answer.status}: it can no longer receive signal {name!r} (not sent)")
 
 
-def _step_json(s: Any) -> dict[str, Any]:
-    error = None
-    if s.error is not None:
-        try:
-            error = json.loads(s.error)
-        except ValueError:
-            error = {"type": "DamagedRow", "message": "stored error is not valid JSON"}
+def _step_json(run_id: int, s: Any) -> dict[str, Any]:
     return {"name": s.name, "seq": s.seq, "attempt": s.attempt, "started_at": _iso(s.started_at),
-            "finished_at": _iso(s.finished_at), "outcome": s.outcome, "error": error}  # fmt: skip
+            "finished_at": _iso(s.finished_at), "outcome": s.outcome, "error": _step_error(run_id, s)}  # fmt: skip
+
+
+def _step_error(run_id: int, s: Any) -> dict[str, Any] | None:
+    """A failed step's stored error; one that is not a JSON object (a damaged row) is shown as
+    a DamagedRow error and named once (rota.quarantine)."""
+    if s.error is None:
+        return None
+    try:
+        error = json.loads(s.error)
+    except (ValueError, RecursionError):
+        error = None
+    if isinstance(error, dict):
+        return error
+    reason = "stored error is not a JSON object"
+    quarantine.report(quarantine.STEP, f"{run_id}/{s.name}", reason)
+    return {"type": quarantine.ERROR_TYPE, "message": reason}
 
 
 def _iso(value: datetime | None) -> str | None:

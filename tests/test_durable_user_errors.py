@@ -43,6 +43,13 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
             "invalid wait timeout datetime.datetime(2026, 12, 8, 10, 0, tzinfo=datetime.timezone.utc): a timedelta",
         ),
         ("wait_twice", "ctx.wait_for('go') is called twice in run {id} of wrong (or a step is named 'wait:go')"),
+        # MySQL/MariaDB compare 'b' and 'b ' as one name: the second step's checkpoint was
+        # refused there as if the run's lease were lost ("no longer holds the run")
+        (
+            "trailing_space",
+            "invalid step name 'b ': a non-blank string of at most 200 characters, not ending in a space",
+        ),
+        ("signal_space", "invalid signal name 'go ': a non-blank string"),
     ],
 )
 def test_a_step_used_wrongly_fails_with_one_line_naming_the_value(app: rota.App, body: str, line: str) -> None:
@@ -60,6 +67,11 @@ def test_a_step_used_wrongly_fails_with_one_line_naming_the_value(app: rota.App,
             ctx.sleep(datetime(2026, 12, 8, 10, 0))
         elif body == "aware_timeout":
             ctx.wait_for("go", timeout=datetime(2026, 12, 8, 10, 0, tzinfo=UTC))
+        elif body == "trailing_space":
+            ctx.step("b", lambda: 1)
+            ctx.step("b ", lambda: 2)
+        elif body == "signal_space":
+            ctx.wait_for("go ", timeout=0)
         elif body == "wait_twice":
             ctx.wait_for("go", timeout=0)
             ctx.wait_for("go", timeout=0)
@@ -75,6 +87,12 @@ def test_a_step_used_wrongly_fails_with_one_line_naming_the_value(app: rota.App,
     assert line.format(id=ref.id) in message
     assert "\n" not in message and message.count("the result of") <= 1, message
     assert len(message) < 300, message  # a long value is cut, not printed whole
+
+
+def test_app_signal_refuses_a_name_ending_in_a_space(app: rota.App) -> None:
+    ref = app.task(name="idle")(lambda: None).enqueue()
+    with pytest.raises(rota.durable.StepError, match=r"invalid signal name 'go ': .*not ending in a space"):
+        app.signal(ref.id, "go ")
 
 
 def test_a_signal_payload_that_is_not_json_is_named_once(app: rota.App) -> None:

@@ -271,7 +271,9 @@ def _show_durable(run: Run) -> None:
         click.echo(clean(f"\n{'parked':>14}: {what} until {wait['until']} (since {wait['since']})"))
     if run.progress is not None:
         message = f" {run.progress['message']}" if run.progress["message"] else ""
-        click.echo(clean(f"{'progress':>14}: {run.progress['fraction']:.0%}{message} (at {run.progress['at']})"))
+        fraction = run.progress["fraction"]  # None: its stored value is damaged (rota.quarantine)
+        shown = "unreadable" if fraction is None else f"{fraction:.0%}"
+        click.echo(clean(f"{'progress':>14}: {shown}{message} (at {run.progress['at']})"))
     if run.steps:
         click.echo("\nsteps:")
     for step in run.steps:

@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+from .. import quarantine
 from ..durable import Durable
 from ..stores.base import Claimed
 from ..tasks import RunContext, Task
@@ -64,7 +65,7 @@ class Active:
         return self._cancel
 
 
-class CorruptArguments(ValueError):
+class CorruptArguments(quarantine.DamagedRun, ValueError):
     """A claimed run's stored args/kwargs are not valid JSON (a damaged or hand-written row):
     the run fails as damaged (rota.quarantine: error type DamagedRow), never retried."""
 

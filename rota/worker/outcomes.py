@@ -21,7 +21,7 @@ from ..stores.records import PARKED, REFUSED, UNKNOWN_TASK_GRACE
 from ..tasks import Backoff
 from ..tracing import end_attempt
 from ..transactional import COMMITTED
-from .active import Active, CorruptArguments
+from .active import Active
 from .counters import WorkerCounters
 from .sampling import SuccessSampler, emitter
 
@@ -137,7 +137,7 @@ class Decider:
             return simple_error("ChildCrashed", f"the isolated process of run {c.id} died with exit code {value}"), True
         if kind == "child_error":
             return storable(encode(value)), True
-        if isinstance(value, CorruptArguments):  # retrying cannot repair the stored row
+        if isinstance(value, quarantine.DamagedRun):  # retrying cannot repair the stored row
             quarantine.report(quarantine.RUN, c.id, str(value), task=c.task)
             return damaged_error(str(value)), False
         if isinstance(value, BaseException):

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Generator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ... import quarantine
 from ..base import Outcome
 from ..records import PARKED
 from .base import NOTIFY_CHANNEL, Session, SqlBase
@@ -34,8 +36,8 @@ class StepRecord:
     attempt: int
     started_at: datetime | None
     finished_at: datetime | None
-    outcome: str  # succeeded | failed
-    result: str | None  # JSON text
+    outcome: str  # succeeded | failed | waiting (another: a damaged row's, not a saved success)
+    result: str | None  # JSON text (decoded, and checked, where the handler uses it: rota.durable)
     error: str | None  # JSON text
 
 
@@ -45,7 +47,7 @@ class WaitRecord:
 
     kind: str
     name: str | None
-    until: datetime | None
+    until: datetime | None  # None: its stored time cannot be read (named by rota.quarantine)
     since: datetime | None
 
 
@@ -109,8 +111,31 @@ class SqlDurable(SqlBase):
     def steps_of(self, run_id: int) -> list[StepRecord]:
         with self._read() as s:
             rows = s.q("steps_of", id=run_id)
-        return [StepRecord(str(r[0]), int(r[1]), int(r[2]), self._dt(r[3]), self._dt(r[4]), str(r[5]), r[6], r[7])
-                for r in rows]  # fmt: skip
+        return [self._step_from_row(run_id, r) for r in rows]
+
+    # -- decoding: a damaged field of a durable row (rota.quarantine) reads as empty, named once;
+    # a stored JSON value the handler uses is checked where it uses it (rota.durable)
+    def _step_from_row(self, run_id: int, r: Row) -> StepRecord:
+        key = f"{run_id}/{r[0]}"
+        started, finished = self._durable_time(quarantine.STEP, key, r[3], "started_at"), \
+            self._durable_time(quarantine.STEP, key, r[4], "finished_at")  # fmt: skip
+        return StepRecord(str(r[0]), int(r[1]), int(r[2]), started, finished, str(r[5]), r[6], r[7])
+
+    def _wait_from_row(self, run_id: int, r: Row) -> WaitRecord:
+        kind = str(r[0])
+        if kind not in ("sleep", "signal"):
+            quarantine.report(quarantine.WAIT, run_id, f"stored kind {kind[:40]!r} is not 'sleep' or 'signal'")
+        return WaitRecord(kind, r[1], self._durable_time(quarantine.WAIT, run_id, r[2], "until"),
+                          self._durable_time(quarantine.WAIT, run_id, r[3], "since"))  # fmt: skip
+
+    def _durable_time(self, kind: str, key: object, value: Any, field: str) -> datetime | None:
+        """A time of a durable row; one that cannot be read (past year 9999, MySQL's zero date)
+        reads as None and is named once: these times are shown, never computed with."""
+        try:
+            return self._dt(value)
+        except quarantine.UNDECODABLE as exc:
+            quarantine.report(kind, key, f"stored {field} cannot be read ({quarantine.describe(exc)}); shown empty")
+            return None
 
     def step_clock(self, run_id: int, token: int) -> tuple[datetime, bool]:
         """The database's time, and whether (run_id, token) still holds the run."""
@@ -156,12 +181,14 @@ class SqlDurable(SqlBase):
     def signal_of(self, run_id: int, name: str) -> tuple[str, datetime | None] | None:
         with self._read() as s:
             rows = s.q("signal_of", id=run_id, name=name)
-        return (str(rows[0][0]), self._dt(rows[0][1])) if rows else None
+        return (str(rows[0][0]), self._durable_time(quarantine.SIGNAL, f"{run_id}/{name}", rows[0][1], "sent_at")) \
+            if rows else None  # fmt: skip
 
     def signals_of(self, run_id: int) -> list[tuple[str, str, datetime | None]]:
         with self._read() as s:
             rows = s.q("signals_of", id=run_id)
-        return [(str(r[0]), str(r[1]), self._dt(r[2])) for r in rows]
+        return [(str(r[0]), str(r[1]), self._durable_time(quarantine.SIGNAL, f"{run_id}/{r[0]}", r[2], "sent_at"))
+                for r in rows]  # fmt: skip
 
     def signal(self, run_id: int, name: str, payload: str) -> SignalAnswer:
         with self._tx() as s:
@@ -170,10 +197,7 @@ class SqlDurable(SqlBase):
     def wait_of(self, run_id: int) -> WaitRecord | None:
         with self._read() as s:
             rows = s.q("wait_of", id=run_id)
-        if not rows:
-            return None
-        r = rows[0]
-        return WaitRecord(str(r[0]), r[1], self._dt(r[2]), self._dt(r[3]))
+        return self._wait_from_row(run_id, rows[0]) if rows else None
 
     def waits_of(self, run_ids: Sequence[int]) -> dict[int, WaitRecord]:
         """wait_of for a page of runs (listings), in one statement: the parked ones' waits."""
@@ -181,14 +205,15 @@ class SqlDurable(SqlBase):
             return {}
         with self._read() as s:
             rows = s.q("waits_of", ids=json.dumps(list(run_ids)))
-        return {int(r[0]): WaitRecord(str(r[1]), r[2], self._dt(r[3]), self._dt(r[4])) for r in rows}
+        return {int(r[0]): self._wait_from_row(int(r[0]), r[1:]) for r in rows}
 
     def rate_wait_of(self, run_id: int) -> tuple[str, str | None, datetime | None] | None:
         """A pending run waiting for its rate's window (the flow claim moved it there): the
         rate's name, its key and when the window opens; None otherwise."""
         with self._read() as s:
             rows = s.q("rate_wait_of", id=run_id)
-        return (str(rows[0][0]), rows[0][1], self._dt(rows[0][2])) if rows else None
+        return (str(rows[0][0]), rows[0][1], self._durable_time(quarantine.RUN, run_id, rows[0][2], "due_at")) \
+            if rows else None  # fmt: skip
 
     def save_progress(self, rows: Sequence[tuple[int, int, float, str | None]]) -> set[int]:
         """ctx.progress of running runs (id, token, fraction, message): written with the
@@ -202,10 +227,18 @@ class SqlDurable(SqlBase):
                 saved.update(int(r[0]) for r in got)
         return saved
 
-    def progress_of(self, run_id: int) -> tuple[float, str | None, datetime | None] | None:
+    def progress_of(self, run_id: int) -> tuple[float | None, str | None, datetime | None] | None:
+        """The run's last progress; a fraction that is not a number from 0 to 1 (NaN, infinity,
+        out of range: a damaged row) reads as None, named once, as a time that cannot be read."""
         with self._read() as s:
             rows = s.q("progress_of", id=run_id)
-        return (float(rows[0][0]), rows[0][1], self._dt(rows[0][2])) if rows else None
+        if not rows:
+            return None
+        value = float(rows[0][0])
+        fraction = value if math.isfinite(value) and 0 <= value <= 1 else None
+        if fraction is None:
+            quarantine.report(quarantine.PROGRESS, run_id, f"stored fraction {value!r} is not a number from 0 to 1")
+        return fraction, rows[0][1], self._durable_time(quarantine.PROGRESS, run_id, rows[0][2], "updated_at")
 
     def park_runs(self, outcomes: Sequence[Outcome]) -> set[int]:
         """Write PARKED outcomes (in one transaction): each run pending, due when its wait ends;

@@ -144,7 +144,7 @@ function renderRun(root, r, refresh, known) {
         ["backfill", r.backfill ? "yes: made for a past tick" : null],
         ["waiting on", r.waiting_on ? r.waiting_on + " parent run(s) to succeed" : null],
         ["parked", parked(r.waiting)], ["waiting for rate", rateWait(r.waiting)], ["waiting for", undeclaredWait(r.waiting)],
-        ["progress", r.progress ? Math.round(r.progress.fraction * 100) + "%" + (r.progress.message ? " — " + r.progress.message : "") : null],
+        ["progress", r.progress ? (r.progress.fraction === null ? "unreadable" : Math.round(r.progress.fraction * 100) + "%") + (r.progress.message ? " — " + r.progress.message : "") : null],
         ["parents", runLinks(r.parents, "parents")], ["dependents", runLinks(r.dependents, "dependents")]]),
       r.corrupt.length ? el("p", { class: "bad" }, badge("corrupt"), " stored value(s) that cannot be read: " + r.corrupt.join(", ")) : null,
       Object.entries(r.raw || {}).map(([k, v]) => [el("strong", {}, k + " as stored"), el("pre", {}, v)]),

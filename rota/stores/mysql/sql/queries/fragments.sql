@@ -88,12 +88,13 @@ CASE WHEN {{t}} < '1000-01-01' THEN -100000000000000 ELSE UNIX_TIMESTAMP({{t}}) 
 
 -- fragment: step_upsert
 -- A checkpoint written again (save_step, save_steps): a succeeded step is never overwritten;
--- a wait's row keeps its start (the wait's, not its resume's).
+-- a wait's row keeps its start (the wait's, not its resume's). A kept time that is the zero
+-- date (a damaged row) becomes the time of the write (see kept): NULL would fail the statement.
 ON DUPLICATE KEY UPDATE
     seq = IF(rota_steps.outcome = 'succeeded', rota_steps.seq, VALUES(seq)),
     attempt = IF(rota_steps.outcome = 'succeeded', rota_steps.attempt, VALUES(attempt)),
-    started_at = IF(rota_steps.outcome IN ('succeeded', 'waiting'), rota_steps.started_at, VALUES(started_at)),
-    finished_at = IF(rota_steps.outcome = 'succeeded', rota_steps.finished_at, VALUES(finished_at)),
+    started_at = IF(rota_steps.outcome IN ('succeeded', 'waiting'), {{kept(rota_steps.started_at)}}, VALUES(started_at)),
+    finished_at = IF(rota_steps.outcome = 'succeeded', {{kept(rota_steps.finished_at)}}, VALUES(finished_at)),
     result = IF(rota_steps.outcome = 'succeeded', rota_steps.result, VALUES(result)),
     error = IF(rota_steps.outcome = 'succeeded', rota_steps.error, VALUES(error)),
     outcome = IF(rota_steps.outcome = 'succeeded', rota_steps.outcome, VALUES(outcome))

@@ -104,3 +104,60 @@ def test_tasks_differing_by_a_trailing_space_or_case_are_declared_apart(app_fact
     app = _app(app_factory)
     declared = app.store.declared_tasks()
     assert sorted(t for t in declared if t.startswith("pooled")) == sorted(f"pooled{n}" for n in SPELLINGS)
+
+
+@pytest.mark.mysql
+def test_migration_25_keeps_the_stored_names_and_tells_them_apart_afterwards() -> None:
+    """A database of version 24 (its tables utf8mb4_bin, PAD SPACE) with a schedule 'nightly '
+    migrates to 25 in place: the schedule keeps its name, 'nightly' is then a schedule of its
+    own, and no column of rota's tables is left with a PAD SPACE collation."""
+    from tests import mysql_db
+
+    from .conftest import MYSQL_URL, make_app, require
+
+    require("mysql")
+    with mysql_db.database(MYSQL_URL) as url:
+        app = make_app(url)
+        try:
+            app.task(name="job")(lambda: None)
+            app.migrate()
+            tables = [
+                t
+                for (t,) in _rows(
+                    url,
+                    "SELECT TABLE_NAME FROM information_schema.TABLES"
+                    " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> 'rota_migrations'",
+                )
+            ]
+            for table in tables:  # back to version 24's collation
+                mysql_db.execute(url, f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+            mysql_db.execute(url, "DELETE FROM rota_migrations WHERE version = 25")
+            app.add_schedule("nightly ", "job", every=60)
+            with pytest.raises(rota.ConfigurationError, match="already exists"):
+                app.add_schedule("nightly", "job", every=60)  # the collision 0025 ends
+            assert app.migrate() == ["0025_nopad_names"]
+            app.add_schedule("nightly", "job", every=60)
+            assert sorted(s.name for s in app.list_schedules()) == ["nightly", "nightly "]
+        finally:
+            app.close()
+        padded = _rows(
+            url,
+            "SELECT TABLE_NAME, COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS"
+            " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> 'rota_migrations' AND COLLATION_NAME IS NOT NULL"
+            " AND COLLATION_NAME NOT IN ('utf8mb4_nopad_bin', 'utf8mb4_0900_bin')",
+        )
+        assert padded == []
+
+
+def _rows(url: str, sql: str) -> list[tuple[Any, ...]]:
+    import pymysql
+
+    from tests import mysql_db
+
+    conn = pymysql.connect(**mysql_db._parts(url), database=url.rsplit("/", 1)[1], autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return list(cur.fetchall())
+    finally:
+        conn.close()

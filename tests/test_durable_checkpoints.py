@@ -120,49 +120,6 @@ def test_a_checkpoint_in_a_batch_returns_only_after_its_batch_commits(app: rota.
     assert [s.name for s in app.store.steps_of(second.id)] == ["b"]
 
 
-def test_the_writer_of_a_batch_writes_the_next_one_too_and_no_more(app: rota.App) -> None:
-    """The checkpoints queued while a batch is in flight are written by that batch's writer
-    (no thread woken to write them); the batch after that by the first one still waiting."""
-    lead, second, third = _claimed(app, 3)
-    commits = app.store._checkpoints
-    write = commits._write
-    writers: list[str] = []
-    held = [threading.Event(), threading.Event()]
-    release = [threading.Event(), threading.Event()]
-
-    def gated(rows: Any) -> Any:
-        writers.append(threading.current_thread().name)
-        if len(writers) <= 2:  # the first two batches wait until released
-            held[len(writers) - 1].set()
-            assert release[len(writers) - 1].wait(10)
-        return write(rows)
-
-    commits._write = gated
-    results: dict[str, Any] = {}
-
-    def step(claim: Any) -> None:
-        name = threading.current_thread().name
-        results[name] = Durable(app.store, claim.id, claim.token, "held").step(name, lambda: name, (), {})
-
-    threads = {n: threading.Thread(target=step, args=(c,), name=n)
-               for c, n in ((lead, "lead"), (second, "second"), (third, "third"))}  # fmt: skip
-    threads["lead"].start()
-    assert held[0].wait(10)
-    threads["second"].start()
-    wait_for(lambda: len(commits._queue) == 1, what="the second checkpoint queued")
-    release[0].set()
-    assert held[1].wait(10)  # the second batch in flight: written by the first batch's writer
-    threads["third"].start()
-    wait_for(lambda: len(commits._queue) == 1, what="the third checkpoint queued")
-    release[1].set()
-    for t in threads.values():
-        t.join(10)
-    assert writers == ["lead", "lead", "third"]  # one more batch at most, then the next waiting one
-    assert results == {"lead": "lead", "second": "second", "third": "third"}
-    saved = [[s.name for s in app.store.steps_of(c.id)] for c in (lead, second, third)]
-    assert saved == [["lead"], ["second"], ["third"]]
-
-
 def test_a_failed_batch_is_written_again_one_checkpoint_at_a_time(app: rota.App) -> None:
     lead, *claims = _claimed(app, 4)
     gate = _Gate(app)

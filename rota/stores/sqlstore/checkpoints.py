@@ -3,13 +3,9 @@ process make at the same time go to the store together, one fenced statement and
 commit for the batch (save_steps), instead of one transaction each.
 
 No thread of its own, no timer: the first caller that finds no batch in flight writes the
-batch (all that are waiting, itself included); the callers that arrive meanwhile wait. When
-the batch in flight commits, its writer wakes that batch's callers and, if checkpoints queued
-meanwhile, writes their batch too (one more at most: its own step returns that much later,
-its checkpoint committed with the first), instead of waking one of them to write it (a
-thread wake-up on the next batch's path, milliseconds on a busy host); after that, the
-first still waiting writes the next. So a lone checkpoint waits for nobody, and under load
-the batches grow by themselves.
+batch (all that are waiting, itself included); the callers that arrive meanwhile wait, and
+when the batch in flight commits, the first of them writes the next. So a lone checkpoint
+waits for nobody, and under load the batches grow by themselves.
 
 What stays as it was: a step call returns only after its checkpoint committed (a saved step
 is durable before the handler goes on); each checkpoint is fenced by its own run's token in
@@ -75,10 +71,6 @@ class GroupCommit:
         batch = self._take()
         try:
             self._flush(batch)
-            if self._queue:  # queued meanwhile (only this writer takes from it): write theirs too
-                self._wake(batch, me)
-                batch = self._take()
-                self._flush(batch)
         finally:
             self._hand_over(batch, me)
         return me.result()
@@ -129,11 +121,6 @@ class GroupCommit:
                 nxt.wake.release()
             else:
                 self._busy = False
-        self._wake(batch, me)
-
-    @staticmethod
-    def _wake(batch: list[_Waiting], me: _Waiting) -> None:
-        """The batch's callers (but the writer) return: their checkpoints are settled."""
         for w in batch:
             if w is not me:
                 w.lead = False

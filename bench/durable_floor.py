@@ -7,8 +7,9 @@ PostgreSQL, against a no-op run (is "≤ 30 % of a no-op run" reachable at all?)
    connections opened before the drain); rota's `1 step` (`ctx.step`); and, as a control, a
    handler that blocks its slot `--sleep` ms without the database (what a blocking handler
    costs the worker, checkpoint or not). Per run: worker
-   CPU, PostgreSQL backends' CPU (bench/durable_meter.py), the slot time per run (concurrency
-   / runs per second), and the checkpoint's share of a no-op run's CPU and slot time.
+   CPU, PostgreSQL backends' CPU, statements and commits (bench/durable_meter.py), the slot
+   time per run (concurrency / runs per second), and the checkpoint's share of a no-op run's
+   CPU and slot time.
 2. The checkpoint alone (no worker; a fresh database; `--iterations` checkpoints each), per
    checkpoint: this process's CPU, its backends' CPU, and the latency of one call (p50):
    (a) one autocommit INSERT (the commit is the statement's), and BEGIN / INSERT / COMMIT,
@@ -237,8 +238,8 @@ def _report(args: Any, drains: dict[str, list[dict[str, float]]], alone: list[An
     print(f"\npostgres: drains of {args.runs:,} runs, concurrency {args.concurrency}, {args.rounds} rounds "
           "(alternated); medians (min-max)\n")  # fmt: skip
     print("| task | runs/s | slot time per run, ms | worker CPU µs | server CPU µs | total CPU µs "
-          "| checkpoint's CPU, % of a no-op run | checkpoint's slot time, % of a no-op run |\n"
-          "|---|--:|--:|--:|--:|--:|--:|--:|")  # fmt: skip
+          "| checkpoint's CPU, % of a no-op run | checkpoint's slot time, % of a no-op run | statements | commits |\n"
+          "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")  # fmt: skip
     for mode, ds in drains.items():
         c, s = med(total[mode]), med(slot[mode])
         label = f"sleep {args.sleep:g} ms" if mode == "sleep" else mode
@@ -246,7 +247,8 @@ def _report(args: Any, drains: dict[str, list[dict[str, float]]], alone: list[An
         wall = "-" if mode == "no-op" else f"{100 * (s - slot0) / slot0:.0f} %"
         print(f"| {label} | {med(d['rate'] for d in ds):,.0f} | {s:.2f} ({min(slot[mode]):.2f}-{max(slot[mode]):.2f}) "
               f"| {med(d['worker_us'] for d in ds):,.0f} | {med(d.get('server_us', 0.0) for d in ds):,.0f} "
-              f"| {c:,.0f} ({min(total[mode]):,.0f}-{max(total[mode]):,.0f}) | {share} | {wall} |")  # fmt: skip
+              f"| {c:,.0f} ({min(total[mode]):,.0f}-{max(total[mode]):,.0f}) | {share} | {wall} "
+              f"| {med(d.get('statements', 0.0) for d in ds):.2f} | {med(d.get('commits', 0.0) for d in ds):.2f} |")  # fmt: skip
     print(f"\npostgres: one checkpoint alone, {args.iterations:,} per case; shares of the no-op run above "
           f"({cpu0:,.0f} µs of CPU, {slot0:.2f} ms of slot time)\n")  # fmt: skip
     print("| checkpoint | threads | checkpoints per commit | worker CPU µs | server CPU µs | total CPU µs "

@@ -231,7 +231,8 @@ class RunIdCommand(click.Command):
 GAPS = (
     "run ids are not contiguous: retention prunes old runs, and on PostgreSQL an insert that "
     "rolled back (a transactional enqueue) or met a conflict (a key already taken, a schedule "
-    "tick another worker wrote first) uses up an id"
+    "tick another worker wrote first) uses up an id, as does the write check of `rota migrate` "
+    "and of every worker's start (so the first run there is not 1)"
 )
 
 

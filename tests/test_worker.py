@@ -418,3 +418,25 @@ def test_a_running_retry_shows_no_error_of_its_own(app: rota.App) -> None:
         release.set()
     run = handle.wait(20)
     assert run.status == "succeeded" and run.attempts[-1]["error"] is None, run
+
+
+def test_a_stopping_worker_reads_draining_at_once(app: rota.App) -> None:
+    """After SIGTERM `rota workers` read `running` until the next heartbeat (up to a third of
+    the lease, 10 s by default) although the worker was draining."""
+    started, release = threading.Event(), threading.Event()
+
+    @app.task(name="long")
+    def long_job() -> None:
+        started.set()
+        release.wait(30)
+
+    worker = start_worker(app, lease=30.0, shutdown_timeout=20)
+    long_job.enqueue()
+    try:
+        assert started.wait(10)
+        time.sleep(0.2)  # past the start's registry write
+        worker.stop(wait=False)
+        wait_for(lambda: [w.state for w in app.list_workers()] == ["draining"], 3, "the draining state")
+    finally:
+        release.set()
+    assert worker.stop(wait=True, timeout=20)

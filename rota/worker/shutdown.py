@@ -137,6 +137,7 @@ class Lifecycle:
 
     async def _shutdown(self, background: list[asyncio.Task[None]]) -> None:
         poll = background[0]
+        await self._leases.seen()  # `rota workers` says draining now, not at the next heartbeat
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.shield(poll), 5)
         await self._withdraw_ticks_ahead(background)

@@ -103,7 +103,7 @@ class MySQLHotPath:
         token, at = last - len(ids) + 1, locked[0][-1]
         lease_until = at + timedelta(seconds=lease)
         start = 0 if ahead is not None else params["start"]
-        s.q(name, **params, token=token, at=at, lease_until=lease_until, _ids=ids, _idlist=",".join(map(str, ids)))
+        s.q(name, **params, token=token, at=at, _ids=ids, _idlist=",".join(map(str, ids)))
         return [claimed_row(row, k, token, start, at, lease_until) for k, row in enumerate(locked)]
 
     def _plain_finish_and_claim(

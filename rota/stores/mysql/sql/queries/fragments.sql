@@ -29,22 +29,25 @@ FROM rota_runs WHERE id IN %(_ids)s
 -- fragment: claim_update
 -- The claim's update of the ids its first step locked (%(_ids)s; %(_idlist)s in claim order):
 -- the first %(start)s in claim order are started (the attempt counted), the rest held; one
--- token per run, by its place in the claim's order. The times are the lock's reading of the
--- clock (%(at)s, claim_columns; %(lease_until)s = it + the lease): the store hands the claimed
--- rows back from the lock's columns and these values, without reading them again.
+-- token per run, by its place in the claim's order. The start is the lock's reading of the
+-- clock (%(at)s, claim_columns); the lease counts from the update's own reading, never
+-- earlier: the store hands the claimed rows back from the lock's columns and these values,
+-- without reading them again, with the lease from the lock's reading (%(at)s + the lease: a
+-- little shorter than stored when the token connection waited, so the worker renews early,
+-- never late).
 UPDATE rota_runs
 SET status = 'running', owner = %(owner)s, token = %(token)s + FIND_IN_SET(id, %(_idlist)s) - 1,
     attempt = CASE WHEN FIND_IN_SET(id, %(_idlist)s) <= %(start)s AND attempt < 2147483647
                    THEN attempt + 1 ELSE attempt END,
     started_at = CASE WHEN FIND_IN_SET(id, %(_idlist)s) <= %(start)s THEN %(at)s END,
-    lease_until = %(lease_until)s, misfire_at = NULL
+    lease_until = {now} + INTERVAL %(lease)s SECOND, misfire_at = NULL
 WHERE id IN %(_ids)s
 
 -- fragment: claim_ahead_update
 -- The claim ahead's update: every run held, due within %(ahead)s seconds (times: as claim_update).
 UPDATE rota_runs
 SET status = 'running', owner = %(owner)s, token = %(token)s + FIND_IN_SET(id, %(_idlist)s) - 1,
-    lease_until = %(lease_until)s, misfire_at = NULL, started_at = NULL
+    lease_until = {now} + INTERVAL %(lease)s SECOND, misfire_at = NULL, started_at = NULL
 WHERE id IN %(_ids)s
 
 -- fragment: claim_columns

@@ -10,7 +10,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck pytest docs docs-serve package-smoke bench soak chaos clean
+.PHONY: demo test lint typecheck pytest pythons docs docs-serve package-smoke bench soak chaos clean
 
 # mysqlclient (Django's MySQL driver, tests/test_django.py) builds against MariaDB's or MySQL's
 # client headers: installed where pkg-config finds them, else its tests skip saying so (CI
@@ -52,6 +52,11 @@ pytest: $(STAMP)
 
 test: lint typecheck pytest
 
+# A chosen part of the suite on the other supported Pythons (PYTHON_VERSIONS="3.12 3.13"), each
+# in a venv of its own (.venv-py3.X), made by .ci/pythons (which .ci/run calls).
+pythons:
+	bash .ci/pythons
+
 # The documentation site (MkDocs + Material, mkdocs.yml): --strict, so a broken link, a missing
 # snippet or a missing API reference fails the build (.ci/run runs it).
 DOCS_STAMP := $(VENV)/.installed-docs
@@ -90,4 +95,4 @@ chaos: $(STAMP)
 	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .mypy_cache .pytest_cache .ruff_cache site dist
+	rm -rf $(VENV) $(BENCH_VENV) .venv-py3.* .mypy_cache .pytest_cache .ruff_cache site dist

@@ -78,27 +78,28 @@ def _tasks(app: rota.App, steps: int, handled: _Handled) -> tuple[Any, Any]:
     return work, work_returned
 
 
-def _fill(url: str, mode: str, runs: int) -> None:
+def _fill(url: str, mode: str, runs: int, tasks_of: Any = _tasks) -> None:
     """The schema and `runs` runs of `mode`, by an app of their own (closed before the drain)."""
     app = rota.App(url, retention=None)
     try:
         app.migrate()
-        tasks = _tasks(app, STEPS[mode], _Handled())
+        tasks = tasks_of(app, STEPS.get(mode, 0), _Handled())
         tasks["returned" in mode].enqueue_many([((), {}) for _ in range(runs)])
     finally:
         app.close()
 
 
-def _drain(url: str, mode: str, runs: int, args: Any) -> dict[str, float]:
+def _drain(url: str, mode: str, runs: int, args: Any, tasks: Any = _tasks) -> dict[str, float]:
     """A worker of `args.concurrency` slots draining `runs` runs of `mode`: runs per second,
     the checkpoints per batch its group commit wrote (0: none, or a rota without group
-    commit), and what the drain cost (bench.durable_meter: CPU per run, statements, commits)."""
-    _fill(url, mode, runs)
+    commit), and what the drain cost (bench.durable_meter: CPU per run, statements, commits).
+    `tasks`: the tasks' definitions (bench.durable_floor brings its own)."""
+    _fill(url, mode, runs, tasks)
     meter = DrainMeter(url, args.mysql_url if url.startswith("mysql") else args.pg_url)
     handled = _Handled(runs // 20, runs)  # the CPU window: from the first 5 % to the last handler
     with meter.life(runs):
         app = rota.App(url, poll_interval=0.05, retention=None)
-        _tasks(app, STEPS[mode], handled)
+        tasks(app, STEPS.get(mode, 0), handled)
         worker = app.worker(concurrency=args.concurrency, install_signal_handlers=False)
         began = time.perf_counter()
         worker.start()

@@ -404,19 +404,32 @@ class Durable:
 
 
 _AT_ONCE: dict[tuple[Any, int], bool] = {}
-# After the call: return its value; or drop it and return a constant (3.11: LOAD_CONST; 3.12: RETURN_CONST)
+# The call itself: positional, with keywords (3.13: CALL_KW), with *args or **kwargs
+_CALLS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
+# After the call: return its value; or drop it and return a constant (3.11: LOAD_CONST; 3.12, 3.13: RETURN_CONST)
 _RETURNS = (("RETURN_VALUE",), ("POP_TOP", "RETURN_CONST"), ("POP_TOP", "LOAD_CONST", "RETURN_VALUE"))
 
 
 def _returns_at_once(code: Any, lasti: int) -> bool:
-    """Whether the instructions after the call at `lasti` in `code` only return."""
+    """Whether the instructions after the call at `lasti` in `code` only return. `lasti` (the
+    frame's f_lasti) is the offset of the call's last inline cache entry on 3.11 and 3.12, of
+    the call itself on 3.13: either way the call is the last instruction at or before it (dis
+    lists no cache entries). Anything unrecognised (another interpreter, a bytecode this does
+    not know) answers False: the step is then committed before the handler goes on, as any
+    other step is (one group commit more, never a lost checkpoint)."""
     known = _AT_ONCE.get((code, lasti))
     if known is None:
-        after = [i for i in dis.get_instructions(code) if i.offset > lasti][:3]
-        names = tuple(i.opname for i in after)
-        known = any(names[: len(r)] == r for r in _RETURNS)
-        _AT_ONCE[(code, lasti)] = known
+        known = _AT_ONCE[(code, lasti)] = sys.implementation.name == "cpython" and _only_returns(code, lasti)
     return known
+
+
+def _only_returns(code: Any, lasti: int) -> bool:
+    instructions = list(dis.get_instructions(code))
+    upto = [i for i in instructions if i.offset <= lasti]
+    if not upto or upto[-1].opname not in _CALLS:
+        return False
+    names = tuple(i.opname for i in instructions if i.offset > lasti)[:3]
+    return any(names[: len(r)] == r for r in _RETURNS)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -110,7 +110,8 @@ class Run:
                     "started_at": _iso(self.started_at),
                     "finished_at": _iso(self.finished_at),
                     "status": self._last_attempt_status(),
-                    "error": self.error,
+                    # a running attempt has no outcome yet: the row's error is an earlier one's
+                    "error": None if self.status == RUNNING else self.error,
                 }
             )
         return entries

@@ -126,3 +126,17 @@ def test_migrate_is_idempotent(tmp_path: object) -> None:
 def test_bad_database_url_is_one_clear_line(tmp_path: object) -> None:
     code, out = cli("oracle://x@y/z", "runs")
     assert code == 1 and "unsupported database URL scheme 'oracle'" in out and "Traceback" not in out
+
+
+def test_steering_an_unknown_schedule_says_where_the_names_are(db_url: str) -> None:
+    """`rota pause nope` said only "no active schedule named 'nope'": nothing on what is valid
+    when no stored name is close."""
+    app = make_app(db_url)
+    app.add_schedule("nightly-report", app.task(name="report")(lambda: None), cron="0 3 * * *")
+    for command in ("pause", "resume", "trigger"):
+        code, out = cli(db_url, command, "nope")
+        assert code == 1 and out.count("\n") == 1, out
+        assert "'nope'" in out and "`rota schedules` lists them" in out, out
+        code, out = cli(db_url, command, "nightly-reprot")
+        assert "did you mean 'nightly-report'" in out and "rota schedules" not in out, out
+    app.close()

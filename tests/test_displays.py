@@ -156,6 +156,23 @@ def test_a_rolled_back_transactional_enqueue_leaves_an_explained_gap(pg_url: str
     app.close()
 
 
+@pytest.mark.postgres
+def test_the_write_check_at_a_worker_start_leaves_an_explained_gap(pg_url: str) -> None:
+    """A new user on PostgreSQL: `rota migrate`, a worker, one run; its id is not 1 (each write
+    check takes an id) and `rota run 1` did not say why among the reasons it listed."""
+    app = make_app(pg_url)
+    t = app.task(name="t")(lambda: None)
+    first = t.enqueue()
+    app.store.check_writable()  # what a worker's start and `rota migrate` run
+    last = t.enqueue()
+    assert int(last.id) == int(first.id) + 2
+    code, out = cli(pg_url, "run", str(int(first.id) + 1))
+    assert code == 1 and out.count("\n") == 1 and "write check of `rota migrate` and of every worker's start" in out, (
+        out
+    )
+    app.close()
+
+
 def test_arguments_are_counted_from_one_and_named(app: rota.App) -> None:
     @app.task(name="shop.send")
     def send(order_id: int, email: str, *rest: object) -> None: ...

@@ -103,7 +103,8 @@ def test_listings_say_a_run_is_parked(app: rota.App) -> None:
     cli = CliRunner()
     out = cli.invoke(main, ["--database-url", app.store.url, "runs"], terminal_width=250)
     assert out.exit_code == 0, out.output
-    assert "pending (parked: signal 'paid')" in out.output and "pending (parked: sleep until" in out.output
+    assert "pending (parked: signal 'paid')" in out.output and "pending (parked: sleep, ends in " in out.output
+    assert "until in" not in out.output, out.output  # it read 'sleep until in 60 min
     listed = json.loads(cli.invoke(main, ["--database-url", app.store.url, "runs", "--json"]).output)
     assert {i["id"]: i.get("waiting", {}).get("kind") for i in listed} == {
         a.id: "signal",

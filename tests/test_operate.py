@@ -286,7 +286,16 @@ def test_the_api_changes_schedules_queues_and_runs_as_data(db_url: str, caplog: 
     typo = web.post("/api/schedules", json={**new, "task": "reprot"}, headers=auth)
     assert typo.status_code == 400 and "unknown task 'reprot'" in typo.json()["error"]
     bad = web.post("/api/schedules", json={**new, "every": "often"}, headers=auth)
-    assert bad.status_code == 400 and bad.json() == {"error": "every must be a number, got 'often'"}
+    assert bad.status_code == 400 and bad.json() == {
+        "error": "every must be a number of seconds (90, not '90s'), got 'often'"
+    }
+    late = web.post("/api/tasks/report/enqueue", json={"delay": "5m"}, headers=auth)  # it said "a number" only
+    assert late.status_code == 400 and late.json() == {
+        "error": "delay must be a number of seconds (90, not '90s'), got '5m'"
+    }
+    assert web.post("/api/schedules", json={**new, "priority": "high"}, headers=auth).json() == {
+        "error": "priority must be an integer, got 'high'"
+    }
     assert app.list_schedules(include_inactive=True) == []
     added = web.post("/api/schedules", json=new, headers=auth)
     assert added.status_code == 201 and added.json()["cron"] == "0 6 * * *", added.text

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+import rota
+
 from .conftest import WITH_MYSQL, make_app, store_url
 from .procs import WorkerProcs, wait_until
 
@@ -105,6 +107,29 @@ def _ended_after_restart(tmp_path: Path, group: str) -> bool:
     """An execution of `group` ended in a process other than the first one's."""
     lines = [e for e in evidence(tmp_path) if e["group"] == group]
     return bool(lines) and any(e["event"] == "end" and e["pid"] != lines[0]["pid"] for e in lines)
+
+
+def test_a_def_handler_that_stops_on_ctx_cancelled_within_a_second_is_handed_back(
+    db_url: str, procs: WorkerProcs, tmp_path: Path
+) -> None:
+    """The deploy guide: a handler that may outlive the drain should stop on ctx.cancelled
+    (true from the end of the drain); it is then handed back without using an attempt. Under
+    `rota worker` a handler that looked every 0.5 s was fenced at once (no grace for a thread):
+    its attempt counted and its history read WorkerStopped."""
+    app = make_app(db_url)
+    a = procs.start(APP, concurrency=2, lease=3.0, shutdown_timeout=0.3)
+
+    @app.task(name="polite", pass_context=True, retries=2, backoff=0)
+    def stub(ctx: rota.RunContext, seconds: float) -> None: ...
+
+    handle = stub.enqueue(0.5)
+    wait_until(lambda: _started(tmp_path, "polite"), 30, "the handler to start")
+    procs.terminate(a)
+    run = handle.refresh()
+    assert (run.status, run.attempt) == ("pending", 0), run
+    assert run.history[-1]["status"] == "handed back", run.history
+    assert "still running at shutdown" not in procs.output(0), procs.output(0)
+    app.close()
 
 
 def test_an_isolated_run_is_handed_back_only_once_its_child_process_is_gone(

@@ -394,3 +394,49 @@ def test_wait_async_awaits_the_final_run(app: rota.App) -> None:
     assert asyncio.run(handle.wait_async(10)).result == 7
     with pytest.raises(rota.WaitTimeout):
         asyncio.run(t.options(delay=3600).enqueue().wait_async(0.1))
+
+
+def test_a_running_retry_shows_no_error_of_its_own(app: rota.App) -> None:
+    """`rota run ID` printed the first attempt's error under the second one while it ran (the
+    row keeps the last error until the run ends): the running attempt has no outcome yet."""
+    release = threading.Event()
+
+    @app.task(name="flaky", retries=1, backoff=0, pass_context=True)
+    def flaky(ctx: rota.RunContext) -> None:
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        release.wait(30)
+
+    start_worker(app)
+    handle = flaky.enqueue()
+    try:
+        wait_for(lambda: handle.refresh().attempt == 2 and handle.refresh().started_at is not None, 20, "attempt 2")
+        first, current = handle.refresh().attempts
+        assert first["error"]["type"] == "RuntimeError", first
+        assert (current["status"], current["error"]) == ("running", None), current
+    finally:
+        release.set()
+    run = handle.wait(20)
+    assert run.status == "succeeded" and run.attempts[-1]["error"] is None, run
+
+
+def test_a_stopping_worker_reads_draining_at_once(app: rota.App) -> None:
+    """After SIGTERM `rota workers` read `running` until the next heartbeat (up to a third of
+    the lease, 10 s by default) although the worker was draining."""
+    started, release = threading.Event(), threading.Event()
+
+    @app.task(name="long")
+    def long_job() -> None:
+        started.set()
+        release.wait(30)
+
+    worker = start_worker(app, lease=30.0, shutdown_timeout=20)
+    long_job.enqueue()
+    try:
+        assert started.wait(10)
+        time.sleep(0.2)  # past the start's registry write
+        worker.stop(wait=False)
+        wait_for(lambda: [w.state for w in app.list_workers()] == ["draining"], 3, "the draining state")
+    finally:
+        release.set()
+    assert worker.stop(wait=True, timeout=20)

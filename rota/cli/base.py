@@ -34,6 +34,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("rota.cli")
 
 
+class Whole(click.IntRange):
+    """A whole number in [low, high], refused in one line that says so: click's own reads
+    "'x' is not a valid integer range." and "0 is not in the range 1<=x<=10000."."""
+
+    def __init__(self, low: int, high: int) -> None:
+        super().__init__(low, high)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            number = value if isinstance(value, int) else int(str(value).strip())
+        except ValueError:
+            number = None
+        if number is None or not self.min <= number <= self.max:  # type: ignore[operator]
+            self.fail(f"{value!r} is not a whole number from {self.min} to {self.max}", param, ctx)
+        return number
+
+
 class RotaGroup(click.Group):
     """A click group whose errors are one line (`error: ...`) with passwords redacted, and
     whose global options are accepted after the subcommand too (`rota worker APP
@@ -231,7 +248,8 @@ class RunIdCommand(click.Command):
 GAPS = (
     "run ids are not contiguous: retention prunes old runs, and on PostgreSQL an insert that "
     "rolled back (a transactional enqueue) or met a conflict (a key already taken, a schedule "
-    "tick another worker wrote first) uses up an id"
+    "tick another worker wrote first) uses up an id, as does the write check of `rota migrate` "
+    "and of every worker's start (so the first run there is not 1)"
 )
 
 

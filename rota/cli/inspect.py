@@ -16,6 +16,7 @@ from ..models import STATUSES, Run, ScheduleInfo, WorkerInfo, iso
 from .base import (
     RotaGroup,
     RunIdCommand,
+    Whole,
     check_database,
     check_queue,
     database_app,
@@ -156,11 +157,15 @@ def _run_row(r: Run, now: datetime, utc: bool) -> tuple[Any, ...]:
 
 
 def _parked(wait: dict[str, Any], now: datetime, utc: bool) -> str:
-    """A parked run's wait in its status: 'parked: signal 'paid'' or 'parked: sleep until T'."""
+    """A parked run's wait in its status: 'parked: signal 'paid'', 'parked: sleep until T' or,
+    within the hour, 'parked: sleep, ends in 12 s' (not 'until in 12 s')."""
     if wait["kind"] == "signal":
         return f"parked: signal {wait['signal']!r}"
     until = datetime.fromisoformat(wait["until"]) if wait.get("until") else None
-    return f"parked: sleep until {when(until, now, utc=utc)}"
+    shown = when(until, now, utc=utc)
+    if shown is not None and (shown.startswith("in ") or shown == "now" or shown.endswith(" ago")):
+        return f"parked: sleep, ends {shown}"
+    return f"parked: sleep until {shown}"
 
 
 def _summary(run: Run, now: datetime) -> str | None:
@@ -185,7 +190,7 @@ def _summary(run: Run, now: datetime) -> str | None:
 @click.option(
     "--damaged", is_flag=True, help="Only runs set aside as damaged (failed with DamagedRow: see 'Damaged rows')."
 )
-@click.option("--limit", type=click.IntRange(1, MAX_LIMIT), default=50, show_default=True)
+@click.option("--limit", type=Whole(1, MAX_LIMIT), default=50, show_default=True)
 @json_option
 @utc_option
 @click.pass_context
@@ -422,7 +427,7 @@ def _after(value: str | None) -> datetime | None:
 @main.command()
 @click.argument("cron")
 @click.option("--tz", default="UTC", show_default=True, help="IANA time zone.")
-@click.option("--count", type=click.IntRange(1, MAX_EXPLAIN), default=5, show_default=True)
+@click.option("--count", type=Whole(1, MAX_EXPLAIN), default=5, show_default=True)
 @click.option(
     "--after", default=None, help="Start after this ISO time (default now; without an offset it is read in --tz)."
 )

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from .. import operate
-from .base import RotaGroup, database_app, handle_errors, json_option, main, print_json
+from .base import RotaGroup, Whole, database_app, handle_errors, json_option, main, print_json
 from .display import Column, table
 from .flow import Duration
 from .inspect import schedules
@@ -36,7 +36,7 @@ def schedule_options(required: bool) -> Callable[[F], F]:
             click.option("--jitter", type=Duration(zero=True), default=None, help="Spread each tick by up to this."),
             click.option("--queue", default=None),
             click.option("--priority", type=int, default=None),
-            click.option("--retries", type=click.IntRange(0, 1000), default=None),
+            click.option("--retries", type=Whole(0, 1000), default=None),
             click.option("--timeout", type=Duration(), default=None),
         ]  # fmt: skip
         if required:

@@ -16,6 +16,7 @@ from ..errors import DatabaseError, DatabaseRefused
 from ..logs import log_event
 from ..serialization import MAX_DEPTH, too_long
 from .base import (
+    Whole,
     apply_database_flag,
     check_queue,
     database_app,
@@ -31,7 +32,7 @@ from .base import (
 from .display import duration
 from .flow import Duration, RunId
 
-PORT = click.IntRange(1, 65535)
+PORT = Whole(1, 65535)
 
 
 class Seconds(click.ParamType):  # type: ignore[type-arg]
@@ -87,7 +88,7 @@ def _flag_or_app(app: App, name: str, flag: Any) -> Any:
 
 @main.command(epilog=config.epilog())
 @click.argument("app_path", metavar="APP")
-@click.option("-c", "--concurrency", type=click.IntRange(1, 10000), help=config.help_line("concurrency"))
+@click.option("-c", "--concurrency", type=Whole(1, 10000), help=config.help_line("concurrency"))
 @click.option(
     "-q", "--queue", "queues", multiple=True, help="Only this queue (repeatable). [env ROTA_QUEUES; default all]"
 )
@@ -96,7 +97,7 @@ def _flag_or_app(app: App, name: str, flag: Any) -> Any:
 @click.option("--shutdown-timeout", type=Seconds("shutdown_timeout"), help=config.help_line("shutdown_timeout"))
 @click.option("--default-timeout", type=Seconds("default_timeout"), help=config.help_line("default_timeout"))
 @click.option("--metrics-port", type=PORT, help=config.help_line("metrics_port"))
-@click.option("--prefetch", type=click.IntRange(0, 100000), help=config.help_line("prefetch"))
+@click.option("--prefetch", type=Whole(0, 100000), help=config.help_line("prefetch"))
 @log_options("worker")
 @click.pass_context
 @handle_errors

@@ -39,7 +39,8 @@ def with_hint(app: App, name: str, exc: ScheduleNotFound) -> ScheduleNotFound:
     for a decorator's full one, 'nightly' for 'myapp.jobs.nightly', or a typo)."""
     if "(did you mean" in str(exc):  # the App's own error has one already
         return exc
-    return ScheduleNotFound(f"{exc}{did_you_mean(name, [s.name for s in app.list_schedules()])}")
+    hint = did_you_mean(name, [s.name for s in app.list_schedules()])
+    return ScheduleNotFound(f"{exc}{hint or '; `rota schedules` lists them by their full names'}")
 
 
 def steer_schedule(app: App, action: str, name: str) -> ScheduleInfo:

@@ -28,6 +28,7 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "jitter": _NUMBER, "queue": (str,), "priority": (int,), "retries": (int,), "timeout": _NUMBER,
     "notify_on": (list,), "delay": _NUMBER, "key": (str,),
 }  # fmt: skip
+SECONDS = frozenset({"every", "misfire_grace", "jitter", "timeout", "delay"})  # numbers of seconds in a body
 
 
 def who(request: Request) -> str:
@@ -50,7 +51,8 @@ async def body(request: Request, allowed: frozenset[str]) -> dict[str, Any]:
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             names = {"str": "a string", "int": "an integer", "float": "a number", "list": "an array",
                      "dict": "an object", "bool": "a boolean"}[kinds[-1].__name__]  # fmt: skip
-            raise ConfigurationError(f"{name} must be {names}, got {value!r}")
+            seconds = " of seconds (90, not '90s')" if name in SECONDS else ""
+            raise ConfigurationError(f"{name} must be {names}{seconds}, got {value!r}")
         if isinstance(value, str):
             _text(name, value)
     if "notify_on" in fields:

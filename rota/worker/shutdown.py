@@ -36,8 +36,9 @@ from .wakeups import DueTimes
 
 log = logging.getLogger("rota.worker")
 # seconds a stopped run gets to end, by executor: a child process is killed and reaped; a
-# cancelled coroutine ends at its next await (unless it ignores its cancellation)
-STOP_GRACE = {"process": 6.0, "coroutine": 0.5}
+# cancelled coroutine ends at its next await (unless it ignores its cancellation); a `def`
+# handler sees ctx.cancelled and returns at its next look (the deploy guide's advice)
+STOP_GRACE = {"process": 6.0, "coroutine": 0.5, "thread": 1.0, "transactional": 1.0}
 
 
 class Lifecycle:
@@ -136,6 +137,7 @@ class Lifecycle:
 
     async def _shutdown(self, background: list[asyncio.Task[None]]) -> None:
         poll = background[0]
+        await self._leases.seen()  # `rota workers` says draining now, not at the next heartbeat
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.shield(poll), 5)
         await self._withdraw_ticks_ahead(background)
@@ -214,6 +216,8 @@ class Lifecycle:
             self._executors.stop(active, lost=False)
             if active.kind in ("thread", "transactional"):
                 self._executors.finish(active)  # decided here (its slot, its result)
+        # threads get a grace to see ctx.cancelled and return: their leases renewed meanwhile
+        self._leases.kept = [a for a in unfinished if a.kind in ("thread", "transactional")]
         began = time.monotonic()
         while any(still_running(a) and time.monotonic() - began < STOP_GRACE.get(a.kind, 0) for a in unfinished):
             await asyncio.sleep(0.01)

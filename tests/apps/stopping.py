@@ -56,6 +56,17 @@ def nightly(ctx: rota.RunContext) -> str:
     return _work(ctx, f"schedule:{ctx.schedule}")
 
 
+@app.task(name="polite", pass_context=True, retries=2, backoff=0)
+def polite(ctx: rota.RunContext, seconds: float) -> str:
+    """Stops when asked: looks at ctx.cancelled every `seconds` (a check between two chunks of
+    work), as the deploy guide advises a handler that may outlive the drain to do."""
+    _log("start", ctx, "polite")
+    while not ctx.cancelled:
+        time.sleep(seconds)
+    _log("end", ctx, "polite")
+    return "stopped"
+
+
 @app.task(name="export_async", pass_context=True, limit=rota.Limit(1, by="customer"), retries=2, backoff=0)
 async def export_async(ctx: rota.RunContext, customer: str) -> str:
     """Ignores cancellation while it runs (catches CancelledError and goes on)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..base import Claimed, Outcome
@@ -72,12 +73,13 @@ class MySQLHotPath:
         ahead: float | None = None,
     ) -> list[Any]:
         """claim (the first `start` started), or with `ahead` claim_ahead (all held). The due
-        runs' ids first (FOR UPDATE SKIP LOCKED), then their tokens (taken and committed on the
-        store's token connection: the counter's row is locked for that one statement, not to
-        this claim's commit), then the UPDATE of those ids: a claim that finds nothing locks
-        nothing. Tokens are taken after the runs are locked: a run's previous claim committed
-        before, with a smaller token. A transaction that locked the counter already (a flow
-        claim's, a rebase) takes them in itself."""
+        runs first (FOR UPDATE SKIP LOCKED, with the columns the claim hands back and the
+        database's clock, read once: the start and the lease are from it), then their tokens
+        (taken and committed on the store's token connection: the counter's row is locked for
+        that one statement, not to this claim's commit), then the UPDATE of those ids, not read
+        back: a claim that finds nothing locks nothing. Tokens are taken after the runs are
+        locked: a run's previous claim committed before, with a smaller token. A transaction
+        that locked the counter already (a flow claim's, a rebase) takes them in itself."""
         params: dict[str, Any] = {"owner": owner, "lease": lease, "limit": limit}
         if ahead is None:
             params["start"], name = limit if start is None else start, "claim"
@@ -85,9 +87,10 @@ class MySQLHotPath:
             params["ahead"], name = ahead, "claim_ahead"
         if queues is not None:
             name, params["queues"] = name + "_in_queues", self._names(queues)
-        ids = [int(r[0]) for r in s.q(name + "_ids", **params)]
-        if not ids:
+        locked = s.q(name + "_ids", **params)
+        if not locked:
             return []
+        ids = [int(r[0]) for r in locked]
         # one token per claimed run; in this transaction when it holds the counter's row
         # already (a flow claim's) or the token connection waited 1 s for it (_take_tokens)
         last = None if s.counter else self._take_tokens(len(ids))
@@ -97,8 +100,11 @@ class MySQLHotPath:
         if last < len(ids):  # the counter is damaged: it starts again past the runs' tokens
             last = next_token(s) + len(ids) - 1
             s.q("take_token", token=last)
-        token = last - len(ids) + 1
-        return s.q(name, **params, token=token, _ids=ids, _idlist=",".join(map(str, ids)))
+        token, at = last - len(ids) + 1, locked[0][-1]
+        lease_until = at + timedelta(seconds=lease)
+        start = 0 if ahead is not None else params["start"]
+        s.q(name, **params, token=token, at=at, _ids=ids, _idlist=",".join(map(str, ids)))
+        return [claimed_row(row, k, token, start, at, lease_until) for k, row in enumerate(locked)]
 
     def _plain_finish_and_claim(
         self,
@@ -208,6 +214,14 @@ class MySQLHotPath:
             settle(s, sorted(back))
             self._notify(s, "run")
         return back
+
+
+def claimed_row(row: Sequence[Any], k: int, token: int, start: int, at: Any, lease_until: Any) -> tuple[Any, ...]:
+    """The `k`-th run a claim locked (claim_columns, in claim order) as its update left it: the
+    row the claim hands back, in claimed_columns' order, without reading it again."""
+    started = k < start
+    attempt = row[4] + 1 if started and row[4] < 2147483647 else row[4]
+    return (*row[:4], attempt, row[5], token + k, *row[6:9], row[9], at if started else None, lease_until, *row[10:13])
 
 
 def settle(s: Session, ids: Sequence[int]) -> None:

@@ -36,6 +36,7 @@ from ..records import PARKED, rescued_rows
 from ..sqlstore.checkpoints import finish_steps
 from ..sqlstore.queries import load_queries
 from ..sqlstore.store import NOTIFY_CHANNEL, Row, SqlStore
+from .at_exit import closed_at_exit
 from .claim_from import ClaimFrom
 from .failover import check_interval, read_only
 from .flow import PostgresFlow
@@ -171,7 +172,7 @@ class PostgresStore(PgMigrations, PostgresFlow, PgForeignSessions, PgVacuum, Sql
                 pool.close()
                 kind = DatabaseRefused if refused(exc) else DatabaseUnavailable
                 raise kind(f"cannot connect to PostgreSQL at {redact(self.url)}: {_reason(exc)}") from exc
-            self._pool = pool
+            self._pool = closed_at_exit(pool)  # before the exit's last collection (at_exit.py)
             return pool
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:

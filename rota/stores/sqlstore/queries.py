@@ -19,7 +19,7 @@ import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
-from importlib.abc import Traversable
+from importlib.resources.abc import Traversable
 
 _BLOCK = re.compile(r"^--\s*(name|fragment):\s*(\w+)(?:\(([\w\s,]*)\))?\s*$", re.MULTILINE)
 _ARGS = r"(?:\(((?:(?!\}\}).)*?)\))?"  # (arguments), never across a `}}`

@@ -1,32 +1,37 @@
 -- Named queries of the MySQL store: the worker's hot path (claims, starts, heartbeats,
--- finishes, hand-backs, rescues). No UPDATE ... RETURNING: a claim selects the due runs'
--- ids FOR UPDATE SKIP LOCKED (claim_ids), takes one token per run from the counter, then
--- updates those ids (claim) and reads them back, in one transaction (hot_path.py).
+-- finishes, hand-backs, rescues). No UPDATE ... RETURNING: a claim selects the due
+-- runs FOR UPDATE SKIP LOCKED (claim_ids, with what the claim hands back), takes one token
+-- per run from the counter, then updates those ids (claim), in one transaction (hot_path.py).
 
 -- name: claim_ids
--- The due plain runs in claim order, locked; runs another claimer locked are skipped.
-SELECT id FROM rota_runs FORCE INDEX (rota_runs_claim)
+-- The due plain runs in claim order, locked; runs another claimer locked are skipped. Their
+-- columns (claim_columns): the claim does not read them again.
+{{claim_columns}}
+FROM rota_runs FORCE INDEX (rota_runs_claim)
 WHERE {{claimable({now})}}
 ORDER BY priority DESC, due_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: claim_in_queues_ids
-SELECT id FROM rota_runs FORCE INDEX (rota_runs_claim)
+{{claim_columns}}
+FROM rota_runs FORCE INDEX (rota_runs_claim)
 WHERE {{claimable({now})}} AND queue IN {{queues}}
 ORDER BY priority DESC, due_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: claim_ahead_ids
-SELECT id FROM rota_runs FORCE INDEX (rota_runs_claim)
+{{claim_columns}}
+FROM rota_runs FORCE INDEX (rota_runs_claim)
 WHERE {{claimable({now} + INTERVAL %(ahead)s SECOND)}}
 ORDER BY priority DESC, due_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: claim_ahead_in_queues_ids
-SELECT id FROM rota_runs FORCE INDEX (rota_runs_claim)
+{{claim_columns}}
+FROM rota_runs FORCE INDEX (rota_runs_claim)
 WHERE {{claimable({now} + INTERVAL %(ahead)s SECOND)}} AND queue IN {{queues}}
 ORDER BY priority DESC, due_at, id
 LIMIT %(limit)s

@@ -29,25 +29,34 @@ FROM rota_runs WHERE id IN %(_ids)s
 -- fragment: claim_update
 -- The claim's update of the ids its first step locked (%(_ids)s; %(_idlist)s in claim order):
 -- the first %(start)s in claim order are started (the attempt counted), the rest held; one
--- token per run, by its place in the claim's order. Then the claimed rows.
+-- token per run, by its place in the claim's order. The start is the lock's reading of the
+-- clock (%(at)s, claim_columns); the lease counts from the update's own reading, never
+-- earlier: the store hands the claimed rows back from the lock's columns and these values,
+-- without reading them again, with the lease from the lock's reading (%(at)s + the lease: a
+-- little shorter than stored when the token connection waited, so the worker renews early,
+-- never late).
 UPDATE rota_runs
 SET status = 'running', owner = %(owner)s, token = %(token)s + FIND_IN_SET(id, %(_idlist)s) - 1,
     attempt = CASE WHEN FIND_IN_SET(id, %(_idlist)s) <= %(start)s AND attempt < 2147483647
                    THEN attempt + 1 ELSE attempt END,
-    started_at = CASE WHEN FIND_IN_SET(id, %(_idlist)s) <= %(start)s THEN {now} END,
+    started_at = CASE WHEN FIND_IN_SET(id, %(_idlist)s) <= %(start)s THEN %(at)s END,
     lease_until = {now} + INTERVAL %(lease)s SECOND, misfire_at = NULL
 WHERE id IN %(_ids)s
-;
-{{claimed_columns}}
 
 -- fragment: claim_ahead_update
--- The claim ahead's update: every run held, due within %(ahead)s seconds. Then the claimed rows.
+-- The claim ahead's update: every run held, due within %(ahead)s seconds (times: as claim_update).
 UPDATE rota_runs
 SET status = 'running', owner = %(owner)s, token = %(token)s + FIND_IN_SET(id, %(_idlist)s) - 1,
     lease_until = {now} + INTERVAL %(lease)s SECOND, misfire_at = NULL, started_at = NULL
 WHERE id IN %(_ids)s
-;
-{{claimed_columns}}
+
+-- fragment: claim_columns
+-- What the claim's lock reads of each run, in claim order (hot_path._claim builds Claimed from
+-- them and the values its update writes): the columns the claim does not change (due_at as
+-- epoch seconds; whether the run has saved steps: a plain read, the subquery takes no lock),
+-- then the clock once for the whole claim.
+SELECT id, task, args, kwargs, attempt, max_attempts, timeout, backoff, schedule, scheduled_for, priority,
+       UNIX_TIMESTAMP(due_at), EXISTS (SELECT 1 FROM rota_steps s WHERE s.run_id = rota_runs.id), {now}
 
 -- fragment: claimable(due)
 -- A plain run a claim may take: pending, not held, due by {{due}}, not past its misfire

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
 import socket
 from typing import Any
 
@@ -263,15 +264,18 @@ def dashboard(
     setup_logging(ctx)
     host = config.value("dashboard_host", host)
     port = config.value("dashboard_port", port)
-    token = config.value("dashboard_token", token)
+    flag_token, token = token, config.value("dashboard_token", token)
     hosts = config.value("dashboard_allowed_hosts", _host_names(allowed_hosts))
     forwarded = config.value("dashboard_forwarded_allow_ips", _proxies(proxies))
     assert host is not None and port is not None
     try:
         from .. import web
+        from ..web.auth import READONLY_ENV, TOKEN_ENV
     except ImportError as exc:
         raise click.ClickException(str(exc)) from exc
     web.check_open(token or None, host, hosts)  # before the port check: name the missing token
+    web.check_token_length(token or None, "--token" if flag_token is not None else TOKEN_ENV)
+    web.check_token_length(os.environ.get(READONLY_ENV) or None, READONLY_ENV)
     check_port(port, host, "--port")
     app = load_app(app_path)
     apply_database_flag(ctx, app)

@@ -46,7 +46,7 @@ def test_runs_of_an_unknown_schedule_warn_with_a_close_name(db_url: str) -> None
     app.add_schedule("nightly", "t", cron="0 3 * * *")
     out, err = rota(db_url, "runs", "--schedule", "nighlty")
     assert err == (
-        "warning: unknown schedule 'nighlty' (did you mean 'nightly'?): `rota schedules --all` lists the schedule names\n"
+        "warning: unknown schedule 'nighlty' (did you mean 'nightly'?): rota schedules --all lists the schedule names\n"
     )
     assert out.splitlines()[1:] == ["no runs match --schedule nighlty"]
     assert rota(db_url, "runs", "--schedule", "nighlty", "--json") == ("[]\n", err)

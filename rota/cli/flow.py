@@ -163,7 +163,7 @@ def unknown_names(app: App, flt: dict[str, Any]) -> list[str]:
         names = {s.name for s in app.list_schedules(include_inactive=True)}
         if name not in names:
             close = did_you_mean(name, names)
-            found.append(f"unknown schedule {name!r}{close}: `rota schedules --all` lists the schedule names")
+            found.append(f"unknown schedule {name!r}{close}: rota schedules --all lists the schedule names")
     return found
 
 

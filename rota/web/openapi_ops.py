@@ -41,8 +41,7 @@ def operator_paths() -> dict[str, Any]:
     changes = {"type": "object", "properties": {**schedule_fields, "task": STR, "notify_on": FIELDS}}
     enqueue = {"type": "object", "properties": {"args": {"type": "array"}, "kwargs": {"type": "object"}, "queue": STR,
                "priority": INT, "retries": INT, "timeout": num, "delay": num, "key": STR, "unique_for": num,
-               "after": {"type": "array", "items": {"type": ["string", "integer"]}},
-               "defaults": {"type": "boolean"}}}  # fmt: skip
+               "after": {"type": "array", "items": {"type": ["string", "integer"]}}, "defaults": BOOL}}  # fmt: skip
     queue = _path("name", {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}$"})  # rota.tasks.check_queue
     queue_action = _op("", _json(_ref("Queue"), "The queue after the action"), params=[queue])
     changed = _json(_ref("Schedule"), "The schedule after the change")

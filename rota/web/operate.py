@@ -1,7 +1,7 @@
 """The API's changes made as data (issue 44): queues paused fleet-wide, schedules added,
-updated and removed, and runs of a declared task enqueued, without the App's code. Each is
-checked as the CLI and the Python API check it (rota.operate: a task must be declared by some
-worker), passes the dashboard's token and cross-site checks like every POST (rota.web.auth),
+updated and removed, and runs of a declared task enqueued (as its code enqueues them if the
+dashboard's App declares the task; by name only with `"defaults": true`). Each is checked as the
+CLI and the Python API check it (rota.operate: a task must be declared by some worker), passes the dashboard's token and cross-site checks like every POST (rota.web.auth),
 and is logged in one line naming who (the dashboard and the client's address) and what."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "notify_on": (list,), "delay": _NUMBER, "key": (str,), "unique_for": _NUMBER, "after": (list,),
     "defaults": (bool,),
 }  # fmt: skip
-SECONDS = frozenset({"every", "misfire_grace", "jitter", "timeout", "delay", "unique_for"})  # numbers of seconds in a body
+# The fields that are numbers of seconds in a body.
+SECONDS = frozenset({"every", "misfire_grace", "jitter", "timeout", "delay", "unique_for"})
 
 
 def who(request: Request) -> str:

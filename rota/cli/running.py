@@ -240,7 +240,11 @@ def enqueue_declared(
 @click.argument("app_path", metavar="APP")
 @click.option("--host", default=None, help=config.help_line("dashboard_host"))
 @click.option("--port", type=PORT, default=None, help=config.help_line("dashboard_port"))
-@click.option("--token", default=None, help=config.help_line("dashboard_token") + " Needed beyond loopback.")
+@click.option(
+    "--token",
+    default=None,
+    help=config.help_line("dashboard_token") + " Needed beyond loopback; at least 16 characters.",
+)
 @click.option(
     "--allowed-host",
     "allowed_hosts",

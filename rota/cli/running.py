@@ -268,26 +268,35 @@ def dashboard(
     setup_logging(ctx)
     host = config.value("dashboard_host", host)
     port = config.value("dashboard_port", port)
-    flag_token, token = token, config.value("dashboard_token", token)
     hosts = config.value("dashboard_allowed_hosts", _host_names(allowed_hosts))
     forwarded = config.value("dashboard_forwarded_allow_ips", _proxies(proxies))
     assert host is not None and port is not None
     try:
         from .. import web
-        from ..web.auth import READONLY_ENV, TOKEN_ENV
     except ImportError as exc:
         raise click.ClickException(str(exc)) from exc
-    web.check_open(token or None, host, hosts)  # before the port check: name the missing token
-    web.check_token_length(token or None, "--token" if flag_token is not None else TOKEN_ENV)
-    web.check_token_length(os.environ.get(READONLY_ENV) or None, READONLY_ENV)
+    token = _token(token)
+    web.check_open(token, host, hosts)  # before the port check: name the missing token
     check_port(port, host, "--port")
     app = load_app(app_path)
     apply_database_flag(ctx, app)
     _probe_database(app)
     try:
-        web.serve(app, host=host, port=port, token=token or None, allowed_hosts=hosts, forwarded_allow_ips=forwarded)
+        web.serve(app, host=host, port=port, token=token, allowed_hosts=hosts, forwarded_allow_ips=forwarded)
     finally:
         app.close()
+
+
+def _token(flag: str | None) -> str | None:
+    """--token, else ROTA_DASHBOARD_TOKEN (None: no token), and each token the dashboard would
+    serve with (ROTA_DASHBOARD_READONLY_TOKEN too) at least rota.web.MIN_TOKEN characters."""
+    from .. import web
+    from ..web.auth import READONLY_ENV, TOKEN_ENV
+
+    token = config.value("dashboard_token", flag) or None
+    web.check_token_length(token, "--token" if flag is not None else TOKEN_ENV)
+    web.check_token_length(os.environ.get(READONLY_ENV) or None, READONLY_ENV)
+    return token
 
 
 def _probe_database(app: App) -> None:

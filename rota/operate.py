@@ -26,7 +26,7 @@ from .logs import log_event
 from .models import QueueInfo, ScheduleInfo
 from .serialization import encode_arguments
 from .stores.records import NewRun
-from .tasks import TaskOptions, check_int, check_queue
+from .tasks import Task, TaskOptions, check_int, check_queue
 
 if TYPE_CHECKING:
     from .app import App
@@ -135,32 +135,74 @@ def remove_schedule(app: App, name: str, by: str) -> None:
     audit(by, "schedule_remove", name)
 
 
-def enqueue(app: App, task: str, fields: Mapping[str, Any], by: str) -> tuple[str, bool]:
-    """One run of a declared task, by name, without its code: the task's options are not known
-    here, so the run has the defaults (queue 'default', priority 0, no retries, no timeout)
-    unless given (queue, priority, retries, timeout, delay, key). Returns (id, created)."""
+def enqueue(app: App, task: str, fields: Mapping[str, Any], by: str, *, by_name: bool = True) -> tuple[str, bool]:
+    """One run of `task`, from data (the dashboard's API, `rota enqueue TASK`). If `app`
+    declares the task, as `task.options(...).enqueue(*args, **kwargs)` does it: the code's
+    options (retries, timeout, backoff, limit, rate, queue, priority) unless given, and the
+    arguments checked against the handler. Else by name, if `by_name` and some worker declares
+    it: its options in code are not known here, so the run has the defaults (queue 'default',
+    priority 0, no retries, no timeout) unless given, and its arguments are not checked; if not
+    `by_name`, refused (ConfigurationError saying how). Returns (id, created)."""
     check_fields(fields, ENQUEUE_FIELDS, "enqueue")
-    app.check_declared(task)
-    opts = TaskOptions(queue=fields.get("queue") or "default", priority=check_int("priority", fields.get("priority", 0),
-                       low=-(2**31), high=2**31 - 1), retries=fields.get("retries", 0), timeout=fields.get("timeout"))  # fmt: skip
+    declared = app.tasks.get(task)
+    if declared is not None:
+        run_id, created, queue = _enqueue_declared(declared, fields)
+    else:
+        app.check_declared(task)
+        if not by_name:
+            raise ConfigurationError(
+                f"task {task!r} is declared by a worker but not by this dashboard's App, so its options "
+                "(retries, timeout, limit, rate, queue) and arguments cannot be checked here: serve the "
+                'dashboard with the App that declares it, or send "defaults": true to enqueue by name '
+                "with the default options (no retries, no timeout)"
+            )
+        run_id, created, queue = _enqueue_by_name(app, task, fields)
+    audit(by, "enqueue", task, run=run_id, queue=queue, created=created)
+    return run_id, created
+
+
+def _arguments(fields: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any], float]:
     args, kwargs = fields.get("args", []), fields.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise ConfigurationError(f"args must be a JSON array and kwargs a JSON object, got {args!r} and {kwargs!r}")
-    a, k = encode_arguments(task, args, kwargs)
     delay = fields.get("delay", 0.0)
     if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay <= 36500 * 86400:
         raise ConfigurationError(f"delay must be a number of seconds from 0 to {36500 * 86400}, got {delay!r}")
+    return args, kwargs, float(delay)
+
+
+def _enqueue_declared(task: Task[..., Any], fields: Mapping[str, Any]) -> tuple[str, bool, str]:
+    """As the code enqueues it (rota.tasks.TaskCall): its options, its argument check."""
+    args, kwargs, delay = _arguments(fields)
+    call = task.options(
+        delay=delay or None, priority=fields.get("priority"), queue=fields.get("queue"), key=fields.get("key"),
+        retries=fields.get("retries"), timeout=fields.get("timeout"), unique_for=fields.get("unique_for"),
+        after=fields.get("after"),
+    )  # fmt: skip
+    handle = call.enqueue(*args, **kwargs)
+    return handle.id, handle.created, call.opts.queue
+
+
+def _enqueue_by_name(app: App, task: str, fields: Mapping[str, Any]) -> tuple[str, bool, str]:
+    """Without the task's code: the default options unless given, the arguments unchecked."""
+    if "unique_for" in fields or "after" in fields:
+        raise ConfigurationError(f"unique_for and after need the code that declares task {task!r}")
+    opts = TaskOptions(queue=fields.get("queue") or "default", priority=check_int("priority", fields.get("priority", 0),
+                       low=-(2**31), high=2**31 - 1), retries=fields.get("retries", 0), timeout=fields.get("timeout"))  # fmt: skip
+    args, kwargs, delay = _arguments(fields)
+    a, k = encode_arguments(task, args, kwargs)
     key = fields.get("key")
     if key is not None and not isinstance(key, str):
         raise ConfigurationError(f"key must be a string, got {key!r}")
-    new = NewRun(task=task, args=a, kwargs=k, queue=opts.queue, priority=opts.priority, delay=float(delay), key=key,
+    new = NewRun(task=task, args=a, kwargs=k, queue=opts.queue, priority=opts.priority, delay=delay, key=key,
                  max_attempts=opts.max_attempts, timeout=opts.timeout)  # fmt: skip
     ((run_id, created),) = app.store.insert_runs([new])
-    audit(by, "enqueue", task, run=str(run_id), queue=opts.queue, created=created)
-    return str(run_id), created
+    return str(run_id), created, opts.queue
 
 
-ENQUEUE_FIELDS = frozenset({"args", "kwargs", "queue", "priority", "retries", "timeout", "delay", "key"})
+ENQUEUE_FIELDS = frozenset(
+    {"args", "kwargs", "queue", "priority", "retries", "timeout", "delay", "key", "unique_for", "after"}
+)
 
 
 def cli_user() -> str:

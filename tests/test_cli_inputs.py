@@ -138,7 +138,7 @@ def test_a_busy_metrics_or_dashboard_port_is_refused_before_start(url: str, busy
     code, out = cli("--database-url", url, "worker", BASIC, "--metrics-port", str(busy_port))
     one_error_line(code, out, f"port {busy_port}", "in use")
     code, out = cli(
-        "--database-url", url, "dashboard", BASIC, "--host", "0.0.0.0", "--port", str(busy_port), "--token", "t"
+        "--database-url", url, "dashboard", BASIC, "--host", "0.0.0.0", "--port", str(busy_port), "--token", "t" * 16
     )
     one_error_line(code, out, f"port {busy_port}", "in use")
     code, out = cli("--database-url", url, "worker", BASIC, env={"ROTA_METRICS_PORT": str(busy_port)})

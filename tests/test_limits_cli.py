@@ -81,3 +81,21 @@ def test_rota_limits_counts_the_runs_waiting_for_a_declaring_worker_to_key_them(
     assert code == 0 and json.loads(out)["unresolved"] == 1, out
     code, out = cli(db_url, "limits")
     assert "1 run(s) wait for a worker that declares their task" in out
+
+
+def test_rota_limits_says_max_is_per_key(db_url: str, app_factory: Callable[..., rota.App]) -> None:
+    """A `by=` limit of 1 with two keys running read `max 1, running 2`, like a breach."""
+    app = app_factory()
+
+    @app.task(limit=rota.Limit(1, by="customer"), name="export")
+    def export(customer: int) -> None: ...
+
+    app.migrate()
+    app.prepare()
+    for c in (1, 2):
+        export.enqueue(c)
+    app.store.claim("w", 10, None, 30.0)
+    code, out = cli(db_url, "limits")
+    header, row = out.splitlines()[1], out.splitlines()[3]
+    assert code == 0 and header.split() == ["limit", "max", "per", "key", "running", "(all", "keys)", "waiting", "keys"]
+    assert row.split() == ["export", "1", "2", "0", "2"], out

@@ -448,13 +448,15 @@ def test_cli_refuses_a_public_bind_without_a_token(db_url: str, served: list[dic
 
 def test_cli_serves_with_a_token_or_on_loopback(db_url: str, served: list[dict[str, Any]]) -> None:
     port = free_port()
-    code, out = dashboard_cli(db_url, "--host", "0.0.0.0", "--port", str(port), env={"ROTA_DASHBOARD_TOKEN": "t0ken"})
+    code, out = dashboard_cli(
+        db_url, "--host", "0.0.0.0", "--port", str(port), env={"ROTA_DASHBOARD_TOKEN": "t0ken-of-16-chars-or-more"}
+    )
     assert code == 0, out
-    assert f"on http://0.0.0.0:{port}/ (sign in with the token)" in out and "t0ken" not in out
+    assert f"on http://0.0.0.0:{port}/ (sign in with the token)" in out and "t0ken-of-16-chars-or-more" not in out
     assert served[-1]["host"] == "0.0.0.0" and served[-1]["port"] == port and served[-1]["access_log"] is False
     public = TestClient(served[-1]["web"], base_url="http://rota.example")  # any Host: the token guards it
     assert public.get("/").status_code == 401
-    assert public.get("/", headers={"authorization": "Bearer t0ken"}).status_code == 200
+    assert public.get("/", headers={"authorization": "Bearer t0ken-of-16-chars-or-more"}).status_code == 200
 
     port = free_port()  # through the variable: the default 8000 may be taken on this machine
     code, out = dashboard_cli(db_url, env={"ROTA_DASHBOARD_PORT": str(port)})
@@ -476,7 +478,10 @@ def test_cli_allowed_hosts_from_the_flag_or_the_variable(db_url: str, served: li
     assert [answers(web, h) for h in ("dash.internal", "localhost", "from-env.example", "rebound.example")] == [
         200, 200, 403, 403,
     ]  # fmt: skip
-    any_host = {"ROTA_DASHBOARD_ALLOWED_HOSTS": "from-env.example,*", "ROTA_DASHBOARD_TOKEN": "t0ken"}
+    any_host = {
+        "ROTA_DASHBOARD_ALLOWED_HOSTS": "from-env.example,*",
+        "ROTA_DASHBOARD_TOKEN": "t0ken-of-16-chars-or-more",
+    }
     code, out = dashboard_cli(db_url, "--port", port, env=any_host)  # '*' needs a token (tests/test_web_peers.py)
     assert code == 0, out
     assert answers(served[-1]["web"], "anything.example") == 401  # answered: the token guards it

@@ -19,7 +19,7 @@ from rota.web.sessions import FREE_FAILURES
 
 from .ports import free_port
 
-TOKEN = "t0ken-for-peers"
+TOKEN = "t0ken-for-the-peers"
 
 
 def dashboard_cli(url: str, *args: str, env: dict[str, str | None] | None = None) -> tuple[int, str]:

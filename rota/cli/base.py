@@ -115,11 +115,20 @@ def error_text(exc: BaseException) -> str:
     message = " ".join(str(exc).split())
     cause = exc.__cause__
     while cause is not None:
-        first = " ".join(" ".join(str(cause).strip().splitlines()[:1]).split())
+        first = " ".join(" ".join(_cause_text(cause).strip().splitlines()[:1]).split())
         if first and first not in message:
             message += f" (caused by: {first})"
         cause = cause.__cause__
     return message
+
+
+def _cause_text(cause: BaseException) -> str:
+    """A cause's text: a MySQL driver's (code, message) error as its message (its str is the
+    tuple, which repeated the message already said: `Access denied ... (caused by: (1045, ...))`)."""
+    args = cause.args
+    if len(args) == 2 and isinstance(args[0], int) and isinstance(args[1], str):
+        return args[1]
+    return str(cause)
 
 
 def handle_errors(fn: F) -> F:

@@ -4,6 +4,7 @@ options of `rota explain`."""
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -148,6 +149,30 @@ def unknown_task(app: App, task: str | None) -> str | None:
         return None
     close = did_you_mean(task, {r.task for r in app.list_runs(limit=500)})
     return f"no run of task {task!r} exists{close}"
+
+
+def unknown_names(app: App, flt: dict[str, Any]) -> list[str]:
+    """The warnings for `rota runs` that listed nothing: each --task or --schedule naming
+    nothing that exists (a typo), with the names close to it and how to list them."""
+    found = []
+    task = unknown_task(app, flt.get("task"))
+    if task:
+        found.append(f"{task}: --task takes the full task name, as the task column shows it")
+    name = flt.get("schedule")
+    if name is not None and not app.list_runs(schedule=name, limit=1):
+        names = {s.name for s in app.list_schedules(include_inactive=True)}
+        if name not in names:
+            close = did_you_mean(name, names)
+            found.append(f"unknown schedule {name!r}{close}: rota schedules --all lists the schedule names")
+    return found
+
+
+def nothing_matched(what: str, flt: dict[str, Any]) -> str:
+    """The line an empty listing prints instead of a bare header: `no runs match --task x`."""
+    given = [
+        f"--{k} {shlex.quote(str(v))}" if v is not True else f"--{k}" for k, v in flt.items() if v not in (None, False)
+    ]
+    return f"no {what} match {' '.join(given)}" if given else f"no {what} yet"
 
 
 # -- rota explain --jitter ------------------------------------------------------------------

@@ -30,7 +30,7 @@ from .base import (
     utc_option,
 )
 from .display import Column, clean, duration, line, table, when
-from .flow import jitter_heading, jitter_options, offset_json, offset_text, unknown_task
+from .flow import jitter_heading, jitter_options, nothing_matched, offset_json, offset_text, unknown_names
 
 MAX_EXPLAIN = 1000
 MAX_LIMIT = 10000
@@ -121,6 +121,9 @@ def schedules(ctx: click.Context, as_json: bool, utc: bool, include_inactive: bo
         print_json([s.to_json() for s in items])
         return
     _header(app, utc)
+    if not items:
+        line("no schedules" if include_inactive else "no schedules (--all lists the removed ones too)")
+        return
     now = _now()
     headers = [h for h, _ in SCHEDULE_COLUMNS[:6]] + _times(utc, "next run", "last run") + ["last", "runs/ok/fail/skip"]
     columns = [Column(h, keep) for h, (_, keep) in zip(headers, SCHEDULE_COLUMNS, strict=True)]
@@ -200,13 +203,15 @@ def runs(ctx: click.Context, /, limit: int, as_json: bool, utc: bool, **flt: Any
     check_queue(flt["queue"])
     app = database_app(ctx)
     items = app.list_runs(limit=limit, **flt)
-    missing = unknown_task(app, flt["task"]) if not items else None
-    if missing:  # a warning, not an error: the listing (empty) stays as asked, on stdout
-        click.echo(f"warning: {missing}: --task takes the full task name, as the task column shows it", err=True)
+    for missing in unknown_names(app, flt) if not items else ():  # warnings: the listing stays as asked
+        click.echo(f"warning: {missing}", err=True)
     if as_json:
         print_json([r.to_json() for r in items])
         return
     _header(app, utc)
+    if not items:
+        line(nothing_matched("runs", flt))
+        return
     now = _now()
     headers = [h for h, _, _ in RUN_COLUMNS]
     headers[5:7] = _times(utc, "scheduled", "started")

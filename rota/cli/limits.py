@@ -50,11 +50,13 @@ def limits(ctx: click.Context, as_json: bool) -> None:
         click.echo("no limits or rates stored (a worker stores its tasks' limit= and rate= when it starts)")
         return
     if limit_rows:
-        columns = [Column("limit", 100, True), Column("max", 90), Column("running", 90), Column("waiting", 90)]
-        columns.append(Column("keys", 50))
+        # max is per key (a `by=` limit: each key has its own slots); running and waiting count every key
+        columns = [Column("limit", 100, True), Column("max per key", 90), Column("running (all keys)", 90)]
+        columns += [Column("waiting", 90), Column("keys", 50)]
         table(columns, [(_named(i), i.max, i.running, i.waiting, i.keys) for i in limit_rows])
     if rate_rows:
-        columns = [Column("rate", 100, True), Column("max", 90), Column("per", 90), Column("in window", 90)]
+        columns = [Column("rate", 100, True), Column("max per key", 90), Column("per", 90)]
+        columns.append(Column("in window (all keys)", 90))
         columns += [Column("waiting", 90), Column("keys", 50)]
         table(columns, [(_named(r), r.max, f"{r.per:g}s", r.started, r.waiting, r.keys) for r in rate_rows])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
 import socket
 from typing import Any
 
@@ -239,7 +240,11 @@ def enqueue_declared(
 @click.argument("app_path", metavar="APP")
 @click.option("--host", default=None, help=config.help_line("dashboard_host"))
 @click.option("--port", type=PORT, default=None, help=config.help_line("dashboard_port"))
-@click.option("--token", default=None, help=config.help_line("dashboard_token") + " Needed beyond loopback.")
+@click.option(
+    "--token",
+    default=None,
+    help=config.help_line("dashboard_token") + " Needed beyond loopback; at least 16 characters.",
+)
 @click.option(
     "--allowed-host",
     "allowed_hosts",
@@ -263,7 +268,6 @@ def dashboard(
     setup_logging(ctx)
     host = config.value("dashboard_host", host)
     port = config.value("dashboard_port", port)
-    token = config.value("dashboard_token", token)
     hosts = config.value("dashboard_allowed_hosts", _host_names(allowed_hosts))
     forwarded = config.value("dashboard_forwarded_allow_ips", _proxies(proxies))
     assert host is not None and port is not None
@@ -271,15 +275,28 @@ def dashboard(
         from .. import web
     except ImportError as exc:
         raise click.ClickException(str(exc)) from exc
-    web.check_open(token or None, host, hosts)  # before the port check: name the missing token
+    token = _token(token)
+    web.check_open(token, host, hosts)  # before the port check: name the missing token
     check_port(port, host, "--port")
     app = load_app(app_path)
     apply_database_flag(ctx, app)
     _probe_database(app)
     try:
-        web.serve(app, host=host, port=port, token=token or None, allowed_hosts=hosts, forwarded_allow_ips=forwarded)
+        web.serve(app, host=host, port=port, token=token, allowed_hosts=hosts, forwarded_allow_ips=forwarded)
     finally:
         app.close()
+
+
+def _token(flag: str | None) -> str | None:
+    """--token, else ROTA_DASHBOARD_TOKEN (None: no token), and each token the dashboard would
+    serve with (ROTA_DASHBOARD_READONLY_TOKEN too) at least rota.web.MIN_TOKEN characters."""
+    from .. import web
+    from ..web.auth import READONLY_ENV, TOKEN_ENV
+
+    token = config.value("dashboard_token", flag) or None
+    web.check_token_length(token, "--token" if flag is not None else TOKEN_ENV)
+    web.check_token_length(os.environ.get(READONLY_ENV) or None, READONLY_ENV)
+    return token
 
 
 def _probe_database(app: App) -> None:

@@ -54,7 +54,7 @@ from .metrics import make_registry, metrics
 from .sessions import SESSION_TTL, LoginThrottle, Sessions
 from .static import static_file
 
-__all__ = ["check_open", "create_app", "is_loopback", "serve"]
+__all__ = ["MIN_TOKEN", "check_open", "check_token_length", "create_app", "is_loopback", "serve"]
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -234,6 +234,19 @@ def check_open(token: str | None, host: str, allowed_hosts: Sequence[str] | None
             "refusing --allowed-host '*' (ROTA_DASHBOARD_ALLOWED_HOSTS=*) without a token: any web page you "
             f"visit could reach the dashboard through DNS rebinding and trigger or cancel runs. {how}, "
             "or name the hosts (e.g. --allowed-host dash.internal)"
+        )
+
+
+MIN_TOKEN = 16  # characters: the shortest token `rota dashboard` serves with
+
+
+def check_token_length(token: str | None, source: str) -> None:
+    """Refuse a token shorter than MIN_TOKEN (`source`: the flag or variable that gave it;
+    the token itself is never shown)."""
+    if token is not None and len(token) < MIN_TOKEN:
+        raise ConfigurationError(
+            f"the token from {source} is {len(token)} characters long; a dashboard token needs at least "
+            f"{MIN_TOKEN} (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
         )
 
 

@@ -40,7 +40,8 @@ def operator_paths() -> dict[str, Any]:
     new_schedule = _obj({"name": STR, "task": STR}, {**schedule_fields, "notify_on": FIELDS})
     changes = {"type": "object", "properties": {**schedule_fields, "task": STR, "notify_on": FIELDS}}
     enqueue = {"type": "object", "properties": {"args": {"type": "array"}, "kwargs": {"type": "object"}, "queue": STR,
-               "priority": INT, "retries": INT, "timeout": num, "delay": num, "key": STR}}  # fmt: skip
+               "priority": INT, "retries": INT, "timeout": num, "delay": num, "key": STR, "unique_for": num,
+               "after": {"type": "array", "items": {"type": ["string", "integer"]}}, "defaults": BOOL}}  # fmt: skip
     queue = _path("name", {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}$"})  # rota.tasks.check_queue
     queue_action = _op("", _json(_ref("Queue"), "The queue after the action"), params=[queue])
     changed = _json(_ref("Schedule"), "The schedule after the change")

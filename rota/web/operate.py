@@ -1,13 +1,12 @@
 """The API's changes made as data (issue 44): queues paused fleet-wide, schedules added,
-updated and removed, and runs of a declared task enqueued, without the App's code. Each is
-checked as the CLI and the Python API check it (rota.operate: a task must be declared by some
-worker), passes the dashboard's token and cross-site checks like every POST (rota.web.auth),
+updated and removed, and runs of a declared task enqueued (as its code enqueues them if the
+dashboard's App declares the task; by name only with `"defaults": true`). Each is checked as the
+CLI and the Python API check it (rota.operate: a task must be declared by some worker), passes the dashboard's token and cross-site checks like every POST (rota.web.auth),
 and is logged in one line naming who (the dashboard and the client's address) and what."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -26,9 +25,11 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "task": (str,), "cron": (str,), "every": _NUMBER, "tz": (str,), "args": (list,),
     "kwargs": (dict,), "overlap": (str,), "misfire": (str,), "misfire_grace": _NUMBER, "run_immediately": (bool,),
     "jitter": _NUMBER, "queue": (str,), "priority": (int,), "retries": (int,), "timeout": _NUMBER,
-    "notify_on": (list,), "delay": _NUMBER, "key": (str,),
+    "notify_on": (list,), "delay": _NUMBER, "key": (str,), "unique_for": _NUMBER, "after": (list,),
+    "defaults": (bool,),
 }  # fmt: skip
-SECONDS = frozenset({"every", "misfire_grace", "jitter", "timeout", "delay"})  # numbers of seconds in a body
+# The fields that are numbers of seconds in a body.
+SECONDS = frozenset({"every", "misfire_grace", "jitter", "timeout", "delay", "unique_for"})
 
 
 def who(request: Request) -> str:
@@ -110,10 +111,13 @@ async def tasks(request: Request) -> Response:
 
 
 async def enqueue(request: Request) -> Response:
+    """As the code enqueues it if the dashboard's App declares the task (its options, its
+    argument check); else refused unless `"defaults": true` (by name, the default options)."""
     _query(request, set())
     task = _text("task", request.path_params["name"])
-    fields: Mapping[str, Any] = await body(request, operate.ENQUEUE_FIELDS)
-    run_id, created = await _call(operate.enqueue, _app(request), task, fields, who(request))
+    fields = await body(request, operate.ENQUEUE_FIELDS | {"defaults"})
+    by_name = fields.pop("defaults", False)
+    run_id, created = await _call(operate.enqueue, _app(request), task, fields, who(request), by_name=by_name)
     return SafeJSONResponse({"id": run_id, "created": created}, status_code=201 if created else 200)
 
 

@@ -29,8 +29,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..durable import StepRefused
-from ..errors import DatabaseError
 from ..logs import log_event
 from ..stores.base import Store
 from .active import Active
@@ -66,13 +64,14 @@ def save_deferred(ended: list[Active]) -> None:
     """Before their hand-back (blocking): the checkpoint of a last step a handler took after
     the stop, deferred to the run's finish (rota.durable: `return ctx.step(...)`), which a
     hand-back does not write, is saved now, token-checked: the next execution must not take
-    the step again. The database away: logged, the step runs again (as before the deferral)."""
+    the step again. The database away: logged, the step runs again (as before the deferral). A
+    lost lease (StepRefused): the step is the new holder's."""
     for a in ended:
         if a.durable is None or a.durable.deferred is None:
             continue
         try:
             a.durable.flush()
-        except (DatabaseError, StepRefused) as exc:
+        except Exception as exc:  # (DatabaseError, StepRefused; a bug must not end the shutdown either)
             log.warning("run %s (%s): the checkpoint of its last step was not saved before its hand-back (%s); "
                         "the step runs again", a.claim.id, a.claim.task, exc)  # fmt: skip
 

@@ -49,3 +49,29 @@ def test_a_last_step_taken_in_the_stop_grace_is_not_run_again(db_url: str) -> No
     other.stop(timeout=15)
     assert charged == [1], f"the step ran {len(charged)} times: its checkpoint was lost at the hand-back"
     app.close()
+
+
+def test_a_last_step_taken_after_the_stop_by_a_kept_handler_is_not_run_again(db_url: str) -> None:
+    """As above, past the grace: the handler outlives the stop (kept by the Keeper thread,
+    rota/worker/stopping.py), then takes its last step and returns: handed back, step saved."""
+    app = make_app(db_url)
+    charged: list[int] = []
+    started = threading.Event()
+
+    @app.task(name="charge_late", pass_context=True)
+    def charge_late(ctx: rota.RunContext) -> Any:
+        started.set()
+        while not ctx.cancelled:
+            time.sleep(0.01)
+        time.sleep(1.5)  # past the stop grace (1 s): kept
+        return ctx.step("charge", lambda: charged.append(1) or len(charged))
+
+    h = charge_late.enqueue()
+    worker = start_worker(app, concurrency=1, shutdown_timeout=0.2)
+    assert started.wait(10)
+    assert worker.stop(timeout=15)
+    assert h.refresh().status == "running"  # kept: its handler still runs
+    wait_until(lambda: h.refresh().status == "pending", 15, "the Keeper to hand it back")
+    assert charged == [1]
+    assert [s["name"] for s in app.get_run(h.id).steps] == ["charge"], app.get_run(h.id).steps
+    app.close()

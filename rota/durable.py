@@ -381,8 +381,8 @@ class Durable:
             moment = datetime.fromisoformat(value)
             if moment.tzinfo is None:
                 raise ValueError("no time zone")
-            return moment
-        except (TypeError, ValueError) as exc:
+            return moment.astimezone(UTC)  # (in UTC: an offset may carry it past year 9999 or before 1)
+        except (TypeError, ValueError, OverflowError) as exc:
             raise self.damaged(row, f"stored result's {key} {shown(value)} is not a time ({exc})") from None
 
     def began(self, saved: StepRecord, now: datetime) -> tuple[datetime | None, datetime]:

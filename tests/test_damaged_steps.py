@@ -116,8 +116,22 @@ def test_a_saved_step_whose_result_cannot_be_read_fails_its_run_as_damaged(
 
 @pytest.mark.parametrize(
     "result",
-    ["[1, 2]", '{"until": "soon"}', '{"until": "9999-12-31T23:59:59+00:00", "since": 5}', NOT_JSON],
-    ids=["not-an-object", "until-not-a-time", "since-not-a-time", "not-json"],
+    [
+        "[1, 2]",
+        '{"until": "soon"}',
+        '{"until": "9999-12-31T23:59:59+00:00", "since": 5}',
+        NOT_JSON,
+        '{"until": "9999-12-31T23:59:59-05:00"}',
+        '{"until": "0001-01-01T00:00:00+05:00"}',
+    ],
+    ids=[
+        "not-an-object",
+        "until-not-a-time",
+        "since-not-a-time",
+        "not-json",
+        "until-past-9999-in-utc",
+        "until-before-year-1-in-utc",
+    ],
 )
 def test_a_parked_sleep_whose_saved_wait_cannot_be_read_fails_its_run_as_damaged(
     app_factory: Any, caplog: pytest.LogCaptureFixture, result: str

@@ -29,7 +29,7 @@ from .leases import Leases
 from .outcomes import Decider
 from .prefetch import Prefetch
 from .service import wait_event
-from .stopping import FENCE, Keeper, fence_and_exit
+from .stopping import FENCE, Keeper, fence_and_exit, save_deferred
 from .ticks import Ticker
 from .view import WorkerView
 from .wakeups import DueTimes
@@ -269,6 +269,8 @@ class Lifecycle:
             return True
         for run_id, _ in held:  # handed back: whatever their start, it is not written now
             self._completer.forget(run_id)
+        if any(a.durable is not None and a.durable.deferred is not None for a in unfinished):
+            await self._db(save_deferred, unfinished)  # a last step taken after the stop: kept
         reason = f"worker {self.id} shut down before the run finished"
         try:
             back = await self._db(self.store.hand_back, held, reason)

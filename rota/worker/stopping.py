@@ -60,6 +60,22 @@ def fence_and_exit(store: Store, worker: str, kept: list[Active], at_once: bool 
     os._exit(0)
 
 
+def save_deferred(ended: list[Active]) -> None:
+    """Before their hand-back (blocking): the checkpoint of a last step a handler took after
+    the stop, deferred to the run's finish (rota.durable: `return ctx.step(...)`), which a
+    hand-back does not write, is saved now, token-checked: the next execution must not take
+    the step again. The database away: logged, the step runs again (as before the deferral). A
+    lost lease (StepRefused): the step is the new holder's."""
+    for a in ended:
+        if a.durable is None or a.durable.deferred is None:
+            continue
+        try:
+            a.durable.flush()
+        except Exception as exc:  # (DatabaseError, StepRefused; a bug must not end the shutdown either)
+            log.warning("run %s (%s): the checkpoint of its last step was not saved before its hand-back (%s); "
+                        "the step runs again", a.claim.id, a.claim.task, exc)  # fmt: skip
+
+
 def arm_watchdog(seconds: float) -> None:
     """End the process within `seconds`, from a C thread that needs no GIL."""
     try:
@@ -120,6 +136,7 @@ class Keeper:
                 self.decider.log(a, "timeout", record)
                 timeouts.append(record)
         back = [(a.claim.id, a.claim.token) for a in ended if not a.timed_out]
+        save_deferred([a for a in ended if not a.timed_out])
         try:
             if timeouts:
                 self.store().finish(timeouts)

@@ -137,7 +137,8 @@ class Lifecycle:
 
     async def _shutdown(self, background: list[asyncio.Task[None]]) -> None:
         poll = background[0]
-        await self._leases.seen()  # `rota workers` says draining now, not at the next heartbeat
+        with contextlib.suppress(asyncio.TimeoutError):  # a partition must not delay the drain
+            await asyncio.wait_for(self._leases.seen(), 2)  # `rota workers` says draining now
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.shield(poll), 5)
         await self._withdraw_ticks_ahead(background)

@@ -141,8 +141,10 @@ class SqlFlow(SqlSchedules):
         with self._read() as s:
             found = [("limit", str(r[0]), int(r[1])) for r in s.q("flow_unknown_limits", unresolved=UNRESOLVED)]
             found += [("rate", str(r[0]), int(r[1])) for r in s.q("flow_unknown_rates")]
-        if report and (entries := undeclared.due(found)):
-            undeclared.warn(entries, self.pool_names())
+        if report and found:  # the names first: a blip there must not mark a name as logged
+            names = self.pool_names()
+            if entries := undeclared.due(found):
+                undeclared.warn(entries, names)
         return found
 
     def pool_names(self) -> dict[str, list[str]]:

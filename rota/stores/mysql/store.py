@@ -33,6 +33,7 @@ import functools
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -70,6 +71,10 @@ T = TypeVar("T")
 _ATTEMPTS = 4
 _BULK = 500  # runs per multi-row INSERT
 NOW = "CAST(COALESCE(%(now)s, UTC_TIMESTAMP(6)) AS DATETIME(6))"
+# s between a tick pass's tries at its schedule's row while another transaction holds it
+# (take_tick): at most about 0.13 s in all, then the pass is locked out as before (a host frozen
+# mid-tick; PostgreSQL waits up to tick_lock_timeout, 0.5 s, for such a row).
+TICK_RETRIES = (0.002, 0.004, 0.008, 0.016, 0.032, 0.064)
 TOKEN_WAIT = 1  # s: the token connection's lock wait, then the claim's own transaction takes them
 
 
@@ -175,9 +180,18 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, StepwiseFlow, SqlStore):
 
     def _take_tick(self, s: Any, due: Any) -> None:
         """The schedule's row as the ticker read it, locked without waiting (take_tick): the
-        instance that loses a tick neither waits for the winner's commit nor locks its run."""
-        if not s.q("take_tick", name=due.name, old=self._ts(due.next_run_at)):
-            raise _Abort
+        instance that loses a tick neither waits for the winner's commit nor locks its run.
+        A row still as read but locked (tick_held: a finish of one of the schedule's runs, or
+        another tick maker, in flight) is tried again a few times (TICK_RETRIES), locking
+        nothing meanwhile: a finish commits within milliseconds and the tick is made then,
+        not at the next poll; another tick maker's commit moves the row on and ends the pass."""
+        old = self._ts(due.next_run_at)
+        for pause in (*TICK_RETRIES, None):
+            if s.q("take_tick", name=due.name, old=old):
+                return
+            if pause is None or not s.q("tick_held", name=due.name, old=old):
+                raise _Abort
+            time.sleep(pause)
 
     def _read(self) -> Any:
         return self._session(False)

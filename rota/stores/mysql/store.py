@@ -181,17 +181,23 @@ class MySQLStore(MySQLHotPath, MySQLMigrations, StepwiseFlow, SqlStore):
     def _take_tick(self, s: Any, due: Any) -> None:
         """The schedule's row as the ticker read it, locked without waiting (take_tick): the
         instance that loses a tick neither waits for the winner's commit nor locks its run.
-        A row still as read but locked (tick_held: a finish of one of the schedule's runs, or
-        another tick maker, in flight) is tried again a few times (TICK_RETRIES), locking
+        A row still as read but locked while one of the schedule's runs is active (tick_held:
+        that run's finish may hold it) is tried again a few times (TICK_RETRIES), locking
         nothing meanwhile: a finish commits within milliseconds and the tick is made then,
-        not at the next poll; another tick maker's commit moves the row on and ends the pass."""
-        old = self._ts(due.next_run_at)
-        for pause in (*TICK_RETRIES, None):
+        not at the next poll. Another tick maker's commit moves the row on and ends the pass.
+        With no active run the holder is another tick maker, or a finish that has just
+        committed: tried once more, then the pass moves on (two workers share a pass)."""
+        old, spare = self._ts(due.next_run_at), 1
+        for pause in TICK_RETRIES:
             if s.q("take_tick", name=due.name, old=old):
                 return
-            if pause is None or not s.q("tick_held", name=due.name, old=old):
+            held = s.q("tick_held", name=due.name, old=old)
+            if not held or not (held[0][0] or spare):
                 raise _Abort
+            spare -= not held[0][0]
             time.sleep(pause)
+        if not s.q("take_tick", name=due.name, old=old):
+            raise _Abort
 
     def _read(self) -> Any:
         return self._session(False)

@@ -63,6 +63,7 @@ ONLY = {
         "flow_lock",
         "migrations_table",
         "take_tick",
+        "tick_held",
     },
 }
 

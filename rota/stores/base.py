@@ -390,8 +390,18 @@ class Store(FlowStore, abc.ABC):
     # -- workers -------------------------------------------------------------------------
     @abc.abstractmethod
     def register_worker(
-        self, worker_id: str, host: str, pid: int, concurrency: int, queues: Sequence[str] | None
-    ) -> None: ...
+        self,
+        worker_id: str,
+        host: str,
+        pid: int,
+        concurrency: int,
+        queues: Sequence[str] | None,
+        lease: float | None = None,
+    ) -> None:
+        """The worker's registry row, with its own lease (which the listings judge its liveness
+        by; None: judged by the viewer's, as a worker of a release before schema 20), in one
+        statement: no row is ever left without the lease its worker runs with. Registering
+        again (after an outage) sets the state running, the heartbeat and the lease."""
 
     @abc.abstractmethod
     def worker_seen(self, worker_id: str, state: str, stuck: int = 0) -> None:

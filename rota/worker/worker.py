@@ -315,8 +315,10 @@ class Worker(Lifecycle):
         store = self.store
         if self._due.claim_ahead == CLAIM_AHEAD:  # (unless set otherwise) longer than the store's claim takes
             self._due.claim_ahead = store.claim_lead
-        await self._db(store.register_worker, self.id, socket.gethostname(), os.getpid(), self.concurrency, self.queues)
-        await self._register_lease(store)
+        # the row and its lease in one statement (a cut between two left a row without it)
+        await self._db(
+            store.register_worker, self.id, socket.gethostname(), os.getpid(), self.concurrency, self.queues, self.lease
+        )
         self._outage.ok()
         await self._rescuer.learn_db_started()
 
@@ -326,17 +328,6 @@ class Worker(Lifecycle):
         if warn is not None:
             with contextlib.suppress(DatabaseError):  # a start is no place to fail over a check
                 await self._db(warn)
-
-    async def _register_lease(self, store: Store) -> None:
-        """The registry row's lease, which the listings judge this worker by. A schema before
-        version 20 (an upgrade under way) has no column: judged by the viewer's lease then."""
-        record = getattr(store, "worker_lease", None)
-        if record is None:
-            return
-        try:
-            await self._db(record, self.id, self.lease)
-        except DatabaseError as exc:
-            log.debug("could not record the worker's lease (schema before version 20?): %s", exc)
 
     def _log_started(self) -> None:
         queues = ",".join(self.queues) if self.queues else "all"

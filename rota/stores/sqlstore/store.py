@@ -197,7 +197,13 @@ class SqlStore(SqlDurable, SqlFlow):
 
     # -- workers -------------------------------------------------------------------------
     def register_worker(
-        self, worker_id: str, host: str, pid: int, concurrency: int, queues: Sequence[str] | None
+        self,
+        worker_id: str,
+        host: str,
+        pid: int,
+        concurrency: int,
+        queues: Sequence[str] | None,
+        lease: float | None = None,
     ) -> None:
         self._one(
             "register_worker",
@@ -206,12 +212,8 @@ class SqlStore(SqlDurable, SqlFlow):
             pid=pid,
             concurrency=concurrency,
             queues=json.dumps(list(queues)) if queues is not None else None,
+            lease=lease,
         )
-
-    def worker_lease(self, worker_id: str, lease: float) -> None:
-        """Record the worker's own lease, which the listings judge its liveness by (schema 20;
-        a separate statement, so a worker registers on an older schema during an upgrade)."""
-        self._one("worker_lease", id=worker_id, lease=lease)
 
     def worker_seen(self, worker_id: str, state: str, stuck: int = 0) -> None:
         self._one("worker_seen_stuck", id=worker_id, state=state, stuck=stuck)

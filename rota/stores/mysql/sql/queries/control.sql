@@ -75,12 +75,11 @@ SELECT id, task FROM rota_runs WHERE id IN %(_ids)s
 SELECT waiting_on FROM rota_runs
 
 -- name: register_worker
-INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at, last_seen)
-VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, 'running', {now}, {now})
-ON DUPLICATE KEY UPDATE state = 'running', last_seen = {now}
-
--- name: worker_lease
-UPDATE rota_workers SET lease = %(lease)s WHERE id = %(id)s
+-- The row and the worker's own lease in one statement: a crash or a cut connection never
+-- leaves a live worker's row without its lease (judged by the viewer's lease instead).
+INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at, last_seen, lease)
+VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, 'running', {now}, {now}, %(lease)s)
+ON DUPLICATE KEY UPDATE state = 'running', last_seen = {now}, lease = VALUES(lease)
 
 -- name: worker_seen
 UPDATE rota_workers SET last_seen = {now}, state = %(state)s WHERE id = %(id)s

@@ -168,13 +168,24 @@ LIMIT %(limit)s
 
 -- name: take_tick
 -- A tick pass's first statement: the schedule's row as the worker read it, locked without
--- waiting. No row: another instance is making this tick (its row is locked) or made it (the
--- row moved on): this pass ends at once, having waited for nothing and locked nothing (its
--- insert of the same tick would wait for the other's commit, then lock the other's run, a
--- duplicate key, until its own rollback: claims ahead, SKIP LOCKED, skipped that run).
+-- waiting. No row: another instance made this tick (the row moved on): this pass ends at
+-- once, having waited for nothing and locked nothing (its insert of the same tick would wait
+-- for the other's commit, then lock the other's run, a duplicate key, until its own rollback:
+-- claims ahead, SKIP LOCKED, skipped that run). A row locked by another transaction while one
+-- of the schedule's runs is active (its finish may hold it: tick_held) is tried again briefly.
 SELECT name FROM rota_schedules
 WHERE name = %(name)s AND next_run_at = %(old)s AND active <> 0 AND paused = 0
 FOR UPDATE SKIP LOCKED
+
+-- name: tick_held
+-- take_tick found no row. A row: it is still as the worker read it (READ COMMITTED: the
+-- last commit's), so another transaction holds it; 1 if the schedule has an active run,
+-- whose finish may be the holder (its trigger updates the row): the pass tries again
+-- (_take_tick). With none, the holder is another tick maker (or an operator's write), or a
+-- finish that has just committed: one more try, then the pass moves on to the next schedule.
+SELECT EXISTS (SELECT 1 FROM rota_runs WHERE schedule = %(name)s AND sched_status IN ('pending', 'running'))
+FROM rota_schedules
+WHERE name = %(name)s AND next_run_at = %(old)s AND active <> 0 AND paused = 0
 
 -- name: advance_schedule
 -- (compare-and-set on the next_run_at the worker read)

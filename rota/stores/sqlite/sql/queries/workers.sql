@@ -2,12 +2,11 @@
 -- (Conventions: see the head of enqueue.sql. Loaded with every .sql file here: rota/stores/sqlstore/queries.py.)
 
 -- name: register_worker
-INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at, last_seen)
-VALUES (:id, :host, :pid, :concurrency, :queues, 'running', {now}, {now})
-ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}
-
--- name: worker_lease
-UPDATE rota_workers SET lease = :lease WHERE id = :id
+-- The row and the worker's own lease in one statement: a crash or a cut connection never
+-- leaves a live worker's row without its lease (judged by the viewer's lease instead).
+INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at, last_seen, lease)
+VALUES (:id, :host, :pid, :concurrency, :queues, 'running', {now}, {now}, :lease)
+ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}, lease = excluded.lease
 
 -- name: worker_seen
 UPDATE rota_workers SET last_seen = {now}, state = :state WHERE id = :id

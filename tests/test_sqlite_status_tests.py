@@ -112,7 +112,6 @@ def test_a_populated_version_12_database_migrates_in_place_and_keeps_refusing_ba
             "0022_durable_steps",
             "0023_claim_from",
             "0024_mysql_lean_indexes",
-            "0025_nopad_names",
         ]  # fmt: skip
         assert {r.id: r.status for r in app.list_runs()} == before
         assert [name for name, sql in _definitions(tmp_path / "rota.db") if LONG_IN.search(sql)] == []
@@ -195,7 +194,6 @@ def test_a_worker_of_the_previous_schema_works_on_through_the_migration(tmp_path
             "0022_durable_steps",
             "0023_claim_from",
             "0024_mysql_lean_indexes",
-            "0025_nopad_names",
         ]  # while the worker claims and finishes
         assert _finished(tmp_path / "rota.db") < 400
         t.enqueue_many([((i,), {}) for i in range(400, 800)])

@@ -94,54 +94,24 @@ class MySQLMigrations:
             applied.append(f"{m.version:04d}_{m.name}")
             if dry_run:
                 continue
-            self._apply(s, m)
+            for statement in statements(m.sql):
+                try:
+                    s.cur.execute(statement)
+                except Exception as exc:
+                    if _code(exc) in _APPLIED:
+                        continue  # made by an earlier attempt cut short before the version was recorded
+                    if _denied(exc):
+                        raise PermissionDenied(
+                            f"migration {m.version:04d}_{m.name} on {redact(self.url)} was refused: {exc}; the "
+                            "user that migrates needs CREATE, ALTER, INDEX, DROP and TRIGGER on the database"
+                        ) from exc
+                    raise
             s.q_text(
                 "INSERT INTO rota_migrations (version, name, applied_at) VALUES (%(v)s, %(n)s, UTC_TIMESTAMP(6))",
                 v=m.version,
                 n=m.name,
             )
         return applied
-
-    def _apply(self, s: Any, m: Any) -> None:
-        """The statements of migration `m`; {nopad_bin} in one names the server's binary NO
-        PAD collation (nopad_collation)."""
-        collation = nopad_collation(s, self.server, self.url) if NOPAD in m.sql else ""
-        for statement in statements(m.sql):
-            try:
-                s.cur.execute(statement.replace(NOPAD, collation))
-            except Exception as exc:
-                if _code(exc) in _APPLIED:
-                    continue  # made by an earlier attempt cut short before the version was recorded
-                if _denied(exc):
-                    raise PermissionDenied(
-                        f"migration {m.version:04d}_{m.name} on {redact(self.url)} was refused: {exc}; the "
-                        "user that migrates needs CREATE, ALTER, INDEX, DROP and TRIGGER on the database"
-                    ) from exc
-                raise
-
-
-NOPAD = "{nopad_bin}"
-# utf8mb4 collations that compare by code point as utf8mb4_bin does, without its PAD SPACE
-# ('a' = 'a ' there): MariaDB's (10.2+) and MySQL's (8.0.17+), the server's own first.
-_NOPAD = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin")
-
-
-def nopad_collation(s: Any, server: str | None, url: str) -> str:
-    """The binary NO PAD utf8mb4 collation of this server, or DatabaseError in one line."""
-    rows = s.q_text(
-        "SELECT COLLATION_NAME FROM information_schema.COLLATIONS WHERE COLLATION_NAME IN (%(a)s, %(b)s)",
-        a=_NOPAD[0],
-        b=_NOPAD[1],
-    )
-    found = {str(r[0]) for r in rows}
-    order = _NOPAD if (server or "").startswith("MariaDB") else _NOPAD[::-1]
-    for name in order:
-        if name in found:
-            return name
-    raise DatabaseError(
-        f"{server or 'the server'} at {redact(url)} has no binary NO PAD utf8mb4 collation "
-        f"({' or '.join(_NOPAD)}): rota needs MariaDB 10.6+ or MySQL 8.0.17+"
-    )
 
 
 def _code(exc: Exception) -> object:

@@ -41,9 +41,9 @@ SELECT id FROM rota_runs WHERE id IN %(_ids)s AND token = %(token)s AND status =
 -- a JSON array of {id, token, name, seq, took, outcome, result, error}.
 SELECT r.id, v.name FROM rota_runs r
 JOIN JSON_TABLE(%(rows)s, '$[*]' COLUMNS (id BIGINT PATH '$.id', token BIGINT PATH '$.token',
-                                          name VARCHAR(255) CHARACTER SET utf8mb4 PATH '$.name')) AS v
+                                          name VARCHAR(255) PATH '$.name')) AS v
   ON v.id = r.id AND v.token = r.token
-LEFT JOIN rota_steps s ON s.run_id = r.id AND s.name = v.name AND s.outcome = 'succeeded'
+LEFT JOIN rota_steps s ON s.run_id = r.id AND s.name = v.name COLLATE utf8mb4_bin AND s.outcome = 'succeeded'
 WHERE r.status = 'running' AND s.run_id IS NULL  -- (an anti-join by the primary key: no scan of rota_steps)
 ORDER BY r.id
 FOR UPDATE
@@ -52,8 +52,8 @@ INSERT INTO rota_steps (run_id, name, seq, attempt, started_at, finished_at, out
 SELECT r.id, v.name, v.seq, r.attempt + (r.started_at IS NULL),
        {now} - INTERVAL ROUND(v.took * 1000000) MICROSECOND, {now}, v.outcome, v.result, v.error
 FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
-         id BIGINT PATH '$.id', token BIGINT PATH '$.token', name VARCHAR(255) CHARACTER SET utf8mb4 PATH '$.name', seq INT PATH '$.seq',
-         took DOUBLE PATH '$.took', outcome VARCHAR(16) CHARACTER SET utf8mb4 PATH '$.outcome', result LONGTEXT PATH '$.result',
+         id BIGINT PATH '$.id', token BIGINT PATH '$.token', name VARCHAR(255) PATH '$.name', seq INT PATH '$.seq',
+         took DOUBLE PATH '$.took', outcome VARCHAR(16) PATH '$.outcome', result LONGTEXT PATH '$.result',
          error LONGTEXT PATH '$.error')) AS v
 JOIN rota_runs r ON r.id = v.id AND r.token = v.token
 WHERE r.id IN %(_ids)s AND r.status = 'running'

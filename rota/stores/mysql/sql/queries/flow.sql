@@ -100,8 +100,8 @@ SELECT {now},
 -- name: flow_room
 SELECT e.kind, e.name, e.k,
        {{room(e.kind, e.name, e.k)}}
-FROM JSON_TABLE(%(keys)s, '$[*]' COLUMNS (kind VARCHAR(1) CHARACTER SET utf8mb4 PATH '$[0]', name VARCHAR(255) CHARACTER SET utf8mb4 PATH '$[1]',
-                                          k VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[2]')) AS e
+FROM JSON_TABLE(%(keys)s, '$[*]' COLUMNS (kind VARCHAR(1) PATH '$[0]', name VARCHAR(255) PATH '$[1]',
+                                          k VARCHAR(512) PATH '$[2]')) AS e
 
 -- name: flow_waiting_limit
 SELECT id, limit_name, limit_key, rate_name, rate_key FROM rota_runs
@@ -238,7 +238,7 @@ ON DUPLICATE KEY UPDATE updated_at = IF(spec <=> VALUES(spec), updated_at, VALUE
 
 -- name: flow_drop_specs
 DELETE FROM rota_task_flow
-WHERE task IN (SELECT j.v FROM JSON_TABLE(%(tasks)s, '$[*]' COLUMNS (v VARCHAR(255) CHARACTER SET utf8mb4 PATH '$')) AS j)
+WHERE task IN (SELECT j.v FROM JSON_TABLE(%(tasks)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j)
 
 -- name: flow_spec
 SELECT spec FROM rota_task_flow WHERE task = %(task)s
@@ -247,7 +247,7 @@ SELECT spec FROM rota_task_flow WHERE task = %(task)s
 SELECT id, task, args, kwargs, schedule, CASE WHEN schedule IS NOT NULL AND backfill = 0 THEN tick END
 FROM rota_runs
 WHERE limit_name = %(unresolved)s AND status = 'pending' AND limit_status = 'pending' AND held = 0
-  AND task IN (SELECT j.v FROM JSON_TABLE(%(tasks)s, '$[*]' COLUMNS (v VARCHAR(255) CHARACTER SET utf8mb4 PATH '$')) AS j)
+  AND task IN (SELECT j.v FROM JSON_TABLE(%(tasks)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j)
 ORDER BY limit_name, limit_key, priority DESC, due_at, id
 LIMIT %(n)s
 

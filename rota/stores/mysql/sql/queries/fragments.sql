@@ -5,7 +5,7 @@
 
 -- fragment: queues
 -- The worker's queues (a JSON array parameter) as a set to test `queue IN` against.
-(SELECT j.v FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (v VARCHAR(255) CHARACTER SET utf8mb4 PATH '$')) AS j)
+(SELECT j.v FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j)
 
 -- fragment: ids(param)
 -- A JSON array of run ids as a set.

@@ -54,7 +54,7 @@ WHERE name = %(name)s AND source = 'code'
 -- starting (this runs at each start).
 SELECT name FROM rota_schedules
 WHERE source = 'code' AND app = %(app)s AND active <> 0
-  AND name NOT IN (SELECT j.v FROM JSON_TABLE(%(names)s, '$[*]' COLUMNS (v VARCHAR(255) CHARACTER SET utf8mb4 PATH '$')) AS j)
+  AND name NOT IN (SELECT j.v FROM JSON_TABLE(%(names)s, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) AS j)
 ;
 SELECT name FROM rota_schedules FORCE INDEX (PRIMARY)
 WHERE name IN %(_ids)s AND source = 'code' AND app = %(app)s AND active <> 0

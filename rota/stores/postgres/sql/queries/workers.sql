@@ -8,6 +8,12 @@ INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at,
 VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, 'running', {now}, {now}, %(lease)s)
 ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}, lease = EXCLUDED.lease
 
+-- name: register_worker_before_20
+-- The same on a schema before version 20 (an upgrade under way: no lease column yet).
+INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at, last_seen)
+VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, 'running', {now}, {now})
+ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}
+
 -- name: worker_seen
 UPDATE rota_workers SET last_seen = {now}, state = %(state)s WHERE id = %(id)s
 

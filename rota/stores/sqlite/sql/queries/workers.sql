@@ -8,6 +8,12 @@ INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at,
 VALUES (:id, :host, :pid, :concurrency, :queues, 'running', {now}, {now}, :lease)
 ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}, lease = excluded.lease
 
+-- name: register_worker_before_20
+-- The same on a schema before version 20 (an upgrade under way: no lease column yet).
+INSERT INTO rota_workers (id, host, pid, concurrency, queues, state, started_at, last_seen)
+VALUES (:id, :host, :pid, :concurrency, :queues, 'running', {now}, {now})
+ON CONFLICT (id) DO UPDATE SET state = 'running', last_seen = {now}
+
 -- name: worker_seen
 UPDATE rota_workers SET last_seen = {now}, state = :state WHERE id = :id
 

@@ -41,3 +41,19 @@ def test_a_postgres_refusal_says_its_reason_once() -> None:
     require("postgres")
     denied = refused(_with(PG_URL, user="rota_no_such_user"))
     assert denied.count('role "rota_no_such_user" does not exist') == 1 and "caused by" not in denied, denied
+
+
+def test_an_oserror_cause_keeps_its_file_name() -> None:
+    """Only a driver error whose text is its (code, message) tuple is shortened to the message:
+    an OSError's args are (errno, strerror) too, but its text names the file (a CA bundle, a
+    socket path), the useful part."""
+    from rota.cli.base import error_text
+    from rota.errors import DatabaseError
+
+    try:
+        try:
+            raise FileNotFoundError(2, "No such file or directory", "/etc/rota/ca.pem")
+        except OSError as exc:
+            raise DatabaseError("cannot connect to the database") from exc
+    except DatabaseError as exc:
+        assert "/etc/rota/ca.pem" in error_text(exc), error_text(exc)

@@ -124,9 +124,11 @@ def error_text(exc: BaseException) -> str:
 
 def _cause_text(cause: BaseException) -> str:
     """A cause's text: a MySQL driver's (code, message) error as its message (its str is the
-    tuple, which repeated the message already said: `Access denied ... (caused by: (1045, ...))`)."""
+    tuple, which repeated the message already said: `Access denied ... (caused by: (1045, ...))`).
+    Only when its text is that tuple: an OSError's args are (errno, strerror) too, but its text
+    names the file or address, which the message alone would hide."""
     args = cause.args
-    if len(args) == 2 and isinstance(args[0], int) and isinstance(args[1], str):
+    if len(args) == 2 and isinstance(args[0], int) and isinstance(args[1], str) and str(cause) == str(args):
         return args[1]
     return str(cause)
 

@@ -1,5 +1,6 @@
 // The flow-control view: each concurrency limit and rate limit the workers stored, with its
-// running and waiting runs (GET /api/limits, the records of `rota limits --json`).
+// running and waiting runs (GET /api/limits, the records of `rota limits --json`). A max is per
+// key (`Limit(1, by=...)`: one per key); running, waiting and starts count every key.
 "use strict";
 import { api, el, fill } from "./core.js";
 import { table } from "./views.js";
@@ -11,8 +12,20 @@ function seconds(value) {
   return s + " s";
 }
 
+function badge(title) {
+  return [" ", el("span", { class: "badge full", title }, "full")];
+}
+
+// max is per key: a keyed limit is full when one of its keys has every slot taken (keys_full),
+// not when its running runs over all keys reach max (2 keys with a run each under max 1 are not).
+function limitFull(l) {
+  if (!(l.keys_full > 0 && l.waiting > 0)) return null;
+  return badge(l.keys > 1 ? `${l.keys_full} of ${l.keys} keys have every slot taken: their runs wait pending, costing no attempt`
+    : "every slot is taken: runs wait pending, costing no attempt");
+}
+
 function full(used, max, waiting) {
-  return used >= max && waiting > 0 ? [" ", el("span", { class: "badge full", title: "every slot is taken: runs wait pending, costing no attempt" }, "full")] : null;
+  return used >= max && waiting > 0 ? badge("every slot is taken: runs wait pending, costing no attempt") : null;
 }
 
 function damaged(item) {
@@ -22,7 +35,7 @@ function damaged(item) {
 
 function limitRows(items) {
   return items.map((l) => el("tr", { "data-limit": l.name },
-    el("td", {}, l.name, full(l.running, l.max, l.waiting), damaged(l)), el("td", { class: "num", "data-col": "max" }, l.max),
+    el("td", {}, l.name, limitFull(l), damaged(l)), el("td", { class: "num", "data-col": "max" }, l.max),
     el("td", { class: "num", "data-col": "running" }, l.running), el("td", { class: "num", "data-col": "waiting" }, l.waiting),
     el("td", { class: "num", "data-col": "keys" }, l.keys)));
 }
@@ -70,7 +83,7 @@ const limits = {
         fill(root, undeclaredRows(data),
           el("section", { id: "limits" }, el("h2", {}, "Concurrency limits",
             el("span", { class: "muted" }, "a run counts from its claim to its end; past the limit it waits pending, costing no attempt")),
-          table(["limit", "max", "running", "waiting", "keys"], limitRows(data.limits), "No concurrency limits.")),
+          table(["limit", "max per key", "running (all keys)", "waiting", "keys"], limitRows(data.limits), "No concurrency limits.")),
           el("section", { id: "rates" }, el("h2", {}, "Rate limits",
             el("span", { class: "muted" }, "starts in a sliding window, across every worker, on the database's clock")),
           table(["rate", "max per window", "starts in the window", "waiting", "keys"], rateRows(data.rates), "No rate limits.")),

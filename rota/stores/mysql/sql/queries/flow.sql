@@ -212,8 +212,14 @@ ON DUPLICATE KEY UPDATE max = VALUES(max), per = VALUES(per), updated_at = VALUE
 SELECT l.name, l.max,
        (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.limit_status = 'running'),
        (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.limit_status = 'pending'),
-       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.limit_status IN ('pending', 'running'))
-FROM rota_limits l ORDER BY l.name
+       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.limit_status IN ('pending', 'running')),
+       count(k.limit_name)
+FROM rota_limits l
+-- its keys whose running runs fill its max (a derived table cannot name l here: joined instead)
+LEFT JOIN (SELECT r.limit_name, r.limit_key, count(*) AS n FROM rota_limits m
+           JOIN rota_runs r ON r.limit_name = m.name AND r.limit_status = 'running'
+           GROUP BY r.limit_name, r.limit_key) k ON k.limit_name = l.name AND k.n >= l.max
+GROUP BY l.name, l.max ORDER BY l.name
 
 -- name: flow_rates
 SELECT t.name, t.max, t.per,

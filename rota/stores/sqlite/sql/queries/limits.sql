@@ -253,10 +253,14 @@ INSERT INTO rota_rates (name, max, per, updated_at) VALUES (:name, :max, :per, {
 ON CONFLICT (name) DO UPDATE SET max = excluded.max, per = excluded.per, updated_at = excluded.updated_at
 
 -- name: flow_limits
+-- each limit with its running and waiting runs and its keys (all keys), and its keys whose
+-- running runs fill its max (a key at its max: its next run waits)
 SELECT l.name, l.max,
        (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'running'),
        (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'pending'),
-       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.status IN ('pending', 'running'))
+       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.status IN ('pending', 'running')),
+       (SELECT count(*) FROM (SELECT 1 FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'running'
+                              GROUP BY r.limit_key HAVING count(*) >= l.max))
 FROM rota_limits l ORDER BY l.name
 
 -- name: flow_rates

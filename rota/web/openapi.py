@@ -195,6 +195,7 @@ SCHEMAS: dict[str, Any] = {
                         "started_in_window": INT,
                         "waiting": INT,
                         "keys": INT,
+                        "keys_full": INT,  # its keys whose starts in the window reach max
                         "corrupt": CORRUPT,
                     }
                 ),

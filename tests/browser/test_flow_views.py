@@ -88,6 +88,11 @@ def test_the_limits_view_matches_the_database(
     assert row.locator('td[data-col="started"]').inner_text() == str(rate.started)
     assert row.locator('td[data-col="waiting"]').inner_text() == str(rate.waiting)
     assert row.locator('td[data-col="keys"]').inner_text() == str(rate.keys)
+    assert rate.keys_full == 1 and row.locator(".badge.full").count() == 1  # its one key's window is full
+    assert page.locator("#rates th").all_inner_texts()[1:3] == [
+        "max per key per window",
+        "starts in the window (all keys)",
+    ]
     store_name = "postgres" if db_url.startswith("postgres") else "sqlite"
     page.screenshot(path=str(screenshots / f"limits-{store_name}.png"), full_page=True)
 

@@ -16,16 +16,14 @@ function badge(title) {
   return [" ", el("span", { class: "badge full", title }, "full")];
 }
 
-// max is per key: a keyed limit is full when one of its keys has every slot taken (keys_full),
-// not when its running runs over all keys reach max (2 keys with a run each under max 1 are not).
-function limitFull(l) {
-  if (!(l.keys_full > 0 && l.waiting > 0)) return null;
-  return badge(l.keys > 1 ? `${l.keys_full} of ${l.keys} keys have every slot taken: their runs wait pending, costing no attempt`
-    : "every slot is taken: runs wait pending, costing no attempt");
-}
-
-function full(used, max, waiting) {
-  return used >= max && waiting > 0 ? badge("every slot is taken: runs wait pending, costing no attempt") : null;
+// max is per key: a limit (a rate) is full when one of its keys has every slot (every start of
+// the window) taken, keys_full, not when its count over all keys reaches max (2 keys with a
+// run each under max 1 are not).
+function full(item, what) {
+  if (!(item.keys_full > 0 && item.waiting > 0)) return null;
+  if (item.keys <= 1 && item.keys_full <= 1) return badge(`${what} is taken: runs wait pending, costing no attempt`);
+  const of = item.keys_full <= item.keys ? ` of ${item.keys}` : ""; // a rate's keys: those with a waiting run
+  return badge(`${item.keys_full}${of} keys have ${what} taken: their runs wait pending, costing no attempt`);
 }
 
 function damaged(item) {
@@ -35,14 +33,14 @@ function damaged(item) {
 
 function limitRows(items) {
   return items.map((l) => el("tr", { "data-limit": l.name },
-    el("td", {}, l.name, limitFull(l), damaged(l)), el("td", { class: "num", "data-col": "max" }, l.max),
+    el("td", {}, l.name, full(l, "every slot"), damaged(l)), el("td", { class: "num", "data-col": "max" }, l.max),
     el("td", { class: "num", "data-col": "running" }, l.running), el("td", { class: "num", "data-col": "waiting" }, l.waiting),
     el("td", { class: "num", "data-col": "keys" }, l.keys)));
 }
 
 function rateRows(items) {
   return items.map((r) => el("tr", { "data-rate": r.name },
-    el("td", {}, r.name, full(r.started_in_window, r.max, r.waiting), damaged(r)),
+    el("td", {}, r.name, full(r, "every start of the window"), damaged(r)),
     el("td", { class: "num", "data-col": "max" }, r.max + " per " + seconds(r.per_seconds)),
     el("td", { class: "num", "data-col": "started" }, r.started_in_window), el("td", { class: "num", "data-col": "waiting" }, r.waiting),
     el("td", { class: "num", "data-col": "keys" }, r.keys)));
@@ -86,7 +84,7 @@ const limits = {
           table(["limit", "max per key", "running (all keys)", "waiting", "keys"], limitRows(data.limits), "No concurrency limits.")),
           el("section", { id: "rates" }, el("h2", {}, "Rate limits",
             el("span", { class: "muted" }, "starts in a sliding window, across every worker, on the database's clock")),
-          table(["rate", "max per window", "starts in the window", "waiting", "keys"], rateRows(data.rates), "No rate limits.")),
+          table(["rate", "max per key per window", "starts in the window (all keys)", "waiting", "keys"], rateRows(data.rates), "No rate limits.")),
           data.unresolved ? el("p", { id: "unresolved", class: "muted" }, `${data.unresolved} run(s) wait for a worker that declares their task to compute their limit key.`) : null);
       },
     };

@@ -227,8 +227,16 @@ SELECT t.name, t.max, t.per,
           AND s.started_at > {now} - INTERVAL t.per SECOND AND s.started_at <= {now} + INTERVAL t.per SECOND
           AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400),
        (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.rate_status = 'pending'),
-       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.rate_status = 'pending')
-FROM rota_rates t ORDER BY t.name
+       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.rate_status = 'pending'),
+       count(k.name)
+FROM rota_rates t
+-- its keys whose starts in the window reach its max (a derived table cannot name t: joined)
+LEFT JOIN (SELECT s.name, s.`key`, count(*) AS n FROM rota_rates m
+           JOIN rota_rate_starts s ON s.name = m.name
+            AND s.started_at > {now} - INTERVAL m.per SECOND AND s.started_at <= {now} + INTERVAL m.per SECOND
+            AND m.max BETWEEN 1 AND 1000000 AND m.per BETWEEN 0.001 AND 31622400
+           GROUP BY s.name, s.`key`) k ON k.name = t.name AND k.n >= t.max
+GROUP BY t.name, t.max, t.per ORDER BY t.name
 
 -- name: flow_damaged
 SELECT 'l', name, max, NULL, NULL FROM rota_limits

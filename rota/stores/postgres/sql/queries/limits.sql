@@ -354,7 +354,8 @@ SELECT l.name, l.max,
 FROM rota_limits l ORDER BY l.name
 
 -- name: flow_rates
--- each rate with its starts in the current window and its waiting (pending) runs
+-- each rate with its starts in the current window and its waiting (pending) runs (all keys),
+-- and its keys whose starts in the window reach its max
 -- (a damaged max or per, out of range, is listed as stored, with no starts counted)
 SELECT t.name, t.max, t.per,
        (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name
@@ -362,7 +363,12 @@ SELECT t.name, t.max, t.per,
           AND s.started_at > {now} - make_interval(secs => CASE WHEN t.per BETWEEN 0.001 AND 31622400 THEN t.per END)
           AND s.started_at <= {now} + make_interval(secs => CASE WHEN t.per BETWEEN 0.001 AND 31622400 THEN t.per END)),
        (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
-       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
+       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
+       (SELECT count(*) FROM (SELECT 1 FROM rota_rate_starts s WHERE s.name = t.name
+          AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400
+          AND s.started_at > {now} - make_interval(secs => CASE WHEN t.per BETWEEN 0.001 AND 31622400 THEN t.per END)
+          AND s.started_at <= {now} + make_interval(secs => CASE WHEN t.per BETWEEN 0.001 AND 31622400 THEN t.per END)
+          GROUP BY s.key HAVING count(*) >= t.max) k)
 FROM rota_rates t ORDER BY t.name
 
 -- name: flow_damaged

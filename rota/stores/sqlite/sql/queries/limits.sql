@@ -264,11 +264,16 @@ SELECT l.name, l.max,
 FROM rota_limits l ORDER BY l.name
 
 -- name: flow_rates
+-- each rate with its starts in the window and its waiting runs (all keys), and its keys whose
+-- starts in the window reach its max
 SELECT t.name, t.max, t.per,
        (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name AND s.started_at > {now} - t.per
           AND s.started_at <= {now} + t.per AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400),
        (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
-       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
+       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
+       (SELECT count(*) FROM (SELECT 1 FROM rota_rate_starts s WHERE s.name = t.name AND s.started_at > {now} - t.per
+          AND s.started_at <= {now} + t.per AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400
+          GROUP BY s.key HAVING count(*) >= t.max))
 FROM rota_rates t ORDER BY t.name
 
 -- name: flow_damaged

@@ -40,7 +40,9 @@ def test_rota_limits_shows_each_limit_and_rate_with_running_and_waiting(
     code, out = cli(db_url, "limits", "--json")
     assert code == 0, out
     data = json.loads(out)
-    assert data["limits"] == [{"name": "export", "max": 1, "running": 2, "waiting": 1, "keys": 2, "corrupt": []}]
+    assert data["limits"] == [
+        {"name": "export", "max": 1, "running": 2, "waiting": 1, "keys": 2, "keys_full": 2, "corrupt": []}
+    ]
     assert data["rates"] == [
         {
             "name": "github",
@@ -49,6 +51,7 @@ def test_rota_limits_shows_each_limit_and_rate_with_running_and_waiting(
             "started_in_window": 1,
             "waiting": 0,
             "keys": 0,
+            "keys_full": 0,
             "corrupt": [],
         }
     ]

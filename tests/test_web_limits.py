@@ -51,8 +51,8 @@ def test_limits_and_rates_with_running_and_waiting_counts(app: rota.App, db_url:
     data = response.json()
     assert data == {
         "limits": [
-            {"name": "export", "max": 1, "running": 2, "waiting": 3, "keys": 3, "corrupt": []},
-            {"name": "stripe", "max": 3, "running": 0, "waiting": 0, "keys": 0, "corrupt": []},
+            {"name": "export", "max": 1, "running": 2, "waiting": 3, "keys": 3, "keys_full": 2, "corrupt": []},
+            {"name": "stripe", "max": 3, "running": 0, "waiting": 0, "keys": 0, "keys_full": 0, "corrupt": []},
         ],
         "rates": [
             {
@@ -62,6 +62,7 @@ def test_limits_and_rates_with_running_and_waiting_counts(app: rota.App, db_url:
                 "started_in_window": 3,
                 "waiting": 0,
                 "keys": 0,
+                "keys_full": 0,
                 "corrupt": [],
             }
         ],
@@ -72,6 +73,52 @@ def test_limits_and_rates_with_running_and_waiting_counts(app: rota.App, db_url:
     }
     code, out = cli(db_url, "limits", "--json")
     assert code == 0 and json.loads(out) == data  # the same records as the CLI's
+
+
+def test_a_keyed_limit_is_full_only_for_its_keys_at_their_max(app: rota.App) -> None:
+    """max is per key: 2 running runs of 2 keys under Limit(2, by=) fill no key (the running
+    count is over all keys); keys_full counts the keys whose running runs fill max."""
+
+    @app.task(limit=rota.Limit(2, by="customer"), name="export")
+    def export(customer: int) -> None: ...
+
+    app.prepare()
+    export.enqueue(1), export.enqueue(2)
+    assert len(app.store.claim("w", 10, None, 30.0)) == 2
+    client = TestClient(create_app(app), base_url="http://localhost")
+
+    def row() -> dict[str, Any]:
+        (limit,) = client.get("/api/limits").json()["limits"]
+        return {k: limit[k] for k in ("max", "running", "waiting", "keys", "keys_full")}
+
+    assert row() == {"max": 2, "running": 2, "waiting": 0, "keys": 2, "keys_full": 0}  # running = max: no key full
+    export.enqueue(1), export.enqueue(1)
+    assert len(app.store.claim("w", 10, None, 30.0)) == 1  # customer 1's second slot
+    assert row() == {"max": 2, "running": 3, "waiting": 1, "keys": 2, "keys_full": 1}
+    export.enqueue(2)
+    assert len(app.store.claim("w", 10, None, 30.0)) == 1
+    assert row() == {"max": 2, "running": 4, "waiting": 1, "keys": 2, "keys_full": 2}
+
+
+def test_a_keyed_rate_is_full_only_for_its_keys_at_their_max(app: rota.App) -> None:
+    """As a limit's: 2 starts of 2 keys under Rate(2, by=) fill no key's window."""
+
+    @app.task(rate=rota.Rate(2, per=3600, by="customer"), name="fetch")
+    def fetch(customer: int) -> None: ...
+
+    app.prepare()
+    fetch.enqueue(1), fetch.enqueue(2)
+    assert len(app.store.claim("w", 10, None, 30.0)) == 2
+    client = TestClient(create_app(app), base_url="http://localhost")
+
+    def row() -> dict[str, Any]:
+        (rate,) = client.get("/api/limits").json()["rates"]
+        return {k: rate[k] for k in ("max", "started_in_window", "waiting", "keys", "keys_full")}
+
+    assert row() == {"max": 2, "started_in_window": 2, "waiting": 0, "keys": 0, "keys_full": 0}
+    fetch.enqueue(1), fetch.enqueue(1)
+    assert len(app.store.claim("w", 10, None, 30.0)) == 1  # customer 1's second start in the hour
+    assert row() == {"max": 2, "started_in_window": 3, "waiting": 1, "keys": 1, "keys_full": 1}
 
 
 def test_no_limits_is_two_empty_lists_and_unknown_parameters_are_refused(app: rota.App) -> None:

@@ -174,7 +174,15 @@ SCHEMAS: dict[str, Any] = {
             "limits": {
                 "type": "array",
                 "items": _obj(
-                    {"name": STR, "max": INT, "running": INT, "waiting": INT, "keys": INT, "corrupt": CORRUPT}
+                    {
+                        "name": STR,
+                        "max": INT,  # per key (a by= limit: each key has its own max slots)
+                        "running": INT,  # over all its keys, as waiting and keys
+                        "waiting": INT,
+                        "keys": INT,
+                        "keys_full": INT,  # its keys whose running runs fill max
+                        "corrupt": CORRUPT,
+                    }
                 ),
             },
             "rates": {
@@ -187,6 +195,7 @@ SCHEMAS: dict[str, Any] = {
                         "started_in_window": INT,
                         "waiting": INT,
                         "keys": INT,
+                        "keys_full": INT,  # its keys whose starts in the window reach max
                         "corrupt": CORRUPT,
                     }
                 ),

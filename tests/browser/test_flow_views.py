@@ -88,6 +88,11 @@ def test_the_limits_view_matches_the_database(
     assert row.locator('td[data-col="started"]').inner_text() == str(rate.started)
     assert row.locator('td[data-col="waiting"]').inner_text() == str(rate.waiting)
     assert row.locator('td[data-col="keys"]').inner_text() == str(rate.keys)
+    assert rate.keys_full == 1 and row.locator(".badge.full").count() == 1  # its one key's window is full
+    assert page.locator("#rates th").all_inner_texts()[1:3] == [
+        "max per key per window",
+        "starts in the window (all keys)",
+    ]
     store_name = "postgres" if db_url.startswith("postgres") else "sqlite"
     page.screenshot(path=str(screenshots / f"limits-{store_name}.png"), full_page=True)
 
@@ -98,6 +103,39 @@ def test_the_limits_view_matches_the_database(
     page.reload()
     expect(page.locator('tr[data-limit="export"] td[data-col="waiting"]')).to_have_text("4")
     assert store.list_limits()[0].waiting == 4
+
+
+def test_a_keyed_limit_is_full_only_when_a_key_is_at_its_max(
+    app: rota.App, page: Any, serve: Any, screenshots: Path, db_url: str
+) -> None:
+    """max is per key: 2 runs of 2 customers running under Limit(2, by=) and one waiting is
+    not full (the running count is over every key); it is once customer 1 has 2 running."""
+
+    @app.task(name="export", limit=rota.Limit(2, by="customer"))
+    def export(customer: int) -> None: ...
+
+    app.prepare()
+    export.enqueue(1), export.enqueue(2)
+    assert len(app.store.claim("w-1", 10, None, 600.0)) == 2
+    export.enqueue(3)  # due: it waits for a claim, not for a slot
+    served = serve(create_app(app))
+    page.goto(served.url + "#/limits")
+    row = page.locator('tr[data-limit="export"]')
+    row.wait_for()
+    headers = page.locator("#limits th").all_inner_texts()
+    assert headers[1:3] == ["max per key", "running (all keys)"], headers
+    cells = {c: row.locator(f'td[data-col="{c}"]').inner_text() for c in ("max", "running", "waiting", "keys")}
+    assert cells == {"max": "2", "running": "2", "waiting": "1", "keys": "3"}, cells
+    assert row.locator(".badge.full").count() == 0  # running = max, yet no key is at its max
+
+    export.enqueue(1), export.enqueue(1)
+    assert len(app.store.claim("w-1", 10, None, 600.0)) == 2  # customer 1's second slot, and customer 3
+    page.reload()
+    badge = page.locator('tr[data-limit="export"] .badge.full')
+    badge.wait_for()
+    assert badge.get_attribute("title").startswith("1 of 3 keys have every slot taken"), badge.get_attribute("title")
+    store_name = "postgres" if db_url.startswith("postgres") else "sqlite"
+    page.screenshot(path=str(screenshots / f"limits-keyed-{store_name}.png"), full_page=True)
 
 
 def test_the_limits_view_says_how_to_declare_one_when_there_is_none(

@@ -113,8 +113,9 @@ FLOW_HELD = 50
 
 @dataclass(frozen=True, slots=True)
 class LimitInfo:
-    """A limit as stored, with its running and waiting runs (all keys). `corrupt` names a
-    stored field out of what a Limit can declare (rota.stores.flow_damage): its runs wait."""
+    """A limit as stored, with its running and waiting runs (all keys; `max` is per key) and
+    `keys_full`, its keys whose running runs fill `max` (the limit is full for those). `corrupt`
+    names a stored field out of what a Limit can declare (rota.stores.flow_damage): its runs wait."""
 
     name: str
     max: int
@@ -122,17 +123,19 @@ class LimitInfo:
     waiting: int
     keys: int
     corrupt: tuple[str, ...] = ()
+    keys_full: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The shape of `rota limits --json` and GET /api/limits."""
         return {"name": self.name, "max": self.max, "running": self.running, "waiting": self.waiting, "keys": self.keys,
-                "corrupt": list(self.corrupt)}  # fmt: skip
+                "keys_full": self.keys_full, "corrupt": list(self.corrupt)}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class RateInfo:
-    """A rate as stored, with its starts in the current window and its waiting runs
-    (`corrupt`, as LimitInfo's: a damaged max or per; its runs wait)."""
+    """A rate as stored, with its starts in the current window and its waiting runs (all keys;
+    `max` is per key), `keys_full`, its keys whose starts in the window reach `max` (`corrupt`,
+    as LimitInfo's: a damaged max or per; its runs wait)."""
 
     name: str
     max: int
@@ -141,13 +144,15 @@ class RateInfo:
     waiting: int
     keys: int
     corrupt: tuple[str, ...] = ()
+    keys_full: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The shape of `rota limits --json` and GET /api/limits (a per that is not a finite
         number, damaged, is null)."""
         per = self.per if math.isfinite(self.per) else None
         return {"name": self.name, "max": self.max, "per_seconds": per, "started_in_window": self.started,
-                "waiting": self.waiting, "keys": self.keys, "corrupt": list(self.corrupt)}  # fmt: skip
+                "waiting": self.waiting, "keys": self.keys, "keys_full": self.keys_full,
+                "corrupt": list(self.corrupt)}  # fmt: skip
 
 
 class FlowMixin:
@@ -185,13 +190,18 @@ class FlowMixin:
     def list_limits(self) -> list[LimitInfo]:
         with self._read() as s:  # type: ignore[attr-defined]
             rows = s.q("flow_limits")
-        return [LimitInfo(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), limit_damage(r[1])) for r in rows]
+        return [
+            LimitInfo(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), limit_damage(r[1]), int(r[5]))
+            for r in rows
+        ]
 
     def list_rates(self) -> list[RateInfo]:
         with self._read() as s:  # type: ignore[attr-defined]
             rows = s.q("flow_rates")
         return [
-            RateInfo(str(r[0]), int(r[1]), float(r[2]), int(r[3]), int(r[4]), int(r[5]), rate_damage(r[1], r[2]))
+            RateInfo(
+                str(r[0]), int(r[1]), float(r[2]), int(r[3]), int(r[4]), int(r[5]), rate_damage(r[1], r[2]), int(r[6])
+            )
             for r in rows
         ]
 

@@ -1,5 +1,6 @@
 // The flow-control view: each concurrency limit and rate limit the workers stored, with its
-// running and waiting runs (GET /api/limits, the records of `rota limits --json`).
+// running and waiting runs (GET /api/limits, the records of `rota limits --json`). A max is per
+// key (`Limit(1, by=...)`: one per key); running, waiting and starts count every key.
 "use strict";
 import { api, el, fill } from "./core.js";
 import { table } from "./views.js";
@@ -11,8 +12,18 @@ function seconds(value) {
   return s + " s";
 }
 
-function full(used, max, waiting) {
-  return used >= max && waiting > 0 ? [" ", el("span", { class: "badge full", title: "every slot is taken: runs wait pending, costing no attempt" }, "full")] : null;
+function badge(title) {
+  return [" ", el("span", { class: "badge full", title }, "full")];
+}
+
+// max is per key: a limit (a rate) is full when one of its keys has every slot (every start of
+// the window) taken, keys_full, not when its count over all keys reaches max (2 keys with a
+// run each under max 1 are not).
+function full(item, what) {
+  if (!(item.keys_full > 0 && item.waiting > 0)) return null;
+  if (item.keys <= 1 && item.keys_full <= 1) return badge(`${what} is taken: runs wait pending, costing no attempt`);
+  const of = item.keys_full <= item.keys ? ` of ${item.keys}` : ""; // a rate's keys: those with a waiting run
+  return badge(`${item.keys_full}${of} keys have ${what} taken: their runs wait pending, costing no attempt`);
 }
 
 function damaged(item) {
@@ -22,14 +33,14 @@ function damaged(item) {
 
 function limitRows(items) {
   return items.map((l) => el("tr", { "data-limit": l.name },
-    el("td", {}, l.name, full(l.running, l.max, l.waiting), damaged(l)), el("td", { class: "num", "data-col": "max" }, l.max),
+    el("td", {}, l.name, full(l, "every slot"), damaged(l)), el("td", { class: "num", "data-col": "max" }, l.max),
     el("td", { class: "num", "data-col": "running" }, l.running), el("td", { class: "num", "data-col": "waiting" }, l.waiting),
     el("td", { class: "num", "data-col": "keys" }, l.keys)));
 }
 
 function rateRows(items) {
   return items.map((r) => el("tr", { "data-rate": r.name },
-    el("td", {}, r.name, full(r.started_in_window, r.max, r.waiting), damaged(r)),
+    el("td", {}, r.name, full(r, "every start of the window"), damaged(r)),
     el("td", { class: "num", "data-col": "max" }, r.max + " per " + seconds(r.per_seconds)),
     el("td", { class: "num", "data-col": "started" }, r.started_in_window), el("td", { class: "num", "data-col": "waiting" }, r.waiting),
     el("td", { class: "num", "data-col": "keys" }, r.keys)));
@@ -70,10 +81,10 @@ const limits = {
         fill(root, undeclaredRows(data),
           el("section", { id: "limits" }, el("h2", {}, "Concurrency limits",
             el("span", { class: "muted" }, "a run counts from its claim to its end; past the limit it waits pending, costing no attempt")),
-          table(["limit", "max", "running", "waiting", "keys"], limitRows(data.limits), "No concurrency limits.")),
+          table(["limit", "max per key", "running (all keys)", "waiting", "keys"], limitRows(data.limits), "No concurrency limits.")),
           el("section", { id: "rates" }, el("h2", {}, "Rate limits",
             el("span", { class: "muted" }, "starts in a sliding window, across every worker, on the database's clock")),
-          table(["rate", "max per window", "starts in the window", "waiting", "keys"], rateRows(data.rates), "No rate limits.")),
+          table(["rate", "max per key per window", "starts in the window (all keys)", "waiting", "keys"], rateRows(data.rates), "No rate limits.")),
           data.unresolved ? el("p", { id: "unresolved", class: "muted" }, `${data.unresolved} run(s) wait for a worker that declares their task to compute their limit key.`) : null);
       },
     };

@@ -212,8 +212,14 @@ ON DUPLICATE KEY UPDATE max = VALUES(max), per = VALUES(per), updated_at = VALUE
 SELECT l.name, l.max,
        (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.limit_status = 'running'),
        (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.limit_status = 'pending'),
-       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.limit_status IN ('pending', 'running'))
-FROM rota_limits l ORDER BY l.name
+       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.limit_status IN ('pending', 'running')),
+       count(k.limit_name)
+FROM rota_limits l
+-- its keys whose running runs fill its max (a derived table cannot name l here: joined instead)
+LEFT JOIN (SELECT r.limit_name, r.limit_key, count(*) AS n FROM rota_limits m
+           JOIN rota_runs r ON r.limit_name = m.name AND r.limit_status = 'running'
+           GROUP BY r.limit_name, r.limit_key) k ON k.limit_name = l.name AND k.n >= l.max
+GROUP BY l.name, l.max ORDER BY l.name
 
 -- name: flow_rates
 SELECT t.name, t.max, t.per,
@@ -221,8 +227,16 @@ SELECT t.name, t.max, t.per,
           AND s.started_at > {now} - INTERVAL t.per SECOND AND s.started_at <= {now} + INTERVAL t.per SECOND
           AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400),
        (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.rate_status = 'pending'),
-       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.rate_status = 'pending')
-FROM rota_rates t ORDER BY t.name
+       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.rate_status = 'pending'),
+       count(k.name)
+FROM rota_rates t
+-- its keys whose starts in the window reach its max (a derived table cannot name t: joined)
+LEFT JOIN (SELECT s.name, s.`key`, count(*) AS n FROM rota_rates m
+           JOIN rota_rate_starts s ON s.name = m.name
+            AND s.started_at > {now} - INTERVAL m.per SECOND AND s.started_at <= {now} + INTERVAL m.per SECOND
+            AND m.max BETWEEN 1 AND 1000000 AND m.per BETWEEN 0.001 AND 31622400
+           GROUP BY s.name, s.`key`) k ON k.name = t.name AND k.n >= t.max
+GROUP BY t.name, t.max, t.per ORDER BY t.name
 
 -- name: flow_damaged
 SELECT 'l', name, max, NULL, NULL FROM rota_limits

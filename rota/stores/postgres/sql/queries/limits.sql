@@ -343,15 +343,19 @@ INSERT INTO rota_rates (name, max, per, updated_at) VALUES (%(name)s, %(max)s, %
 ON CONFLICT (name) DO UPDATE SET max = excluded.max, per = excluded.per, updated_at = excluded.updated_at
 
 -- name: flow_limits
--- each limit with its running and waiting (pending) runs, over all its keys
+-- each limit with its running and waiting (pending) runs, over all its keys, and its keys whose
+-- running runs fill its max (a key at its max: its next run waits)
 SELECT l.name, l.max,
        (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'running'),
        (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'pending'),
-       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.status IN ('pending', 'running'))
+       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.status IN ('pending', 'running')),
+       (SELECT count(*) FROM (SELECT 1 FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'running'
+                              GROUP BY r.limit_key HAVING count(r.id) >= l.max) k)
 FROM rota_limits l ORDER BY l.name
 
 -- name: flow_rates
--- each rate with its starts in the current window and its waiting (pending) runs
+-- each rate with its starts in the current window and its waiting (pending) runs (all keys),
+-- and its keys whose starts in the window reach its max
 -- (a damaged max or per, out of range, is listed as stored, with no starts counted)
 SELECT t.name, t.max, t.per,
        (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name
@@ -359,7 +363,12 @@ SELECT t.name, t.max, t.per,
           AND s.started_at > {now} - make_interval(secs => CASE WHEN t.per BETWEEN 0.001 AND 31622400 THEN t.per END)
           AND s.started_at <= {now} + make_interval(secs => CASE WHEN t.per BETWEEN 0.001 AND 31622400 THEN t.per END)),
        (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
-       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
+       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
+       (SELECT count(*) FROM (SELECT 1 FROM rota_rate_starts s WHERE s.name = t.name
+          AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400
+          AND s.started_at > {now} - make_interval(secs => CASE WHEN t.per BETWEEN 0.001 AND 31622400 THEN t.per END)
+          AND s.started_at <= {now} + make_interval(secs => CASE WHEN t.per BETWEEN 0.001 AND 31622400 THEN t.per END)
+          GROUP BY s.key HAVING count(*) >= t.max) k)
 FROM rota_rates t ORDER BY t.name
 
 -- name: flow_damaged

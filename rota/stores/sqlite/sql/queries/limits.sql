@@ -253,18 +253,27 @@ INSERT INTO rota_rates (name, max, per, updated_at) VALUES (:name, :max, :per, {
 ON CONFLICT (name) DO UPDATE SET max = excluded.max, per = excluded.per, updated_at = excluded.updated_at
 
 -- name: flow_limits
+-- each limit with its running and waiting runs and its keys (all keys), and its keys whose
+-- running runs fill its max (a key at its max: its next run waits)
 SELECT l.name, l.max,
        (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'running'),
        (SELECT count(*) FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'pending'),
-       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.status IN ('pending', 'running'))
+       (SELECT count(DISTINCT limit_key) FROM rota_runs r WHERE r.limit_name = l.name AND r.status IN ('pending', 'running')),
+       (SELECT count(*) FROM (SELECT 1 FROM rota_runs r WHERE r.limit_name = l.name AND r.status = 'running'
+                              GROUP BY r.limit_key HAVING count(*) >= l.max))
 FROM rota_limits l ORDER BY l.name
 
 -- name: flow_rates
+-- each rate with its starts in the window and its waiting runs (all keys), and its keys whose
+-- starts in the window reach its max
 SELECT t.name, t.max, t.per,
        (SELECT count(*) FROM rota_rate_starts s WHERE s.name = t.name AND s.started_at > {now} - t.per
           AND s.started_at <= {now} + t.per AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400),
        (SELECT count(*) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
-       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending')
+       (SELECT count(DISTINCT rate_key) FROM rota_runs r WHERE r.rate_name = t.name AND r.status = 'pending'),
+       (SELECT count(*) FROM (SELECT 1 FROM rota_rate_starts s WHERE s.name = t.name AND s.started_at > {now} - t.per
+          AND s.started_at <= {now} + t.per AND t.max BETWEEN 1 AND 1000000 AND t.per BETWEEN 0.001 AND 31622400
+          GROUP BY s.key HAVING count(*) >= t.max))
 FROM rota_rates t ORDER BY t.name
 
 -- name: flow_damaged

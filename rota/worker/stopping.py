@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..errors import DatabaseError
 from ..logs import log_event
 from ..stores.base import Store
 from .active import Active
@@ -65,15 +66,20 @@ def save_deferred(ended: list[Active]) -> None:
     the stop, deferred to the run's finish (rota.durable: `return ctx.step(...)`), which a
     hand-back does not write, is saved now, token-checked: the next execution must not take
     the step again. The database away: logged, the step runs again (as before the deferral). A
-    lost lease (StepRefused): the step is the new holder's."""
-    for a in ended:
-        if a.durable is None or a.durable.deferred is None:
-            continue
+    lost lease (StepRefused): the step is the new holder's. The first DatabaseError ends the
+    saves (the database is away: each would wait its own timeout before the hand-back)."""
+    deferred = [a for a in ended if a.durable is not None and a.durable.deferred is not None]
+    for k, a in enumerate(deferred):
         try:
-            a.durable.flush()
-        except Exception as exc:  # (DatabaseError, StepRefused; a bug must not end the shutdown either)
-            log.warning("run %s (%s): the checkpoint of its last step was not saved before its hand-back (%s); "
-                        "the step runs again", a.claim.id, a.claim.task, exc)  # fmt: skip
+            a.durable.flush()  # type: ignore[union-attr]
+        except DatabaseError as exc:
+            ids = ", ".join(str(b.claim.id) for b in deferred[k:])
+            log.warning("run(s) %s: the checkpoint of their last step was not saved before the hand-back (%s); "
+                        "the step may run again", ids, exc)  # fmt: skip
+            return
+        except Exception as exc:  # (StepRefused; a bug must not end the shutdown either)
+            log.warning("run %s (%s): the checkpoint of its last step was not saved before its hand-back (%s)",
+                        a.claim.id, a.claim.task, exc)  # fmt: skip
 
 
 def arm_watchdog(seconds: float) -> None:

@@ -37,6 +37,11 @@ CLAIM_AHEAD = 0.02
 QUICK_BUSY = 0.01
 QUICK_IDLE = 0.02
 WHOLE = 0.1
+# A look that failed (the database away) is tried again after LOOK_BACKOFF s, doubling up to
+# LOOK_BACKOFF_MAX: each failed look may open a connection (TLS context and all), and at
+# QUICK_BUSY that spun most of a core for as long as an outage lasted.
+LOOK_BACKOFF = 0.05
+LOOK_BACKOFF_MAX = 1.0
 # The database clock is learned from several polls (see DueTimes.learn).
 _CLOCK_SAMPLES = 8
 
@@ -169,6 +174,7 @@ class Wakeups:
         self.holding: Callable[[], bool] = lambda: False  # it holds runs (a cancel may concern them)
         self._told: set[int] = set()  # cancel requests passed on (the watch thread's)
         self._seen: set[str] = set()  # what the watch thread saw since the loop last looked
+        self._look_failed = 0  # the watch thread's looks that failed in a row (the database away)
         self.refresh: Callable[[], Awaitable[None]] | None = None  # learn due times (poll_state)
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -250,7 +256,7 @@ class Wakeups:
         quick_seen: Any = None
         whole_at = 0.0
         try:
-            while not stop.wait(self._every(quick is not None)) and not loop.is_closed():
+            while not stop.wait(self._look_wait(quick is not None)) and not loop.is_closed():
                 if quick is not None and self.free_slots() and time.monotonic() < whole_at:
                     quick_seen = self._quick_look(quick, quick_seen, loop, changed)
                     continue
@@ -269,8 +275,10 @@ class Wakeups:
         try:
             now = probe()
         except Exception as exc:  # the database away, or closing: look again later
+            self._look_failed += 1
             log.debug("change_probe: %s", exc)
             return seen
+        self._look_failed = 0
         if seen is not None and now != seen:
             self._tell(loop, changed, "run" if now[0] > seen[0] else "change")
         return now
@@ -281,8 +289,10 @@ class Wakeups:
         try:
             version = store.data_version()
         except Exception as exc:  # the database away, or closing: look again later
+            self._look_failed += 1
             log.debug("data_version: %s", exc)
             return
+        self._look_failed = 0
         if version == seen.looked or self._cancels(store, loop):  # the first look reads them too
             seen.looked = version  # else (the read failed) read again at the next look
         if seen.version is None:  # the first look: a run enqueued after the worker's first
@@ -325,6 +335,15 @@ class Wakeups:
                 loop.call_soon_threadsafe(self.on_wakeup, f"cancel:{run_id}")
         self._told = requested
         return True
+
+    def _look_wait(self, quick: bool) -> float:
+        """The watch thread's wait before its next look: `_every`, or after looks that failed
+        in a row a backoff (LOOK_BACKOFF doubling up to LOOK_BACKOFF_MAX; the poll still claims
+        meanwhile)."""
+        every = self._every(quick)
+        if not self._look_failed:
+            return every
+        return max(every, min(LOOK_BACKOFF_MAX, LOOK_BACKOFF * 2.0 ** min(self._look_failed - 1, 8)))
 
     def _every(self, quick: bool = False) -> float:
         """Every 20 ms while runs keep coming, every 50 ms once none was claimed for 5 s

@@ -37,7 +37,9 @@ def evidence(tmp_path: Path) -> list[dict[str, Any]]:
     path = tmp_path / "executions.log"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # complete lines only: a handler's line being appended as we read has no newline yet
+    complete = path.read_text().split("\n")[:-1]
+    return [json.loads(line) for line in complete if line.strip()]
 
 
 def executions(lines: list[dict[str, Any]]) -> dict[str, list[tuple[float, float, int, str]]]:

@@ -5,7 +5,6 @@ not at the next poll (the poll interval here is 10 s)."""
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ import pytest
 import rota
 
 from .conftest import WITH_MYSQL, make_app, start_worker, store_url
-from .procs import WorkerProcs, wait_until
+from .procs import WorkerProcs, cpu_seconds, wait_until
 
 
 @pytest.fixture(params=WITH_MYSQL)
@@ -43,9 +42,9 @@ def test_a_worker_waiting_on_a_full_limit_sleeps_and_starts_the_next_run_when_th
         proc = procs.start("tests.apps.flow_limited:app", concurrency=4, poll=10.0, lease=30.0)
         wait_until(lambda: app.get_run(first.id).status == "running", 30, "the first run to start")  # type: ignore[union-attr]
         time.sleep(0.5)
-        before = _cpu_seconds(proc.pid)
+        before = cpu_seconds(proc.pid)
         time.sleep(2.0)  # the limit is full: five runs wait, due
-        used = _cpu_seconds(proc.pid) - before
+        used = cpu_seconds(proc.pid) - before
         assert used < 0.4, f"a worker waiting on a full limit used {used:.3f} s of CPU in 2 s (a loop)"
         assert all(app.get_run(r.id).status == "pending" for r in rest)  # type: ignore[union-attr]
         wait_until(lambda: all(app.get_run(r.id).status == "succeeded" for r in rest), 30, "the waiting runs")  # type: ignore[union-attr]
@@ -80,11 +79,6 @@ def watch_claims(app: rota.App) -> list[Claim]:
 
     store.finish_and_claim = spy  # type: ignore[method-assign]
     return claims
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.parametrize("seconds", [0.0, 0.03], ids=["instant", "30ms"])

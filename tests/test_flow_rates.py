@@ -6,7 +6,6 @@ runs wait on a rate of 1 a minute."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,7 +19,7 @@ from rota.stores.base import Outcome
 from rota.stores.records import REFUSE_DELAY, REFUSED
 
 from .conftest import WITH_MYSQL, make_app, store_url
-from .procs import WorkerProcs, wait_until
+from .procs import WorkerProcs, cpu_seconds, wait_until
 
 
 @pytest.fixture(params=WITH_MYSQL)
@@ -212,14 +211,9 @@ def test_10000_runs_waiting_on_a_rate_cost_an_idle_worker_under_one_percent_of_a
 
 
 def _cpu_used(pid: int, seconds: float) -> float:
-    before = _cpu_seconds(pid)
+    before = cpu_seconds(pid)
     time.sleep(seconds)
-    return _cpu_seconds(pid) - before
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(pid) - before
 
 
 def _redeploy(db_url: str, clock: rota.FakeClock, rate: rota.Rate) -> rota.App:

@@ -12,18 +12,13 @@ from pathlib import Path
 
 import rota
 
-from ..procs import WorkerProcs, wait_until
+from ..procs import WorkerProcs, cpu_seconds, wait_until
 from .conftest import APP, all_final, enqueue_rec, starts
 from .proxy import FaultProxy
 
 WINDOW = 3.0
 # Of one core, over the window, while the database refuses every connection (before: ~0.7).
 CEILING = 0.25
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks
 
 
 def test_a_worker_cut_off_from_its_database_waits_without_spinning(
@@ -42,9 +37,9 @@ def test_a_worker_cut_off_from_its_database_waits_without_spinning(
     proxy.cut()
     time.sleep(1.0)  # the worker meets the outage
     pid = procs.procs[0].pid
-    before, at = _cpu_seconds(pid), time.monotonic()
+    before, at = cpu_seconds(pid), time.monotonic()
     time.sleep(WINDOW)
-    share = (_cpu_seconds(pid) - before) / (time.monotonic() - at)
+    share = (cpu_seconds(pid) - before) / (time.monotonic() - at)
     assert share < CEILING, f"the worker used {share:.0%} of a core while its database was away"
     proxy.restore()
     later = enqueue_rec(server_client, 2, start=10)
